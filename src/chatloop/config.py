@@ -1,0 +1,130 @@
+"""Every setting of the handler, read once from the environment.
+
+Each field documents its environment variable; the README's configuration table lists the same
+names. Nothing else in the package reads ``os.environ`` for configuration (the provider SDKs read
+their own ``*_API_KEY`` / ``*_BASE_URL`` variables, and Powertools its ``POWERTOOLS_*`` ones).
+
+Usage::
+
+    from chatloop.config import Settings
+    settings = Settings.from_env()          # or Settings(max_iterations=4) in tests
+    settings.max_iterations                 # 10 unless MAX_ITERATIONS says otherwise
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass, field, fields
+
+DEFAULT_MODEL_CHAIN = (
+    "groq:openai/gpt-oss-120b,groq:llama-3.3-70b-versatile,groq:llama-3.1-8b-instant,openai:gpt-4.1-mini"
+)
+
+
+class ConfigError(ValueError):
+    """An environment variable holds a value the handler cannot use."""
+
+
+@dataclass(frozen=True)
+class Settings:
+    # --- the loop -------------------------------------------------------------------------
+    max_iterations: int = 10
+    """MAX_ITERATIONS: model calls per user turn, the final answer included. Requests may ask for fewer."""
+    tool_budgets: Mapping[str, int] = field(default_factory=lambda: {"execute_javascript": 3})
+    """TOOL_BUDGETS: executions per tool per turn, as JSON (``{"execute_javascript": 3}``)."""
+    substantive_answer_chars: int = 200
+    """SUBSTANTIVE_ANSWER_CHARS: content longer than this, sent with tool calls, ends the turn."""
+    system_prompt_guidance: bool = True
+    """SYSTEM_PROMPT_GUIDANCE: add the 'answer right after execute_javascript' instruction."""
+    legacy_syntax_reminders: int = 2
+    """LEGACY_SYNTAX_REMINDERS: reminders sent when a model writes ``<function=...>`` text."""
+    deadline_reserve_seconds: float = 4.0
+    """DEADLINE_RESERVE_SECONDS: time kept back from tool work so the model can still answer."""
+    # --- requests -------------------------------------------------------------------------
+    request_timeout_seconds: float = 28.0
+    """REQUEST_TIMEOUT_SECONDS: a request's whole budget (API Gateway's integration timeout is 29 s)."""
+    lambda_safety_margin_seconds: float = 1.0
+    """LAMBDA_SAFETY_MARGIN_SECONDS: kept back from the Lambda's remaining time."""
+    max_body_bytes: int = 1024 * 1024
+    """MAX_BODY_BYTES: larger request bodies get a 413."""
+    api_base_path: str = "/"
+    """API_BASE_PATH: path prefix stripped by Mangum (a custom domain's base path or a named HTTP API stage)."""
+    # --- models ---------------------------------------------------------------------------
+    model_chain: str = ""
+    """MODEL_CHAIN: comma-separated ``provider:model`` entries tried in order. Empty: the default chain
+    when a provider key is configured, else the offline demo model."""
+    rate_limit_max_wait_seconds: float = 2.0
+    """RATE_LIMIT_MAX_WAIT_SECONDS: the longest rate-limit wait the chain sleeps out (when no other model is left)."""
+    provider_keys_secret_arn: str = ""
+    """PROVIDER_KEYS_SECRET_ARN: Secrets Manager secret (JSON with GROQ_API_KEY / OPENAI_API_KEY) read when the
+    keys are not in the environment."""
+    # --- sandbox --------------------------------------------------------------------------
+    js_memory_mb: int = 256
+    """JS_MEMORY_MB: RLIMIT_DATA of each Deno process."""
+    js_max_concurrency: int = 4
+    """JS_MAX_CONCURRENCY: sandbox processes running at once (parallel tool calls)."""
+    js_prespawn: bool = True
+    """JS_PRESPAWN: keep one Deno process started and waiting for code."""
+    # --- observability --------------------------------------------------------------------
+    log_content: bool = False
+    """LOG_CONTENT: include message text and tool arguments in log lines."""
+    version: str = "0.1.0"
+    """APP_VERSION: reported by /health."""
+
+    @classmethod
+    def from_env(cls, environ: Mapping[str, str] | None = None) -> Settings:
+        """Read every setting from ``environ`` (default ``os.environ``); unset ones keep their default."""
+        env = os.environ if environ is None else environ
+        values: dict[str, object] = {}
+        for f in fields(cls):
+            name = _ENV_NAMES.get(f.name, f.name.upper())
+            raw = env.get(name)
+            if raw is None or raw.strip() == "":
+                continue
+            values[f.name] = _parse(name, raw.strip(), type(getattr(_DEFAULTS, f.name)))
+        settings = cls(**values)
+        settings.validate()
+        return settings
+
+    def validate(self) -> None:
+        if not 1 <= self.max_iterations <= 100:
+            raise ConfigError("MAX_ITERATIONS must be between 1 and 100")
+        if any(not isinstance(v, int) or v < 1 for v in self.tool_budgets.values()):
+            raise ConfigError("TOOL_BUDGETS values must be positive integers")
+        if self.request_timeout_seconds <= 0 or self.deadline_reserve_seconds < 0:
+            raise ConfigError(
+                "REQUEST_TIMEOUT_SECONDS must be positive and DEADLINE_RESERVE_SECONDS not negative"
+            )
+
+    def budget_for(self, tool_name: str) -> int | None:
+        return self.tool_budgets.get(tool_name)
+
+
+_ENV_NAMES = {"version": "APP_VERSION"}
+
+
+def _parse(name: str, raw: str, kind: type) -> object:
+    try:
+        if kind is bool:
+            if raw.lower() in {"1", "true", "yes", "on"}:
+                return True
+            if raw.lower() in {"0", "false", "no", "off"}:
+                return False
+            raise ValueError(raw)
+        if kind is int:
+            return int(raw)
+        if kind is float:
+            return float(raw)
+        if kind is dict:
+            value = json.loads(raw)
+            if not isinstance(value, dict):
+                raise ValueError(raw)
+            return value
+        return raw
+    except ValueError as exc:
+        raise ConfigError(f"{name}={raw!r} is not a valid {kind.__name__}") from exc
+
+
+_DEFAULTS = Settings()

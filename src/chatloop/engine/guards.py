@@ -1,0 +1,163 @@
+"""Per-turn guards: call keys, duplicate and result-loop detection, per-tool budgets.
+
+A ``ToolLedger`` lives for one user turn. ``plan_batch`` sorts a batch of tool calls into what may
+run and what is answered without running, so the policy sees counts and the loop sees dispositions.
+
+Usage::
+
+    ledger = ToolLedger(budgets={"execute_javascript": 3})
+    plan = ledger.plan_batch(calls, offered={"execute_javascript"}, client_tools=set())
+    plan.counts()["run"]          # calls that will execute
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections import Counter
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from enum import StrEnum
+
+from chatloop.providers.base import ToolCall
+
+JAVASCRIPT_TOOL = "execute_javascript"
+
+
+def call_key(name: str, arguments: str) -> str:
+    """Tool name plus arguments re-serialised with sorted keys and compact separators.
+
+    ``{"a": 1, "b": 2}`` and ``{"b":2,"a":1}`` give the same key; text that is not JSON is
+    compared stripped of surrounding white space.
+    """
+    try:
+        canonical = json.dumps(
+            json.loads(arguments), sort_keys=True, separators=(",", ":"), ensure_ascii=False
+        )
+    except (TypeError, ValueError):
+        canonical = (arguments or "").strip()
+    return f"{name}:{canonical}"
+
+
+def result_hash(content: str) -> str:
+    return hashlib.sha256(content.encode("utf-8", "surrogatepass")).hexdigest()
+
+
+class Disposition(StrEnum):
+    RUN = "run"
+    DUPLICATE = "duplicate"
+    """Same key as an earlier call of this turn (or of this batch): answered with that result."""
+    INVALID_ARGUMENTS = "invalid_arguments"
+    NOT_OFFERED = "not_offered"
+    JS_ALREADY_SUCCEEDED = "js_already_succeeded"
+    OVER_BUDGET = "over_budget"
+    CLIENT = "client"
+    """A client-defined tool (/v1): the client runs it."""
+
+
+@dataclass
+class PlannedCall:
+    call: ToolCall
+    disposition: Disposition
+    key: str
+    duplicate_of: str | None = None
+
+
+@dataclass
+class BatchPlan:
+    calls: list[PlannedCall]
+
+    def counts(self) -> Counter[str]:
+        return Counter(p.disposition.value for p in self.calls)
+
+    def of(self, disposition: Disposition) -> list[PlannedCall]:
+        return [p for p in self.calls if p.disposition is disposition]
+
+
+@dataclass
+class ToolLedger:
+    budgets: Mapping[str, int] = field(default_factory=dict)
+    executions: Counter[str] = field(default_factory=Counter)
+    succeeded: set[str] = field(default_factory=set)
+    duplicate_repeats: int = 0
+    budget_blocked: bool = False
+    loop: str | None = None
+    """``duplicate_loop`` or ``result_loop`` once a loop is detected: tool use ends for the turn."""
+    _results: dict[str, tuple[str, str]] = field(default_factory=dict)
+    _result_hashes: set[tuple[str, str]] = field(default_factory=set)
+
+    # --- what is offered -------------------------------------------------------------------
+    def budget_left(self, name: str) -> int | None:
+        budget = self.budgets.get(name)
+        return None if budget is None else max(0, budget - self.executions[name])
+
+    def withdrawn(self, name: str) -> str | None:
+        """Why ``name`` is no longer offered this turn, or None."""
+        if self.loop:
+            return self.loop
+        if name == JAVASCRIPT_TOOL and name in self.succeeded:
+            return "js_already_succeeded"
+        if self.budget_left(name) == 0:
+            return "budget_exhausted"
+        return None
+
+    def offerable(self, names: Iterable[str]) -> list[str]:
+        return [n for n in names if self.withdrawn(n) is None]
+
+    # --- one batch -------------------------------------------------------------------------
+    def plan_batch(self, calls: list[ToolCall], offered: set[str], client_tools: set[str]) -> BatchPlan:
+        planned: list[PlannedCall] = []
+        seen_in_batch: dict[str, str] = {}
+        runs: Counter[str] = Counter()
+        for call in calls:
+            key = call_key(call.name, call.arguments)
+            earlier = self._results.get(key)
+            if earlier is not None or key in seen_in_batch:
+                of = earlier[0] if earlier is not None else seen_in_batch[key]
+                planned.append(PlannedCall(call, Disposition.DUPLICATE, key, duplicate_of=of))
+                continue
+            seen_in_batch[key] = call.id
+            if call.name in client_tools:
+                disposition = Disposition.CLIENT
+            elif call.parsed_arguments() is None:
+                disposition = Disposition.INVALID_ARGUMENTS
+            elif call.name not in offered:
+                why = self.withdrawn(call.name)
+                disposition = (
+                    Disposition.JS_ALREADY_SUCCEEDED
+                    if why == "js_already_succeeded"
+                    else Disposition.OVER_BUDGET
+                    if why == "budget_exhausted"
+                    else Disposition.NOT_OFFERED
+                )
+            else:
+                left = self.budget_left(call.name)
+                if left is not None and runs[call.name] >= left:
+                    disposition = Disposition.OVER_BUDGET
+                else:
+                    disposition = Disposition.RUN
+                    runs[call.name] += 1
+            planned.append(PlannedCall(call, disposition, key))
+        return BatchPlan(planned)
+
+    def count_repeats(self, plan: BatchPlan) -> int:
+        repeats = len(plan.of(Disposition.DUPLICATE))
+        self.duplicate_repeats += repeats
+        return repeats
+
+    def earlier_result(self, key: str) -> tuple[str, str] | None:
+        return self._results.get(key)
+
+    def record(self, name: str, key: str, call_id: str, content: str, ok: bool, executed: bool) -> bool:
+        """Remember a call's answer. Returns True when an executed tool repeated an earlier result."""
+        self._results[key] = (call_id, content)
+        if not executed:
+            return False
+        self.executions[name] += 1
+        if ok:
+            self.succeeded.add(name)
+        fingerprint = (name, result_hash(content))
+        if fingerprint in self._result_hashes:
+            return True
+        self._result_hashes.add(fingerprint)
+        return False

@@ -1,0 +1,145 @@
+"""Check and normalise the conversations clients send.
+
+Accepts OpenAI-format histories with earlier turns' tool traffic, tool calls in the nested
+(``function: {name, arguments}``) and the flat (``name``, ``arguments``) form, ``content`` as null,
+a string or a list of text parts. Returns a conversation every provider accepts: each tool message
+answers exactly one earlier tool call, every call is answered before the next message, no duplicates.
+Anything else raises ``ConversationError`` naming the message index.
+
+Usage::
+
+    messages = normalize_conversation(body["messages"])     # raises ConversationError -> HTTP 400
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from typing import Any
+
+ROLES = {"system", "developer", "user", "assistant", "tool"}
+LEGACY_CALL = re.compile(r"<\s*function\s*=\s*[^>]*>.*?(</\s*function\s*>|$)", re.IGNORECASE | re.DOTALL)
+
+
+class ConversationError(ValueError):
+    """A client conversation the engine cannot send to a model."""
+
+    def __init__(self, index: int | None, message: str):
+        self.index = index
+        where = f"messages[{index}]: " if index is not None else "messages: "
+        super().__init__(where + message)
+
+
+def normalize_conversation(raw: Any) -> list[dict[str, Any]]:
+    if not isinstance(raw, list) or not raw:
+        raise ConversationError(None, "must be a non-empty list of messages")
+    out: list[dict[str, Any]] = []
+    pending: dict[str, str] = {}  # tool_call_id -> tool name, for the latest assistant message
+    pending_from: int | None = None
+    answered: dict[str, str] = {}  # tool_call_id -> content, for dropping exact duplicates
+    for index, message in enumerate(raw):
+        if not isinstance(message, dict):
+            raise ConversationError(index, "must be an object")
+        role = message.get("role")
+        if role not in ROLES:
+            raise ConversationError(index, f"unknown role {role!r} (expected one of {sorted(ROLES)})")
+        if role == "tool":
+            tool_call_id = message.get("tool_call_id")
+            if not isinstance(tool_call_id, str) or not tool_call_id:
+                raise ConversationError(index, "a tool message needs a tool_call_id")
+            content = _text(index, message.get("content"), allow_null=False)
+            if tool_call_id in answered:
+                if answered[tool_call_id] == content:
+                    continue  # an exact duplicate (seed 004): dropped
+                raise ConversationError(
+                    index, f"tool_call_id {tool_call_id!r} is answered twice with different content"
+                )
+            if tool_call_id not in pending:
+                raise ConversationError(
+                    index, f"orphan tool message: no earlier assistant tool call has id {tool_call_id!r}"
+                )
+            name = pending.pop(tool_call_id)
+            answered[tool_call_id] = content
+            out.append({"role": "tool", "tool_call_id": tool_call_id, "name": name, "content": content})
+            continue
+        if pending:
+            raise ConversationError(
+                pending_from,
+                f"tool calls {sorted(pending)} are not answered by tool messages before messages[{index}]",
+            )
+        if role == "assistant":
+            calls = [_tool_call(index, n, c) for n, c in enumerate(message.get("tool_calls") or [])]
+            content = _text(index, message.get("content"), allow_null=True)
+            content = strip_legacy_calls(content) if content else content
+            if not calls and not content:
+                raise ConversationError(index, "an assistant message needs content or tool_calls")
+            entry: dict[str, Any] = {"role": "assistant", "content": content or ""}
+            if calls:
+                ids = [c["id"] for c in calls]
+                if len(set(ids)) != len(ids) or any(i in answered for i in ids):
+                    raise ConversationError(index, "tool call ids must be unique")
+                entry["tool_calls"] = calls
+                pending = {c["id"]: c["function"]["name"] for c in calls}
+                pending_from = index
+            out.append(entry)
+            continue
+        content = _text(index, message.get("content"), allow_null=False)
+        if role == "developer":
+            role = "system"
+        entry = {"role": role, "content": content}
+        if role == "user" and isinstance(message.get("name"), str):
+            entry["name"] = message["name"]
+        out.append(entry)
+    if pending:
+        raise ConversationError(
+            pending_from, f"tool calls {sorted(pending)} are not answered by tool messages"
+        )
+    return out
+
+
+def strip_legacy_calls(text: str) -> str:
+    """Remove ``<function=...>...</function>`` pseudo-calls that some models write as text."""
+    return LEGACY_CALL.sub("", text).strip()
+
+
+def _text(index: int, content: Any, allow_null: bool) -> str:
+    if content is None:
+        if allow_null:
+            return ""
+        raise ConversationError(index, "content must not be null")
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        parts = []
+        for n, part in enumerate(content):
+            if isinstance(part, str):
+                parts.append(part)
+            elif isinstance(part, dict) and part.get("type") == "text" and isinstance(part.get("text"), str):
+                parts.append(part["text"])
+            else:
+                kind = part.get("type") if isinstance(part, dict) else type(part).__name__
+                raise ConversationError(
+                    index, f"content[{n}] of type {kind!r} is not supported (only text parts)"
+                )
+        return "".join(parts)
+    raise ConversationError(
+        index, f"content must be a string, a list of text parts or null, not {type(content).__name__}"
+    )
+
+
+def _tool_call(index: int, n: int, call: Any) -> dict[str, Any]:
+    if not isinstance(call, dict):
+        raise ConversationError(index, f"tool_calls[{n}] must be an object")
+    function = call.get("function") if isinstance(call.get("function"), dict) else call
+    name = function.get("name")
+    arguments = function.get("arguments", "{}")
+    call_id = call.get("id")
+    if not isinstance(call_id, str) or not call_id:
+        raise ConversationError(index, f"tool_calls[{n}] needs an id")
+    if not isinstance(name, str) or not name:
+        raise ConversationError(index, f"tool_calls[{n}] needs a function name")
+    if isinstance(arguments, dict):
+        arguments = json.dumps(arguments)
+    if not isinstance(arguments, str):
+        raise ConversationError(index, f"tool_calls[{n}].arguments must be a JSON string or object")
+    return {"id": call_id, "type": "function", "function": {"name": name, "arguments": arguments}}

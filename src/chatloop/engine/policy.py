@@ -1,0 +1,175 @@
+"""``decide()``: a pure function from one model response's situation to a Decision.
+
+The Decision keeps every input it used and a short ``reason``; the loop logs it
+(``Decision.log_line()`` is the greppable ``Tool execution decision: ...`` line) and acts on ``action``.
+
+Usage::
+
+    decision = decide(DecisionInput(iteration=1, max_iterations=10, has_tool_calls=True, valid_tool_calls=1,
+                                    runnable_calls=1, finish_reason="tool_calls"))
+    decision.action is Action.EXECUTE and decision.reason == "execute"
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from enum import StrEnum
+from typing import Any
+
+
+class Action(StrEnum):
+    EXECUTE = "execute"
+    """Answer every tool call (running those that may run) and call the model again."""
+    ANSWER = "answer"
+    """The response's content is the turn's answer."""
+    FINAL_CALL = "final_call"
+    """Tool use is over: one more model call without tools, so the model answers from what it has."""
+    REMIND = "remind"
+    """The model wrote a ``<function=...>`` call as text: ask for a proper tool call."""
+    NUDGE = "nudge"
+    """Empty reply: ask once more."""
+    CLIENT_TOOLS = "client_tools"
+    """The model called a client-defined tool: end the turn and hand the calls to the client."""
+    FALLBACK = "fallback"
+    """No usable answer can be had: answer with the user-facing fallback text."""
+
+
+@dataclass(frozen=True)
+class DecisionInput:
+    iteration: int
+    max_iterations: int
+    has_tool_calls: bool = False
+    valid_tool_calls: int = 0
+    """Calls with a name and JSON-object arguments."""
+    runnable_calls: int = 0
+    """Calls that will run now: valid, offered, within budget, not repeats."""
+    duplicate_calls: int = 0
+    duplicate_repeats_total: int = 0
+    js_already_succeeded_calls: int = 0
+    over_budget_calls: int = 0
+    client_tool_calls: int = 0
+    finish_reason: str | None = None
+    content_length: int = 0
+    substantive_answer_chars: int = 200
+    has_successful_js_execution: bool = False
+    loop_detected: bool = False
+    loop_kind: str | None = None
+    deadline_near: bool = False
+    legacy_syntax: bool = False
+    reminders_left: int = 0
+    nudges_left: int = 0
+    final_call_made: bool = False
+    """This response answered a call made without tools after tool use ended."""
+
+    @property
+    def has_substantive_answer(self) -> bool:
+        return self.content_length > self.substantive_answer_chars
+
+    @property
+    def too_many_iterations(self) -> bool:
+        return self.iteration >= self.max_iterations
+
+    @property
+    def budget_exhausted(self) -> bool:
+        return self.over_budget_calls > 0
+
+
+@dataclass(frozen=True)
+class Decision:
+    inputs: DecisionInput
+    action: Action
+    reason: str
+    should_execute_tools: bool
+    end_tool_use: bool = False
+    """After executing this batch, offer no more tools this turn."""
+
+    def fields(self) -> dict[str, Any]:
+        """The decision as the flat record logged and sent in the ``decision`` event."""
+        i = self.inputs
+        return {
+            "iteration": i.iteration,
+            "hasToolCalls": i.has_tool_calls,
+            "validToolCalls": i.valid_tool_calls,
+            "finishReason": i.finish_reason,
+            "contentLength": i.content_length,
+            "hasSubstantiveAnswer": i.has_substantive_answer,
+            "hasSuccessfulJsExecution": i.has_successful_js_execution,
+            "duplicateCalls": i.duplicate_calls,
+            "budgetExhausted": i.budget_exhausted,
+            "loopDetected": i.loop_detected,
+            "tooManyIterations": i.too_many_iterations,
+            "deadlineNear": i.deadline_near,
+            "shouldExecuteTools": self.should_execute_tools,
+            "reason": self.reason,
+            "action": self.action.value,
+            "inputs": asdict(i),
+        }
+
+    def log_line(self) -> str:
+        f = self.fields()
+        order = [
+            "iteration", "hasToolCalls", "validToolCalls", "finishReason", "contentLength", "hasSubstantiveAnswer",
+            "hasSuccessfulJsExecution", "duplicateCalls", "budgetExhausted", "loopDetected", "tooManyIterations",
+            "deadlineNear", "shouldExecuteTools", "reason",
+        ]  # fmt: skip
+        parts = [f"{k}={_fmt(f[k])}" for k in order]
+        return "Tool execution decision: " + " ".join(parts)
+
+
+def _fmt(value: Any) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return "null" if value is None else str(value)
+
+
+def decide(i: DecisionInput) -> Decision:
+    """What to do with one model response. Pure: the same input always gives the same Decision."""
+
+    def made(action: Action, reason: str, execute: bool = False, end: bool = False) -> Decision:
+        return Decision(i, action, reason, execute, end)
+
+    def answer_or_fallback(reason: str) -> Decision:
+        return made(Action.ANSWER if i.content_length > 0 else Action.FALLBACK, reason)
+
+    calls_left = i.iteration < i.max_iterations
+
+    if not i.has_tool_calls:
+        if i.legacy_syntax:
+            if not calls_left:
+                return made(Action.FALLBACK, "legacy_syntax")
+            return made(Action.REMIND if i.reminders_left > 0 else Action.FINAL_CALL, "legacy_syntax")
+        if i.content_length == 0:
+            if i.nudges_left > 0 and calls_left:
+                return made(Action.NUDGE, "empty_reply")
+            return made(Action.FALLBACK, "empty_reply")
+        return made(Action.ANSWER, "no_tool_calls")
+
+    # The model called tools. A long answer alongside them is taken as the answer (seed 000's rule).
+    if i.has_substantive_answer:
+        return made(Action.ANSWER, "substantive_answer")
+    if not calls_left:
+        return answer_or_fallback("iteration_cap")
+    if i.final_call_made:
+        # Tool use had already ended and the model still asked for tools: do not ask a third time.
+        return answer_or_fallback(i.loop_kind or "tools_withdrawn")
+    if i.deadline_near:
+        return made(Action.FINAL_CALL, "deadline")
+    if i.loop_detected:
+        return made(Action.FINAL_CALL, i.loop_kind or "result_loop")
+    if i.duplicate_repeats_total >= 2:
+        # A second repeat: answer this batch (running anything new in it), then end tool use.
+        return made(Action.EXECUTE, "duplicate_loop", execute=i.runnable_calls > 0, end=True)
+    if i.client_tool_calls > 0:
+        return made(Action.CLIENT_TOOLS, "client_tools")
+    if i.runnable_calls > 0:
+        return made(Action.EXECUTE, "execute", execute=True)
+    if (
+        i.js_already_succeeded_calls > 0
+        and i.js_already_succeeded_calls + i.duplicate_calls >= i.valid_tool_calls
+    ):
+        return made(Action.FINAL_CALL, "js_already_succeeded")
+    if i.over_budget_calls > 0:
+        return made(Action.FINAL_CALL, "budget_exhausted")
+    if i.duplicate_calls > 0:
+        return made(Action.EXECUTE, "duplicate_call")
+    return made(Action.EXECUTE, "invalid_tool_calls")

@@ -1,0 +1,87 @@
+"""The words the engine adds to a conversation, and the user-facing fallback answer.
+
+Kept in one place so they can be read (and changed) together. Messages the engine adds are
+``system`` messages: they never start a new user turn.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+JS_GUIDANCE = (
+    "When a question needs a calculation, call execute_javascript once with the whole calculation in one "
+    "snippet that ends with the value to report. IMPORTANT: after execute_javascript returns a result, give "
+    "the final answer to the user immediately. Do not call tools again unless the result shows an error or "
+    "the user asks something new."
+)
+
+FINAL_ANSWER_NOTES = {
+    "duplicate_loop": "You asked for the same tool call again.",
+    "result_loop": "The tools keep returning the same result.",
+    "budget_exhausted": "The tool budget for this question is used up.",
+    "js_already_succeeded": "execute_javascript already returned a result for this question.",
+    "deadline": "There is no time left for more tool calls.",
+    "legacy_syntax": "Tool calls written as text cannot be run.",
+}
+
+EMPTY_REPLY_NUDGE = "Your last reply was empty. Answer the user's last message now."
+
+LEGACY_SYNTAX_REMINDER = (
+    "Your previous reply wrote a tool call as text (like <function=...>), which cannot be run. If you need a "
+    "tool, answer with a tool call in the official function-calling format with valid JSON arguments and no "
+    "extra text; otherwise answer the user in plain text."
+)
+
+STOP_PHRASES = {
+    "iteration_cap": "I reached the limit of steps I can take for one question",
+    "deadline": "I ran out of time for this request",
+    "loop_detected": "I kept repeating the same step without making progress",
+    "tool_budget": "I used up the tool budget for this question",
+    "error": "the model returned no usable answer",
+    "all_models_failed": "no model was available to answer",
+}
+
+
+def with_guidance(messages: list[dict], guidance: str = JS_GUIDANCE) -> list[dict]:
+    """The conversation with ``guidance`` appended to its first system message (or a new one first)."""
+    out = [dict(m) for m in messages]
+    for message in out:
+        if message["role"] == "system":
+            message["content"] = f"{message['content']}\n\n{guidance}" if message["content"] else guidance
+            return out
+    return [{"role": "system", "content": guidance}, *out]
+
+
+def final_answer_note(reason: str) -> str:
+    why = FINAL_ANSWER_NOTES.get(reason, "Tool use is finished for this question.")
+    return f"{why} Do not call any tools. Answer the user now, using the tool results above."
+
+
+def fallback_text(
+    stop_reason: str,
+    tool_counts: Mapping[str, int],
+    last_error: str | None = None,
+    last_result: str | None = None,
+) -> str:
+    """The answer a user gets when no model answer could be had (seed 002's graceful cap)."""
+    phrase = STOP_PHRASES.get(stop_reason, "I could not finish this answer")
+    if tool_counts:
+        tried = ", ".join(f"ran {name} {count}×" for name, count in sorted(tool_counts.items()))
+    else:
+        tried = "didn't complete any tool calls"
+    text = f"{phrase} without a final answer. Here's what I tried: {tried}"
+    if last_error:
+        text += f'; the last attempt failed with "{_short(last_error)}"'
+    text += "."
+    if last_result:
+        text += f" The last result I got was: {_short(last_result, 300)}."
+    text += (
+        " You could (a) rephrase the question or split it into smaller steps, (b) ask again in a moment, or "
+        "(c) give a more specific example of what you need."
+    )
+    return text
+
+
+def _short(text: str, limit: int = 200) -> str:
+    text = " ".join(text.split())
+    return text if len(text) <= limit else text[: limit - 1] + "…"

@@ -1,0 +1,71 @@
+"""Powertools Logger and Metrics for the whole package, and secret redaction for every log line.
+
+Defaults keep a missing ``POWERTOOLS_*`` variable from ever breaking a request.
+
+Usage::
+
+    from chatloop.observability import logger, metrics, redact
+    logger.info("model fallback: ...", extra={"fallback": {...}})
+    redact("Incorrect API key provided: gsk_abc...")   # -> "Incorrect API key provided: [REDACTED]"
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import re
+from typing import Any
+
+from aws_lambda_powertools import Logger, Metrics
+
+SERVICE = os.environ.get("POWERTOOLS_SERVICE_NAME") or "chatloop"
+NAMESPACE = os.environ.get("POWERTOOLS_METRICS_NAMESPACE") or "ChatLoop"
+
+logger = Logger(service=SERVICE)
+metrics = Metrics(namespace=NAMESPACE, service=SERVICE)
+
+# Key-shaped strings: OpenAI (sk-...), Groq (gsk_...), AWS access key ids. Known secret values are added
+# at run time with register_secret().
+_KEY_PATTERNS = re.compile(r"\b(?:sk-[A-Za-z0-9_\-*]{8,}|gsk_[A-Za-z0-9*]{8,}|(?:AKIA|ASIA)[0-9A-Z]{16})")
+_SECRETS: set[str] = set()
+
+
+def register_secret(value: str | None) -> None:
+    """Never let ``value`` appear in a log line or a response (API keys, AWS credentials)."""
+    if value and len(value) >= 6:
+        _SECRETS.add(value)
+
+
+def redact(text: str) -> str:
+    for secret in _SECRETS:
+        if secret in text:
+            text = text.replace(secret, "[REDACTED]")
+    return _KEY_PATTERNS.sub("[REDACTED]", text)
+
+
+def redact_value(value: Any) -> Any:
+    if isinstance(value, str):
+        return redact(value)
+    if isinstance(value, dict | list):
+        dumped = json.dumps(value, default=str)
+        cleaned = redact(dumped)
+        return value if cleaned == dumped else json.loads(cleaned)
+    return value
+
+
+class _RedactingFilter(logging.Filter):
+    _STANDARD = set(vars(logging.makeLogRecord({}))) | {"message", "asctime"}
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if isinstance(record.msg, str):
+            record.msg = redact(record.msg)
+        for key, value in list(vars(record).items()):
+            if key not in self._STANDARD and isinstance(value, str | dict | list):
+                setattr(record, key, redact_value(value))
+        return True
+
+
+logger.addFilter(_RedactingFilter())
+for _secret_var in ("GROQ_API_KEY", "OPENAI_API_KEY", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN"):
+    register_secret(os.environ.get(_secret_var))

@@ -1,0 +1,116 @@
+"""The ChatModel protocol the engine calls, and the values that cross it.
+
+A model streams ``TextDelta`` items (and, for a fallback chain, ``ModelFallback`` notices) and ends
+with exactly one ``ModelResponse``. Failures are raised as ``chatloop.providers.errors.ModelError``.
+
+Usage::
+
+    async for item in model.stream(ModelRequest(messages=[{"role": "user", "content": "hi"}], deadline=d)):
+        if isinstance(item, TextDelta): print(item.text, end="")
+        elif isinstance(item, ModelResponse): final = item
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+from typing import Any, Protocol, runtime_checkable
+
+from chatloop.deadline import Deadline
+
+
+@dataclass
+class ToolCall:
+    id: str
+    name: str
+    arguments: str
+    """The raw JSON text the model produced (may be invalid JSON; the engine checks)."""
+
+    def parsed_arguments(self) -> dict[str, Any] | None:
+        """The arguments as a dict, or None when they are not a JSON object."""
+        try:
+            value = json.loads(self.arguments or "{}")
+        except (TypeError, ValueError):
+            return None
+        return value if isinstance(value, dict) else None
+
+    def to_message(self) -> dict[str, Any]:
+        return {
+            "id": self.id,
+            "type": "function",
+            "function": {"name": self.name, "arguments": self.arguments},
+        }
+
+
+@dataclass
+class Usage:
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    total_tokens: int = 0
+
+    def add(self, other: Usage | None) -> None:
+        if other is None:
+            return
+        self.prompt_tokens += other.prompt_tokens
+        self.completion_tokens += other.completion_tokens
+        self.total_tokens += other.total_tokens
+
+    def as_dict(self) -> dict[str, int]:
+        return {
+            "prompt_tokens": self.prompt_tokens,
+            "completion_tokens": self.completion_tokens,
+            "total_tokens": self.total_tokens,
+        }
+
+
+@dataclass
+class ModelRequest:
+    messages: list[dict[str, Any]]
+    deadline: Deadline
+    tools: list[dict[str, Any]] | None = None
+    tool_choice: str | dict[str, Any] | None = None
+    parallel_tool_calls: bool | None = None
+    temperature: float | None = None
+    top_p: float | None = None
+    max_tokens: int | None = None
+
+    def tool_names(self) -> list[str]:
+        return [t["function"]["name"] for t in self.tools or []]
+
+
+@dataclass
+class TextDelta:
+    text: str
+
+
+@dataclass
+class ModelFallback:
+    """A chain switched models. ``discard_partial``: text already streamed by ``from_model`` is void."""
+
+    from_model: str
+    to_model: str | None
+    reason: str
+    retry_after: float | None = None
+    discard_partial: bool = False
+    message: str = ""
+
+
+@dataclass
+class ModelResponse:
+    model: str
+    """``provider:model`` that produced this message."""
+    content: str = ""
+    tool_calls: list[ToolCall] = field(default_factory=list)
+    finish_reason: str | None = None
+    usage: Usage | None = None
+
+
+StreamItem = TextDelta | ModelFallback | ModelResponse
+
+
+@runtime_checkable
+class ChatModel(Protocol):
+    name: str
+
+    def stream(self, request: ModelRequest) -> AsyncIterator[StreamItem]: ...

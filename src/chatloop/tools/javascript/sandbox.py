@@ -1,0 +1,329 @@
+"""Run untrusted JavaScript in a fresh, permissionless Deno process, one process per execution.
+
+The child gets no ``--allow-*`` flag, a minimal explicit environment, an empty working directory,
+its own process group and closed file descriptors. After it reports ready, ``prlimit`` caps its
+memory (RLIMIT_DATA), CPU time, open files and core size; a wall-clock deadline then kills the whole
+process group with SIGKILL. One spare process is kept started and waiting for code, so a call
+usually pays only write-code -> read-result.
+
+Usage::
+
+    sandbox = JavaScriptSandbox()
+    result = sandbox.run("10000 * Math.pow(1.05, 15)", timeout=5)
+    result.payload          # {"result": 20789.281794113688, "output": ""}
+"""
+
+from __future__ import annotations
+
+import atexit
+import json
+import os
+import resource
+import secrets
+import selectors
+import shutil
+import signal
+import subprocess
+import tempfile
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+RUNNER = Path(__file__).with_name("runner.js")
+READY_TIMEOUT = 10.0
+MAX_STREAM_BYTES = 1024 * 1024
+"""stdout + stderr a child may write before it is killed."""
+MAX_RESULT_CHARS = 16 * 1024
+"""A result longer than this (as JSON) is truncated, and says so."""
+MAX_OUTPUT_CHARS = 16 * 1024
+"""Console output longer than this is truncated, and says so (the runner itself stops at 64 KiB)."""
+HEAP_MB = 64
+
+
+def find_deno() -> str:
+    """The Deno binary from the ``deno`` wheel (its own helper), or ``DENO_BIN``/PATH as a fallback."""
+    explicit = os.environ.get("DENO_BIN")
+    if explicit:
+        return explicit
+    try:
+        import deno  # the PyPI wheel that ships the binary
+
+        return str(deno.find_deno_bin())
+    except (ImportError, FileNotFoundError, RuntimeError):
+        found = shutil.which("deno")
+        if found:
+            return found
+        raise FileNotFoundError(
+            "Deno binary not found: install the 'deno' package (pip install deno)"
+        ) from None
+
+
+@dataclass
+class SandboxResult:
+    payload: dict[str, Any]
+    """``{"result": ..., "output": ...}`` or ``{"error": "Type: message", "output": ...}``."""
+    duration_ms: float
+    prespawned: bool = False
+
+    @property
+    def ok(self) -> bool:
+        return "error" not in self.payload
+
+    def content(self) -> str:
+        return json.dumps(self.payload, ensure_ascii=False)
+
+
+@dataclass
+class _Child:
+    process: subprocess.Popen[bytes]
+    started: float = field(default_factory=time.monotonic)
+
+
+class JavaScriptSandbox:
+    """A runner made of processes: at most ``max_concurrency`` Deno children at once, plus one spare."""
+
+    def __init__(
+        self,
+        *,
+        deno_path: str | None = None,
+        memory_mb: int = 256,
+        max_concurrency: int = 4,
+        prespawn: bool = True,
+        cache_dir: str | None = None,
+    ):
+        self.deno = deno_path or find_deno()
+        self.memory_bytes = memory_mb * 1024 * 1024
+        self.prespawn = prespawn
+        self._slots = threading.BoundedSemaphore(max_concurrency)
+        self._lock = threading.Lock()
+        self._spare: _Child | None = None
+        self._spare_starting = False
+        base = Path(tempfile.gettempdir())
+        self.cache_dir = cache_dir or str(base / "chatloop-deno-cache")
+        Path(self.cache_dir).mkdir(parents=True, exist_ok=True)
+        self.workdir = tempfile.mkdtemp(prefix="chatloop-js-", dir=base)
+        self.env = {"DENO_DIR": self.cache_dir, "NO_COLOR": "1", "DENO_NO_UPDATE_CHECK": "1"}
+        self.command = [
+            self.deno, "run", "--quiet", "--no-prompt", "--no-remote", "--no-npm", "--no-config", "--no-lock",
+            "--cached-only", f"--v8-flags=--jitless,--max-old-space-size={HEAP_MB},--max-semi-space-size=4",
+            str(RUNNER),
+        ]  # fmt: skip
+        atexit.register(self.close)
+
+    # --- spare process ---------------------------------------------------------------------
+    def warm(self) -> None:
+        """Start the spare now (in the background), e.g. at container init."""
+        if self.prespawn:
+            self._refill_spare_async()
+
+    def _refill_spare_async(self) -> None:
+        with self._lock:
+            if self._spare is not None or self._spare_starting:
+                return
+            self._spare_starting = True
+        threading.Thread(target=self._refill_spare, name="deno-spare", daemon=True).start()
+
+    def _refill_spare(self) -> None:
+        try:
+            child = self._spawn()
+        except Exception:
+            child = None
+        with self._lock:
+            self._spare_starting = False
+            if self._spare is None and child is not None:
+                self._spare, child = child, None
+        if child is not None:
+            _kill(child.process)
+
+    def _take_spare(self) -> _Child | None:
+        with self._lock:
+            child, self._spare = self._spare, None
+        if child is not None and child.process.poll() is not None:
+            _kill(child.process)  # it died while waiting: reap it and spawn cold
+            return None
+        return child
+
+    def _spawn(self) -> _Child:
+        process = subprocess.Popen(
+            self.command,
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+            env=self.env, cwd=self.workdir, start_new_session=True, close_fds=True,
+        )  # fmt: skip
+        child = _Child(process)
+        try:
+            ready = _read_until(process, b"R\n", time.monotonic() + READY_TIMEOUT, limit=4096)
+        except Exception:
+            _kill(process)
+            raise
+        if not ready.stdout.startswith(b"R\n"):
+            _kill(process)
+            raise RuntimeError(
+                f"the Deno runner did not start: {ready.stderr[-500:].decode(errors='replace')}"
+            )
+        return child
+
+    # --- running code ----------------------------------------------------------------------
+    def run(self, code: str, timeout: float = 5.0) -> SandboxResult:
+        """Run ``code`` (blocking) and return its JSON-safe result. Never raises for what the code does."""
+        with self._slots:
+            start = time.monotonic()
+            child = self._take_spare() if self.prespawn else None
+            prespawned = child is not None
+            if self.prespawn:
+                self._refill_spare_async()
+            try:
+                if child is None:
+                    child = self._spawn()
+            except Exception as exc:
+                return SandboxResult({"error": f"SandboxError: could not start the sandbox ({type(exc).__name__})",
+                                      "output": ""}, _ms(start))  # fmt: skip
+            try:
+                payload = self._execute(child.process, code, timeout)
+            finally:
+                _kill(child.process)
+            return SandboxResult(payload, _ms(start), prespawned)
+
+    def _execute(self, process: subprocess.Popen[bytes], code: str, timeout: float) -> dict[str, Any]:
+        cpu = max(1, int(timeout) + 1)
+        limits = [
+            (resource.RLIMIT_DATA, self.memory_bytes), (resource.RLIMIT_CPU, cpu),
+            (resource.RLIMIT_NOFILE, 64), (resource.RLIMIT_CORE, 0),
+        ]  # fmt: skip
+        try:
+            for which, value in limits:
+                resource.prlimit(process.pid, which, (value, value))
+        except (ProcessLookupError, OSError):
+            return {"error": "SandboxError: the sandbox process exited before running the code", "output": ""}
+        token = secrets.token_hex(16).encode()
+        deadline = time.monotonic() + timeout
+        try:
+            assert process.stdin is not None
+            process.stdin.write(token + b"\n" + code.encode("utf-8", "surrogatepass"))
+            process.stdin.close()
+        except (BrokenPipeError, OSError):
+            pass
+        got = _read_until(process, token, deadline, limit=MAX_STREAM_BYTES, line_after=True)
+        if got.line is not None:
+            try:
+                return _cap(json.loads(got.line))
+            except ValueError:
+                return {"error": "SandboxError: the sandbox returned an unreadable result", "output": ""}
+        if got.overflow:
+            return {
+                "error": f"OutputLimitError: output exceeded {MAX_STREAM_BYTES // 1024} KiB",
+                "output": "",
+            }
+        if got.timed_out:
+            return {"error": f"TimeoutError: execution exceeded {timeout:g} s and was stopped", "output": ""}
+        try:  # both pipes closed: the process may still be running (user code can close its stdout)
+            returncode = process.wait(timeout=max(0.0, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            return {"error": f"TimeoutError: execution exceeded {timeout:g} s and was stopped", "output": ""}
+        stderr = got.stderr.decode("utf-8", "replace")
+        if (
+            "out of memory" in stderr.lower()
+            or "allocation failed" in stderr.lower()
+            or returncode in (-5, -6, -11)
+        ):
+            return {"error": f"MemoryError: the code ran out of memory (limit {self.memory_bytes >> 20} MiB)",
+                    "output": ""}  # fmt: skip
+        if returncode in (-signal.SIGKILL, -signal.SIGXCPU):
+            return {"error": f"CPULimitError: the code used more than {cpu} s of CPU time", "output": ""}
+        return {"error": f"SandboxError: the code ended the sandbox without a result (exit code {returncode})",
+                "output": ""}  # fmt: skip
+
+    def close(self) -> None:
+        with self._lock:
+            child, self._spare = self._spare, None
+        if child is not None:
+            _kill(child.process)
+        shutil.rmtree(self.workdir, ignore_errors=True)
+
+
+@dataclass
+class _Read:
+    stdout: bytes = b""
+    stderr: bytes = b""
+    line: bytes | None = None
+    timed_out: bool = False
+    overflow: bool = False
+
+
+def _read_until(process: subprocess.Popen[bytes], marker: bytes, deadline: float, *, limit: int,
+                line_after: bool = False) -> _Read:  # fmt: skip
+    """Read stdout/stderr until ``marker`` (and, with ``line_after``, the rest of its line), EOF, the deadline,
+    or ``limit`` bytes. Uses raw reads on the pipes so nothing is left buffered in Python."""
+    out = _Read()
+    streams = {process.stdout.fileno(): "stdout", process.stderr.fileno(): "stderr"}  # type: ignore[union-attr]
+    with selectors.DefaultSelector() as selector:
+        for fd in streams:
+            selector.register(fd, selectors.EVENT_READ)
+        open_fds = set(streams)
+        while open_fds:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                out.timed_out = True
+                return out
+            for key, _ in selector.select(timeout=left):
+                chunk = os.read(key.fd, 65536)
+                if not chunk:
+                    selector.unregister(key.fd)
+                    open_fds.discard(key.fd)
+                    continue
+                name = streams[key.fd]
+                setattr(out, name, getattr(out, name) + chunk)
+                if len(out.stdout) + len(out.stderr) > limit:
+                    out.overflow = True
+                    return out
+                if name != "stdout":
+                    continue
+                if not line_after and out.stdout.startswith(marker):
+                    return out
+                if line_after:
+                    at = out.stdout.find(marker)
+                    if at >= 0:
+                        end = out.stdout.find(b"\n", at)
+                        if end >= 0:
+                            out.line = out.stdout[at + len(marker) : end]
+                            return out
+    return out
+
+
+def _kill(process: subprocess.Popen[bytes]) -> None:
+    """SIGKILL the child's whole process group and reap it: no orphans, ever."""
+    try:
+        os.killpg(process.pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
+    for stream in (process.stdin, process.stdout, process.stderr):
+        try:
+            if stream:
+                stream.close()
+        except OSError:
+            pass
+    try:
+        process.wait(timeout=5)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        process.wait()
+
+
+def _cap(payload: dict[str, Any]) -> dict[str, Any]:
+    if "result" in payload:
+        encoded = json.dumps(payload["result"], ensure_ascii=False)
+        if len(encoded) > MAX_RESULT_CHARS:
+            payload["result"] = encoded[:MAX_RESULT_CHARS] + "…"
+            payload["result_truncated"] = (
+                f"the result was {len(encoded)} characters; only the first {MAX_RESULT_CHARS} are shown"
+            )
+    output = payload.get("output") or ""
+    if len(output) > MAX_OUTPUT_CHARS:
+        payload["output"] = output[:MAX_OUTPUT_CHARS] + "…"
+        payload["output_truncated"] = True
+    return payload
+
+
+def _ms(start: float) -> float:
+    return (time.monotonic() - start) * 1000

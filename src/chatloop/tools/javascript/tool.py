@@ -1,0 +1,83 @@
+"""``execute_javascript``: the model's calculator, backed by ``JavaScriptSandbox``.
+
+Usage::
+
+    tool = ExecuteJavaScriptTool(JavaScriptSandbox())
+    result = await tool.run({"code": "5 * 4 * 3 * 2 * 1"}, Deadline.after(10))
+    result.content     # '{"result": 120, "output": ""}'
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import math
+from typing import Any
+
+from chatloop.deadline import Deadline
+from chatloop.tools.base import ToolResult
+from chatloop.tools.javascript.sandbox import JavaScriptSandbox
+
+DEFAULT_TIMEOUT = 5.0
+MIN_TIMEOUT, MAX_TIMEOUT = 1.0, 10.0
+
+
+class ExecuteJavaScriptTool:
+    name = "execute_javascript"
+    description = (
+        "Run JavaScript in an isolated sandbox (no network, files or environment) and get its value back. "
+        "Use it for any calculation. Put the whole calculation in ONE snippet and end it with the value to "
+        "report (the last expression is the result), or `return` it; console.log output is captured too. "
+        "Top-level await works. Call it once per question, then answer from its result."
+    )
+    parameters: dict[str, Any] = {
+        "type": "object",
+        "properties": {
+            "code": {
+                "type": "string",
+                "description": "JavaScript to run; its last expression is the result.",
+            },
+            "timeout_seconds": {
+                "type": "number",
+                "description": f"Time limit in seconds ({MIN_TIMEOUT:g}-{MAX_TIMEOUT:g}, default {DEFAULT_TIMEOUT:g}).",
+            },
+        },
+        "required": ["code"],
+    }
+
+    def __init__(self, sandbox: JavaScriptSandbox):
+        self.sandbox = sandbox
+
+    async def run(self, arguments: dict[str, Any], deadline: Deadline) -> ToolResult:
+        code = arguments.get("code")
+        if not isinstance(code, str) or not code.strip():
+            return _failure("InvalidArguments: 'code' must be a non-empty string")
+        timeout = clamp_timeout(arguments.get("timeout_seconds"))
+        timeout = deadline.cap(timeout)
+        if timeout <= 0.05:
+            return _failure("TimeoutError: no time left in this request to run code")
+        result = await asyncio.to_thread(self.sandbox.run, code, timeout)
+        return ToolResult(content=result.content(), ok=is_success(result.payload),
+                          error=result.payload.get("error"), duration_ms=result.duration_ms)  # fmt: skip
+
+
+def clamp_timeout(value: Any) -> float:
+    try:
+        seconds = float(value) if value is not None else DEFAULT_TIMEOUT
+    except (TypeError, ValueError):
+        seconds = DEFAULT_TIMEOUT
+    if math.isnan(seconds):
+        seconds = DEFAULT_TIMEOUT
+    return min(MAX_TIMEOUT, max(MIN_TIMEOUT, seconds))
+
+
+def is_success(payload: dict[str, Any]) -> bool:
+    """A usable result: no error, and either a value or some console output (a snippet that printed
+    nothing and returned nothing told the model nothing, so it may try again)."""
+    if "error" in payload:
+        return False
+    return payload.get("result") is not None or bool((payload.get("output") or "").strip())
+
+
+def _failure(message: str) -> ToolResult:
+    return ToolResult(content=json.dumps({"error": message, "output": ""}), ok=False, error=message)

@@ -1,0 +1,29 @@
+import os
+
+# Set before any chatloop import: Powertools reads these at import time.
+os.environ.setdefault("POWERTOOLS_SERVICE_NAME", "chatloop-test")
+os.environ.setdefault("POWERTOOLS_METRICS_NAMESPACE", "ChatLoopTest")
+os.environ.setdefault("AWS_DEFAULT_REGION", "us-east-1")
+os.environ.setdefault("AWS_REGION", "us-east-1")
+for _var in (
+    "GROQ_API_KEY",
+    "OPENAI_API_KEY",
+    "GROQ_BASE_URL",
+    "OPENAI_BASE_URL",
+    "MODEL_CHAIN",
+    "PROVIDER_KEYS_SECRET_ARN",
+    "AWS_PROFILE",
+):
+    os.environ.pop(_var, None)
+
+import pytest  # noqa: E402
+
+from chatloop.tools.javascript import JavaScriptSandbox  # noqa: E402
+
+
+@pytest.fixture(scope="session")
+def sandbox():
+    box = JavaScriptSandbox()
+    box.warm()
+    yield box
+    box.close()
