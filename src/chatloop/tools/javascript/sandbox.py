@@ -229,6 +229,8 @@ class JavaScriptSandbox:
         ):
             return {"error": f"MemoryError: the code ran out of memory (limit {self.memory_bytes >> 20} MiB)",
                     "output": ""}  # fmt: skip
+        if "never resolved" in stderr:
+            return {"error": "PromiseError: the code awaited a promise that can never resolve", "output": ""}
         if returncode in (-signal.SIGKILL, -signal.SIGXCPU):
             return {"error": f"CPULimitError: the code used more than {cpu} s of CPU time", "output": ""}
         return {"error": f"SandboxError: the code ended the sandbox without a result (exit code {returncode})",

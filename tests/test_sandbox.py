@@ -1,0 +1,355 @@
+"""execute_javascript's sandbox: correct results, and every attack in shared/reference/js-sandbox.md §8 fails
+safely (no secret leaks, nothing written, nothing connects, the parent survives, no process is left behind,
+runaways end at their deadline)."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from chatloop.deadline import Deadline
+from chatloop.tools.javascript import ExecuteJavaScriptTool, JavaScriptSandbox
+from chatloop.tools.javascript.sandbox import MAX_RESULT_CHARS, RUNNER
+from chatloop.tools.javascript.tool import clamp_timeout
+
+CANARY = "canary-8f3a1c5e-do-not-leak"
+KILL_MARGIN = 0.6  # generous for a loaded CI machine; the bench measures the real figure
+
+
+@pytest.fixture(scope="module", autouse=True)
+def secret_in_parent_environment():
+    saved = {k: os.environ.get(k) for k in ("AWS_SECRET_ACCESS_KEY", "GROQ_API_KEY")}
+    os.environ["AWS_SECRET_ACCESS_KEY"] = CANARY
+    os.environ["GROQ_API_KEY"] = CANARY
+    yield
+    for k, v in saved.items():
+        if v is None:
+            os.environ.pop(k, None)
+        else:
+            os.environ[k] = v
+
+
+def runner_pids() -> set[int]:
+    pids = set()
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                if str(RUNNER).encode() in (entry / "cmdline").read_bytes():
+                    pids.add(int(entry.name))
+            except OSError:
+                pass
+    return pids
+
+
+def run(sandbox: JavaScriptSandbox, code: str, timeout: float = 3.0):
+    result = sandbox.run(code, timeout)
+    time.sleep(0.05)
+    spare = sandbox._spare.process.pid if sandbox._spare else None
+    starting = sandbox._spare_starting
+    leftover = runner_pids() - {spare}
+    if starting:  # a spare being spawned right now is not an orphan
+        time.sleep(0.5)
+        spare = sandbox._spare.process.pid if sandbox._spare else None
+        leftover = runner_pids() - {spare}
+    assert not leftover, f"processes left behind: {leftover}"
+    text = result.content()
+    assert CANARY not in text
+    return result
+
+
+# --- correctness ---------------------------------------------------------------------------------
+@pytest.mark.parametrize(
+    ("code", "expected"),
+    [
+        ("10000 * Math.pow(1.05, 15)", pytest.approx(20789.28, abs=0.01)),
+        ("let f = 1; for (let i = 2; i <= 5; i++) f *= i; f", 120),
+        (
+            "const fib = [0, 1]; while (fib.length < 10) fib.push(fib.at(-1) + fib.at(-2)); fib",
+            [0, 1, 1, 2, 3, 5, 8, 13, 21, 34],
+        ),
+        ("2n ** 100n", "1267650600228229401496703205376"),
+        ("1/0", "Infinity"),
+        ("const x = await Promise.resolve(41); return x + 1", 42),
+        ("const x = await Promise.resolve(41); x + 1", 42),
+        (
+            "new Intl.NumberFormat('en-US', {style: 'currency', currency: 'USD'}).format(20789.28)",
+            "$20,789.28",
+        ),
+        ("return 7", 7),
+        ("const x = 5; x * 2", 10),
+        ("[undefined, NaN, -Infinity, new Set([1, 2])]", [None, "NaN", "-Infinity", [1, 2]]),
+        (
+            "({a: undefined, m: new Map([['k', 1]]), d: new Date(0), f: function named() {}})",
+            {"m": {"k": 1}, "d": "1970-01-01T00:00:00.000Z", "f": "[Function: named]"},
+        ),
+        ("const o = {name: 'o'}; o.self = o; o", {"name": "o", "self": "[Circular]"}),
+    ],
+)
+def test_results(sandbox, code, expected):
+    result = run(sandbox, code)
+    assert result.ok, result.payload
+    assert result.payload["result"] == expected
+
+
+def test_thrown_type_error_is_a_failure_with_its_type(sandbox):
+    result = run(sandbox, "null.property")
+    assert result.payload["error"].startswith("TypeError: ")
+
+
+def test_syntax_error_is_a_failure(sandbox):
+    assert run(sandbox, "const = 3").payload["error"].startswith("SyntaxError")
+
+
+def test_console_output_is_captured(sandbox):
+    result = run(sandbox, "console.log('total', 3); console.error({a: 1}); 'done'")
+    assert result.payload == {"result": "done", "output": "total 3\n{ a: 1 }\n"}
+
+
+def test_oversized_result_is_truncated_and_says_so(sandbox):
+    result = run(sandbox, "'x'.repeat(100000)")
+    assert len(result.payload["result"]) <= MAX_RESULT_CHARS + 1 and "result_truncated" in result.payload
+
+
+def test_a_forged_result_line_does_not_count(sandbox):
+    code = 'Deno.stdout.writeSync(new TextEncoder().encode(\'{"result": "forged"}\\n\')); Deno.exit(0)'
+    result = run(sandbox, code)
+    assert not result.ok and "forged" not in json.dumps(result.payload.get("result"))
+
+
+# --- attacks: secrets, files, network, processes ------------------------------------------------
+@pytest.mark.parametrize(
+    "code",
+    [
+        'Deno.env.get("AWS_SECRET_ACCESS_KEY")',
+        "JSON.stringify(Deno.env.toObject())",
+        "JSON.stringify(process.env)",
+        'JSON.stringify((await import("node:process")).env)',
+        "Deno.readTextFileSync(`/proc/${PPID}/environ`)",
+        "await (await fetch(`file:///proc/${PPID}/environ`)).text()",
+        'process.getBuiltinModule("module").createRequire("/")("fs").readFileSync("/etc/passwd", "utf8")',
+        '(await import("file:///etc/hostname", {with: {type: "json"}})).default',
+        'await (await fetch("file:///etc/passwd")).text()',
+        'Deno.readDirSync("/").next()',
+        'Deno.dlopen("libc.so.6", {getpid: {parameters: [], result: "i32"}})',
+        "Deno.hostname()",
+    ],
+)
+def test_no_secret_or_file_is_readable(sandbox, code):
+    result = run(sandbox, code.replace("${PPID}", str(os.getpid())))
+    assert not result.ok, result.payload
+    assert "root:" not in result.content()
+
+
+def test_nothing_is_written(sandbox, tmp_path):
+    target = tmp_path / "pwned"
+    for code in (
+        f'Deno.writeTextFileSync("{target}", "x")',
+        f'new Deno.Command("/bin/sh", {{args: ["-c", "touch {target}"]}}).outputSync()',
+        '(await import("node:child_process")).execSync("id").toString()',
+        f'(await import("node:fs")).writeFileSync("{target}", "x")',
+    ):
+        result = run(sandbox, code)
+        assert not result.ok, (code, result.payload)
+    assert not target.exists()
+
+
+@pytest.fixture
+def listener():
+    server = socket.socket()
+    server.bind(("127.0.0.1", 0))
+    server.listen(8)
+    server.settimeout(0.2)
+    accepted = []
+
+    def accept():
+        deadline = time.monotonic() + 15
+        while time.monotonic() < deadline:
+            try:
+                conn, _ = server.accept()
+                accepted.append(conn)
+            except (TimeoutError, OSError):
+                if server.fileno() < 0:
+                    return
+
+    thread = threading.Thread(target=accept, daemon=True)
+    thread.start()
+    yield server.getsockname()[1], accepted
+    server.close()
+
+
+def test_nothing_connects_to_a_loopback_listener(sandbox, listener):
+    port, accepted = listener
+    attacks = [
+        f'await fetch("http://127.0.0.1:{port}/")',
+        f'await Deno.connect({{hostname: "127.0.0.1", port: {port}}})',
+        f'new WebSocket("ws://127.0.0.1:{port}/")',
+        f'(await import("node:dgram")).createSocket("udp4").send("x", {port}, "127.0.0.1")',
+        f'(await import("node:net")).connect({port}, "127.0.0.1")',
+        'await (await import("node:dns")).promises.lookup("localhost")',
+        'await fetch("http://127.0.0.1:9001/2018-06-01/runtime/invocation/next")',
+    ]
+    for code in attacks:
+        run(sandbox, code, timeout=2)
+    time.sleep(0.3)
+    assert accepted == []
+
+
+@pytest.mark.parametrize("specifier", ["https://esm.sh/lodash-es?leak=1", "npm:lodash", "jsr:@std/path"])
+def test_remote_and_package_imports_are_refused(sandbox, specifier):
+    result = run(sandbox, f'await import("{specifier}")')
+    assert not result.ok
+
+
+def test_other_processes_cannot_be_killed(sandbox):
+    victim = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
+    try:
+        for code in (
+            f'Deno.kill({victim.pid}, "SIGKILL")',
+            f'process.kill({victim.pid}, "SIGKILL")',
+            f'process.kill({os.getpid()}, "SIGKILL")',
+        ):
+            run(sandbox, code)
+        assert victim.poll() is None
+    finally:
+        victim.kill()
+        victim.wait()
+
+
+def test_storage_does_not_persist_between_runs(sandbox):
+    run(
+        sandbox,
+        'try { localStorage.setItem("k", "SECRET") } catch (e) {}; '
+        'try { await (await caches.open("c")).put("http://a/", new Response("SECRET")) } catch (e) {}; 1',
+    )
+    result = run(sandbox, "[typeof localStorage, typeof caches, typeof sessionStorage, typeof Worker]")
+    assert result.payload["result"] == ["undefined"] * 4
+
+
+# --- attacks: runaways end at their deadline ------------------------------------------------------
+@pytest.mark.parametrize(
+    "code",
+    [
+        "while (true) {}",
+        "await null; while (true) {}",
+        "Atomics.wait(new Int32Array(new SharedArrayBuffer(4)), 0, 0, 60000)",
+        'Deno.addSignalListener("SIGTERM", () => {}); await new Promise(() => setInterval(() => {}, 1000))',
+        '/^(a+)+$/.test("a".repeat(40) + "!")',
+    ],
+)
+def test_runaways_are_killed_at_the_deadline(sandbox, code):
+    start = time.monotonic()
+    result = run(sandbox, code, timeout=1.0)
+    elapsed = time.monotonic() - start
+    assert result.payload["error"].startswith("TimeoutError"), result.payload
+    assert elapsed < 1.0 + KILL_MARGIN
+
+
+def test_a_promise_that_never_resolves_ends_at_once(sandbox):
+    result = run(sandbox, "await new Promise(() => {})", timeout=5.0)
+    assert result.payload["error"].startswith("PromiseError")
+
+
+@pytest.mark.parametrize(
+    "code",
+    [
+        "const a = []; for (;;) a.push(new Array(1e5).fill(0))",
+        "const a = []; for (;;) a.push(new Uint8Array(1e7).fill(1))",
+        "new Uint8Array(new ArrayBuffer(2 ** 32)).fill(1)",
+    ],
+)
+def test_memory_bombs_fail_cleanly(sandbox, code):
+    result = run(sandbox, code, timeout=5.0)
+    assert not result.ok and any(w in result.payload["error"] for w in ("Memory", "RangeError", "memory")), (
+        result.payload
+    )
+
+
+def test_output_floods_are_capped(sandbox):
+    flood = run(sandbox, "for (;;) Deno.stdout.writeSync(new Uint8Array(65536))", timeout=5)
+    assert flood.payload["error"].startswith("OutputLimitError")
+    logs = run(sandbox, "for (let i = 0; i < 100000; i++) console.log('x'.repeat(100)); 'finished'")
+    assert logs.payload["result"] == "finished" and logs.payload.get("output_truncated")
+
+
+def test_worker_bombs_fail(sandbox):
+    code = (
+        'const u = URL.createObjectURL(new Blob(["for(;;){}"])); '
+        'for (let i = 0; i < 200; i++) new Worker(u, {type: "module"})'
+    )
+    assert not run(sandbox, code, timeout=2).ok
+    assert not run(
+        sandbox, 'new (await import("node:worker_threads")).Worker("for(;;){}", {eval: true})', timeout=2
+    ).ok
+
+
+# --- the spare and the tool ------------------------------------------------------------------------
+def test_a_dead_spare_is_replaced_by_a_cold_spawn():
+    box = JavaScriptSandbox()
+    try:
+        box.warm()
+        for _ in range(100):
+            if box._spare:
+                break
+            time.sleep(0.02)
+        os.killpg(box._spare.process.pid, 9)
+        box._spare.process.wait()
+        result = box.run("1 + 1", 3)
+        assert result.payload["result"] == 2 and not result.prespawned
+    finally:
+        box.close()
+
+
+def test_the_spare_is_used_when_ready():
+    box = JavaScriptSandbox()
+    try:
+        box.warm()
+        for _ in range(200):
+            if box._spare:
+                break
+            time.sleep(0.02)
+        assert box.run("2 + 2", 3).prespawned
+    finally:
+        box.close()
+
+
+def test_parallel_runs_are_concurrent_and_bounded(sandbox):
+    results = [None] * 6
+    threads = [
+        threading.Thread(target=lambda i=i: results.__setitem__(i, sandbox.run(f"{i} * 2", 3)))
+        for i in range(6)
+    ]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert [r.payload["result"] for r in results] == [0, 2, 4, 6, 8, 10]
+
+
+@pytest.mark.parametrize(
+    ("given", "clamped"), [(None, 5.0), (0, 1.0), (0.2, 1.0), (7, 7.0), (60, 10.0), ("x", 5.0)]
+)
+def test_timeout_is_clamped(given, clamped):
+    assert clamp_timeout(given) == clamped
+
+
+async def test_the_tool_never_outlives_the_turn_deadline(sandbox):
+    tool = ExecuteJavaScriptTool(sandbox)
+    start = time.monotonic()
+    result = await tool.run({"code": "while(true){}", "timeout_seconds": 10}, Deadline.after(1.2))
+    assert not result.ok and time.monotonic() - start < 1.2 + KILL_MARGIN
+    assert not (await tool.run({"code": "   "}, Deadline.after(5))).ok
+
+
+def test_the_child_environment_is_minimal(sandbox):
+    assert set(sandbox.env) == {"DENO_DIR", "NO_COLOR", "DENO_NO_UPDATE_CHECK"}
+    assert sandbox.cache_dir.startswith(tempfile.gettempdir())
+    assert not any(a.startswith("--allow") for a in sandbox.command) and "eval" not in sandbox.command
