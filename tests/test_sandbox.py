@@ -292,14 +292,17 @@ def test_worker_bombs_fail(sandbox):
 
 
 # --- the spare and the tool ------------------------------------------------------------------------
+def wait_for_spare(box: JavaScriptSandbox) -> None:
+    box.warm()
+    deadline = time.monotonic() + 5
+    while box._spare is None and time.monotonic() < deadline:
+        time.sleep(0.02)
+
+
 def test_a_dead_spare_is_replaced_by_a_cold_spawn():
     box = JavaScriptSandbox()
     try:
-        box.warm()
-        for _ in range(100):
-            if box._spare:
-                break
-            time.sleep(0.02)
+        wait_for_spare(box)
         os.killpg(box._spare.process.pid, 9)
         box._spare.process.wait()
         result = box.run("1 + 1", 3)
@@ -311,11 +314,7 @@ def test_a_dead_spare_is_replaced_by_a_cold_spawn():
 def test_the_spare_is_used_when_ready():
     box = JavaScriptSandbox()
     try:
-        box.warm()
-        for _ in range(200):
-            if box._spare:
-                break
-            time.sleep(0.02)
+        wait_for_spare(box)
         assert box.run("2 + 2", 3).prespawned
     finally:
         box.close()
