@@ -37,6 +37,7 @@ from chatloop.providers.base import (
     Usage,
 )
 from chatloop.providers.errors import AllModelsFailed, DeadlineExceeded, ModelError, Transient
+from chatloop.providers.stream import parse_text_tool_calls
 from chatloop.tools.base import ToolRegistry, ToolResult
 
 MIN_CALL_SECONDS = 0.5
@@ -180,7 +181,7 @@ class _Turn:
 
         legacy = bool(LEGACY_CALL.search(response.content or "")) and not response.tool_calls
         if legacy:
-            recovered = parse_legacy_calls(response.content, set(offered))
+            recovered = parse_text_tool_calls(response.content, set(offered))
             if recovered:
                 response.tool_calls = recovered
                 yield Event(
@@ -458,25 +459,8 @@ def _error(message: str) -> str:
 
 
 # --- legacy ``<function=...>`` syntax -----------------------------------------------------------
-_LEGACY_START = re.compile(r"<\s*function\s*=\s*([A-Za-z_][\w.\-]*)\s*>?\s*", re.IGNORECASE)
 _LEGACY_PARTIAL = re.compile(r"<\s*(?:f(?:u(?:n(?:c(?:t(?:i(?:o(?:n\s*)?)?)?)?)?)?)?)?", re.IGNORECASE)
-
-
-def parse_legacy_calls(text: str, offered: set[str]) -> list[ToolCall]:
-    """Recover ``<function=name>{json}</function>`` calls, when every one names an offered tool with JSON-object
-    arguments. Anything less certain returns [] (the engine then sends a reminder instead)."""
-    calls: list[ToolCall] = []
-    decoder = json.JSONDecoder()
-    for n, match in enumerate(_LEGACY_START.finditer(text)):
-        name = match.group(1)
-        try:
-            args, _ = decoder.raw_decode(text, match.end())
-        except ValueError:
-            return []
-        if name not in offered or not isinstance(args, dict):
-            return []
-        calls.append(ToolCall(id=f"call_legacy_{n}", name=name, arguments=json.dumps(args)))
-    return calls
+_LEGACY_OPEN = re.compile(r"<\s*function\s*=", re.IGNORECASE)
 
 
 class _HoldBackLegacy:
@@ -500,12 +484,10 @@ class _HoldBackLegacy:
                 break
             out.append(self.buffer[:cut])
             self.buffer = self.buffer[cut:]
-            if _LEGACY_START.match(self.buffer) or re.match(r"<\s*function\s*=", self.buffer, re.IGNORECASE):
+            if _LEGACY_OPEN.match(self.buffer):
                 self.suppressed, self.buffer = True, ""
                 break
-            if _LEGACY_PARTIAL.fullmatch(self.buffer) or re.fullmatch(
-                r"<\s*function\s*", self.buffer, re.IGNORECASE
-            ):
+            if _LEGACY_PARTIAL.fullmatch(self.buffer):
                 break  # could still become "<function=": wait for more text
             out.append(self.buffer[0])
             self.buffer = self.buffer[1:]

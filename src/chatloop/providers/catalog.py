@@ -1,0 +1,90 @@
+"""Model capabilities as data (``models.json``): context window, tool support, parallel tool calls,
+decommissioned flag and per-model parameter rules.
+
+Usage::
+
+    catalog = Catalog.load()
+    info = catalog.get("groq:llama-3.3-70b-versatile")
+    info.context_window, info.tools, info.decommissioned
+    catalog.get("groq:some-new-model")        # unknown: conservative defaults, known=False
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from functools import lru_cache
+from pathlib import Path
+from typing import Any
+
+CATALOG_FILE = Path(__file__).with_name("models.json")
+
+
+@dataclass(frozen=True)
+class ModelInfo:
+    name: str
+    """``provider:model``."""
+    provider: str
+    model_id: str
+    context_window: int
+    tools: bool
+    parallel_tool_calls: bool
+    decommissioned: bool
+    drop_params: tuple[str, ...] = ()
+    max_tokens_param: str = "max_tokens"
+    known: bool = True
+
+
+@dataclass(frozen=True)
+class ProviderInfo:
+    name: str
+    key_env: str | None
+    base_url_env: str | None
+    stream_usage: bool
+    tool_message_name: bool
+
+
+@dataclass
+class Catalog:
+    models: dict[str, dict[str, Any]]
+    providers: dict[str, ProviderInfo]
+    defaults: dict[str, Any] = field(default_factory=dict)
+
+    @classmethod
+    def load(cls, path: Path = CATALOG_FILE) -> Catalog:
+        return _load(str(path))
+
+    def get(self, name: str) -> ModelInfo:
+        provider, model_id = split_entry(name)
+        raw = {**self.defaults, **self.models.get(f"{provider}:{model_id}", {})}
+        return ModelInfo(
+            name=f"{provider}:{model_id}", provider=provider, model_id=model_id,
+            context_window=int(raw.get("context_window", 8192)), tools=bool(raw.get("tools", True)),
+            parallel_tool_calls=bool(raw.get("parallel_tool_calls", False)),
+            decommissioned=bool(raw.get("decommissioned", False)),
+            drop_params=tuple(raw.get("drop_params", ())),
+            max_tokens_param=raw.get("max_tokens_param", "max_tokens"),
+            known=f"{provider}:{model_id}" in self.models,
+        )  # fmt: skip
+
+    def provider(self, name: str) -> ProviderInfo | None:
+        return self.providers.get(name)
+
+
+def split_entry(entry: str) -> tuple[str, str]:
+    """``"groq:openai/gpt-oss-120b"`` -> ``("groq", "openai/gpt-oss-120b")``: split at the first colon only."""
+    provider, sep, model_id = entry.strip().partition(":")
+    if not sep or not provider or not model_id:
+        raise ValueError(f"model entry {entry!r} is not of the form provider:model")
+    return provider.lower(), model_id
+
+
+@lru_cache(maxsize=4)
+def _load(path: str) -> Catalog:
+    data = json.loads(Path(path).read_text())
+    providers = {
+        name: ProviderInfo(name, p.get("key_env"), p.get("base_url_env"), bool(p.get("stream_usage")),
+                           bool(p.get("tool_message_name", True)))
+        for name, p in data["providers"].items()
+    }  # fmt: skip
+    return Catalog(models=data["models"], providers=providers, defaults=data.get("defaults", {}))

@@ -1,0 +1,241 @@
+"""``FallbackChain``: a ChatModel made of ChatModels, tried in order.
+
+Per failure class: rate limited -> next model now, this one cools down until its reset (a short wait is
+slept out only when no other model is left and it fits the deadline); too large / context too long -> next
+model, preferring a larger context window; model gone -> next model, disabled for the container's life;
+tool-use failed -> recover the call from ``failed_generation`` or retry once with a corrective note, then
+next; auth -> skip every model of that provider; transient -> next. A bad request is not retried elsewhere.
+Every switch is a ``ModelFallback`` item (the engine turns it into an event, a log line and a metric).
+
+Health (cooldowns, disabled models) lives as long as the container; stickiness lives for one turn:
+``chain.for_turn()`` returns a chain that keeps using the model that last worked.
+
+Usage::
+
+    chain = FallbackChain([groq_model, openai_model])
+    turn_model = chain.for_turn(start_at="openai:gpt-4.1-mini")
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass, field, replace
+
+from chatloop.providers.base import (
+    ChatModel,
+    ModelFallback,
+    ModelRequest,
+    ModelResponse,
+    StreamItem,
+    TextDelta,
+)
+from chatloop.providers.catalog import Catalog
+from chatloop.providers.errors import (
+    AllModelsFailed,
+    AuthFailed,
+    ContextTooLong,
+    ModelError,
+    ModelGone,
+    RateLimited,
+    RequestTooLarge,
+    ToolUseFailed,
+    Transient,
+)
+from chatloop.providers.stream import parse_text_tool_calls
+
+DEFAULT_RATE_LIMIT_COOLDOWN = 20.0
+"""Cooldown after a 429 that says nothing about when to come back."""
+TRANSIENT_COOLDOWN = 5.0
+TOOL_USE_NOTE = (
+    "Your previous tool call could not be parsed ({detail}). Call tools only with the official function-calling "
+    "format and valid JSON arguments that match the schema, or answer in plain text."
+)
+
+
+@dataclass
+class ChainHealth:
+    """What the chain has learned about its models; shared by every turn in the container."""
+
+    cooldown_until: dict[str, float] = field(default_factory=dict)
+    disabled: dict[str, str] = field(default_factory=dict)
+    clock: Callable[[], float] = time.monotonic
+
+    def cooling(self, name: str) -> float:
+        """Seconds until ``name`` may be called again (0 when it may be called now)."""
+        return max(0.0, self.cooldown_until.get(name, 0.0) - self.clock())
+
+    def cool(self, name: str, seconds: float) -> None:
+        self.cooldown_until[name] = max(self.cooldown_until.get(name, 0.0), self.clock() + seconds)
+
+
+class FallbackChain:
+    def __init__(
+        self,
+        models: list[ChatModel],
+        *,
+        catalog: Catalog | None = None,
+        health: ChainHealth | None = None,
+        max_wait: float = 2.0,
+        sleep: Callable[[float], asyncio.Future | object] = asyncio.sleep,
+    ):
+        if not models:
+            raise ValueError("a FallbackChain needs at least one model")
+        self.models = models
+        self.catalog = catalog or Catalog.load()
+        self.health = health or ChainHealth()
+        self.max_wait = max_wait
+        self._sleep = sleep
+        self._sticky: ChatModel | None = None
+        self._failed_providers: set[str] = set()
+
+    @property
+    def name(self) -> str:
+        return (self._sticky or self.models[0]).name
+
+    def entries(self) -> list[str]:
+        return [m.name for m in self.models]
+
+    def for_turn(self, start_at: str | None = None, extra: ChatModel | None = None) -> FallbackChain:
+        """A chain for one turn: same models and health, its own stickiness. ``start_at`` (a chain entry) is
+        tried first; ``extra`` (a catalog model outside the chain) is put in front."""
+        models = list(self.models)
+        if extra is not None:
+            models = [extra, *[m for m in models if m.name != extra.name]]
+        elif start_at:
+            names = [m.name for m in models]
+            if start_at in names:
+                i = names.index(start_at)
+                models = models[i:] + models[:i]
+        return FallbackChain(models, catalog=self.catalog, health=self.health, max_wait=self.max_wait,
+                             sleep=self._sleep)  # fmt: skip
+
+    # --- the ChatModel ------------------------------------------------------------------------
+    async def stream(self, request: ModelRequest) -> AsyncIterator[StreamItem]:
+        failures: list[ModelError] = []
+        skipped: list[str] = []
+        min_context = 0
+        order = self._order()
+        i = 0
+        while i < len(order):
+            model = order[i]
+            i += 1
+            why_not = self._unusable(model, request, min_context)
+            if why_not:
+                skipped.append(f"{model.name}: {why_not}")
+                continue
+            attempt, retried = request, False
+            while True:
+                streamed = False
+                try:
+                    async for item in model.stream(attempt):
+                        if isinstance(item, TextDelta):
+                            streamed = True
+                        yield item
+                    self._sticky = model
+                    return
+                except ToolUseFailed as exc:
+                    recovered = parse_text_tool_calls(exc.failed_generation or "", set(request.tool_names()))
+                    if recovered:
+                        self._sticky = model
+                        yield ModelResponse(
+                            model=model.name, tool_calls=recovered, finish_reason="tool_calls"
+                        )
+                        return
+                    if not retried and request.deadline.remaining() > 1.0:
+                        retried = True
+                        note = TOOL_USE_NOTE.format(detail=exc.message[:200])
+                        attempt = replace(
+                            request, messages=[*request.messages, {"role": "system", "content": note}]
+                        )
+                        yield ModelFallback(model.name, model.name, exc.kind, discard_partial=streamed,
+                                            message="retrying once with a corrective note")  # fmt: skip
+                        continue
+                    error = exc
+                except ModelError as exc:
+                    if not exc.fallback:
+                        raise
+                    error = exc
+                break
+            failures.append(error)
+            min_context = self._learn(model, error, request, min_context)
+            if isinstance(error, ContextTooLong):
+                order = order[:i] + sorted(order[i:], key=lambda m: -self.catalog.get(m.name).context_window)
+            next_model = self._next_usable(order[i:], request, min_context)
+            yield ModelFallback(model.name, next_model.name if next_model else None, error.kind,
+                                retry_after=error.retry_after, discard_partial=streamed, message=error.message)  # fmt: skip
+        # Nothing left. A short rate-limit wait that fits the deadline is worth sleeping out once.
+        waited = await self._wait_for_cooldown(request)
+        if waited is not None:
+            async for item in waited.stream(request):
+                yield item
+            self._sticky = waited
+            return
+        detail = "; ".join([f"{e.model}: {e.kind}" for e in failures] + skipped) or "no model configured"
+        raise AllModelsFailed(f"every model in the chain failed ({detail})", failures)
+
+    # --- choosing -----------------------------------------------------------------------------
+    def _order(self) -> list[ChatModel]:
+        if self._sticky is not None and self._sticky in self.models:
+            return [self._sticky, *[m for m in self.models if m is not self._sticky]]
+        return list(self.models)
+
+    def _unusable(self, model: ChatModel, request: ModelRequest, min_context: int) -> str | None:
+        if model.name in self.health.disabled:
+            return f"disabled ({self.health.disabled[model.name]})"
+        provider = model.name.partition(":")[0]
+        if provider in self._failed_providers:
+            return "provider authentication failed"
+        wait = self.health.cooling(model.name)
+        if wait > 0:
+            return f"cooling down for {wait:.1f} s"
+        info = self.catalog.get(model.name)
+        if request.tools and not info.tools:
+            return "no tool support"
+        if min_context and info.context_window <= min_context:
+            return "context window too small"
+        return None
+
+    def _next_usable(
+        self, rest: list[ChatModel], request: ModelRequest, min_context: int
+    ) -> ChatModel | None:
+        return next((m for m in rest if not self._unusable(m, request, min_context)), None)
+
+    def _learn(self, model: ChatModel, error: ModelError, request: ModelRequest, min_context: int) -> int:
+        """Update health after ``error``; returns the context size later candidates must exceed."""
+        if isinstance(error, RateLimited):
+            self.health.cool(
+                model.name,
+                error.retry_after if error.retry_after is not None else DEFAULT_RATE_LIMIT_COOLDOWN,
+            )
+        elif isinstance(error, ModelGone):
+            self.health.disabled[model.name] = error.message[:200]
+        elif isinstance(error, AuthFailed):
+            self._failed_providers.add(model.name.partition(":")[0])
+        elif isinstance(error, Transient):
+            self.health.cool(model.name, TRANSIENT_COOLDOWN)
+        elif isinstance(error, ContextTooLong):
+            return max(min_context, self.catalog.get(model.name).context_window)
+        elif isinstance(error, RequestTooLarge):
+            pass  # the tier's TPM, not the model, is the limit: another model may take it
+        return min_context
+
+    async def _wait_for_cooldown(self, request: ModelRequest) -> ChatModel | None:
+        candidates = [(self.health.cooling(m.name), m) for m in self.models
+                      if m.name not in self.health.disabled and m.name.partition(":")[0] not in self._failed_providers
+                      and self.health.cooling(m.name) > 0]  # fmt: skip
+        if not candidates:
+            return None
+        wait, model = min(candidates, key=lambda c: c[0])
+        if wait > self.max_wait or wait + 1.0 > request.deadline.remaining():
+            return None
+        await self._sleep(wait)
+        return model
+
+
+def estimate_tokens(request: ModelRequest) -> int:
+    """A rough count (4 characters a token) of what a request sends: for the bench and context checks."""
+    chars = sum(len(json.dumps(m)) for m in request.messages) + len(json.dumps(request.tools or []))
+    return chars // 4

@@ -1,0 +1,70 @@
+"""Build the container's FallbackChain from ``MODEL_CHAIN`` and the provider keys.
+
+Decommissioned entries are skipped with a warning at start; entries whose provider has no key are skipped
+too; models missing from the catalog are allowed with conservative defaults. With nothing usable left (no key
+configured at all), the chain is the offline demo model, and the log says so.
+
+Usage::
+
+    chain = build_chain(settings, keys={"groq": "gsk_...", "openai": None})
+    chain.entries()     # ['groq:openai/gpt-oss-120b', 'groq:llama-3.3-70b-versatile', ...]
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from chatloop.config import DEFAULT_MODEL_CHAIN, ConfigError, Settings
+from chatloop.observability import logger
+from chatloop.providers.base import ChatModel
+from chatloop.providers.catalog import Catalog, split_entry
+from chatloop.providers.chain import FallbackChain
+from chatloop.providers.demo import DemoModel
+from chatloop.providers.groq import GroqModel
+from chatloop.providers.openai import OpenAIModel
+
+ADAPTERS = {"groq": GroqModel, "openai": OpenAIModel}
+
+
+def build_model(entry: str, keys: Mapping[str, str | None], catalog: Catalog) -> ChatModel | None:
+    """The ChatModel for one ``provider:model`` entry, or None (with a warning) when it cannot be used."""
+    try:
+        provider, _ = split_entry(entry)
+    except ValueError as exc:
+        raise ConfigError(str(exc)) from None
+    info = catalog.get(entry)
+    if info.decommissioned:
+        logger.warning(f"model chain: skipping {info.name}: decommissioned")
+        return None
+    if provider == "demo":
+        return DemoModel()
+    adapter = ADAPTERS.get(provider)
+    provider_info = catalog.provider(provider)
+    if adapter is None or provider_info is None:
+        logger.warning(f"model chain: skipping {info.name}: unknown provider {provider!r}")
+        return None
+    if not keys.get(provider):
+        logger.warning(f"model chain: skipping {info.name}: no {provider_info.key_env} configured")
+        return None
+    if not info.known:
+        logger.info(f"model chain: {info.name} is not in the catalog; using conservative defaults")
+    return adapter(info, provider_info, api_key=keys.get(provider))
+
+
+def build_chain(
+    settings: Settings, keys: Mapping[str, str | None], catalog: Catalog | None = None
+) -> FallbackChain:
+    catalog = catalog or Catalog.load()
+    spec = settings.model_chain or (DEFAULT_MODEL_CHAIN if any(keys.values()) else DemoModel.name)
+    models = [
+        m for entry in spec.split(",") if entry.strip() if (m := build_model(entry.strip(), keys, catalog))
+    ]
+    if not models:
+        logger.warning("no usable model configured: answering with the offline demo model (demo:offline)")
+        models = [DemoModel()]
+    elif all(isinstance(m, DemoModel) for m in models):
+        logger.warning(
+            "MODEL_CHAIN is the offline demo model (demo:offline): answers are not from a language model"
+        )
+    logger.info(f"model chain: {','.join(m.name for m in models)}")
+    return FallbackChain(models, catalog=catalog, max_wait=settings.rate_limit_max_wait_seconds)

@@ -1,0 +1,152 @@
+"""A ChatModel on an official OpenAI-compatible SDK (``groq`` or ``openai``): the shared adapter.
+
+Nothing hidden: the SDK's retries are off (``max_retries=0``), each call's time limit comes from the turn's
+deadline, and every failure is raised as a typed ``ModelError``. The SDK is imported when the first model of
+that provider is called, not at import time (cold start). The SDK's own ``*_API_KEY`` / ``*_BASE_URL``
+variables work, so a chain can point at any OpenAI-compatible server.
+
+Usage::
+
+    model = GroqModel(catalog.get("groq:llama-3.3-70b-versatile"), catalog.provider("groq"), api_key="gsk_...")
+    async for item in model.stream(ModelRequest(messages=[...], deadline=Deadline.after(20))): ...
+"""
+
+from __future__ import annotations
+
+import asyncio
+import importlib
+import os
+from collections.abc import AsyncIterator
+from typing import Any
+
+from chatloop.providers.base import ModelRequest, ModelResponse, StreamItem, TextDelta, Usage
+from chatloop.providers.catalog import ModelInfo, ProviderInfo
+from chatloop.providers.errors import DeadlineExceeded, ModelError, Transient, classify
+from chatloop.providers.stream import ToolCallAccumulator, field_of
+
+_CLIENTS: dict[tuple[Any, ...], Any] = {}
+
+
+class SDKChatModel:
+    sdk_module = ""
+    """The SDK's import name."""
+    client_class = ""
+    """Its async client class."""
+
+    def __init__(self, info: ModelInfo, provider: ProviderInfo, api_key: str | None = None,
+                 base_url: str | None = None):  # fmt: skip
+        self.info = info
+        self.provider = provider
+        self.name = info.name
+        self._api_key = api_key
+        self._base_url = base_url or (
+            os.environ.get(provider.base_url_env) if provider.base_url_env else None
+        )
+
+    # --- the client --------------------------------------------------------------------------
+    def _sdk(self) -> Any:
+        return importlib.import_module(self.sdk_module)
+
+    def _client(self) -> Any:
+        # One client per provider, key, base URL and event loop: httpx pools belong to a loop.
+        loop = asyncio.get_running_loop()
+        key = (self.sdk_module, self._api_key, self._base_url, id(loop))
+        client = _CLIENTS.get(key)
+        if client is None:
+            cls = getattr(self._sdk(), self.client_class)
+            kwargs: dict[str, Any] = {"api_key": self._api_key or "missing", "max_retries": 0}
+            if self._base_url:
+                kwargs["base_url"] = self._base_url
+            client = _CLIENTS[key] = cls(**kwargs)
+        return client
+
+    # --- a call ------------------------------------------------------------------------------
+    def params(self, request: ModelRequest) -> dict[str, Any]:
+        """The create() parameters: only what was asked for, less what this model rejects."""
+        messages = request.messages
+        if not self.provider.tool_message_name:
+            messages = [
+                {k: v for k, v in m.items() if k != "name"} if m["role"] == "tool" else m for m in messages
+            ]
+        params: dict[str, Any] = {"model": self.info.model_id, "messages": messages, "stream": True}
+        if self.provider.stream_usage:
+            params["stream_options"] = {"include_usage": True}
+        if request.tools:
+            params["tools"] = request.tools
+            if request.tool_choice is not None:
+                params["tool_choice"] = request.tool_choice
+            if request.parallel_tool_calls is not None and self.info.parallel_tool_calls:
+                params["parallel_tool_calls"] = request.parallel_tool_calls
+        for name in ("temperature", "top_p"):
+            value = getattr(request, name)
+            if value is not None and name not in self.info.drop_params:
+                params[name] = value
+        if request.max_tokens is not None:
+            params[self.info.max_tokens_param] = request.max_tokens
+        return params
+
+    async def stream(self, request: ModelRequest) -> AsyncIterator[StreamItem]:
+        sdk = self._sdk()
+        budget = request.deadline.remaining()
+        if budget <= 0:
+            raise DeadlineExceeded("no time left for a model call", model=self.name)
+        content: list[str] = []
+        calls = ToolCallAccumulator()
+        finish_reason = None
+        usage: Usage | None = None
+        started = False
+        try:
+            async with asyncio.timeout(budget):
+                try:
+                    stream = await self._client().chat.completions.create(
+                        **self.params(request), timeout=budget
+                    )
+                except sdk.APIError as exc:
+                    raise self._error(sdk, exc, streamed=False) from exc
+                started = True
+                async for chunk in stream:
+                    usage = _usage(chunk) or usage
+                    for choice in field_of(chunk, "choices") or []:
+                        delta = field_of(choice, "delta")
+                        text = field_of(delta, "content")
+                        if text:
+                            content.append(text)
+                            yield TextDelta(text)
+                        calls.add(field_of(delta, "tool_calls"))
+                        finish_reason = field_of(choice, "finish_reason") or finish_reason
+        except TimeoutError:
+            raise DeadlineExceeded(
+                f"{self.name} did not answer within {budget:.1f} s", model=self.name
+            ) from None
+        except ModelError:
+            raise
+        except Exception as exc:
+            if not started:
+                raise  # not a provider failure: a bug must not look like a fallback reason
+            raise self._error(sdk, exc, streamed=bool(content)) from exc
+        if finish_reason is None and not content and not calls.calls():
+            raise Transient(f"{self.name}: the stream ended without a message", model=self.name)
+        yield ModelResponse(model=self.name, content="".join(content), tool_calls=calls.calls(),
+                            finish_reason=finish_reason, usage=usage)  # fmt: skip
+
+    def _error(self, sdk: Any, exc: Exception, streamed: bool) -> ModelError:
+        if isinstance(exc, sdk.APIStatusError):
+            headers = dict(exc.response.headers) if getattr(exc, "response", None) is not None else {}
+            return classify(exc.status_code, exc.body, headers, model=self.name)
+        if isinstance(exc, sdk.APITimeoutError):
+            return Transient(f"{self.name}: request timed out", model=self.name)
+        if isinstance(exc, sdk.APIConnectionError):
+            return Transient(f"{self.name}: connection error", model=self.name)
+        if isinstance(exc, sdk.APIError):  # an error event inside the stream
+            return classify(None, getattr(exc, "body", None) or {"message": str(exc)}, {}, model=self.name)
+        where = "mid-stream" if streamed else "before any output"
+        return Transient(f"{self.name}: the stream was cut {where} ({type(exc).__name__})", model=self.name)
+
+
+def _usage(chunk: Any) -> Usage | None:
+    raw = field_of(chunk, "usage") or field_of(field_of(chunk, "x_groq"), "usage")
+    if raw is None:
+        return None
+    prompt = int(field_of(raw, "prompt_tokens") or 0)
+    completion = int(field_of(raw, "completion_tokens") or 0)
+    return Usage(prompt, completion, int(field_of(raw, "total_tokens") or prompt + completion))

@@ -1,0 +1,148 @@
+"""Assemble tool calls from streamed deltas, and recover tool calls written as text.
+
+OpenAI streams a call in pieces keyed by ``index`` (index 0 included: always append); Groq often sends a
+whole call in one chunk; some OpenAI-compatible servers omit ``index`` (match by ``id``, else continue the
+last call) or the ``id`` (one is generated).
+
+Usage::
+
+    acc = ToolCallAccumulator()
+    for chunk in chunks:
+        acc.add(chunk.choices[0].delta.tool_calls or [])
+    calls = acc.calls()          # [ToolCall(id=..., name=..., arguments='{"code": "1+1"}')]
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import uuid
+from typing import Any
+
+from chatloop.providers.base import ToolCall
+
+
+def field_of(obj: Any, name: str) -> Any:
+    """``obj.name`` or ``obj[name]``: SDK objects and plain dicts alike."""
+    if obj is None:
+        return None
+    if isinstance(obj, dict):
+        return obj.get(name)
+    value = getattr(obj, name, None)
+    if value is None:
+        extra = getattr(obj, "model_extra", None) or {}
+        value = extra.get(name)
+    return value
+
+
+class ToolCallAccumulator:
+    def __init__(self) -> None:
+        self._slots: list[dict[str, str]] = []
+        self._by_index: dict[int, dict[str, str]] = {}
+
+    def add(self, deltas: list[Any] | None) -> None:
+        for delta in deltas or []:
+            index = field_of(delta, "index")
+            call_id = field_of(delta, "id") or ""
+            function = field_of(delta, "function") or {}
+            name = field_of(function, "name") or ""
+            arguments = field_of(function, "arguments")
+            if isinstance(arguments, dict):  # some servers send an object, not a string
+                arguments = json.dumps(arguments)
+            arguments = arguments or ""
+            slot = self._slot(index, call_id, bool(name))
+            if call_id and not slot["id"]:
+                slot["id"] = call_id
+            if name and not slot["name"]:
+                slot["name"] = name
+            if arguments and not (slot["arguments"] == arguments and _is_json(arguments)):
+                slot["arguments"] += arguments  # a repeated complete call is not doubled
+
+    def _slot(self, index: int | None, call_id: str, has_name: bool) -> dict[str, str]:
+        if index is not None:
+            slot = self._by_index.get(index)
+            if slot is None:
+                slot = self._new()
+                self._by_index[index] = slot
+            return slot
+        if call_id:
+            for slot in self._slots:
+                if slot["id"] == call_id:
+                    return slot
+            return self._new()
+        if self._slots and not has_name:
+            return self._slots[-1]  # a continuation chunk with neither index nor id
+        return self._new()
+
+    def _new(self) -> dict[str, str]:
+        slot = {"id": "", "name": "", "arguments": ""}
+        self._slots.append(slot)
+        return slot
+
+    def calls(self) -> list[ToolCall]:
+        out = []
+        for slot in self._slots:
+            if not slot["name"] and not slot["arguments"]:
+                continue
+            call_id = slot["id"] or f"call_{uuid.uuid4().hex[:24]}"
+            out.append(ToolCall(id=call_id, name=slot["name"], arguments=slot["arguments"] or "{}"))
+        return out
+
+
+def _is_json(text: str) -> bool:
+    try:
+        json.loads(text)
+    except ValueError:
+        return False
+    return True
+
+
+# --- tool calls written as text --------------------------------------------------------------------
+LEGACY_START = re.compile(r"<\s*function\s*=\s*([A-Za-z_][\w.\-]*)\s*>?\s*", re.IGNORECASE)
+_NAME_THEN_JSON = re.compile(r"^\s*([A-Za-z_][\w.\-]*)\s*(?=\{)")
+
+
+def parse_text_tool_calls(text: str, offered: set[str]) -> list[ToolCall]:
+    """Recover tool calls a model wrote as text: ``<function=name>{json}</function>``, ``<function=name{json}>``,
+    ``name{json}`` or ``{"name": ..., "arguments"|"parameters": {...}}`` (Groq's ``failed_generation``).
+
+    Returns calls only when every one found names an offered tool with JSON-object arguments; anything less
+    certain returns [] so the caller reminds or retries instead of guessing."""
+    if not text:
+        return []
+    decoder = json.JSONDecoder()
+    calls: list[ToolCall] = []
+    starts = list(LEGACY_START.finditer(text))
+    if starts:
+        for match in starts:
+            try:
+                args, _ = decoder.raw_decode(text, match.end())
+            except ValueError:
+                return []
+            calls.append(_call(match.group(1), args, len(calls)))
+    else:
+        stripped = re.sub(r"</\s*function\s*>", "", text).strip()
+        named = _NAME_THEN_JSON.match(stripped)
+        try:
+            if named:
+                args, _ = decoder.raw_decode(stripped, named.end())
+                calls.append(_call(named.group(1), args, 0))
+            else:
+                value, _ = decoder.raw_decode(stripped)
+                for item in value if isinstance(value, list) else [value]:
+                    if not isinstance(item, dict):
+                        return []
+                    args = item.get("arguments", item.get("parameters"))
+                    if isinstance(args, str):
+                        args = json.loads(args)
+                    calls.append(_call(str(item.get("name", "")), args, len(calls)))
+        except ValueError:
+            return []
+    if not calls or any(c.name not in offered or c.parsed_arguments() is None for c in calls):
+        return []
+    return calls
+
+
+def _call(name: str, args: Any, n: int) -> ToolCall:
+    arguments = json.dumps(args) if isinstance(args, dict) else "null"
+    return ToolCall(id=f"call_text_{n}_{uuid.uuid4().hex[:8]}", name=name, arguments=arguments)
