@@ -445,7 +445,7 @@ async def test_demo_model_runs_the_whole_loop(sandbox):
         TurnRequest(messages=[{"role": "user", "content": "calculate compound interest: $10,000 at 5% annually for 15 years"}]),
         DemoModel(), ToolRegistry([ExecuteJavaScriptTool(sandbox)]), Deadline.after(10))]  # fmt: skip
     done = events[-1].data
-    assert "20789.28" in done["message"]["content"] and "offline demo model" in done["message"]["content"]
+    assert "20,789.28" in done["message"]["content"] and "offline demo model" in done["message"]["content"]
     assert (
         done["tool_counts"] == {"execute_javascript": 1}
         and done["iterations"] == 2

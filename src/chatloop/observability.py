@@ -18,6 +18,7 @@ import re
 from typing import Any
 
 from aws_lambda_powertools import Logger, Metrics
+from aws_lambda_powertools.metrics import MetricUnit
 
 SERVICE = os.environ.get("POWERTOOLS_SERVICE_NAME") or "chatloop"
 NAMESPACE = os.environ.get("POWERTOOLS_METRICS_NAMESPACE") or "ChatLoop"
@@ -69,3 +70,24 @@ class _RedactingFilter(logging.Filter):
 logger.addFilter(_RedactingFilter())
 for _secret_var in ("GROQ_API_KEY", "OPENAI_API_KEY", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN"):
     register_secret(os.environ.get(_secret_var))
+
+
+def record_turn_metrics(events: list[Any], in_lambda: bool) -> None:
+    """CloudWatch metrics (EMF, flushed by the handler's ``log_metrics``) from one turn's events: iterations, tool executions, skipped tool calls, fallbacks, the stop reason and sandbox milliseconds.
+    Outside Lambda nothing is recorded (nothing would flush it)."""
+    if not in_lambda:
+        return
+    done = next((e.data for e in reversed(events) if e.name == "done"), None)
+    if done is None:
+        return
+    metrics.add_metric(name="Iterations", unit=MetricUnit.Count, value=done["iterations"])
+    metrics.add_metric(name="ToolExecutions", unit=MetricUnit.Count, value=sum(done["tool_counts"].values()))
+    skipped = sum(1 for c in done["tool_calls"] if c["status"] == "skipped")
+    metrics.add_metric(name="ToolCallsSkipped", unit=MetricUnit.Count, value=skipped)
+    fallbacks = sum(1 for e in events if e.name == "model_fallback")
+    metrics.add_metric(name="ModelFallbacks", unit=MetricUnit.Count, value=fallbacks)
+    metrics.add_metric(name=f"Stop_{done['stop_reason']}", unit=MetricUnit.Count, value=1)
+    sandbox_ms = sum(e.data.get("duration_ms", 0) for e in events
+                     if e.name == "tool_call_result" and e.data.get("name") == "execute_javascript")  # fmt: skip
+    if sandbox_ms:
+        metrics.add_metric(name="SandboxMilliseconds", unit=MetricUnit.Milliseconds, value=sandbox_ms)

@@ -34,10 +34,10 @@ def calculation_for(question: str) -> tuple[str, str] | None:
     if m := _COMPOUND.search(question):
         principal, rate, years = float(m.group(1).replace(",", "")), float(m.group(2)), int(m.group(3))
         code = (f"const principal = {principal:g}, rate = {rate:g} / 100, years = {years};\n"
-                "(principal * Math.pow(1 + rate, years)).toFixed(2)")  # fmt: skip
+                "Math.round(principal * Math.pow(1 + rate, years) * 100) / 100")  # fmt: skip
         return (
             code,
-            f"${principal:,.2f} at {rate:g}% compounded annually for {years} years grows to ${{result}}.",
+            f"${principal:,.2f} at {rate:g}% compounded annually for {years} years grows to ${{result:,.2f}}.",
         )
     if found := [int(next(g for g in m.groups() if g)) for m in _FACTORIAL.finditer(question)]:
         numbers = list(dict.fromkeys(found))[:10]

@@ -1,0 +1,28 @@
+"""Lambda entry point: ``handler`` (Lambda) and ``app`` (ASGI, for uvicorn and tests).
+
+``handler`` serves REST API (v1), HTTP API (v2) and Function URL events through Mangum, with Powertools'
+correlation id (the API Gateway request id), per-invocation log keys and EMF metrics.
+"""
+
+from aws_lambda_powertools.logging import correlation_paths
+from aws_lambda_powertools.metrics import MetricUnit
+from mangum import Mangum
+
+from chatloop.api import create_app
+from chatloop.config import Settings
+from chatloop.observability import logger, metrics
+
+settings = Settings.from_env()
+app = create_app(settings)
+_mangum = Mangum(app, lifespan="off", api_gateway_base_path=settings.api_base_path)
+
+
+@logger.inject_lambda_context(correlation_id_path=correlation_paths.API_GATEWAY_REST, clear_state=True)
+@metrics.log_metrics(capture_cold_start_metric=True)
+def handler(event: dict, context: object) -> dict:
+    metrics.add_metric(name="Requests", unit=MetricUnit.Count, value=1)
+    response = _mangum(event, context)
+    status = response.get("statusCode", 500)
+    if status >= 400:
+        metrics.add_metric(name=f"Status{status // 100}xx", unit=MetricUnit.Count, value=1)
+    return response

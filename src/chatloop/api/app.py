@@ -1,0 +1,55 @@
+"""``create_app()``: the ASGI application, the same under uvicorn (``make run``) and behind Mangum on Lambda.
+
+A Starlette app rather than FastAPI: FastAPI's import alone takes ~270 ms on the target machine, more than the
+whole cold-start budget; Starlette is the ASGI core FastAPI is built on, and pydantic still validates bodies.
+
+Usage::
+
+    app = create_app(Settings.from_env())                      # production
+    app = create_app(settings, chain=FallbackChain([...]))     # tests: inject models and tools
+"""
+
+from __future__ import annotations
+
+from starlette.applications import Starlette
+from starlette.exceptions import HTTPException
+from starlette.routing import Route
+
+from chatloop.api import routes
+from chatloop.api.errors import RequestError, on_http_error, on_request_error, on_unexpected
+from chatloop.api.runtime import Runtime
+from chatloop.config import Settings
+from chatloop.observability import logger
+from chatloop.providers.chain import FallbackChain
+from chatloop.secrets import KEY_VARIABLES
+from chatloop.tools.base import ToolRegistry
+
+
+def create_app(settings: Settings | None = None, *, chain: FallbackChain | None = None,
+               registry: ToolRegistry | None = None, runtime: Runtime | None = None) -> Starlette:  # fmt: skip
+    settings = settings or Settings.from_env()
+    app = Starlette(
+        routes=[
+            Route("/chat", routes.chat, methods=["POST"]),
+            Route("/v1/chat/completions", routes.chat_completions, methods=["POST"]),
+            Route("/health", routes.health, methods=["GET"]),
+        ],
+        exception_handlers={
+            RequestError: on_request_error,
+            HTTPException: on_http_error,
+            Exception: on_unexpected,
+        },
+    )
+    app.state.runtime = runtime or Runtime(settings, chain=chain, registry=registry)
+    if chain is None and runtime is None:
+        _say_which_models(settings)
+    return app
+
+
+def _say_which_models(settings: Settings) -> None:
+    import os
+
+    has_key = any(os.environ.get(v) for v in KEY_VARIABLES.values()) or settings.provider_keys_secret_arn
+    if not has_key and not settings.model_chain:
+        logger.warning("no API key configured (GROQ_API_KEY, OPENAI_API_KEY or PROVIDER_KEYS_SECRET_ARN): "
+                       "answering with the offline demo model (demo:offline)")  # fmt: skip

@@ -1,0 +1,65 @@
+"""Error responses: ``{"error": {"code", "message"}}`` on /chat and /health, OpenAI's error shape on /v1.
+
+Messages name the problem; no stack trace, key or internal path ever appears in one.
+
+Usage::
+
+    raise RequestError(400, "invalid_request", "messages[2]: unknown role 'wizard'")
+"""
+
+from __future__ import annotations
+
+from pydantic import ValidationError
+from starlette.requests import Request
+from starlette.responses import JSONResponse
+
+from chatloop.api.render import openai_error
+from chatloop.observability import logger, redact
+
+OPENAI_TYPES = {400: "invalid_request_error", 404: "not_found_error", 405: "invalid_request_error",
+                413: "invalid_request_error", 500: "server_error", 503: "service_unavailable"}  # fmt: skip
+
+
+class RequestError(Exception):
+    def __init__(self, status: int, code: str, message: str, param: str | None = None):
+        self.status, self.code, self.message, self.param = status, code, redact(message), param
+        super().__init__(message)
+
+
+def error_response(
+    request: Request, status: int, code: str, message: str, param: str | None = None
+) -> JSONResponse:
+    if request.url.path.startswith("/v1/"):
+        body = openai_error(message, code, OPENAI_TYPES.get(status, "invalid_request_error"), param)
+    else:
+        body = {"error": {"code": code, "message": message}}
+    return JSONResponse(body, status_code=status)
+
+
+def from_validation(error: ValidationError) -> RequestError:
+    first = error.errors()[0]
+    where = ".".join(str(p) for p in first["loc"]) or "body"
+    message = first["msg"]
+    if first["type"] == "extra_forbidden":
+        message = "unknown field"
+    return RequestError(400, "invalid_request", f"{where}: {message}", param=where)
+
+
+async def on_request_error(request: Request, exc: Exception) -> JSONResponse:
+    assert isinstance(exc, RequestError)
+    return error_response(request, exc.status, exc.code, exc.message, exc.param)
+
+
+async def on_http_error(request: Request, exc: Exception) -> JSONResponse:
+    status = getattr(exc, "status_code", 500)
+    code = {404: "not_found", 405: "method_not_allowed"}.get(status, "http_error")
+    message = {
+        404: f"no such path: {request.url.path}",
+        405: f"{request.method} is not allowed on {request.url.path}",
+    }
+    return error_response(request, status, code, message.get(status, "request failed"))
+
+
+async def on_unexpected(request: Request, exc: Exception) -> JSONResponse:
+    logger.exception("unhandled error")
+    return error_response(request, 500, "internal_error", "internal error")

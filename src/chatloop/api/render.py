@@ -1,0 +1,138 @@
+"""Renderers: functions from engine events to bytes (SSE), to the /chat JSON body, and to OpenAI's
+``chat.completion`` / ``chat.completion.chunk`` shapes.
+
+Usage::
+
+    async for event in events: yield sse(event)                   # /chat, stream=true
+    body = openai_completion(done, request_id="abc", created=1700000000)
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import AsyncIterator
+from typing import Any
+
+from chatloop.engine.events import Event, EventType
+
+SUMMARY_FIELDS = (
+    "message",
+    "stop_reason",
+    "iterations",
+    "tool_calls",
+    "tool_counts",
+    "usage",
+    "model",
+    "request_id",
+)
+FINISH_REASONS = {"stop": "stop", "length": "length", "tool_calls": "tool_calls"}
+
+
+def _dumps(data: Any) -> str:
+    return json.dumps(data, ensure_ascii=False, separators=(",", ":"), default=str)
+
+
+def sse(event: Event) -> bytes:
+    return f"event: {event.name}\ndata: {_dumps(event.data)}\n\n".encode()
+
+
+def chat_summary(done: dict[str, Any]) -> dict[str, Any]:
+    """The /chat JSON body: the same fields as the ``done`` event."""
+    return {k: done.get(k) for k in SUMMARY_FIELDS}
+
+
+def finish_reason(stop_reason: str) -> str:
+    """OpenAI's finish_reason for a stop reason (guards end a turn with an answer: ``stop``)."""
+    return FINISH_REASONS.get(stop_reason, "stop")
+
+
+def openai_message(done: dict[str, Any]) -> dict[str, Any]:
+    message = done["message"]
+    out: dict[str, Any] = {"role": "assistant", "content": message.get("content") or None}
+    if message.get("tool_calls"):
+        out["tool_calls"] = message["tool_calls"]
+    elif out["content"] is None:
+        out["content"] = ""
+    return out
+
+
+def openai_completion(done: dict[str, Any], request_id: str, created: int | None = None) -> dict[str, Any]:
+    return {
+        "id": f"chatcmpl-{request_id}",
+        "object": "chat.completion",
+        "created": created or int(time.time()),
+        "model": done["model"],
+        "choices": [{"index": 0, "message": openai_message(done), "finish_reason": finish_reason(done["stop_reason"]),
+                     "logprobs": None}],
+        "usage": done["usage"],
+        "x_chatloop": _extension(done),
+    }  # fmt: skip
+
+
+def _extension(done: dict[str, Any]) -> dict[str, Any]:
+    return {k: done.get(k) for k in ("stop_reason", "iterations", "tool_calls", "tool_counts", "request_id")}
+
+
+def openai_error(
+    message: str, code: str, kind: str = "invalid_request_error", param: str | None = None
+) -> dict[str, Any]:
+    return {"error": {"message": message, "type": kind, "param": param, "code": code}}
+
+
+async def openai_chunks(
+    events: AsyncIterator[Event], request_id: str, include_usage: bool
+) -> AsyncIterator[bytes]:
+    """``chat.completion.chunk`` SSE ending in ``data: [DONE]``.
+
+    The reply is the final assistant message, so text is held per model call and sent once the decision on that
+    call says it is the answer (a call that ends in tool calls, a reminder, or text discarded by a fallback sends
+    nothing)."""
+    created = int(time.time())
+    base = {"id": f"chatcmpl-{request_id}", "object": "chat.completion.chunk", "created": created}
+    model = "unknown"
+
+    def chunk(delta: dict[str, Any], finish: str | None = None, **extra: Any) -> bytes:
+        body = {
+            **base,
+            "model": model,
+            "choices": [{"index": 0, "delta": delta, "finish_reason": finish}],
+            **extra,
+        }
+        return f"data: {_dumps(body)}\n\n".encode()
+
+    started = False
+    pending: list[str] = []
+    async for event in events:
+        data = event.data
+        if event.type is EventType.DELTA:
+            pending.append(data["content"])
+        elif event.type is EventType.MODEL_FALLBACK and data.get("discard_partial"):
+            pending.clear()
+        elif event.type is EventType.LLM_RESPONSE:
+            model = data["model"]
+        elif event.type is EventType.DECISION:
+            if data["action"] == "answer" and pending:  # this call's text is the reply
+                if not started:
+                    yield chunk({"role": "assistant", "content": ""})
+                    started = True
+                for text in pending:
+                    yield chunk({"content": text})
+            pending.clear()
+        elif event.type is EventType.ERROR and data.get("code") == "all_models_failed":
+            error = openai_error(data["message"], "all_models_failed", "service_unavailable")
+            yield f"data: {_dumps(error)}\n\n".encode()
+        elif event.type is EventType.DONE:
+            model = data["model"]
+            message = openai_message(data)
+            if not started:
+                yield chunk({"role": "assistant", "content": ""})
+            if message.get("tool_calls"):
+                calls = [{"index": i, **c} for i, c in enumerate(message["tool_calls"])]
+                yield chunk({"tool_calls": calls})
+            elif not started and message.get("content"):
+                yield chunk({"content": message["content"]})  # e.g. the fallback text
+            yield chunk({}, finish_reason(data["stop_reason"]), x_chatloop=_extension(data))
+            if include_usage:
+                yield f"data: {_dumps({**base, 'model': model, 'choices': [], 'usage': data['usage']})}\n\n".encode()
+    yield b"data: [DONE]\n\n"

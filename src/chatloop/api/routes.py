@@ -1,0 +1,197 @@
+"""The endpoints. Each one validates its input (a clear 4xx and no model call when it is bad), computes the
+request's one deadline, runs the engine and renders its events.
+
+Usage (tests and bench drive them through the app)::
+
+    curl -s localhost:8000/chat -d '{"messages": [{"role": "user", "content": "5!"}], "stream": false}'
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+from collections.abc import AsyncIterator
+from typing import Any
+
+from pydantic import BaseModel, ValidationError
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response, StreamingResponse
+
+from chatloop.api.errors import RequestError, from_validation
+from chatloop.api.render import chat_summary, openai_chunks, openai_completion, sse
+from chatloop.api.runtime import Runtime, UnknownModel
+from chatloop.api.schemas import ChatBody, OpenAIChatBody
+from chatloop.deadline import Deadline
+from chatloop.engine import Event, EventType, TurnRequest, run_turn
+from chatloop.engine.messages import ConversationError, normalize_conversation
+from chatloop.observability import record_turn_metrics
+from chatloop.secrets import KeysUnavailable
+from chatloop.tools.base import ToolRegistry
+
+
+def runtime_of(request: Request) -> Runtime:
+    return request.app.state.runtime
+
+
+# --- shared steps ---------------------------------------------------------------------------------
+async def read_body(request: Request, schema: type[BaseModel], limit: int) -> Any:
+    declared = request.headers.get("content-length")
+    if declared and declared.isdigit() and int(declared) > limit:
+        raise RequestError(413, "body_too_large", f"the body is larger than {limit} bytes")
+    raw = await request.body()
+    if len(raw) > limit:
+        raise RequestError(413, "body_too_large", f"the body is larger than {limit} bytes")
+    try:
+        data = json.loads(raw or b"null")
+    except ValueError as exc:
+        raise RequestError(
+            400, "invalid_json", f"the body is not valid JSON ({exc.msg} at position {exc.pos})"
+        ) from None
+    if not isinstance(data, dict):
+        raise RequestError(400, "invalid_request", "the body must be a JSON object")
+    try:
+        return schema.model_validate(data)
+    except ValidationError as exc:
+        raise from_validation(exc) from None
+
+
+def conversation(messages: list[Any]) -> list[dict[str, Any]]:
+    try:
+        return normalize_conversation(messages)
+    except ConversationError as exc:
+        raise RequestError(400, "invalid_messages", str(exc), param="messages") from None
+
+
+def request_deadline(request: Request, runtime: Runtime) -> Deadline:
+    """One deadline per request: the smaller of the Lambda's remaining time (less a margin) and the timeout."""
+    seconds = runtime.settings.request_timeout_seconds
+    context = request.scope.get("aws.context")
+    if context is not None and hasattr(context, "get_remaining_time_in_millis"):
+        remaining = (
+            context.get_remaining_time_in_millis() / 1000 - runtime.settings.lambda_safety_margin_seconds
+        )
+        seconds = min(seconds, remaining)
+    return Deadline.after(seconds)
+
+
+def request_id(request: Request) -> str:
+    event = request.scope.get("aws.event") or {}
+    context = request.scope.get("aws.context")
+    rid = (event.get("requestContext") or {}).get("requestId") or getattr(context, "aws_request_id", None)
+    return str(rid or uuid.uuid4())
+
+
+def model_for(runtime: Runtime, requested: str | None, strict: bool):
+    try:
+        return runtime.model_for(requested, strict)
+    except UnknownModel as exc:
+        raise RequestError(400, "unknown_model", str(exc), param="model") from None
+    except KeysUnavailable as exc:
+        raise RequestError(503, "keys_unavailable", str(exc)) from None
+
+
+def named_choice(choice: Any) -> dict[str, Any] | str | None:
+    return choice.model_dump() if isinstance(choice, BaseModel) else choice
+
+
+async def observed(events: AsyncIterator[Event], request: Request, rid: str) -> AsyncIterator[Event]:
+    """The turn's events, with the request id on ``done`` and metrics recorded from them."""
+    seen: list[Event] = []
+    async for event in events:
+        if event.type is EventType.DONE:
+            event = Event(EventType.DONE, {**event.data, "request_id": rid})
+        seen.append(event)
+        yield event
+    record_turn_metrics(seen, in_lambda="aws.context" in request.scope)
+
+
+async def collect(events: AsyncIterator[Event]) -> dict[str, Any]:
+    done: dict[str, Any] = {}
+    async for event in events:
+        if event.type is EventType.DONE:
+            done = event.data
+    return done
+
+
+# --- endpoints ------------------------------------------------------------------------------------
+async def chat(request: Request) -> Response:
+    runtime = runtime_of(request)
+    body: ChatBody = await read_body(request, ChatBody, runtime.settings.max_body_bytes)
+    messages = conversation(body.messages)
+    choice = named_choice(body.tool_choice)
+    tool_names = tools_for_chat(runtime, body, choice)
+    model = model_for(runtime, body.model, strict=True)
+    turn = TurnRequest(messages=messages, tool_names=tool_names, tool_choice=None if choice == "none" else choice,
+                       parallel_tool_calls=body.parallel_tool_calls, temperature=body.temperature, top_p=body.top_p,
+                       max_tokens=body.max_tokens, max_iterations=body.max_iterations)  # fmt: skip
+    rid = request_id(request)
+    registry = runtime.registry() if tool_names else ToolRegistry()
+    events = observed(
+        run_turn(turn, model, registry, request_deadline(request, runtime), runtime.settings), request, rid
+    )
+    if body.stream:
+        return StreamingResponse((sse(e) async for e in events), media_type="text/event-stream",
+                                 headers={"cache-control": "no-cache", "x-request-id": rid})  # fmt: skip
+    done = await collect(events)
+    status = 503 if done["stop_reason"] == "all_models_failed" else 200
+    return JSONResponse(chat_summary(done), status_code=status, headers={"x-request-id": rid})
+
+
+def tools_for_chat(runtime: Runtime, body: ChatBody, choice: Any) -> list[str]:
+    if choice == "none":
+        return []
+    known = runtime.tool_names()
+    names = known if body.tools is None else body.tools
+    unknown = [n for n in names if n not in known]
+    if unknown:
+        raise RequestError(
+            400, "unknown_tool", f"tools: unknown tool(s) {unknown}; built-in tools: {known}", "tools"
+        )
+    if isinstance(choice, dict) and choice["function"]["name"] not in names:
+        raise RequestError(
+            400, "invalid_request", "tool_choice names a tool that is not enabled", "tool_choice"
+        )
+    return names
+
+
+async def chat_completions(request: Request) -> Response:
+    runtime = runtime_of(request)
+    body: OpenAIChatBody = await read_body(request, OpenAIChatBody, runtime.settings.max_body_bytes)
+    messages = conversation(body.messages)
+    client_tools = [t.schema_for_model() for t in body.tools or []]
+    builtin = runtime.registry().names()
+    clash = sorted({t["function"]["name"] for t in client_tools} & set(builtin))
+    if clash:
+        raise RequestError(
+            400, "invalid_request", f"tools: {clash} clash with the server's built-in tools", "tools"
+        )
+    choice = named_choice(body.tool_choice)
+    offered = set(builtin) | {t["function"]["name"] for t in client_tools}
+    if isinstance(choice, dict) and choice["function"]["name"] not in offered:
+        raise RequestError(
+            400, "invalid_request", "tool_choice names a tool that is not offered", "tool_choice"
+        )
+    model = model_for(runtime, body.model, strict=False)
+    turn = TurnRequest(messages=messages, tool_names=[] if choice == "none" else None, client_tools=client_tools,
+                       tool_choice=None if choice == "none" else choice, parallel_tool_calls=body.parallel_tool_calls,
+                       temperature=body.temperature, top_p=body.top_p,
+                       max_tokens=body.max_completion_tokens or body.max_tokens)  # fmt: skip
+    rid = request_id(request)
+    events = observed(run_turn(turn, model, runtime.registry(), request_deadline(request, runtime), runtime.settings),
+                      request, rid)  # fmt: skip
+    if body.stream:
+        include_usage = bool(body.stream_options and body.stream_options.include_usage)
+        return StreamingResponse(openai_chunks(events, rid, include_usage), media_type="text/event-stream",
+                                 headers={"cache-control": "no-cache", "x-request-id": rid})  # fmt: skip
+    done = await collect(events)
+    if done["stop_reason"] == "all_models_failed":
+        raise RequestError(503, "all_models_failed", "no model could answer: " + done["message"]["content"])
+    return JSONResponse(openai_completion(done, rid), headers={"x-request-id": rid})
+
+
+async def health(request: Request) -> Response:
+    runtime = runtime_of(request)
+    return JSONResponse({
+        "status": "ok", "version": runtime.settings.version, "model_chain": runtime.describe_chain(),
+        "tools": runtime.tool_names(), "max_iterations": runtime.settings.max_iterations,
+    })  # fmt: skip

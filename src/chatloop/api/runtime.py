@@ -1,0 +1,107 @@
+"""What the app keeps for the life of the container: settings, the model chain and the tools.
+
+Built lazily on the first request that needs them (keys may come from Secrets Manager; the sandbox
+starts its spare process then), and injectable for tests.
+
+Usage::
+
+    runtime = Runtime(Settings.from_env())
+    model = runtime.model_for("groq:llama-3.3-70b-versatile")      # a FallbackChain for one turn
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+
+from chatloop.config import Settings
+from chatloop.providers.catalog import Catalog, split_entry
+from chatloop.providers.chain import FallbackChain
+from chatloop.providers.factory import build_chain, build_model
+from chatloop.secrets import load_provider_keys
+from chatloop.tools.base import ToolRegistry
+
+BUILTIN_TOOLS = ("execute_javascript",)
+
+
+class UnknownModel(ValueError):
+    pass
+
+
+class Runtime:
+    def __init__(
+        self,
+        settings: Settings,
+        *,
+        chain: FallbackChain | None = None,
+        registry: ToolRegistry | None = None,
+        keys_loader: Callable[[Settings], dict[str, str | None]] = load_provider_keys,
+    ):
+        self.settings = settings
+        self.catalog = Catalog.load()
+        self._chain = chain
+        self._registry = registry
+        self._keys: dict[str, str | None] | None = None
+        self._keys_loader = keys_loader
+        self._lock = threading.Lock()
+
+    def keys(self) -> dict[str, str | None]:
+        if self._keys is None:
+            self._keys = self._keys_loader(self.settings)
+        return self._keys
+
+    def chain(self) -> FallbackChain:
+        with self._lock:
+            if self._chain is None:
+                self._chain = build_chain(self.settings, self.keys(), self.catalog)
+            return self._chain
+
+    def registry(self) -> ToolRegistry:
+        with self._lock:
+            if self._registry is None:
+                from chatloop.tools.javascript import ExecuteJavaScriptTool, JavaScriptSandbox
+
+                sandbox = JavaScriptSandbox(memory_mb=self.settings.js_memory_mb,
+                                            max_concurrency=self.settings.js_max_concurrency,
+                                            prespawn=self.settings.js_prespawn)  # fmt: skip
+                sandbox.warm()
+                self._registry = ToolRegistry([ExecuteJavaScriptTool(sandbox)])
+            return self._registry
+
+    def tool_names(self) -> list[str]:
+        """The built-in tools, without starting the sandbox."""
+        return self._registry.names() if self._registry is not None else list(BUILTIN_TOOLS)
+
+    def model_for(self, requested: str | None, strict: bool) -> FallbackChain:
+        """The chain for one turn, started at ``requested`` when it names a chain entry or an available catalog
+        model. An unknown model is an error when ``strict`` (/chat), else the default chain (/v1)."""
+        chain = self.chain()
+        if not requested or requested in chain.entries():
+            return chain.for_turn(start_at=requested)
+        try:
+            split_entry(requested)
+            known = self.catalog.get(requested).known
+        except ValueError:
+            known = False
+        if known:
+            model = build_model(requested, self.keys(), self.catalog)
+            if model is not None:
+                return chain.for_turn(extra=model)
+            if strict:
+                raise UnknownModel(
+                    f"model {requested!r} is not available (decommissioned, or no key for its provider)"
+                )
+        if strict:
+            raise UnknownModel(f"unknown model {requested!r}; configured: {chain.entries()}")
+        return chain.for_turn()
+
+    def describe_chain(self) -> list[str]:
+        """The chain for /health, without reading any secret."""
+        if self._chain is not None:
+            return self._chain.entries()
+        spec = self.settings.model_chain
+        return (
+            [e.strip() for e in spec.split(",") if e.strip()]
+            if spec
+            else ["(default; resolved on first request)"]
+        )

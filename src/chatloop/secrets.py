@@ -1,0 +1,50 @@
+"""Provider API keys: from the environment when set (local use), else from one Secrets Manager secret.
+
+The secret (``PROVIDER_KEYS_SECRET_ARN``) is a JSON object with ``GROQ_API_KEY`` and/or ``OPENAI_API_KEY``.
+It is read with Powertools Parameters (cached) on the first request that needs it, never at import time;
+boto3 is imported only then. Every key is registered for redaction, so it never reaches a log or a response.
+
+Usage::
+
+    keys = load_provider_keys(settings)        # {"groq": "gsk_...", "openai": None}
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+
+from chatloop.config import Settings
+from chatloop.observability import logger, register_secret
+
+KEY_VARIABLES = {"groq": "GROQ_API_KEY", "openai": "OPENAI_API_KEY"}
+SECRET_CACHE_SECONDS = 300
+
+
+class KeysUnavailable(RuntimeError):
+    """The configured secret could not be read: the handler answers 503 rather than run without keys."""
+
+
+def load_provider_keys(settings: Settings, environ: Mapping[str, str] | None = None) -> dict[str, str | None]:
+    env = os.environ if environ is None else environ
+    keys: dict[str, str | None] = {p: (env.get(v) or None) for p, v in KEY_VARIABLES.items()}
+    if settings.provider_keys_secret_arn and not all(keys.values()):
+        stored = _read_secret(settings.provider_keys_secret_arn)
+        for provider, variable in KEY_VARIABLES.items():
+            keys[provider] = keys[provider] or (stored.get(variable) or None)
+    for value in keys.values():
+        register_secret(value)
+    return keys
+
+
+def _read_secret(arn: str) -> dict[str, str]:
+    from aws_lambda_powertools.utilities import parameters  # boto3: only when a secret is configured
+
+    try:
+        value = parameters.get_secret(arn, transform="json", max_age=SECRET_CACHE_SECONDS)
+    except Exception as exc:
+        logger.error(f"provider keys: could not read the secret ({type(exc).__name__})")
+        raise KeysUnavailable("the provider keys secret could not be read") from None
+    if not isinstance(value, dict):
+        raise KeysUnavailable("the provider keys secret is not a JSON object")
+    return {k: v for k, v in value.items() if isinstance(v, str)}
