@@ -1,4 +1,5 @@
-# chatloop: run `make help` for the targets. Every AWS target honours AWS_ENDPOINT_URL and AWS_REGION.
+# chatloop: `make help` lists the targets. Every AWS target honours AWS_ENDPOINT_URL and AWS_REGION, and STACK /
+# FUNCTION can be overridden: make deploy-lambda-fast STACK=chatloop-dev
 SHELL := /bin/bash
 .DEFAULT_GOAL := help
 
@@ -9,7 +10,23 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: help install test lint clean
+STACK ?= chatloop
+FUNCTION ?= $(STACK)-chat
+LOG_GROUP ?= /aws/lambda/$(FUNCTION)
+AWS_REGION ?= $(or $(AWS_DEFAULT_REGION),us-east-1)
+ARCH ?= arm64
+SINCE ?= 10m
+FILTER ?=
+FOLLOW ?=
+EVENT ?= events/rest-chat.json
+PORT ?= 8000
+DEPLOY_BUCKET ?=
+SECRET_ARN ?=
+PARAMS ?=
+export AWS_REGION FILTER
+AWS = $(BIN)/aws --region $(AWS_REGION) $(if $(AWS_ENDPOINT_URL),--endpoint-url $(AWS_ENDPOINT_URL))
+
+.PHONY: help install test lint build deploy deploy-lambda-fast logs logs-decisions secret invoke run bench clean
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-20s %s\n", $$1, $$2}'
@@ -19,16 +36,58 @@ install: $(STAMP) ## create .venv and install runtime + dev requirements
 $(STAMP): requirements.txt requirements-dev.txt
 	@test -n "$(PYTHON)" || { echo "no Python >= 3.11 found"; exit 1; }
 	$(PYTHON) -m venv $(VENV)
-	$(BIN)/pip install --quiet --upgrade pip
-	$(BIN)/pip install --quiet -r requirements.txt -r requirements-dev.txt
+	$(BIN)/pip install --quiet --disable-pip-version-check --upgrade pip
+	$(BIN)/pip install --quiet --disable-pip-version-check -r requirements.txt -r requirements-dev.txt
 	@touch $@
 
 test: install ## run the whole test suite (installs first if needed)
 	$(BIN)/python -m pytest
 
-lint: install ## code linters
-	$(BIN)/ruff check src tests
-	$(BIN)/ruff format --check src tests
+lint: install ## code linters, and cfn-lint on the SAM template and on its CloudFormation translation
+	$(BIN)/ruff check src tests scripts bench
+	$(BIN)/ruff format --check src tests scripts bench
+	$(BIN)/cfn-lint template.yaml
+	$(BIN)/python scripts/translate_template.py template.yaml build/template.cfn.json
+	@# W2001/W3005: SAM itself resolves the usage-plan parameters and adds DependsOn when it translates.
+	$(BIN)/cfn-lint --ignore-checks W2001 W3005 -- build/template.cfn.json
+
+build: install ## build/layer.zip (packages + Deno for ARCH) and build/function.zip (src/), no Docker
+	$(BIN)/python scripts/package.py all --arch $(ARCH)
+
+deploy: build ## deploy the whole stack (needs DEPLOY_BUCKET and SECRET_ARN; PARAMS for more overrides)
+	@test -n "$(DEPLOY_BUCKET)" || { echo "set DEPLOY_BUCKET=<an S3 bucket for the build artefacts>"; exit 1; }
+	@test -n "$(SECRET_ARN)" || { echo "set SECRET_ARN=<the provider keys secret's ARN> (see make secret)"; exit 1; }
+	$(AWS) cloudformation package --template-file template.yaml --s3-bucket $(DEPLOY_BUCKET) \
+	  --s3-prefix $(STACK) --output-template-file build/packaged.yaml
+	$(AWS) cloudformation deploy --template-file build/packaged.yaml --stack-name $(STACK) \
+	  --capabilities CAPABILITY_IAM CAPABILITY_AUTO_EXPAND --no-fail-on-empty-changeset \
+	  --parameter-overrides ProviderKeysSecretArn=$(SECRET_ARN) Architecture=$(ARCH) $(PARAMS)
+	$(AWS) cloudformation describe-stacks --stack-name $(STACK) --query 'Stacks[0].Outputs' --output table
+
+deploy-lambda-fast: install ## zip src/ only, update the function's code, wait, print the new CodeSha256
+	@$(BIN)/python scripts/package.py function >/dev/null
+	@$(AWS) lambda update-function-code --function-name $(FUNCTION) --zip-file fileb://build/function.zip \
+	  --query CodeSha256 --output text > build/.code-sha256
+	@$(AWS) lambda wait function-updated --function-name $(FUNCTION)
+	@echo "updated $(FUNCTION): CodeSha256 $$(cat build/.code-sha256)"
+
+logs: install ## the function's log events of the last SINCE (10m), one per line; FILTER=..., FOLLOW=1
+	@$(BIN)/python scripts/logs.py --log-group $(LOG_GROUP) --since $(SINCE) --filter "$$FILTER" $(if $(FOLLOW),--follow)
+
+logs-decisions: install ## only the 'Tool execution decision' lines
+	@$(BIN)/python scripts/logs.py --log-group $(LOG_GROUP) --since $(SINCE) --filter '"Tool execution decision"' $(if $(FOLLOW),--follow)
+
+secret: install ## create or update the provider keys secret from GROQ_API_KEY / OPENAI_API_KEY in your environment
+	@$(BIN)/python scripts/secret.py --name $(STACK)/provider-keys
+
+invoke: install ## run the handler locally on EVENT=events/<file>.json (no Docker) and print the response
+	@$(BIN)/python scripts/invoke_local.py $(EVENT)
+
+run: install ## serve the app on 127.0.0.1:PORT (8000); the offline demo model when no key is set
+	$(BIN)/python -m uvicorn app:app --app-dir src --host 127.0.0.1 --port $(PORT)
+
+bench: install ## measure the loop, sandbox, cold start and fallback; writes bench/RESULTS.md and bench/scenarios.png
+	$(BIN)/python -m bench
 
 clean: ## remove build outputs and caches (keeps .venv)
 	rm -rf build .pytest_cache .ruff_cache

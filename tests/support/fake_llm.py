@@ -15,6 +15,7 @@ Usage::
 from __future__ import annotations
 
 import json
+import socket
 import threading
 import time
 from collections import defaultdict, deque
@@ -96,6 +97,11 @@ class FakeLLM:
 
             def log_message(self, *args: Any) -> None:
                 pass
+
+            def setup(self) -> None:
+                super().setup()
+                # Without this, small streamed writes meet delayed ACKs: ~40 ms per reply that no real API has.
+                self.connection.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
 
             def do_POST(self) -> None:
                 length = int(self.headers.get("content-length", 0))

@@ -1,0 +1,98 @@
+"""Build the Lambda artefacts without Docker: ``build/function.zip`` (just ``src/``) and ``build/layer.zip``
+(the pinned runtime packages and the Deno binary, for the chosen architecture).
+
+Usage::
+
+    python scripts/package.py function                 # seconds: what make deploy-lambda-fast uploads
+    python scripts/package.py layer --arch arm64       # pip cross-downloads manylinux wheels for python3.12
+"""
+
+from __future__ import annotations
+
+import argparse
+import base64
+import hashlib
+import os
+import shutil
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+BUILD = ROOT / "build"
+MACHINES = {"arm64": "aarch64", "x86_64": "x86_64"}
+# Lambda's python3.12 runtime is Amazon Linux 2023 (glibc 2.34): any manylinux wheel up to 2_34 runs there.
+GLIBC_TAGS = ["manylinux2014"] + [f"manylinux_2_{minor}" for minor in range(17, 35)]
+SKIP = {"__pycache__", ".pytest_cache"}
+
+
+def zip_tree(source: Path, target: Path) -> None:
+    """Zip ``source``'s contents (not the folder itself), keeping file modes (the Deno binary stays executable)
+    and fixing timestamps so the same tree always gives the same zip and CodeSha256."""
+    target.parent.mkdir(parents=True, exist_ok=True)
+    with zipfile.ZipFile(target, "w", zipfile.ZIP_DEFLATED, compresslevel=6) as archive:
+        for path in sorted(source.rglob("*")):
+            if any(part in SKIP for part in path.parts) or path.suffix == ".pyc" or not path.is_file():
+                continue
+            info = zipfile.ZipInfo(str(path.relative_to(source)), date_time=(2020, 1, 1, 0, 0, 0))
+            info.external_attr = (path.stat().st_mode & 0o777 | 0o100000) << 16
+            info.compress_type = zipfile.ZIP_DEFLATED
+            archive.writestr(info, path.read_bytes())
+
+
+def code_sha256(path: Path) -> str:
+    """What Lambda reports as CodeSha256: base64 of the zip's SHA-256."""
+    return base64.b64encode(hashlib.sha256(path.read_bytes()).digest()).decode()
+
+
+def build_function() -> Path:
+    target = BUILD / "function.zip"
+    zip_tree(ROOT / "src", target)
+    return target
+
+
+def build_layer(arch: str) -> Path:
+    machine = MACHINES[arch]
+    root = BUILD / "layer"
+    shutil.rmtree(root, ignore_errors=True)
+    platforms = [arg for tag in GLIBC_TAGS for arg in ("--platform", f"{tag}_{machine}")]
+    subprocess.run(
+        [sys.executable, "-m", "pip", "install", "--quiet", "--disable-pip-version-check", "--no-compile",
+         "--target", str(root / "python"), "--implementation", "cp", "--python-version", "3.12",
+         "--only-binary=:all:", *platforms, "-r", str(ROOT / "requirements.txt")],
+        check=True,
+    )  # fmt: skip
+    deno = root / "python" / "bin" / "deno"
+    if not deno.is_file():
+        raise SystemExit("the deno wheel did not provide bin/deno")
+    deno.chmod(0o755)
+    (root / "python" / "bin" / "chatloop-arch").write_text(arch + "\n")
+    target = BUILD / "layer.zip"
+    zip_tree(root, target)
+    return target
+
+
+def unzipped_size(path: Path) -> int:
+    with zipfile.ZipFile(path) as archive:
+        return sum(i.file_size for i in archive.infolist())
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("what", choices=["function", "layer", "all"])
+    parser.add_argument("--arch", choices=sorted(MACHINES), default=os.environ.get("ARCH", "arm64"))
+    args = parser.parse_args()
+    built = []
+    if args.what in ("function", "all"):
+        built.append(build_function())
+    if args.what in ("layer", "all"):
+        built.append(build_layer(args.arch))
+    for path in built:
+        print(f"{path.relative_to(ROOT)}: {path.stat().st_size / 1e6:.1f} MB zipped, "
+              f"{unzipped_size(path) / 1e6:.1f} MB unzipped, CodeSha256 {code_sha256(path)}")  # fmt: skip
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,239 @@
+"""Deployment and operations: the SAM template (linted, translated, secure), the Makefile's AWS targets against a
+moto server on 127.0.0.1, and the build's size limits."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+import time
+import zipfile
+from pathlib import Path
+
+import boto3
+import pytest
+from cfnlint.decode import cfn_yaml
+from moto.server import ThreadedMotoServer
+from scripts.package import code_sha256, unzipped_size
+
+ROOT = Path(__file__).resolve().parent.parent
+BIN = ROOT / ".venv" / "bin"
+
+
+def run(*args: str, env: dict | None = None, check: bool = True) -> subprocess.CompletedProcess:
+    return subprocess.run(args, cwd=ROOT, env=env, capture_output=True, text=True, check=check, timeout=300)
+
+
+# --- the template ----------------------------------------------------------------------------------
+@pytest.fixture(scope="module")
+def translated(tmp_path_factory) -> dict:
+    target = tmp_path_factory.mktemp("cfn") / "template.json"
+    run(sys.executable, "scripts/translate_template.py", "template.yaml", str(target))
+    return json.loads(target.read_text())
+
+
+@pytest.fixture(scope="module")
+def template() -> dict:
+    return cfn_yaml.load(str(ROOT / "template.yaml"))
+
+
+def test_template_and_its_translation_pass_cfn_lint(translated, tmp_path):
+    assert run(str(BIN / "cfn-lint"), "template.yaml", check=False).returncode == 0
+    path = tmp_path / "t.json"
+    path.write_text(json.dumps(translated))
+    result = run(str(BIN / "cfn-lint"), "--ignore-checks", "W2001", "W3005", "--", str(path), check=False)
+    assert result.returncode == 0, result.stdout
+
+
+def test_translate_then_lint_catches_what_cfn_lint_alone_misses(tmp_path):
+    broken = (ROOT / "template.yaml").read_text().replace("Runtime: python3.12", "Runtime: python3.99")
+    (tmp_path / "template.yaml").write_text(broken)
+    run(
+        sys.executable,
+        str(ROOT / "scripts/translate_template.py"),
+        str(tmp_path / "template.yaml"),
+        str(tmp_path / "t.json"),
+    )
+    result = run(
+        str(BIN / "cfn-lint"),
+        "--ignore-checks",
+        "W2001",
+        "W3005",
+        "--",
+        str(tmp_path / "t.json"),
+        check=False,
+    )
+    assert result.returncode != 0 and "python3.99" in result.stdout
+
+
+def test_function_shape(template):
+    fn = template["Resources"]["ChatFunction"]["Properties"]
+    assert (fn["Runtime"], fn["Handler"], fn["CodeUri"]) == ("python3.12", "app.handler", "src/")
+    params = template["Parameters"]
+    assert (
+        params["Architecture"]["Default"] == "arm64" and "x86_64" in params["Architecture"]["AllowedValues"]
+    )
+    assert params["MemorySize"]["MinValue"] >= 1024 and params["MemorySize"]["Default"] >= 1024
+    assert params["FunctionTimeoutSeconds"]["Default"] > params["RequestTimeoutSeconds"]["Default"]
+    assert fn["Layers"] == [{"Ref": "DependenciesLayer"}]
+    assert fn["LoggingConfig"]["LogFormat"] == "JSON"
+    env = fn["Environment"]["Variables"]
+    assert (
+        fn["LoggingConfig"]["ApplicationLogLevel"] == env["POWERTOOLS_LOG_LEVEL"] == {"Ref": "LogLevel"}
+    )  # in step
+    assert {"MODEL_CHAIN", "MAX_ITERATIONS", "PROVIDER_KEYS_SECRET_ARN", "REQUEST_TIMEOUT_SECONDS"} <= set(
+        env
+    )
+    outputs = template["Outputs"]
+    assert {"ApiUrl", "FunctionName", "LogGroupName"} <= set(outputs)
+
+
+def test_the_api_is_never_an_open_proxy(translated):
+    resources = translated["Resources"]
+    api = next(r for r in resources.values() if r["Type"] == "AWS::ApiGateway::RestApi")
+    methods = [m for path in api["Properties"]["Body"]["paths"].values() for m in path.values()]
+    assert methods and all({"api_key": []} in m["security"] for m in methods)
+    plan = next(r for r in resources.values() if r["Type"] == "AWS::ApiGateway::UsagePlan")["Properties"]
+    assert (
+        plan["Throttle"]["RateLimit"] > 0 and plan["Quota"]["Period"] == "DAY" and plan["Quota"]["Limit"] > 0
+    )
+    url = next(r for r in resources.values() if r["Type"] == "AWS::Lambda::Url")
+    assert url["Properties"]["AuthType"] == "AWS_IAM" and url["Condition"] == "CreateFunctionUrl"
+
+
+def test_log_retention_and_least_privilege_secret_access(translated):
+    resources = translated["Resources"]
+    group = resources["ChatLogGroup"]["Properties"]
+    assert group["RetentionInDays"] == {"Ref": "LogRetentionDays"}
+    assert resources["ChatFunction"]["Properties"]["LoggingConfig"]["LogGroup"] == {"Ref": "ChatLogGroup"}
+    role = resources["ChatFunctionRole"]["Properties"]
+    statements = [s for p in role.get("Policies", []) for s in p["PolicyDocument"]["Statement"]]
+    secret_reads = [s for s in statements if "secretsmanager:GetSecretValue" in json.dumps(s["Action"])]
+    assert secret_reads and all(
+        '{"Ref": "ProviderKeysSecretArn"}' in json.dumps(s["Resource"]) for s in secret_reads
+    )
+    assert "*" not in json.dumps([s["Resource"] for s in statements])
+
+
+def test_no_secret_value_in_template_or_samconfig():
+    for name in ("template.yaml", "samconfig.toml"):
+        text = (ROOT / name).read_text()
+        assert not re.search(r"gsk_[A-Za-z0-9]{8,}|sk-[A-Za-z0-9]{8,}|AKIA[0-9A-Z]{16}", text), name
+        assert "NoEcho" not in text or name == "template.yaml"
+    fn_env = cfn_yaml.load(str(ROOT / "template.yaml"))["Resources"]["ChatFunction"]["Properties"][
+        "Environment"
+    ]
+    assert not {"GROQ_API_KEY", "OPENAI_API_KEY"} & set(fn_env["Variables"])
+
+
+def test_every_environment_variable_is_documented():
+    from chatloop.config import Settings
+
+    readme = (ROOT / "README.md").read_text()
+    names = [("APP_VERSION" if f == "version" else f.upper()) for f in Settings.__dataclass_fields__]
+    names += ["GROQ_API_KEY", "OPENAI_API_KEY", "GROQ_BASE_URL", "OPENAI_BASE_URL", "POWERTOOLS_SERVICE_NAME",
+              "POWERTOOLS_METRICS_NAMESPACE", "POWERTOOLS_LOG_LEVEL", "DENO_BIN", "PORT"]  # fmt: skip
+    missing = [n for n in names if f"`{n}`" not in readme]
+    assert not missing
+
+
+# --- make targets against moto ---------------------------------------------------------------------
+@pytest.fixture(scope="module")
+def moto():
+    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
+    server.start()
+    host, port = server.get_host_and_port()
+    env = {**os.environ, "AWS_ENDPOINT_URL": f"http://{host}:{port}", "AWS_ACCESS_KEY_ID": "testing",
+           "AWS_SECRET_ACCESS_KEY": "testing", "AWS_REGION": "us-east-1", "AWS_DEFAULT_REGION": "us-east-1"}  # fmt: skip
+    env.pop("AWS_PROFILE", None)
+    yield env
+    server.stop()
+
+
+def client(env: dict, service: str):
+    return boto3.client(service, endpoint_url=env["AWS_ENDPOINT_URL"], region_name="us-east-1",
+                        aws_access_key_id="testing", aws_secret_access_key="testing")  # fmt: skip
+
+
+def test_deploy_lambda_fast_updates_the_code_and_prints_its_sha(moto, tmp_path):
+    iam, lam = client(moto, "iam"), client(moto, "lambda")
+    role = iam.create_role(RoleName="chatloop-test-role", AssumeRolePolicyDocument=json.dumps({
+        "Version": "2012-10-17", "Statement": [{"Effect": "Allow", "Principal": {"Service": "lambda.amazonaws.com"},
+                                                 "Action": "sts:AssumeRole"}]}))["Role"]["Arn"]  # fmt: skip
+    seed = tmp_path / "seed.zip"
+    with zipfile.ZipFile(seed, "w") as z:
+        z.writestr("app.py", "def handler(event, context):\n    return {}\n")
+    lam.create_function(FunctionName="chatloop-ops-chat", Runtime="python3.12", Role=role, Handler="app.handler",
+                        Code={"ZipFile": seed.read_bytes()}, Architectures=["arm64"])  # fmt: skip
+    start = time.monotonic()
+    result = run("make", "--no-print-directory", "deploy-lambda-fast", "STACK=chatloop-ops", env=moto)
+    elapsed = time.monotonic() - start
+    printed = re.search(r"CodeSha256 (\S+)", result.stdout).group(1)
+    assert printed == code_sha256(ROOT / "build" / "function.zip")
+    assert lam.get_function(FunctionName="chatloop-ops-chat")["Configuration"]["CodeSha256"] == printed
+    with zipfile.ZipFile(ROOT / "build" / "function.zip") as z:
+        names = z.namelist()
+    assert "app.py" in names and "chatloop/tools/javascript/runner.js" in names
+    assert not any("__pycache__" in n or n.startswith(("tests/", "src/")) for n in names)
+    assert elapsed < 60  # seconds, not minutes (the bench does not time this; it's a sanity bound)
+
+
+DECISION = ("Tool execution decision: iteration={i} hasToolCalls=true validToolCalls=1 finishReason=tool_calls "
+            "contentLength=0 hasSubstantiveAnswer=false hasSuccessfulJsExecution={js} duplicateCalls=0 "
+            "budgetExhausted=false loopDetected=false tooManyIterations=false deadlineNear=false "
+            "shouldExecuteTools={run} reason={reason}")  # fmt: skip
+
+
+def test_make_logs_prints_one_event_per_line_and_greps_work(moto):
+    logs = client(moto, "logs")
+    group = "/aws/lambda/chatloop-logs-chat"
+    logs.create_log_group(logGroupName=group)
+    logs.create_log_stream(logGroupName=group, logStreamName="2026/11/21/[$LATEST]abc")
+    now = int(time.time() * 1000)
+    records = [
+        {"level": "INFO", "message": DECISION.format(i=1, js="false", run="true", reason="execute"), "correlation_id": "req-1"},
+        {"level": "INFO", "message": DECISION.format(i=2, js="true", run="false", reason="js_already_succeeded"),
+         "correlation_id": "req-1"},
+        {"level": "INFO", "message": 'converged at 2 iterations tool_counts={"execute_javascript":1}', "correlation_id": "req-1"},
+        {"level": "WARNING", "message": "model fallback: from=groq:a to=groq:b reason=rate_limited retry_after=5.0",
+         "correlation_id": "req-2"},
+    ]  # fmt: skip
+    events = [{"timestamp": now + i, "message": json.dumps(r)} for i, r in enumerate(records)]
+    events.append({"timestamp": now + 10, "message": "END RequestId: req-1\n"})
+    logs.put_log_events(logGroupName=group, logStreamName="2026/11/21/[$LATEST]abc", logEvents=events)
+
+    out = run("make", "--no-print-directory", "logs", "STACK=chatloop-logs", env=moto).stdout.splitlines()
+    assert len(out) == 5 and all(line.count("\n") == 0 for line in out)
+    assert out[1].endswith(DECISION.format(i=2, js="true", run="false", reason="js_already_succeeded"))
+    assert " INFO req-1 Tool execution decision: iteration=1 " in out[0]
+
+    grep = run("bash", "-c", 'make --no-print-directory logs STACK=chatloop-logs | grep "hasSuccessfulJsExecution=true"',
+               env=moto).stdout.splitlines()  # fmt: skip
+    assert len(grep) == 1 and "iteration=2" in grep[0]
+    decisions = run(
+        "make", "--no-print-directory", "logs-decisions", "STACK=chatloop-logs", env=moto
+    ).stdout.splitlines()
+    assert len(decisions) == 2 and all("Tool execution decision:" in line for line in decisions)
+    filtered = run(
+        "make", "--no-print-directory", "logs", "STACK=chatloop-logs", "FILTER=fallback", env=moto
+    ).stdout
+    assert filtered.count("\n") == 1 and "reason=rate_limited" in filtered
+
+
+# --- the build -------------------------------------------------------------------------------------
+@pytest.mark.slow
+def test_make_build_fits_lambdas_limits():
+    result = run("make", "--no-print-directory", "build", "ARCH=arm64")
+    layer, function = ROOT / "build" / "layer.zip", ROOT / "build" / "function.zip"
+    total = unzipped_size(layer) + unzipped_size(function)
+    assert total < 250 * 1024 * 1024, result.stdout
+    with zipfile.ZipFile(layer) as z:
+        deno = z.getinfo("python/bin/deno")
+        assert (deno.external_attr >> 16) & 0o111  # still executable
+        assert z.read("python/bin/chatloop-arch").decode().strip() == "arm64"
+        with z.open("python/bin/deno") as f:
+            header = f.read(20)
+        assert header[:4] == b"\x7fELF" and int.from_bytes(header[18:20], "little") == 0xB7  # EM_AARCH64
+        assert not any(n.startswith("python/fastapi/") for n in z.namelist())
