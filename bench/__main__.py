@@ -95,6 +95,15 @@ class InstantModel:
             yield ModelResponse(self.name, content="done", finish_reason="stop")
 
 
+class AnswerAtOnce:
+    """A model that answers at once, without tools: what remains is the handler's own cost."""
+
+    name = "scripted:instant"
+
+    async def stream(self, request: ModelRequest):
+        yield ModelResponse(self.name, content="ok", finish_reason="stop")
+
+
 class NoopTool:
     name, description = "noop", "does nothing"
     parameters = {"type": "object", "properties": {"n": {"type": "integer"}}}
@@ -273,15 +282,9 @@ def handler_paths(reps: int, js_tool) -> dict:
     from chatloop.api.runtime import Runtime
     from chatloop.providers.chain import FallbackChain
 
-    class Instant:
-        name = "scripted:instant"
-
-        async def stream(self, request):
-            yield ModelResponse(self.name, content="ok", finish_reason="stop")
-
     body = {"messages": [{"role": "user", "content": "hello"}], "stream": False, "tools": []}
     lambda_app.app.state.runtime = Runtime(
-        Settings(), chain=FallbackChain([Instant()]), registry=ToolRegistry([js_tool])
+        Settings(), chain=FallbackChain([AnswerAtOnce()]), registry=ToolRegistry([js_tool])
     )
     event = rest_event("POST", "/chat", body)
     overhead = []
@@ -318,13 +321,7 @@ def throughput(seconds: float) -> dict:
     from chatloop.api import create_app
     from chatloop.providers.chain import FallbackChain
 
-    class Instant:
-        name = "scripted:instant"
-
-        async def stream(self, request):
-            yield ModelResponse(self.name, content="ok", finish_reason="stop")
-
-    app = create_app(Settings(), chain=FallbackChain([Instant()]), registry=ToolRegistry())
+    app = create_app(Settings(), chain=FallbackChain([AnswerAtOnce()]), registry=ToolRegistry())
     server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=0, log_level="error", lifespan="off"))
     thread = threading.Thread(target=lambda: asyncio.run(server.serve()), daemon=True)
     thread.start()

@@ -457,3 +457,18 @@ async def test_decision_lines_are_logged_with_the_seed_fields(registry):
         for r in records
     )
     assert COMPOUND not in stream.getvalue()  # no message content unless LOG_CONTENT is on
+
+
+async def test_a_model_that_ignores_the_deadline_cannot_outlive_it(registry):
+    class Hanging(ScriptedModel):
+        async def stream(self, request):
+            self.requests.append(request)
+            await asyncio.sleep(30)  # a ChatModel that never looks at request.deadline
+            yield ModelResponse("", content="too late")
+
+    start = time.monotonic()
+    turn = await drive(Hanging(lambda r, n: None), registry, "hi", settings=Settings(deadline_reserve_seconds=0.8),
+                       deadline=2.0)  # fmt: skip
+    assert time.monotonic() - start < 2.0
+    assert turn.done["stop_reason"] == "deadline" and turn.answer and turn.model.calls == 2
+    assert turn.model.requests[1].tools is None  # the reserve went to a tool-less final attempt

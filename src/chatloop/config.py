@@ -93,6 +93,10 @@ class Settings:
             raise ConfigError("MAX_ITERATIONS must be between 1 and 100")
         if any(not isinstance(v, int) or v < 1 for v in self.tool_budgets.values()):
             raise ConfigError("TOOL_BUDGETS values must be positive integers")
+        for entry in filter(None, (e.strip() for e in self.model_chain.split(","))):
+            provider, sep, model = entry.partition(":")
+            if not (sep and provider and model):
+                raise ConfigError(f"MODEL_CHAIN entry {entry!r} is not of the form provider:model")
         if self.request_timeout_seconds <= 0 or self.deadline_reserve_seconds < 0:
             raise ConfigError(
                 "REQUEST_TIMEOUT_SECONDS must be positive and DEADLINE_RESERVE_SECONDS not negative"

@@ -9,8 +9,13 @@ Usage::
 
 from __future__ import annotations
 
+import asyncio
 import time
+from collections.abc import AsyncIterable, AsyncIterator
 from dataclasses import dataclass
+from typing import TypeVar
+
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -34,3 +39,25 @@ class Deadline:
     def minus(self, seconds: float) -> Deadline:
         """An earlier deadline: used to keep a reserve for the final answer."""
         return Deadline(self.at - seconds)
+
+
+async def until(deadline: Deadline, items: AsyncIterable[T]) -> AsyncIterator[T]:
+    """``items``, each awaited only until ``deadline``; then ``TimeoutError``.
+
+    Bounds each wait for the next item, never a block that contains a ``yield``: a timeout spanning yields would
+    cancel whatever the consumer is doing at that moment (writing a response, say), far from the code that can
+    handle it."""
+    iterator = aiter(items)
+    try:
+        while True:
+            try:
+                item = await asyncio.wait_for(anext(iterator), timeout=deadline.remaining())
+            except StopAsyncIteration:
+                return
+            yield item
+    finally:
+        close = getattr(iterator, "aclose", None) or getattr(iterator, "close", None)
+        if close is not None:
+            result = close()
+            if asyncio.iscoroutine(result):
+                await result

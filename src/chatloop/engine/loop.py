@@ -19,7 +19,7 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 from chatloop.config import Settings
-from chatloop.deadline import Deadline
+from chatloop.deadline import Deadline, until
 from chatloop.engine import prompts
 from chatloop.engine.events import Event, EventType, StopReason
 from chatloop.engine.guards import JAVASCRIPT_TOOL, BatchPlan, Disposition, PlannedCall, ToolLedger
@@ -147,7 +147,8 @@ class _Turn:
         response: ModelResponse | None = None
         visible = _HoldBackLegacy()
         try:
-            async for item in self.model.stream(request):
+            # The adapters bound their own calls; this bounds any ChatModel, so no model outlives the deadline.
+            async for item in until(request.deadline, self.model.stream(request)):
                 if isinstance(item, TextDelta):
                     text = visible.feed(item.text)
                     if text:
@@ -158,7 +159,11 @@ class _Turn:
                         visible = _HoldBackLegacy()
                 elif isinstance(item, ModelResponse):
                     response = item
-        except DeadlineExceeded as exc:
+        except (DeadlineExceeded, TimeoutError) as exc:
+            if isinstance(exc, TimeoutError):
+                exc = DeadlineExceeded(
+                    f"{self.model.name} did not answer before the deadline", model=self.model.name
+                )
             yield Event(EventType.ERROR, {"code": exc.kind, "message": exc.message, "model": exc.model})
             if offered and not self.final_call_made:
                 # The call ran into the reserve kept for the answer: spend the reserve on a tool-less answer.
@@ -192,7 +197,7 @@ class _Turn:
             response.tool_calls, offered=set(offered), client_tools=self.client_names
         )
         decision = self._decide(response, plan, legacy and not response.tool_calls)
-        self._log_decision(decision)
+        self._log_decision(decision, response)
         yield Event(EventType.DECISION, decision.fields())
 
         action = decision.action
@@ -439,10 +444,11 @@ class _Turn:
             "usage": self.usage.as_dict(), "model": self.answered_by or self.model.name,
         }  # fmt: skip
 
-    def _log_decision(self, decision: Decision) -> None:
+    def _log_decision(self, decision: Decision, response: ModelResponse) -> None:
         record = decision.fields()
-        if self.settings.log_content:
-            record["content"] = self.messages[-1].get("content") if self.messages else None
+        if self.settings.log_content:  # off by default: message text can hold personal data
+            record["content"] = response.content
+            record["tool_calls"] = [c.to_message() for c in response.tool_calls]
         logger.info(decision.log_line(), extra={"decision": record})
 
     def _log_end(self, stop: StopReason) -> None:

@@ -19,6 +19,7 @@ import os
 from collections.abc import AsyncIterator
 from typing import Any
 
+from chatloop.deadline import until
 from chatloop.providers.base import ModelRequest, ModelResponse, StreamItem, TextDelta, Usage
 from chatloop.providers.catalog import ModelInfo, ProviderInfo
 from chatloop.providers.errors import DeadlineExceeded, ModelError, Transient, classify
@@ -96,24 +97,22 @@ class SDKChatModel:
         usage: Usage | None = None
         started = False
         try:
-            async with asyncio.timeout(budget):
-                try:
-                    stream = await self._client().chat.completions.create(
-                        **self.params(request), timeout=budget
-                    )
-                except sdk.APIError as exc:
-                    raise self._error(sdk, exc, streamed=False) from exc
-                started = True
-                async for chunk in stream:
-                    usage = _usage(chunk) or usage
-                    for choice in field_of(chunk, "choices") or []:
-                        delta = field_of(choice, "delta")
-                        text = field_of(delta, "content")
-                        if text:
-                            content.append(text)
-                            yield TextDelta(text)
-                        calls.add(field_of(delta, "tool_calls"))
-                        finish_reason = field_of(choice, "finish_reason") or finish_reason
+            try:
+                create = self._client().chat.completions.create(**self.params(request), timeout=budget)
+                stream = await asyncio.wait_for(create, timeout=request.deadline.remaining())
+            except sdk.APIError as exc:
+                raise self._error(sdk, exc, streamed=False) from exc
+            started = True
+            async for chunk in until(request.deadline, stream):
+                usage = _usage(chunk) or usage
+                for choice in field_of(chunk, "choices") or []:
+                    delta = field_of(choice, "delta")
+                    text = field_of(delta, "content")
+                    if text:
+                        content.append(text)
+                        yield TextDelta(text)
+                    calls.add(field_of(delta, "tool_calls"))
+                    finish_reason = field_of(choice, "finish_reason") or finish_reason
         except TimeoutError:
             raise DeadlineExceeded(
                 f"{self.name} did not answer within {budget:.1f} s", model=self.name
