@@ -72,6 +72,32 @@ for _secret_var in ("GROQ_API_KEY", "OPENAI_API_KEY", "AWS_SECRET_ACCESS_KEY", "
     register_secret(os.environ.get(_secret_var))
 
 
+def log_decision(line: str, fields: dict[str, Any], content: dict[str, Any] | None = None) -> None:
+    """One record per model response: ``Tool execution decision: ...`` as the message (for grep), the same fields
+    as a ``decision`` object (for CloudWatch Logs Insights), and the content only when LOG_CONTENT is on."""
+    extra: dict[str, Any] = {"decision": fields}
+    if content is not None:
+        extra["content"] = content
+    logger.info(line, extra=extra)
+
+
+def log_turn_end(stop_reason: str, converged: bool, iterations: int, tool_counts: dict[str, int],
+                 usage: dict[str, int], model: str | None) -> None:  # fmt: skip
+    """One line per turn: ``converged at 2 iterations tool_counts={...}`` or ``<stop_reason> at N iterations ...``."""
+    counts = json.dumps(tool_counts, separators=(",", ":"))
+    head = "converged" if converged else stop_reason
+    logger.info(f"{head} at {iterations} iterations tool_counts={counts}",
+                extra={"turn": {"stop_reason": stop_reason, "iterations": iterations, "tool_counts": tool_counts,
+                                "usage": usage, "model": model}})  # fmt: skip
+
+
+def log_fallback(from_model: str, to_model: str | None, reason: str, retry_after: float | None,
+                 discard_partial: bool) -> None:  # fmt: skip
+    logger.warning(f"model fallback: from={from_model} to={to_model} reason={reason} retry_after={retry_after}",
+                   extra={"fallback": {"from": from_model, "to": to_model, "reason": reason,
+                                       "retry_after": retry_after, "discard_partial": discard_partial}})  # fmt: skip
+
+
 def record_turn_metrics(events: list[Any], in_lambda: bool) -> None:
     """CloudWatch metrics (EMF, flushed by the handler's ``log_metrics``) from one turn's events: iterations, tool executions, skipped tool calls, fallbacks, the stop reason and sandbox milliseconds.
     Outside Lambda nothing is recorded (nothing would flush it)."""

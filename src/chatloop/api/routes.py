@@ -172,7 +172,8 @@ async def chat_completions(request: Request) -> Response:
             400, "invalid_request", "tool_choice names a tool that is not offered", "tool_choice"
         )
     model = model_for(runtime, body.model, strict=False)
-    turn = TurnRequest(messages=messages, tool_names=[] if choice == "none" else None, client_tools=client_tools,
+    no_tools = choice == "none"
+    turn = TurnRequest(messages=messages, tool_names=[] if no_tools else None, client_tools=[] if no_tools else client_tools,
                        tool_choice=None if choice == "none" else choice, parallel_tool_calls=body.parallel_tool_calls,
                        temperature=body.temperature, top_p=body.top_p,
                        max_tokens=body.max_completion_tokens or body.max_tokens)  # fmt: skip

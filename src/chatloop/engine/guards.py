@@ -39,6 +39,18 @@ def call_key(name: str, arguments: str) -> str:
     return f"{name}:{canonical}"
 
 
+def duplicate_answer(earlier_content: str, duplicate_of: str | None) -> str:
+    """A repeated call's tool message: the earlier result, marked as a duplicate that was not run again."""
+    try:
+        parsed = json.loads(earlier_content)
+    except ValueError:
+        parsed = None
+    body = {"duplicate_of": duplicate_of, **parsed} if isinstance(parsed, dict) else {
+        "duplicate_of": duplicate_of, "result": earlier_content}  # fmt: skip
+    body["note"] = "identical to an earlier call; not run again"
+    return json.dumps(body)
+
+
 def result_hash(content: str) -> str:
     return hashlib.sha256(content.encode("utf-8", "surrogatepass")).hexdigest()
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import json
-import re
+import uuid
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -22,11 +22,18 @@ from chatloop.config import Settings
 from chatloop.deadline import Deadline, until
 from chatloop.engine import prompts
 from chatloop.engine.events import Event, EventType, StopReason
-from chatloop.engine.guards import JAVASCRIPT_TOOL, BatchPlan, Disposition, PlannedCall, ToolLedger
-from chatloop.engine.messages import LEGACY_CALL, strip_legacy_calls
+from chatloop.engine.guards import (
+    JAVASCRIPT_TOOL,
+    BatchPlan,
+    Disposition,
+    PlannedCall,
+    ToolLedger,
+    duplicate_answer,
+)
+from chatloop.engine.messages import LEGACY_CALL, LegacyTextFilter, strip_legacy_calls
 from chatloop.engine.policy import Action, Decision, DecisionInput, decide
 from chatloop.engine.request import TurnRequest
-from chatloop.observability import logger
+from chatloop.observability import log_decision, log_fallback, log_turn_end, logger
 from chatloop.providers.base import (
     ChatModel,
     ModelFallback,
@@ -44,6 +51,14 @@ MIN_CALL_SECONDS = 0.5
 """Below this, no model call is started: the turn answers with the fallback text."""
 RENDER_MARGIN_SECONDS = 0.25
 """Kept back from the last model call so the response is rendered before the deadline."""
+
+NOT_RUN_STATUS = {
+    Disposition.INVALID_ARGUMENTS: ("error", None),
+    Disposition.NOT_OFFERED: ("error", None),
+    Disposition.JS_ALREADY_SUCCEEDED: ("skipped", "js_already_succeeded"),
+    Disposition.OVER_BUDGET: ("skipped", "budget_exhausted"),
+    Disposition.CLIENT: ("skipped", "client_tools_pending"),
+}
 
 _GUARD_FOR_REASON = {
     "duplicate_loop": StopReason.LOOP_DETECTED,
@@ -99,6 +114,7 @@ class _Turn:
         self.last_error: str | None = None
         self.last_result: str | None = None
         self.answered_by: str | None = None
+        self.call_ids = {c["id"] for m in self.messages for c in m.get("tool_calls") or []}
 
     # --- the loop --------------------------------------------------------------------------
     async def run(self) -> AsyncIterator[Event]:
@@ -145,18 +161,20 @@ class _Turn:
         offered, forced_by = self._offer()
         request = self._model_request(offered)
         response: ModelResponse | None = None
-        visible = _HoldBackLegacy()
+        visible = LegacyTextFilter()
+        streamed = False
         try:
             # The adapters bound their own calls; this bounds any ChatModel, so no model outlives the deadline.
             async for item in until(request.deadline, self.model.stream(request)):
                 if isinstance(item, TextDelta):
                     text = visible.feed(item.text)
                     if text:
+                        streamed = True
                         yield Event(EventType.DELTA, {"content": text, "iteration": self.iteration})
                 elif isinstance(item, ModelFallback):
                     yield self._fallback_event(item)
                     if item.discard_partial:
-                        visible = _HoldBackLegacy()
+                        visible = LegacyTextFilter()
                 elif isinstance(item, ModelResponse):
                     response = item
         except (DeadlineExceeded, TimeoutError) as exc:
@@ -164,7 +182,9 @@ class _Turn:
                 exc = DeadlineExceeded(
                     f"{self.model.name} did not answer before the deadline", model=self.model.name
                 )
-            yield Event(EventType.ERROR, {"code": exc.kind, "message": exc.message, "model": exc.model})
+            # discard_partial: text this call already streamed is not part of the answer.
+            yield Event(EventType.ERROR, {"code": exc.kind, "message": exc.message, "model": exc.model,
+                                          "discard_partial": streamed})  # fmt: skip
             if offered and not self.final_call_made:
                 # The call ran into the reserve kept for the answer: spend the reserve on a tool-less answer.
                 self._end_tool_use("deadline")
@@ -193,6 +213,7 @@ class _Turn:
                     EventType.STATUS, {"status": "legacy_syntax_recovered", "iteration": self.iteration}
                 )
             response.content = strip_legacy_calls(response.content)
+        self._make_ids_unique(response.tool_calls)
         plan = self.ledger.plan_batch(
             response.tool_calls, offered=set(offered), client_tools=self.client_names
         )
@@ -293,6 +314,14 @@ class _Turn:
             nudges_left=1 - self.nudges, final_call_made=self.final_call_made,
         ))  # fmt: skip
 
+    def _make_ids_unique(self, calls: list[ToolCall]) -> None:
+        """Some OpenAI-compatible servers reuse ids (``call_0`` in every reply); a conversation with two calls of one
+        id is invalid, so a repeated id gets a fresh one."""
+        for call in calls:
+            if call.id in self.call_ids:
+                call.id = f"{call.id}_{uuid.uuid4().hex[:8]}"
+            self.call_ids.add(call.id)
+
     def _end_tool_use(self, reason: str) -> None:
         """No more tools this turn: the next call is made without tools, with a note saying why."""
         self.tools_ended = reason
@@ -361,48 +390,15 @@ class _Turn:
             return ToolResult(content=json.dumps({"error": message}), ok=False, error=message)
 
     def _answer_without_running(self, p: PlannedCall) -> tuple[str, str | None, str]:
-        name = p.call.name
+        """``(status, reason, tool message content)`` for a call that is answered but not run."""
         if p.disposition is Disposition.DUPLICATE:
             earlier = self.ledger.earlier_result(p.key)
-            earlier_content = earlier[1] if earlier else "{}"
-            try:
-                parsed = json.loads(earlier_content)
-            except ValueError:
-                parsed = None
-            note = "identical to an earlier call; not run again"
-            body = (
-                {"duplicate_of": p.duplicate_of, **parsed}
-                if isinstance(parsed, dict)
-                else {"duplicate_of": p.duplicate_of, "result": earlier_content}
-            )
-            body["note"] = note
-            return "skipped", "duplicate", json.dumps(body)
-        if p.disposition is Disposition.INVALID_ARGUMENTS:
-            snippet = (p.call.arguments or "")[:120]
-            return (
-                "error",
-                None,
-                _error(f"InvalidArguments: the arguments are not a JSON object: {snippet!r}"),
-            )
-        if p.disposition is Disposition.JS_ALREADY_SUCCEEDED:
-            return (
-                "skipped",
-                "js_already_succeeded",
-                _error(
-                    "NotRun: execute_javascript already returned a result for this question; use it to answer"
-                ),
-            )
-        if p.disposition is Disposition.OVER_BUDGET:
-            budget = self.ledger.budgets.get(name)
-            return (
-                "skipped",
-                "budget_exhausted",
-                _error(f"BudgetExhausted: {name} may run at most {budget} times per question"),
-            )
-        if p.disposition is Disposition.CLIENT:
-            return "skipped", "client_tools_pending", _error("NotRun: client tools cannot run in this batch")
-        offered = self.ledger.offerable(self.builtin)
-        return "error", None, _error(f"UnknownTool: {name!r} is not available; available tools: {offered}")
+            return "skipped", "duplicate", duplicate_answer(earlier[1] if earlier else "{}", p.duplicate_of)
+        status, reason = NOT_RUN_STATUS[p.disposition]
+        message = prompts.not_run(p.disposition.value, name=p.call.name, arguments=p.call.arguments,
+                                  budget=self.ledger.budgets.get(p.call.name),
+                                  available=self.ledger.offerable(self.builtin))  # fmt: skip
+        return status, reason, json.dumps({"error": message})
 
     # --- bookkeeping -----------------------------------------------------------------------
     def _skip_all(self, plan: BatchPlan, reason: str) -> None:
@@ -426,12 +422,7 @@ class _Turn:
         return stop, self._fallback_message(stop)
 
     def _fallback_event(self, item: ModelFallback) -> Event:
-        logger.warning(
-            f"model fallback: from={item.from_model} to={item.to_model} reason={item.reason} "
-            f"retry_after={item.retry_after}",
-            extra={"fallback": {"from": item.from_model, "to": item.to_model, "reason": item.reason,
-                                "retry_after": item.retry_after, "discard_partial": item.discard_partial}},
-        )  # fmt: skip
+        log_fallback(item.from_model, item.to_model, item.reason, item.retry_after, item.discard_partial)
         return Event(EventType.MODEL_FALLBACK, {
             "from": item.from_model, "to": item.to_model, "reason": item.reason, "retry_after": item.retry_after,
             "discard_partial": item.discard_partial, "message": item.message,
@@ -445,60 +436,14 @@ class _Turn:
         }  # fmt: skip
 
     def _log_decision(self, decision: Decision, response: ModelResponse) -> None:
-        record = decision.fields()
+        content = None
         if self.settings.log_content:  # off by default: message text can hold personal data
-            record["content"] = response.content
-            record["tool_calls"] = [c.to_message() for c in response.tool_calls]
-        logger.info(decision.log_line(), extra={"decision": record})
+            content = {
+                "content": response.content,
+                "tool_calls": [c.to_message() for c in response.tool_calls],
+            }
+        log_decision(decision.log_line(), decision.fields(), content)
 
     def _log_end(self, stop: StopReason) -> None:
-        counts = json.dumps(dict(self.ledger.executions), separators=(",", ":"))
-        head = "converged" if stop is StopReason.STOP else stop.value
-        logger.info(f"{head} at {self.iteration} iterations tool_counts={counts}",
-                    extra={"turn": {"stop_reason": stop.value, "iterations": self.iteration,
-                                    "tool_counts": dict(self.ledger.executions), "usage": self.usage.as_dict(),
-                                    "model": self.answered_by}})  # fmt: skip
-
-
-def _error(message: str) -> str:
-    return json.dumps({"error": message})
-
-
-# --- legacy ``<function=...>`` syntax -----------------------------------------------------------
-_LEGACY_PARTIAL = re.compile(r"<\s*(?:f(?:u(?:n(?:c(?:t(?:i(?:o(?:n\s*)?)?)?)?)?)?)?)?", re.IGNORECASE)
-_LEGACY_OPEN = re.compile(r"<\s*function\s*=", re.IGNORECASE)
-
-
-class _HoldBackLegacy:
-    """Passes streamed text through, holding back anything that may be the start of ``<function=``:
-    legacy call syntax never reaches the client's deltas."""
-
-    def __init__(self) -> None:
-        self.buffer = ""
-        self.suppressed = False
-
-    def feed(self, text: str) -> str:
-        if self.suppressed:
-            return ""
-        self.buffer += text
-        out = []
-        while True:
-            cut = self.buffer.find("<")
-            if cut < 0:
-                out.append(self.buffer)
-                self.buffer = ""
-                break
-            out.append(self.buffer[:cut])
-            self.buffer = self.buffer[cut:]
-            if _LEGACY_OPEN.match(self.buffer):
-                self.suppressed, self.buffer = True, ""
-                break
-            if _LEGACY_PARTIAL.fullmatch(self.buffer):
-                break  # could still become "<function=": wait for more text
-            out.append(self.buffer[0])
-            self.buffer = self.buffer[1:]
-        return "".join(out)
-
-    def flush(self) -> str:
-        tail, self.buffer = ("" if self.suppressed else self.buffer), ""
-        return tail
+        log_turn_end(stop.value, stop is StopReason.STOP, self.iteration, dict(self.ledger.executions),
+                     self.usage.as_dict(), self.answered_by)  # fmt: skip

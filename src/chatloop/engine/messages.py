@@ -143,3 +143,43 @@ def _tool_call(index: int, n: int, call: Any) -> dict[str, Any]:
     if not isinstance(arguments, str):
         raise ConversationError(index, f"tool_calls[{n}].arguments must be a JSON string or object")
     return {"id": call_id, "type": "function", "function": {"name": name, "arguments": arguments}}
+
+
+# --- legacy ``<function=...>`` syntax -----------------------------------------------------------
+_LEGACY_PARTIAL = re.compile(r"<\s*(?:f(?:u(?:n(?:c(?:t(?:i(?:o(?:n\s*)?)?)?)?)?)?)?)?", re.IGNORECASE)
+_LEGACY_OPEN = re.compile(r"<\s*function\s*=", re.IGNORECASE)
+
+
+class LegacyTextFilter:
+    """Passes streamed text through, holding back anything that may be the start of ``<function=``:
+    legacy call syntax never reaches the client's deltas."""
+
+    def __init__(self) -> None:
+        self.buffer = ""
+        self.suppressed = False
+
+    def feed(self, text: str) -> str:
+        if self.suppressed:
+            return ""
+        self.buffer += text
+        out = []
+        while True:
+            cut = self.buffer.find("<")
+            if cut < 0:
+                out.append(self.buffer)
+                self.buffer = ""
+                break
+            out.append(self.buffer[:cut])
+            self.buffer = self.buffer[cut:]
+            if _LEGACY_OPEN.match(self.buffer):
+                self.suppressed, self.buffer = True, ""
+                break
+            if _LEGACY_PARTIAL.fullmatch(self.buffer):
+                break  # could still become "<function=": wait for more text
+            out.append(self.buffer[0])
+            self.buffer = self.buffer[1:]
+        return "".join(out)
+
+    def flush(self) -> str:
+        tail, self.buffer = ("" if self.suppressed else self.buffer), ""
+        return tail

@@ -42,6 +42,19 @@ STOP_PHRASES = {
 }
 
 
+def not_run(kind: str, *, name: str, arguments: str, budget: int | None, available: list[str]) -> str:
+    """The error text a tool call gets when it is answered without running (``kind`` is its disposition)."""
+    if kind == "invalid_arguments":
+        return f"InvalidArguments: the arguments are not a JSON object: {arguments[:120]!r}"
+    if kind == "js_already_succeeded":
+        return "NotRun: execute_javascript already returned a result for this question; use it to answer"
+    if kind == "over_budget":
+        return f"BudgetExhausted: {name} may run at most {budget} times per question"
+    if kind == "client":
+        return "NotRun: client tools cannot run in this batch"
+    return f"UnknownTool: {name!r} is not available; available tools: {available}"
+
+
 def with_guidance(messages: list[dict], guidance: str = JS_GUIDANCE) -> list[dict]:
     """The conversation with ``guidance`` appended to its first system message (or a new one first)."""
     out = [dict(m) for m in messages]
