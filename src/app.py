@@ -4,6 +4,8 @@
 correlation id (the API Gateway request id), per-invocation log keys and EMF metrics.
 """
 
+import asyncio
+
 from aws_lambda_powertools.logging import correlation_paths
 from aws_lambda_powertools.metrics import MetricUnit
 from mangum import Mangum
@@ -21,8 +23,18 @@ _mangum = Mangum(app, lifespan="off", api_gateway_base_path=settings.api_base_pa
 @metrics.log_metrics(capture_cold_start_metric=True)
 def handler(event: dict, context: object) -> dict:
     metrics.add_metric(name="Requests", unit=MetricUnit.Count, value=1)
+    _ensure_event_loop()
     response = _mangum(event, context)
     status = response.get("statusCode", 500)
     if status >= 400:
         metrics.add_metric(name=f"Status{status // 100}xx", unit=MetricUnit.Count, value=1)
     return response
+
+
+def _ensure_event_loop() -> None:
+    """Mangum runs each invocation on the thread's current event loop; code that ran ``asyncio.run()`` before (or a
+    test framework) leaves none set, and Mangum would then fail. Never the case on Lambda, but cheap to guarantee."""
+    try:
+        asyncio.get_event_loop()
+    except RuntimeError:
+        asyncio.set_event_loop(asyncio.new_event_loop())

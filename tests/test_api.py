@@ -134,6 +134,14 @@ def test_openai_endpoint_through_the_handler(runtime):
     )
 
 
+def test_tool_choice_none_on_v1_offers_no_tool_at_all(runtime, llm):
+    weather = {"type": "function", "function": {"name": "get_weather", "parameters": {"type": "object"}}}
+    status, body, _ = invoke(http_event("POST", "/v1/chat/completions", {
+        "messages": chat_body()["messages"], "tools": [weather], "tool_choice": "none"}))  # fmt: skip
+    assert status == 200 and json.loads(body)["choices"][0]["finish_reason"] == "stop"
+    assert all("tools" not in r["body"] for r in llm.requests)
+
+
 def test_health_shows_version_and_chain_and_no_secret(runtime):
     status, body, _ = invoke(rest_event("GET", "/health"))
     data = json.loads(body)

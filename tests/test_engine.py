@@ -15,7 +15,7 @@ from chatloop.deadline import Deadline
 from chatloop.engine import EventType, TurnRequest, run_turn
 from chatloop.engine.messages import normalize_conversation
 from chatloop.observability import logger
-from chatloop.providers.base import ModelResponse
+from chatloop.providers.base import ModelResponse, TextDelta
 from chatloop.providers.errors import AllModelsFailed, RateLimited
 from chatloop.tools.base import ToolRegistry
 from chatloop.tools.javascript import ExecuteJavaScriptTool
@@ -472,3 +472,35 @@ async def test_a_model_that_ignores_the_deadline_cannot_outlive_it(registry):
     assert time.monotonic() - start < 2.0
     assert turn.done["stop_reason"] == "deadline" and turn.answer and turn.model.calls == 2
     assert turn.model.requests[1].tools is None  # the reserve went to a tool-less final attempt
+
+
+async def test_reused_tool_call_ids_are_made_unique(registry):
+    """A server that names every call call_0: the conversation sent back must still be valid."""
+
+    def script(request, n):
+        if n == 1:
+            return ModelResponse("", tool_calls=[js("const = 1", "call_0")])
+        if n == 2:
+            return ModelResponse("", tool_calls=[js("6 * 7", "call_0")])
+        return ModelResponse("", content=f"{last_result(request)}")
+
+    turn = await drive(ScriptedModel(script), registry, "6*7")  # ScriptedModel checks every conversation
+    assert turn.answer == "42"
+    ids = [c["id"] for c in turn.done["tool_calls"]]
+    assert len(set(ids)) == 2 and ids[0] == "call_0"
+
+
+async def test_text_streamed_before_a_timeout_is_marked_for_discarding(registry):
+    class StallsMidReply(ScriptedModel):
+        async def stream(self, request):
+            self.requests.append(request)
+            if len(self.requests) == 1:
+                yield TextDelta("Let me think")
+                await asyncio.sleep(30)
+            yield ModelResponse("", content="Short answer.")
+
+    turn = await drive(StallsMidReply(lambda r, n: None), registry, "hi",
+                       settings=Settings(deadline_reserve_seconds=0.8), deadline=2.0)  # fmt: skip
+    error = turn.of(EventType.ERROR)[0]
+    assert error["code"] == "deadline" and error["discard_partial"] is True
+    assert turn.answer == "Short answer." and turn.done["stop_reason"] == "deadline"
