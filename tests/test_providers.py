@@ -470,3 +470,21 @@ def test_text_tool_calls_are_parsed_only_when_certain():
     assert parse_text_tool_calls('{"name": "execute_javascript", "parameters": {"code": "1"}}', offered)
     assert parse_text_tool_calls('<function=search_web>{"q": 1}</function>', offered) == []  # not offered
     assert parse_text_tool_calls("<function=execute_javascript{code: 1}>", offered) == []  # not JSON
+
+
+async def test_a_model_that_fails_again_after_the_wait_is_all_models_failed(llm):
+    again = error(429, "rate_limit_exceeded", "Please try again in 0.1s.", kind="requests")
+    llm.script(G70, again, again)
+    with pytest.raises(AllModelsFailed) as raised:
+        await collect(chain(f"groq:{G70}").for_turn(), request())
+    assert [a.kind for a in raised.value.attempts] == ["rate_limited", "rate_limited"]
+    assert len(llm.requests_for(G70)) == 2  # the first call and one retry after the short wait, no more
+
+
+async def test_an_auth_failure_is_remembered_across_turns(llm):
+    llm.script(G70, error(401, "invalid_api_key", "Invalid API Key"))
+    llm.script(MINI, text(MINI, "one"), text(MINI, "two"))
+    c = chain(f"groq:{G70}", f"openai:{MINI}")
+    await collect(c.for_turn(), request())
+    _, response = await collect(c.for_turn(), request())
+    assert response.content == "two" and len(llm.requests_for(G70)) == 1

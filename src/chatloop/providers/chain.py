@@ -49,6 +49,7 @@ from chatloop.providers.stream import parse_text_tool_calls
 DEFAULT_RATE_LIMIT_COOLDOWN = 20.0
 """Cooldown after a 429 that says nothing about when to come back."""
 TRANSIENT_COOLDOWN = 5.0
+AUTH_COOLDOWN = 60.0
 TOOL_USE_NOTE = (
     "Your previous tool call could not be parsed ({detail}). Call tools only with the official function-calling "
     "format and valid JSON arguments that match the schema, or answer in plain text."
@@ -167,12 +168,18 @@ class FallbackChain:
             yield ModelFallback(model.name, next_model.name if next_model else None, error.kind,
                                 retry_after=error.retry_after, discard_partial=streamed, message=error.message)  # fmt: skip
         # Nothing left. A short rate-limit wait that fits the deadline is worth sleeping out once.
-        waited = await self._wait_for_cooldown(request)
+        waited = await self._wait_for_cooldown(request, min_context)
         if waited is not None:
-            async for item in waited.stream(request):
-                yield item
-            self._sticky = waited
-            return
+            try:
+                async for item in waited.stream(request):
+                    yield item
+                self._sticky = waited
+                return
+            except ModelError as exc:
+                if not exc.fallback:
+                    raise
+                self._learn(waited, exc, request, min_context)
+                failures.append(exc)
         detail = "; ".join([f"{e.model}: {e.kind}" for e in failures] + skipped) or "no model configured"
         raise AllModelsFailed(f"every model in the chain failed ({detail})", failures)
 
@@ -213,7 +220,12 @@ class FallbackChain:
         elif isinstance(error, ModelGone):
             self.health.disabled[model.name] = error.message[:200]
         elif isinstance(error, AuthFailed):
-            self._failed_providers.add(model.name.partition(":")[0])
+            # A bad key stays bad until it is replaced: skip the provider this turn, and for a minute after.
+            provider = model.name.partition(":")[0]
+            self._failed_providers.add(provider)
+            for other in self.models:
+                if other.name.partition(":")[0] == provider:
+                    self.health.cool(other.name, AUTH_COOLDOWN)
         elif isinstance(error, Transient):
             self.health.cool(model.name, TRANSIENT_COOLDOWN)
         elif isinstance(error, ContextTooLong):
@@ -222,10 +234,10 @@ class FallbackChain:
             pass  # the tier's TPM, not the model, is the limit: another model may take it
         return min_context
 
-    async def _wait_for_cooldown(self, request: ModelRequest) -> ChatModel | None:
+    async def _wait_for_cooldown(self, request: ModelRequest, min_context: int) -> ChatModel | None:
+        """The model whose cooldown ends first, after sleeping it out, when that is short and fits the deadline."""
         candidates = [(self.health.cooling(m.name), m) for m in self.models
-                      if m.name not in self.health.disabled and m.name.partition(":")[0] not in self._failed_providers
-                      and self.health.cooling(m.name) > 0]  # fmt: skip
+                      if (self._unusable(m, request, min_context) or "").startswith("cooling")]  # fmt: skip
         if not candidates:
             return None
         wait, model = min(candidates, key=lambda c: c[0])
