@@ -488,3 +488,17 @@ async def test_an_auth_failure_is_remembered_across_turns(llm):
     await collect(c.for_turn(), request())
     _, response = await collect(c.for_turn(), request())
     assert response.content == "two" and len(llm.requests_for(G70)) == 1
+
+
+async def test_a_model_that_sends_nothing_is_skipped_for_the_next(llm):
+    silent = text(G70, "too late")
+    silent.delay = 3.0
+    llm.script(G70, silent)
+    llm.script(G8, text(G8, "from the next model"))
+    catalog = Catalog.load()
+    settings = Settings(model_first_chunk_timeout_seconds=0.5)
+    c = FallbackChain([build_model(f"groq:{m}", KEYS, catalog, settings) for m in (G70, G8)], catalog=catalog)
+    items, response = await collect(c.for_turn(), request(deadline=10))
+    fallback = next(i for i in items if isinstance(i, ModelFallback))
+    assert fallback.reason == "transient" and "sent nothing within 0.5 s" in fallback.message
+    assert response.content == "from the next model"

@@ -55,6 +55,8 @@ class Settings:
     model_chain: str = ""
     """MODEL_CHAIN: comma-separated ``provider:model`` entries tried in order. Empty: the default chain
     when a provider key is configured, else the offline demo model."""
+    model_first_chunk_timeout_seconds: float = 10.0
+    """MODEL_FIRST_CHUNK_TIMEOUT_SECONDS: a model that sends nothing for this long is skipped for the next one."""
     rate_limit_max_wait_seconds: float = 2.0
     """RATE_LIMIT_MAX_WAIT_SECONDS: the longest rate-limit wait the chain sleeps out (when no other model is left)."""
     provider_keys_secret_arn: str = ""

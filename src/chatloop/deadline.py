@@ -36,24 +36,33 @@ class Deadline:
     def cap(self, seconds: float) -> float:
         return max(0.0, min(seconds, self.remaining()))
 
+    def earliest(self, seconds: float) -> Deadline:
+        """This deadline, or ``seconds`` from now if that comes first."""
+        return Deadline(min(self.at, time.monotonic() + seconds))
+
     def minus(self, seconds: float) -> Deadline:
         """An earlier deadline: used to keep a reserve for the final answer."""
         return Deadline(self.at - seconds)
 
 
-async def until(deadline: Deadline, items: AsyncIterable[T]) -> AsyncIterator[T]:
-    """``items``, each awaited only until ``deadline``; then ``TimeoutError``.
+async def until(
+    deadline: Deadline, items: AsyncIterable[T], first: Deadline | None = None
+) -> AsyncIterator[T]:
+    """``items``, each awaited only until ``deadline`` (the first one until ``first``, when given); then
+    ``TimeoutError``.
 
     Bounds each wait for the next item, never a block that contains a ``yield``: a timeout spanning yields would
     cancel whatever the consumer is doing at that moment (writing a response, say), far from the code that can
     handle it."""
     iterator = aiter(items)
+    limit = first or deadline
     try:
         while True:
             try:
-                item = await asyncio.wait_for(anext(iterator), timeout=deadline.remaining())
+                item = await asyncio.wait_for(anext(iterator), timeout=limit.remaining())
             except StopAsyncIteration:
                 return
+            limit = deadline
             yield item
     finally:
         close = getattr(iterator, "aclose", None) or getattr(iterator, "close", None)

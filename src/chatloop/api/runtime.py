@@ -84,7 +84,7 @@ class Runtime:
         except ValueError:
             known = False
         if known:
-            model = build_model(requested, self.keys(), self.catalog)
+            model = build_model(requested, self.keys(), self.catalog, self.settings)
             if model is not None:
                 return chain.for_turn(extra=model)
             if strict:

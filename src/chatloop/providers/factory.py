@@ -26,7 +26,8 @@ from chatloop.providers.openai import OpenAIModel
 ADAPTERS = {"groq": GroqModel, "openai": OpenAIModel}
 
 
-def build_model(entry: str, keys: Mapping[str, str | None], catalog: Catalog) -> ChatModel | None:
+def build_model(entry: str, keys: Mapping[str, str | None], catalog: Catalog,
+                settings: Settings | None = None) -> ChatModel | None:  # fmt: skip
     """The ChatModel for one ``provider:model`` entry, or None (with a warning) when it cannot be used."""
     try:
         provider, _ = split_entry(entry)
@@ -48,7 +49,8 @@ def build_model(entry: str, keys: Mapping[str, str | None], catalog: Catalog) ->
         return None
     if not info.known:
         logger.info(f"model chain: {info.name} is not in the catalog; using conservative defaults")
-    return adapter(info, provider_info, api_key=keys.get(provider))
+    first_chunk = (settings or Settings()).model_first_chunk_timeout_seconds
+    return adapter(info, provider_info, api_key=keys.get(provider), first_chunk_timeout=first_chunk)
 
 
 def build_chain(
@@ -57,7 +59,10 @@ def build_chain(
     catalog = catalog or Catalog.load()
     spec = settings.model_chain or (DEFAULT_MODEL_CHAIN if any(keys.values()) else DemoModel.name)
     models = [
-        m for entry in spec.split(",") if entry.strip() if (m := build_model(entry.strip(), keys, catalog))
+        m
+        for entry in spec.split(",")
+        if entry.strip()
+        if (m := build_model(entry.strip(), keys, catalog, settings))
     ]
     if not models:
         logger.warning("no usable model configured: answering with the offline demo model (demo:offline)")

@@ -35,10 +35,11 @@ class SDKChatModel:
     """Its async client class."""
 
     def __init__(self, info: ModelInfo, provider: ProviderInfo, api_key: str | None = None,
-                 base_url: str | None = None):  # fmt: skip
+                 base_url: str | None = None, first_chunk_timeout: float = 10.0):  # fmt: skip
         self.info = info
         self.provider = provider
         self.name = info.name
+        self.first_chunk_timeout = first_chunk_timeout
         self._api_key = api_key
         self._base_url = base_url or (
             os.environ.get(provider.base_url_env) if provider.base_url_env else None
@@ -96,14 +97,17 @@ class SDKChatModel:
         finish_reason = None
         usage: Usage | None = None
         started = False
+        # A model that accepts the request and then says nothing must not eat the whole request: past this,
+        # the silence is a transient failure and the chain tries the next model.
+        first = request.deadline.earliest(self.first_chunk_timeout)
         try:
             try:
                 create = self._client().chat.completions.create(**self.params(request), timeout=budget)
-                stream = await asyncio.wait_for(create, timeout=request.deadline.remaining())
+                stream = await asyncio.wait_for(create, timeout=first.remaining())
             except sdk.APIError as exc:
                 raise self._error(sdk, exc, streamed=False) from exc
             started = True
-            async for chunk in until(request.deadline, stream):
+            async for chunk in until(request.deadline, stream, first=first):
                 usage = _usage(chunk) or usage
                 for choice in field_of(chunk, "choices") or []:
                     delta = field_of(choice, "delta")
@@ -114,6 +118,9 @@ class SDKChatModel:
                     calls.add(field_of(delta, "tool_calls"))
                     finish_reason = field_of(choice, "finish_reason") or finish_reason
         except TimeoutError:
+            if not request.deadline.expired() and first.expired() and not content:
+                raise Transient(f"{self.name} sent nothing within {self.first_chunk_timeout:g} s",
+                                model=self.name) from None  # fmt: skip
             raise DeadlineExceeded(
                 f"{self.name} did not answer within {budget:.1f} s", model=self.name
             ) from None
