@@ -229,7 +229,7 @@ def test_openai_endpoint_errors_use_openai_shape(runtime, llm):
 # --- upstream failure, deadline -----------------------------------------------------------------------
 def test_all_models_failing_is_a_503_with_the_summary_and_no_secret(runtime, llm):
     leak = error(401, "invalid_api_key", f"Invalid API Key: {SECRET_KEY}")
-    llm.script(MODEL, leak, leak, leak)
+    llm.script(MODEL, leak, leak, leak, leak)
     stream = io.StringIO()
     old = logger.registered_handler.setStream(stream)
     try:
@@ -238,6 +238,8 @@ def test_all_models_failing_is_a_503_with_the_summary_and_no_secret(runtime, llm
         v1_code, v1_body, _ = invoke(
             http_event("POST", "/v1/chat/completions", {"messages": chat_body()["messages"]})
         )
+        _, v1_stream, _ = invoke(http_event("POST", "/v1/chat/completions",
+                                            {"messages": chat_body()["messages"], "stream": True}))  # fmt: skip
     finally:
         logger.registered_handler.setStream(old)
     data = json.loads(body)
@@ -245,7 +247,9 @@ def test_all_models_failing_is_a_503_with_the_summary_and_no_secret(runtime, llm
     names = [n for n, _ in parse_sse(sse_body)]
     assert sse_code == 200 and names[-2:] == ["message_complete", "done"] and "error" in names
     assert v1_code == 503 and json.loads(v1_body)["error"]["code"] == "all_models_failed"
-    for text_out in (body, sse_body, v1_body, stream.getvalue()):
+    chunks = [line[6:] for line in v1_stream.splitlines() if line.startswith("data: ")]
+    assert json.loads(chunks[0])["error"]["code"] == "all_models_failed" and chunks[1:] == ["[DONE]"]
+    for text_out in (body, sse_body, v1_body, v1_stream, stream.getvalue()):
         assert SECRET_KEY not in text_out
 
 

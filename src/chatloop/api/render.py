@@ -101,7 +101,7 @@ async def openai_chunks(
         }
         return f"data: {_dumps(body)}\n\n".encode()
 
-    started = False
+    started = failed = False
     pending: list[str] = []
     async for event in events:
         data = event.data
@@ -122,7 +122,8 @@ async def openai_chunks(
         elif event.type is EventType.ERROR and data.get("code") == "all_models_failed":
             error = openai_error(data["message"], "all_models_failed", "service_unavailable")
             yield f"data: {_dumps(error)}\n\n".encode()
-        elif event.type is EventType.DONE:
+            failed = True  # OpenAI clients raise on an error chunk: nothing else but [DONE] follows
+        elif event.type is EventType.DONE and not failed:
             model = data["model"]
             message = openai_message(data)
             if not started:
