@@ -46,15 +46,15 @@ def code_sha256(path: Path) -> str:
     return base64.b64encode(hashlib.sha256(path.read_bytes()).digest()).decode()
 
 
-def build_function() -> Path:
-    target = BUILD / "function.zip"
+def build_function(build: Path = BUILD) -> Path:
+    target = build / "function.zip"
     zip_tree(ROOT / "src", target)
     return target
 
 
-def build_layer(arch: str) -> Path:
+def build_layer(arch: str, build: Path = BUILD) -> Path:
     machine = MACHINES[arch]
-    root = BUILD / "layer"
+    root = build / "layer"
     shutil.rmtree(root, ignore_errors=True)
     platforms = [arg for tag in GLIBC_TAGS for arg in ("--platform", f"{tag}_{machine}")]
     subprocess.run(
@@ -68,7 +68,7 @@ def build_layer(arch: str) -> Path:
         raise SystemExit("the deno wheel did not provide bin/deno")
     deno.chmod(0o755)
     (root / "python" / "bin" / "chatloop-arch").write_text(arch + "\n")
-    target = BUILD / "layer.zip"
+    target = build / "layer.zip"
     zip_tree(root, target)
     return target
 
@@ -82,14 +82,15 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("what", choices=["function", "layer", "all"])
     parser.add_argument("--arch", choices=sorted(MACHINES), default=os.environ.get("ARCH", "arm64"))
+    parser.add_argument("--build-dir", type=Path, default=BUILD)
     args = parser.parse_args()
     built = []
     if args.what in ("function", "all"):
-        built.append(build_function())
+        built.append(build_function(args.build_dir))
     if args.what in ("layer", "all"):
-        built.append(build_layer(args.arch))
+        built.append(build_layer(args.arch, args.build_dir))
     for path in built:
-        print(f"{path.relative_to(ROOT)}: {path.stat().st_size / 1e6:.1f} MB zipped, "
+        print(f"{path}: {path.stat().st_size / 1e6:.1f} MB zipped, "
               f"{unzipped_size(path) / 1e6:.1f} MB unzipped, CodeSha256 {code_sha256(path)}")  # fmt: skip
     return 0
 

@@ -237,3 +237,20 @@ def test_make_build_fits_lambdas_limits():
             header = f.read(20)
         assert header[:4] == b"\x7fELF" and int.from_bytes(header[18:20], "little") == 0xB7  # EM_AARCH64
         assert not any(n.startswith("python/fastapi/") for n in z.namelist())
+
+
+@pytest.mark.slow
+def test_the_layer_finds_its_own_deno_as_on_lambda(tmp_path):
+    """Lambda puts the layer's packages on sys.path from /opt/python; deno.find_deno_bin() must then find the
+    layer's binary (python/bin/deno). Built for this machine's architecture so the binary can run here."""
+    run(sys.executable, "scripts/package.py", "layer", "--arch", "x86_64", "--build-dir", str(tmp_path))
+    layer = tmp_path / "layer" / "python"
+    base_python = Path(sys.base_prefix) / "bin" / f"python{sys.version_info.major}.{sys.version_info.minor}"
+    assert not (Path(sys.base_prefix) / "bin" / "deno").exists()  # only the layer has one
+    code = ("import sys; sys.path[:0] = [sys.argv[1], sys.argv[2]]; import deno; "
+            "from chatloop.tools.javascript import JavaScriptSandbox; "
+            "box = JavaScriptSandbox(prespawn=False); print(deno.find_deno_bin()); print(box.run('6 * 7', 5).payload)")  # fmt: skip
+    out = subprocess.run([str(base_python), "-I", "-c", code, str(layer), str(ROOT / "src")],
+                         capture_output=True, text=True, check=True, env={"PATH": "/usr/bin:/bin"}, timeout=120)  # fmt: skip
+    lines = out.stdout.strip().splitlines()
+    assert lines[-2] == str(layer / "bin" / "deno") and lines[-1] == "{'result': 42, 'output': ''}"
