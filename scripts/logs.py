@@ -13,12 +13,15 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import re
 import sys
 import time
 from datetime import UTC, datetime
+from pathlib import Path
 
 import boto3
+from botocore.exceptions import BotoCoreError, ClientError
 
 UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
 
@@ -66,7 +69,9 @@ def main() -> int:
     parser.add_argument("--follow", action="store_true", help="keep polling for new events")
     parser.add_argument("--interval", type=float, default=2.0)
     args = parser.parse_args()
-    client = boto3.client("logs")
+    client = boto3.client(
+        "logs", region_name=os.environ.get("AWS_REGION") or os.environ.get("AWS_DEFAULT_REGION")
+    )
     start_ms = int((time.time() - args.since) * 1000)
     seen: set[str] = set()
     try:
@@ -92,4 +97,7 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    try:
+        sys.exit(main())
+    except (BotoCoreError, ClientError) as exc:  # no credentials, no network, access denied: one clear line
+        sys.exit(f"{Path(__file__).name}: {exc}")

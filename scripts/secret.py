@@ -10,8 +10,10 @@ import argparse
 import json
 import os
 import sys
+from pathlib import Path
 
 import boto3
+from botocore.exceptions import BotoCoreError, ClientError
 
 
 def main() -> int:
@@ -22,7 +24,9 @@ def main() -> int:
     if not keys:
         print("set GROQ_API_KEY and/or OPENAI_API_KEY in your environment first", file=sys.stderr)
         return 1
-    client = boto3.client("secretsmanager")
+    client = boto3.client(
+        "secretsmanager", region_name=os.environ.get("AWS_REGION") or os.environ.get("AWS_DEFAULT_REGION")
+    )
     try:
         arn = client.create_secret(Name=args.name, SecretString=json.dumps(keys))["ARN"]
         action = "created"
@@ -34,4 +38,7 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    try:
+        sys.exit(main())
+    except (BotoCoreError, ClientError) as exc:  # no credentials, no network, access denied: one clear line
+        sys.exit(f"{Path(__file__).name}: {exc}")
