@@ -13,15 +13,12 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import re
 import sys
 import time
 from datetime import UTC, datetime
-from pathlib import Path
 
-import boto3
-from botocore.exceptions import BotoCoreError, ClientError
+from awsutil import client, run  # scripts/awsutil.py (a script runs with its folder on sys.path)
 
 UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
 
@@ -51,11 +48,11 @@ def render(event: dict) -> str:
     return f"{when} {level} {correlation} {text}".replace("\n", " ")
 
 
-def fetch(client, group: str, start_ms: int, pattern: str | None):
+def fetch(logs_client, group: str, start_ms: int, pattern: str | None):
     kwargs = {"logGroupName": group, "startTime": start_ms, "interleaved": True}
     if pattern:
         kwargs["filterPattern"] = pattern
-    for page in client.get_paginator("filter_log_events").paginate(**kwargs):
+    for page in logs_client.get_paginator("filter_log_events").paginate(**kwargs):
         yield from page.get("events", [])
 
 
@@ -69,15 +66,13 @@ def main() -> int:
     parser.add_argument("--follow", action="store_true", help="keep polling for new events")
     parser.add_argument("--interval", type=float, default=2.0)
     args = parser.parse_args()
-    client = boto3.client(
-        "logs", region_name=os.environ.get("AWS_REGION") or os.environ.get("AWS_DEFAULT_REGION")
-    )
+    logs_client = client("logs")
     start_ms = int((time.time() - args.since) * 1000)
     seen: set[str] = set()
     try:
         while True:
             newest = start_ms
-            for event in fetch(client, args.log_group, start_ms, args.filter or None):
+            for event in fetch(logs_client, args.log_group, start_ms, args.filter or None):
                 if event["eventId"] in seen:
                     continue
                 seen.add(event["eventId"])
@@ -87,7 +82,7 @@ def main() -> int:
                 return 0
             start_ms = newest
             time.sleep(args.interval)
-    except client.exceptions.ResourceNotFoundException:
+    except logs_client.exceptions.ResourceNotFoundException:
         print(f"no log group {args.log_group} (deployed yet? right AWS_REGION?)", file=sys.stderr)
         return 1
     except BrokenPipeError:  # `make logs | head`
@@ -97,7 +92,4 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    try:
-        sys.exit(main())
-    except (BotoCoreError, ClientError) as exc:  # no credentials, no network, access denied: one clear line
-        sys.exit(f"{Path(__file__).name}: {exc}")
+    run(main, __file__)

@@ -10,10 +10,8 @@ import argparse
 import json
 import os
 import sys
-from pathlib import Path
 
-import boto3
-from botocore.exceptions import BotoCoreError, ClientError
+from awsutil import client, run  # scripts/awsutil.py (a script runs with its folder on sys.path)
 
 
 def main() -> int:
@@ -24,21 +22,16 @@ def main() -> int:
     if not keys:
         print("set GROQ_API_KEY and/or OPENAI_API_KEY in your environment first", file=sys.stderr)
         return 1
-    client = boto3.client(
-        "secretsmanager", region_name=os.environ.get("AWS_REGION") or os.environ.get("AWS_DEFAULT_REGION")
-    )
+    secrets_client = client("secretsmanager")
     try:
-        arn = client.create_secret(Name=args.name, SecretString=json.dumps(keys))["ARN"]
+        arn = secrets_client.create_secret(Name=args.name, SecretString=json.dumps(keys))["ARN"]
         action = "created"
-    except client.exceptions.ResourceExistsException:
-        arn = client.put_secret_value(SecretId=args.name, SecretString=json.dumps(keys))["ARN"]
+    except secrets_client.exceptions.ResourceExistsException:
+        arn = secrets_client.put_secret_value(SecretId=args.name, SecretString=json.dumps(keys))["ARN"]
         action = "updated"
     print(f"{action} {args.name} with {', '.join(sorted(keys))}: SECRET_ARN={arn}")
     return 0
 
 
 if __name__ == "__main__":
-    try:
-        sys.exit(main())
-    except (BotoCoreError, ClientError) as exc:  # no credentials, no network, access denied: one clear line
-        sys.exit(f"{Path(__file__).name}: {exc}")
+    run(main, __file__)
