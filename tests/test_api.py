@@ -246,7 +246,12 @@ def test_all_models_failing_is_a_503_with_the_summary_and_no_secret(runtime, llm
     assert code == 503 and data["stop_reason"] == "all_models_failed" and data["message"]["content"]
     names = [n for n, _ in parse_sse(sse_body)]
     assert sse_code == 200 and names[-2:] == ["message_complete", "done"] and "error" in names
-    assert v1_code == 503 and json.loads(v1_body)["error"]["code"] == "all_models_failed"
+    v1_error = json.loads(v1_body)["error"]
+    assert (
+        v1_code == 503
+        and v1_error["code"] == "all_models_failed"
+        and f"groq:{MODEL}" in v1_error["message"]
+    )
     chunks = [line[6:] for line in v1_stream.splitlines() if line.startswith("data: ")]
     assert json.loads(chunks[0])["error"]["code"] == "all_models_failed" and chunks[1:] == ["[DONE]"]
     for text_out in (body, sse_body, v1_body, v1_stream, stream.getvalue()):

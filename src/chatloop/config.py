@@ -104,9 +104,6 @@ class Settings:
                 "REQUEST_TIMEOUT_SECONDS must be positive and DEADLINE_RESERVE_SECONDS not negative"
             )
 
-    def budget_for(self, tool_name: str) -> int | None:
-        return self.tool_budgets.get(tool_name)
-
 
 _ENV_NAMES = {"version": "APP_VERSION"}
 

@@ -105,12 +105,16 @@ async def observed(events: AsyncIterator[Event], request: Request, rid: str) -> 
     record_turn_metrics(seen, in_lambda="aws.context" in request.scope)
 
 
-async def collect(events: AsyncIterator[Event]) -> dict[str, Any]:
+async def collect(events: AsyncIterator[Event]) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    """The ``done`` summary and the ``error`` events of a turn."""
     done: dict[str, Any] = {}
+    errors: list[dict[str, Any]] = []
     async for event in events:
         if event.type is EventType.DONE:
             done = event.data
-    return done
+        elif event.type is EventType.ERROR:
+            errors.append(event.data)
+    return done, errors
 
 
 # --- endpoints ------------------------------------------------------------------------------------
@@ -132,7 +136,7 @@ async def chat(request: Request) -> Response:
     if body.stream:
         return StreamingResponse((sse(e) async for e in events), media_type="text/event-stream",
                                  headers={"cache-control": "no-cache", "x-request-id": rid})  # fmt: skip
-    done = await collect(events)
+    done, _ = await collect(events)
     status = 503 if done["stop_reason"] == "all_models_failed" else 200
     return JSONResponse(chat_summary(done), status_code=status, headers={"x-request-id": rid})
 
@@ -159,7 +163,7 @@ async def chat_completions(request: Request) -> Response:
     body: OpenAIChatBody = await read_body(request, OpenAIChatBody, runtime.settings.max_body_bytes)
     messages = conversation(body.messages)
     client_tools = [t.schema_for_model() for t in body.tools or []]
-    builtin = runtime.registry().names()
+    builtin = runtime.tool_names()
     clash = sorted({t["function"]["name"] for t in client_tools} & set(builtin))
     if clash:
         raise RequestError(
@@ -184,9 +188,12 @@ async def chat_completions(request: Request) -> Response:
         include_usage = bool(body.stream_options and body.stream_options.include_usage)
         return StreamingResponse(openai_chunks(events, rid, include_usage), media_type="text/event-stream",
                                  headers={"cache-control": "no-cache", "x-request-id": rid})  # fmt: skip
-    done = await collect(events)
+    done, errors = await collect(events)
     if done["stop_reason"] == "all_models_failed":
-        raise RequestError(503, "all_models_failed", "no model could answer: " + done["message"]["content"])
+        detail = next(
+            (e["message"] for e in errors if e.get("code") == "all_models_failed"), "no model could answer"
+        )
+        raise RequestError(503, "all_models_failed", detail)
     return JSONResponse(openai_completion(done, rid), headers={"x-request-id": rid})
 
 
