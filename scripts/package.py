@@ -24,7 +24,8 @@ BUILD = ROOT / "build"
 MACHINES = {"arm64": "aarch64", "x86_64": "x86_64"}
 # Lambda's python3.12 runtime is Amazon Linux 2023 (glibc 2.34): any manylinux wheel up to 2_34 runs there.
 GLIBC_TAGS = ["manylinux2014"] + [f"manylinux_2_{minor}" for minor in range(17, 35)]
-SKIP = {"__pycache__", ".pytest_cache"}
+SKIP = {".pytest_cache"}
+LAMBDA_PYTHON = (3, 12)
 
 
 def zip_tree(source: Path, target: Path) -> None:
@@ -33,7 +34,7 @@ def zip_tree(source: Path, target: Path) -> None:
     target.parent.mkdir(parents=True, exist_ok=True)
     with zipfile.ZipFile(target, "w", zipfile.ZIP_DEFLATED, compresslevel=6) as archive:
         for path in sorted(source.rglob("*")):
-            if any(part in SKIP for part in path.parts) or path.suffix == ".pyc" or not path.is_file():
+            if any(part in SKIP for part in path.parts) or not path.is_file():
                 continue
             info = zipfile.ZipInfo(str(path.relative_to(source)), date_time=(2020, 1, 1, 0, 0, 0))
             info.external_attr = (path.stat().st_mode & 0o777 | 0o100000) << 16
@@ -46,9 +47,27 @@ def code_sha256(path: Path) -> str:
     return base64.b64encode(hashlib.sha256(path.read_bytes()).digest()).decode()
 
 
+def compile_bytecode(tree: Path) -> None:
+    """Ship bytecode: Lambda's /var/task and /opt are read-only, so without it every cold start compiles every module
+    from source (measured: ~260 ms -> ~180 ms for ``import app``). Unchecked-hash .pyc files stay valid whatever
+    timestamps the zip gives the sources. Only a Python of the runtime's version can write them usefully."""
+    if sys.version_info[:2] != LAMBDA_PYTHON:
+        print(f"warning: Python {sys.version_info[0]}.{sys.version_info[1]} is not the Lambda runtime's "
+              f"{LAMBDA_PYTHON[0]}.{LAMBDA_PYTHON[1]}: shipping sources without bytecode", file=sys.stderr)  # fmt: skip
+        return
+    for cache in tree.rglob("__pycache__"):
+        shutil.rmtree(cache)
+    subprocess.run([sys.executable, "-m", "compileall", "-q", "-j", "0", "--invalidation-mode", "unchecked-hash",
+                    str(tree)], check=True, stdout=subprocess.DEVNULL)  # fmt: skip
+
+
 def build_function(build: Path = BUILD) -> Path:
+    staged = build / "function"
+    shutil.rmtree(staged, ignore_errors=True)
+    shutil.copytree(ROOT / "src", staged, ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
+    compile_bytecode(staged)
     target = build / "function.zip"
-    zip_tree(ROOT / "src", target)
+    zip_tree(staged, target)
     return target
 
 
@@ -67,6 +86,7 @@ def build_layer(arch: str, build: Path = BUILD) -> Path:
     if not deno.is_file():
         raise SystemExit("the deno wheel did not provide bin/deno")
     deno.chmod(0o755)
+    compile_bytecode(root / "python")
     (root / "python" / "bin" / "chatloop-arch").write_text(arch + "\n")
     target = build / "layer.zip"
     zip_tree(root, target)

@@ -248,9 +248,7 @@ def test_all_models_failing_is_a_503_with_the_summary_and_no_secret(runtime, llm
     assert sse_code == 200 and names[-2:] == ["message_complete", "done"] and "error" in names
     v1_error = json.loads(v1_body)["error"]
     assert (
-        v1_code == 503
-        and v1_error["code"] == "all_models_failed"
-        and f"groq:{MODEL}" in v1_error["message"]
+        v1_code == 503 and v1_error["code"] == "all_models_failed" and f"groq:{MODEL}" in v1_error["message"]
     )
     chunks = [line[6:] for line in v1_stream.splitlines() if line.startswith("data: ")]
     assert json.loads(chunks[0])["error"]["code"] == "all_models_failed" and chunks[1:] == ["[DONE]"]

@@ -22,6 +22,11 @@ ROOT = Path(__file__).resolve().parent.parent
 BIN = ROOT / ".venv" / "bin"
 
 
+def pyc_flags(data: bytes) -> int:
+    """The .pyc header's flags word (PEP 552): 1 = hash-based and not checked against the source."""
+    return int.from_bytes(data[4:8], "little")
+
+
 def run(*args: str, env: dict | None = None, check: bool = True) -> subprocess.CompletedProcess:
     return subprocess.run(args, cwd=ROOT, env=env, capture_output=True, text=True, check=check, timeout=300)
 
@@ -174,7 +179,10 @@ def test_deploy_lambda_fast_updates_the_code_and_prints_its_sha(moto, tmp_path):
     with zipfile.ZipFile(ROOT / "build" / "function.zip") as z:
         names = z.namelist()
     assert "app.py" in names and "chatloop/tools/javascript/runner.js" in names
-    assert not any("__pycache__" in n or n.startswith(("tests/", "src/")) for n in names)
+    assert not any(n.startswith(("tests/", "src/")) for n in names)
+    if sys.version_info[:2] == (3, 12):  # bytecode is shipped when built by the runtime's Python
+        with zipfile.ZipFile(ROOT / "build" / "function.zip") as z:
+            assert pyc_flags(z.read("__pycache__/app.cpython-312.pyc")) == 1  # unchecked hash
 
 
 DECISION = ("Tool execution decision: iteration={i} hasToolCalls=true validToolCalls=1 finishReason=tool_calls "
@@ -234,6 +242,8 @@ def test_make_build_fits_lambdas_limits():
             header = f.read(20)
         assert header[:4] == b"\x7fELF" and int.from_bytes(header[18:20], "little") == 0xB7  # EM_AARCH64
         assert not any(n.startswith("python/fastapi/") for n in z.namelist())
+        if sys.version_info[:2] == (3, 12):
+            assert pyc_flags(z.read("python/starlette/__pycache__/applications.cpython-312.pyc")) == 1
 
 
 @pytest.mark.slow
