@@ -165,6 +165,8 @@ async def test_identical_arguments_in_different_json_spellings_run_once(sandbox)
     assert search.queries == ["a"]  # executed once
     results = turn.of(EventType.TOOL_CALL_RESULT)
     assert json.loads(results[1]["content"])["duplicate_of"] == "c1" and results[1]["reason"] == "duplicate"
+    third = json.loads(results[2]["content"])  # a second repeat still points at the call that ran, unwrapped
+    assert third["duplicate_of"] == "c1" and third["results"] == ["result for a"]
     assert turn.done["stop_reason"] == "loop_detected"  # the second repeat ended tool use
     assert turn.model.calls == 4 and turn.model.requests[-1].tools is None
     assert turn.answer == "Here is what I found."

@@ -45,8 +45,8 @@ def duplicate_answer(earlier_content: str, duplicate_of: str | None) -> str:
         parsed = json.loads(earlier_content)
     except ValueError:
         parsed = None
-    body = {"duplicate_of": duplicate_of, **parsed} if isinstance(parsed, dict) else {
-        "duplicate_of": duplicate_of, "result": earlier_content}  # fmt: skip
+    body = {**parsed, "duplicate_of": duplicate_of} if isinstance(parsed, dict) else {
+        "result": earlier_content, "duplicate_of": duplicate_of}  # fmt: skip
     body["note"] = "identical to an earlier call; not run again"
     return json.dumps(body)
 
@@ -92,7 +92,6 @@ class ToolLedger:
     executions: Counter[str] = field(default_factory=Counter)
     succeeded: set[str] = field(default_factory=set)
     duplicate_repeats: int = 0
-    budget_blocked: bool = False
     loop: str | None = None
     """``duplicate_loop`` or ``result_loop`` once a loop is detected: tool use ends for the turn."""
     _results: dict[str, tuple[str, str]] = field(default_factory=dict)
@@ -161,8 +160,9 @@ class ToolLedger:
         return self._results.get(key)
 
     def record(self, name: str, key: str, call_id: str, content: str, ok: bool, executed: bool) -> bool:
-        """Remember a call's answer. Returns True when an executed tool repeated an earlier result."""
-        self._results[key] = (call_id, content)
+        """Remember a call's answer (the first one for a key: a repeat always points at the original).
+        Returns True when an executed tool repeated an earlier result."""
+        self._results.setdefault(key, (call_id, content))
         if not executed:
             return False
         self.executions[name] += 1
