@@ -16,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import importlib
 import os
+import weakref
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -25,7 +26,11 @@ from chatloop.providers.catalog import ModelInfo, ProviderInfo
 from chatloop.providers.errors import DeadlineExceeded, ModelError, Transient, classify
 from chatloop.providers.stream import ToolCallAccumulator, field_of
 
-_CLIENTS: dict[tuple[Any, ...], Any] = {}
+# One client per event loop (an httpx pool belongs to its loop), then per SDK, key and base URL. Keyed by the loop
+# object, not its id(): a later loop can reuse a dead loop's id and would get a client bound to that dead loop.
+_CLIENTS: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, dict[tuple[Any, ...], Any]] = (
+    weakref.WeakKeyDictionary()
+)
 
 
 class SDKChatModel:
@@ -50,16 +55,15 @@ class SDKChatModel:
         return importlib.import_module(self.sdk_module)
 
     def _client(self) -> Any:
-        # One client per provider, key, base URL and event loop: httpx pools belong to a loop.
-        loop = asyncio.get_running_loop()
-        key = (self.sdk_module, self._api_key, self._base_url, id(loop))
-        client = _CLIENTS.get(key)
+        clients = _CLIENTS.setdefault(asyncio.get_running_loop(), {})
+        key = (self.sdk_module, self._api_key, self._base_url)
+        client = clients.get(key)
         if client is None:
             cls = getattr(self._sdk(), self.client_class)
             kwargs: dict[str, Any] = {"api_key": self._api_key or "missing", "max_retries": 0}
             if self._base_url:
                 kwargs["base_url"] = self._base_url
-            client = _CLIENTS[key] = cls(**kwargs)
+            client = clients[key] = cls(**kwargs)
         return client
 
     # --- a call ------------------------------------------------------------------------------
