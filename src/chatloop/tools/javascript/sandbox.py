@@ -100,6 +100,7 @@ class JavaScriptSandbox:
         self._lock = threading.Lock()
         self._spare: _Child | None = None
         self._spare_starting = False
+        self._closed = False
         base = Path(tempfile.gettempdir())
         self.cache_dir = cache_dir or str(base / "chatloop-deno-cache")
         Path(self.cache_dir).mkdir(parents=True, exist_ok=True)
@@ -120,7 +121,7 @@ class JavaScriptSandbox:
 
     def _refill_spare_async(self) -> None:
         with self._lock:
-            if self._spare is not None or self._spare_starting:
+            if self._spare is not None or self._spare_starting or self._closed:
                 return
             self._spare_starting = True
         threading.Thread(target=self._refill_spare, name="deno-spare", daemon=True).start()
@@ -132,7 +133,7 @@ class JavaScriptSandbox:
             child = None
         with self._lock:
             self._spare_starting = False
-            if self._spare is None and child is not None:
+            if self._spare is None and child is not None and not self._closed:
                 self._spare, child = child, None
         if child is not None:
             _kill(child.process)
@@ -245,7 +246,9 @@ class JavaScriptSandbox:
                 "output": ""}  # fmt: skip
 
     def close(self) -> None:
+        """Kill the spare; no new one is started after this (a run finishing in the background included)."""
         with self._lock:
+            self._closed = True
             child, self._spare = self._spare, None
         if child is not None:
             _kill(child.process)
