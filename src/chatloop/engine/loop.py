@@ -218,8 +218,9 @@ class _Turn:
             response.tool_calls, offered=set(offered), client_tools=self.client_names
         )
         decision = self._decide(response, plan, legacy and not response.tool_calls)
-        self._log_decision(decision, response)
-        yield Event(EventType.DECISION, decision.fields())
+        fields = decision.fields()
+        self._log_decision(decision, fields, response)
+        yield Event(EventType.DECISION, fields)
 
         action = decision.action
         if action is Action.ANSWER:
@@ -435,14 +436,14 @@ class _Turn:
             "usage": self.usage.as_dict(), "model": self.answered_by or self.model.name,
         }  # fmt: skip
 
-    def _log_decision(self, decision: Decision, response: ModelResponse) -> None:
+    def _log_decision(self, decision: Decision, fields: dict[str, Any], response: ModelResponse) -> None:
         content = None
         if self.settings.log_content:  # off by default: message text can hold personal data
             content = {
                 "content": response.content,
                 "tool_calls": [c.to_message() for c in response.tool_calls],
             }
-        log_decision(decision.log_line(), decision.fields(), content)
+        log_decision(decision.log_line(), fields, content)
 
     def _log_end(self, stop: StopReason) -> None:
         log_turn_end(stop.value, stop is StopReason.STOP, self.iteration, dict(self.ledger.executions),
