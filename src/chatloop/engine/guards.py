@@ -45,8 +45,11 @@ def duplicate_answer(earlier_content: str, duplicate_of: str | None) -> str:
         parsed = json.loads(earlier_content)
     except ValueError:
         parsed = None
-    body = {**parsed, "duplicate_of": duplicate_of} if isinstance(parsed, dict) else {
-        "result": earlier_content, "duplicate_of": duplicate_of}  # fmt: skip
+    body = (
+        {**parsed, "duplicate_of": duplicate_of}
+        if isinstance(parsed, dict)
+        else {"result": earlier_content, "duplicate_of": duplicate_of}
+    )
     body["note"] = "identical to an earlier call; not run again"
     return json.dumps(body)
 

@@ -1,8 +1,12 @@
 """``run_turn``: one user turn of the tool loop, as a stream of events.
 
-Call the model; accumulate its message; ``decide()``; answer every tool call (running those that
-may run, in parallel); repeat until the model answers or a guard ends the turn. Always ends with
-exactly one ``done`` event, whatever failed.
+Each iteration reads as its phases: **ask** the model (streaming its text), **decide** what its response
+calls for (a pure ``decide()``, logged), then **act**: answer, execute the tool calls and go round again,
+or end tool use so the next call answers. Always ends with exactly one ``done`` event, whatever failed.
+
+Every phase is an async stream of ``Event``s that ends with its result, the way a ``ChatModel`` stream
+ends with its ``ModelResponse``: the asking phase with the response, an acting phase with a ``TurnEnd``
+when the turn is over. No phase hands results back through shared lists.
 
 Usage::
 
@@ -16,6 +20,7 @@ import asyncio
 import json
 import uuid
 from collections.abc import AsyncIterator
+from dataclasses import dataclass
 from typing import Any
 
 from chatloop.config import Settings
@@ -32,8 +37,9 @@ from chatloop.engine.guards import (
 )
 from chatloop.engine.messages import LEGACY_CALL, LegacyTextFilter, strip_legacy_calls
 from chatloop.engine.policy import Action, Decision, DecisionInput, decide
+from chatloop.engine.record import TurnRecord, error_event, fallback_event, response_event
 from chatloop.engine.request import TurnRequest
-from chatloop.observability import log_decision, log_fallback, log_turn_end, logger
+from chatloop.observability import log_decision, log_turn_end, logger
 from chatloop.providers.base import (
     ChatModel,
     ModelFallback,
@@ -41,7 +47,6 @@ from chatloop.providers.base import (
     ModelResponse,
     TextDelta,
     ToolCall,
-    Usage,
 )
 from chatloop.providers.errors import AllModelsFailed, DeadlineExceeded, ModelError, Transient
 from chatloop.providers.stream import parse_text_tool_calls
@@ -69,6 +74,22 @@ _GUARD_FOR_REASON = {
 }
 
 
+@dataclass(frozen=True)
+class TurnEnd:
+    """The last item of a phase that ends the turn: why it stopped, and the assistant message it answers with."""
+
+    stop: StopReason
+    answer: dict[str, Any]
+
+
+@dataclass(frozen=True)
+class Offer:
+    """What the next model call may use: tool names, and the guard that withheld every tool, if one did."""
+
+    tools: list[str]
+    withheld_by: StopReason | None = None
+
+
 def run_turn(
     request: TurnRequest,
     model: ChatModel,
@@ -89,13 +110,11 @@ class _Turn:
         deadline: Deadline,
         settings: Settings,
     ):
-        self.request, self.model, self.tools, self.deadline, self.settings = (
-            request,
-            model,
-            tools,
-            deadline,
-            settings,
-        )
+        self.request = request
+        self.model = model
+        self.tools = tools
+        self.deadline = deadline
+        self.settings = settings
         self.max_iterations = min(request.max_iterations or settings.max_iterations, settings.max_iterations)
         enabled = tools.names() if request.tool_names is None else request.tool_names
         self.builtin = [n for n in enabled if tools.get(n) is not None]
@@ -105,64 +124,88 @@ class _Turn:
         if settings.system_prompt_guidance and JAVASCRIPT_TOOL in self.builtin:
             self.messages = prompts.with_guidance(self.messages)
         self.iteration = 0
-        self.usage = Usage()
-        self.records: list[dict[str, Any]] = []
+        self.record = TurnRecord()
         self.guard: StopReason | None = None
         self.tools_ended: str | None = None  # why tool use ended for the turn (a decision reason)
         self.final_call_made = False
-        self.reminders = self.nudges = 0
-        self.last_error: str | None = None
-        self.last_result: str | None = None
-        self.answered_by: str | None = None
+        self.reminders = 0
+        self.nudges = 0
         self.call_ids = {c["id"] for m in self.messages for c in m.get("tool_calls") or []}
 
     # --- the loop --------------------------------------------------------------------------
     async def run(self) -> AsyncIterator[Event]:
-        answer: dict[str, Any] = {"role": "assistant", "content": ""}
-        stop = StopReason.ERROR
+        yield Event(EventType.STATUS, {"status": "started", "model": self.model.name, "tools": self.builtin})
+        end: TurnEnd | None = None
         try:
-            yield Event(
-                EventType.STATUS, {"status": "started", "model": self.model.name, "tools": self.builtin}
-            )
-            outcome: list[Any] = []
-            while not outcome:
-                async for event in self._iterate(outcome):
-                    yield event
-            stop, answer = outcome
+            async for item in self._iterations():
+                if isinstance(item, TurnEnd):
+                    end = item
+                else:
+                    yield item
         except (GeneratorExit, asyncio.CancelledError):
             raise
-        except AllModelsFailed as exc:
-            stop, answer = StopReason.ALL_MODELS_FAILED, self._fallback_message(StopReason.ALL_MODELS_FAILED)
-            yield Event(EventType.ERROR, {"code": exc.kind, "message": exc.message,
-                                          "attempts": [{"model": a.model, "kind": a.kind, "message": a.message}
-                                                       for a in exc.attempts]})  # fmt: skip
         except ModelError as exc:
-            stop, answer = StopReason.ERROR, self._fallback_message(StopReason.ERROR)
-            yield Event(EventType.ERROR, {"code": exc.kind, "message": exc.message, "model": exc.model})
+            stop = StopReason.ALL_MODELS_FAILED if isinstance(exc, AllModelsFailed) else StopReason.ERROR
+            end = self._end_with_fallback(stop)
+            yield error_event(exc)
         except Exception:
             logger.exception("turn failed")
-            stop, answer = StopReason.ERROR, self._fallback_message(StopReason.ERROR)
             yield Event(
                 EventType.ERROR,
                 {"code": "internal_error", "message": "internal error while running the turn"},
             )
-        if answer.get("content") or answer.get("tool_calls"):
-            yield Event(EventType.MESSAGE_COMPLETE, dict(answer))
-        yield Event(EventType.DONE, self._summary(stop, answer))
-        self._log_end(stop)
+        end = end or self._end_with_fallback(StopReason.ERROR)
+        if end.answer.get("content") or end.answer.get("tool_calls"):
+            yield Event(EventType.MESSAGE_COMPLETE, dict(end.answer))
+        yield Event(EventType.DONE, self._summary(end))
+        self._log_end(end.stop)
 
-    async def _iterate(self, outcome: list[Any]) -> AsyncIterator[Event]:
-        """One model call and what follows it. Appends ``(stop_reason, answer)`` to ``outcome`` to end the turn."""
-        self.iteration += 1
+    async def _iterations(self) -> AsyncIterator[Event | TurnEnd]:
+        """Iterations until one of them ends the turn."""
+        while True:
+            async for item in self._iteration():
+                yield item
+                if isinstance(item, TurnEnd):
+                    return
+
+    async def _iteration(self) -> AsyncIterator[Event | TurnEnd]:
+        """One model call and what follows it: ask, decide, act."""
         if self.deadline.remaining() < MIN_CALL_SECONDS:
-            self.iteration -= 1
-            outcome.extend(self._end_with_fallback(StopReason.DEADLINE))
+            yield self._end_with_fallback(StopReason.DEADLINE)
             return
-        offered, forced_by = self._offer()
-        request = self._model_request(offered)
+        self.iteration += 1
+        offer = self._offer()
         response: ModelResponse | None = None
+        async for item in self._ask(offer):
+            if isinstance(item, ModelResponse):
+                response = item
+            else:
+                yield item
+        if response is None:  # the call ran out of time (its error event is out)
+            end = self._after_timeout(offer)
+            if end is not None:
+                yield end
+            return
+        recovered, unrecovered_text_call = self._recover_text_calls(response, offer)
+        if recovered:
+            yield Event(EventType.STATUS, {"status": "legacy_syntax_recovered", "iteration": self.iteration})
+        self._make_ids_unique(response.tool_calls)
+        plan = self.ledger.plan_batch(
+            response.tool_calls, offered=set(offer.tools), client_tools=self.client_names
+        )
+        decision = self._decide(response, plan, unrecovered_text_call)
+        yield self._logged(decision, response)
+        async for step in self._act(decision, response, plan, offer):
+            yield step
+
+    # --- ask -------------------------------------------------------------------------------
+    async def _ask(self, offer: Offer) -> AsyncIterator[Event | ModelResponse]:
+        """One model call: its text as ``delta`` events, fallbacks as they happen, then its response.
+        When the call runs out of time: an ``error`` event and no response."""
+        request = self._model_request(offer.tools)
         visible = LegacyTextFilter()
         streamed = False
+        response: ModelResponse | None = None
         try:
             # The adapters bound their own calls; this bounds any ChatModel, so no model outlives the deadline.
             async for item in until(request.deadline, self.model.stream(request)):
@@ -170,150 +213,77 @@ class _Turn:
                     text = visible.feed(item.text)
                     if text:
                         streamed = True
-                        yield Event(EventType.DELTA, {"content": text, "iteration": self.iteration})
+                        yield self._delta(text)
                 elif isinstance(item, ModelFallback):
-                    yield self._fallback_event(item)
+                    yield fallback_event(item)
                     if item.discard_partial:
                         visible = LegacyTextFilter()
-                elif isinstance(item, ModelResponse):
+                else:
                     response = item
         except (DeadlineExceeded, TimeoutError) as exc:
-            if isinstance(exc, TimeoutError):
-                exc = DeadlineExceeded(
-                    f"{self.model.name} did not answer before the deadline", model=self.model.name
-                )
+            late = exc if isinstance(exc, DeadlineExceeded) else self._late()
             # discard_partial: text this call already streamed is not part of the answer.
-            yield Event(EventType.ERROR, {"code": exc.kind, "message": exc.message, "model": exc.model,
-                                          "discard_partial": streamed})  # fmt: skip
-            if offered and not self.final_call_made:
-                # The call ran into the reserve kept for the answer: spend the reserve on a tool-less answer.
-                self._end_tool_use("deadline")
-                return
-            outcome.extend(self._end_with_fallback(StopReason.DEADLINE))
+            yield error_event(late, discard_partial=streamed)
             return
         tail = visible.flush()
         if tail:
-            yield Event(EventType.DELTA, {"content": tail, "iteration": self.iteration})
+            yield self._delta(tail)
         if response is None:
             raise Transient("the model stream ended without a response", model=self.model.name)
-        self.answered_by = response.model
-        self.usage.add(response.usage)
-        yield Event(EventType.LLM_RESPONSE, {
-            "iteration": self.iteration, "model": response.model, "content": response.content,
-            "tool_calls": [c.to_message() for c in response.tool_calls], "finish_reason": response.finish_reason,
-            "usage": response.usage.as_dict() if response.usage else None,
-        })  # fmt: skip
+        self.record.response(response)
+        yield response_event(response, self.iteration)
+        yield response
 
-        legacy = bool(LEGACY_CALL.search(response.content or "")) and not response.tool_calls
-        if legacy:
-            recovered = parse_text_tool_calls(response.content, set(offered))
-            if recovered:
-                response.tool_calls = recovered
-                yield Event(
-                    EventType.STATUS, {"status": "legacy_syntax_recovered", "iteration": self.iteration}
-                )
-            response.content = strip_legacy_calls(response.content)
-        self._make_ids_unique(response.tool_calls)
-        plan = self.ledger.plan_batch(
-            response.tool_calls, offered=set(offered), client_tools=self.client_names
-        )
-        decision = self._decide(response, plan, legacy and not response.tool_calls)
-        fields = decision.fields()
-        self._log_decision(decision, fields, response)
-        yield Event(EventType.DECISION, fields)
-
-        action = decision.action
-        if action is Action.ANSWER:
-            self._skip_all(plan, decision.reason)
-            stop = (
-                self.guard
-                or forced_by
-                or (StopReason.LENGTH if response.finish_reason == "length" else StopReason.STOP)
-            )
-            outcome.extend((stop, {"role": "assistant", "content": response.content}))
-        elif action is Action.FALLBACK:
-            self._skip_all(plan, decision.reason)
-            reason = self.guard or forced_by or _GUARD_FOR_REASON.get(decision.reason) or StopReason.ERROR
-            outcome.extend(self._end_with_fallback(reason))
-        elif action is Action.CLIENT_TOOLS:
-            client = plan.of(Disposition.CLIENT)
-            self._skip_all(BatchPlan([p for p in plan.calls if p not in client]), "client_tools_pending")
-            message = {"role": "assistant", "content": response.content,
-                       "tool_calls": [p.call.to_message() for p in client]}  # fmt: skip
-            outcome.extend((StopReason.TOOL_CALLS, message))
-        elif action is Action.NUDGE:
-            self.nudges += 1
-            self.messages.append({"role": "system", "content": prompts.EMPTY_REPLY_NUDGE})
-        elif action is Action.REMIND:
-            self.reminders += 1
-            if response.content:
-                self.messages.append({"role": "assistant", "content": response.content})
-            self.messages.append({"role": "system", "content": prompts.LEGACY_SYNTAX_REMINDER})
-            yield Event(EventType.STATUS, {"status": "retrying", "reason": "legacy_syntax_reminder",
-                                           "reminder": self.reminders})  # fmt: skip
-        elif action is Action.FINAL_CALL:
-            self._skip_all(plan, decision.reason)
-            self._end_tool_use(decision.reason)
-        else:  # Action.EXECUTE
-            async for event in self._execute(response, plan):
-                yield event
-            if decision.end_tool_use:
-                self.ledger.loop = decision.reason
-                self._end_tool_use(decision.reason)
-
-    # --- deciding --------------------------------------------------------------------------
-    def _offer(self) -> tuple[list[str], StopReason | None]:
-        """Tool names offered to the next call, and the guard that withheld them (cap or deadline), if any."""
+    def _offer(self) -> Offer:
+        """The tools offered to the next call, or none, with the guard (cap or deadline) that withheld them."""
         if self.tools_ended:
-            return [], None
+            return Offer([])
         available = self.ledger.offerable(self.builtin) + sorted(self.client_names)
         if not available:
-            return [], None
+            return Offer([])
         if self.iteration >= self.max_iterations:
-            return [], StopReason.ITERATION_CAP
+            return Offer([], StopReason.ITERATION_CAP)
         if self.deadline.remaining() < self.settings.deadline_reserve_seconds + MIN_CALL_SECONDS:
-            return [], StopReason.DEADLINE
-        return available, None
+            return Offer([], StopReason.DEADLINE)
+        return Offer(available)
 
     def _model_request(self, offered: list[str]) -> ModelRequest:
         r = self.request
         tool_choice = r.tool_choice if self.iteration == 1 and offered else None
         if isinstance(tool_choice, dict) and tool_choice.get("function", {}).get("name") not in offered:
             tool_choice = None
-        if offered:
-            # A call made while tools are offered must leave the reserve for the answer that follows.
-            call_deadline = self.deadline.minus(self.settings.deadline_reserve_seconds)
-        else:
-            call_deadline = self.deadline.minus(RENDER_MARGIN_SECONDS)
+        # A call made while tools are offered must leave the reserve for the answer that follows.
+        reserve = self.settings.deadline_reserve_seconds if offered else RENDER_MARGIN_SECONDS
         schemas = self.tools.schemas(n for n in offered if n not in self.client_names)
         schemas += [t for t in r.client_tools if t["function"]["name"] in offered]
         return ModelRequest(
-            messages=list(self.messages), deadline=call_deadline, tools=schemas or None, tool_choice=tool_choice,
+            messages=list(self.messages),
+            deadline=self.deadline.minus(reserve),
+            tools=schemas or None,
+            tool_choice=tool_choice,
             parallel_tool_calls=r.parallel_tool_calls if schemas else None,
-            temperature=r.temperature, top_p=r.top_p, max_tokens=r.max_tokens,
-        )  # fmt: skip
+            temperature=r.temperature,
+            top_p=r.top_p,
+            max_tokens=r.max_tokens,
+        )
 
-    def _decide(self, response: ModelResponse, plan: BatchPlan, legacy: bool) -> Decision:
-        counts = plan.counts()
-        repeats = self.ledger.count_repeats(plan)
-        calls = response.tool_calls
-        return decide(DecisionInput(
-            iteration=self.iteration, max_iterations=self.max_iterations,
-            has_tool_calls=bool(calls),
-            valid_tool_calls=sum(1 for c in calls if c.name and c.parsed_arguments() is not None),
-            runnable_calls=counts[Disposition.RUN.value],
-            duplicate_calls=repeats, duplicate_repeats_total=self.ledger.duplicate_repeats,
-            js_already_succeeded_calls=counts[Disposition.JS_ALREADY_SUCCEEDED.value],
-            over_budget_calls=counts[Disposition.OVER_BUDGET.value],
-            client_tool_calls=counts[Disposition.CLIENT.value],
-            finish_reason=response.finish_reason, content_length=len((response.content or "").strip()),
-            substantive_answer_chars=self.settings.substantive_answer_chars,
-            has_successful_js_execution=JAVASCRIPT_TOOL in self.ledger.succeeded,
-            loop_detected=self.ledger.loop is not None, loop_kind=self.ledger.loop,
-            deadline_near=self.deadline.remaining() < self.settings.deadline_reserve_seconds,
-            legacy_syntax=legacy, reminders_left=self.settings.legacy_syntax_reminders - self.reminders,
-            nudges_left=1 - self.nudges, final_call_made=self.final_call_made,
-        ))  # fmt: skip
+    def _after_timeout(self, offer: Offer) -> TurnEnd | None:
+        """A call that ran out of time. While tools were offered, it ran into the reserve kept for the answer:
+        spend the reserve on a tool-less answer. Otherwise the turn ends."""
+        if offer.tools and not self.final_call_made:
+            self._end_tool_use("deadline")
+            return None
+        return self._end_with_fallback(StopReason.DEADLINE)
+
+    def _recover_text_calls(self, response: ModelResponse, offer: Offer) -> tuple[bool, bool]:
+        """``<function=...>`` text instead of native tool calls: turned into calls when certain, and never left
+        in the content. Returns ``(recovered, written_as_text_but_unrecovered)``."""
+        if response.tool_calls or not LEGACY_CALL.search(response.content or ""):
+            return False, False
+        recovered = parse_text_tool_calls(response.content, set(offer.tools))
+        response.tool_calls = recovered
+        response.content = strip_legacy_calls(response.content)
+        return bool(recovered), not recovered
 
     def _make_ids_unique(self, calls: list[ToolCall]) -> None:
         """Some OpenAI-compatible servers reuse ids (``call_0`` in every reply); a conversation with two calls of one
@@ -323,6 +293,103 @@ class _Turn:
                 call.id = f"{call.id}_{uuid.uuid4().hex[:8]}"
             self.call_ids.add(call.id)
 
+    # --- decide ----------------------------------------------------------------------------
+    def _decide(self, response: ModelResponse, plan: BatchPlan, legacy: bool) -> Decision:
+        counts = plan.counts()
+        calls = response.tool_calls
+        return decide(
+            DecisionInput(
+                iteration=self.iteration,
+                max_iterations=self.max_iterations,
+                has_tool_calls=bool(calls),
+                valid_tool_calls=sum(1 for c in calls if c.name and c.parsed_arguments() is not None),
+                runnable_calls=counts[Disposition.RUN.value],
+                duplicate_calls=self.ledger.count_repeats(plan),
+                duplicate_repeats_total=self.ledger.duplicate_repeats,
+                js_already_succeeded_calls=counts[Disposition.JS_ALREADY_SUCCEEDED.value],
+                over_budget_calls=counts[Disposition.OVER_BUDGET.value],
+                client_tool_calls=counts[Disposition.CLIENT.value],
+                finish_reason=response.finish_reason,
+                content_length=len((response.content or "").strip()),
+                substantive_answer_chars=self.settings.substantive_answer_chars,
+                has_successful_js_execution=JAVASCRIPT_TOOL in self.ledger.succeeded,
+                loop_detected=self.ledger.loop is not None,
+                loop_kind=self.ledger.loop,
+                deadline_near=self.deadline.remaining() < self.settings.deadline_reserve_seconds,
+                legacy_syntax=legacy,
+                reminders_left=self.settings.legacy_syntax_reminders - self.reminders,
+                nudges_left=1 - self.nudges,
+                final_call_made=self.final_call_made,
+            )
+        )
+
+    def _logged(self, decision: Decision, response: ModelResponse) -> Event:
+        """Log the decision (the greppable line and its record) and return it as the ``decision`` event."""
+        fields = decision.fields()
+        content = None
+        if self.settings.log_content:  # off by default: message text can hold personal data
+            content = {
+                "content": response.content,
+                "tool_calls": [c.to_message() for c in response.tool_calls],
+            }
+        log_decision(decision.log_line(), fields, content)
+        return Event(EventType.DECISION, fields)
+
+    # --- act -------------------------------------------------------------------------------
+    async def _act(
+        self, decision: Decision, response: ModelResponse, plan: BatchPlan, offer: Offer
+    ) -> AsyncIterator[Event | TurnEnd]:
+        """Carry the decision out; ends with a ``TurnEnd`` when it ends the turn."""
+        action = decision.action
+        if action is Action.EXECUTE:
+            async for event in self._execute(response, plan):
+                yield event
+            if decision.end_tool_use:
+                self.ledger.loop = decision.reason
+                self._end_tool_use(decision.reason)
+        elif action is Action.CLIENT_TOOLS:
+            yield self._hand_to_client(response, plan)
+        elif action is Action.NUDGE:
+            self.nudges += 1
+            self.messages.append({"role": "system", "content": prompts.EMPTY_REPLY_NUDGE})
+        elif action is Action.REMIND:
+            yield self._remind(response)
+        else:
+            self.record.skipped((p.call for p in plan.calls), decision.reason)
+            if action is Action.FINAL_CALL:
+                self._end_tool_use(decision.reason)
+            elif action is Action.ANSWER:
+                yield TurnEnd(
+                    self._answer_stop(response, offer), {"role": "assistant", "content": response.content}
+                )
+            else:  # Action.FALLBACK
+                guard = _GUARD_FOR_REASON.get(decision.reason)
+                yield self._end_with_fallback(self.guard or offer.withheld_by or guard or StopReason.ERROR)
+
+    def _answer_stop(self, response: ModelResponse, offer: Offer) -> StopReason:
+        """A guard that ended tool use is the stop reason of the answer that followed it."""
+        natural = StopReason.LENGTH if response.finish_reason == "length" else StopReason.STOP
+        return self.guard or offer.withheld_by or natural
+
+    def _hand_to_client(self, response: ModelResponse, plan: BatchPlan) -> TurnEnd:
+        """Calls to client-defined tools end the turn; the server's calls in the same batch are skipped."""
+        client = plan.of(Disposition.CLIENT)
+        self.record.skipped((p.call for p in plan.calls if p not in client), "client_tools_pending")
+        calls = [p.call.to_message() for p in client]
+        return TurnEnd(
+            StopReason.TOOL_CALLS, {"role": "assistant", "content": response.content, "tool_calls": calls}
+        )
+
+    def _remind(self, response: ModelResponse) -> Event:
+        self.reminders += 1
+        if response.content:
+            self.messages.append({"role": "assistant", "content": response.content})
+        self.messages.append({"role": "system", "content": prompts.LEGACY_SYNTAX_REMINDER})
+        return Event(
+            EventType.STATUS,
+            {"status": "retrying", "reason": "legacy_syntax_reminder", "reminder": self.reminders},
+        )
+
     def _end_tool_use(self, reason: str) -> None:
         """No more tools this turn: the next call is made without tools, with a note saying why."""
         self.tools_ended = reason
@@ -330,10 +397,11 @@ class _Turn:
         self.guard = self.guard or _GUARD_FOR_REASON.get(reason)
         self.messages.append({"role": "system", "content": prompts.final_answer_note(reason)})
 
-    # --- executing -------------------------------------------------------------------------
+    # --- execute ---------------------------------------------------------------------------
     async def _execute(self, response: ModelResponse, plan: BatchPlan) -> AsyncIterator[Event]:
-        assistant = {"role": "assistant", "content": response.content or "",
-                     "tool_calls": [c.to_message() for c in response.tool_calls]}  # fmt: skip
+        """Answer every call of the batch, running those that may run (in parallel), then update the guards."""
+        calls = [c.to_message() for c in response.tool_calls]
+        assistant = {"role": "assistant", "content": response.content or "", "tool_calls": calls}
         self.messages.append(assistant)
         yield Event(EventType.MESSAGE_COMPLETE, {**assistant, "iteration": self.iteration})
         runs = plan.of(Disposition.RUN)
@@ -342,47 +410,21 @@ class _Turn:
                 EventType.TOOL_CALL_START,
                 {"id": p.call.id, "name": p.call.name, "arguments": p.call.arguments},
             )
-        tool_deadline = self.deadline.minus(self.settings.deadline_reserve_seconds)
-        results = await asyncio.gather(*(self._run_tool(p.call, tool_deadline) for p in runs))
-        by_id = {p.call.id: r for p, r in zip(runs, results, strict=True)}
+        results = await self._run_tools(runs)
         budget_was_open = {n for n in self.builtin if self.ledger.budget_left(n) != 0}
         for p in plan.calls:
-            if p.call.id in by_id:
-                result = by_id[p.call.id]
-                status, reason, content = ("ok" if result.ok else "error"), None, result.content
-                (self.last_result, self.last_error) = (
-                    (content, self.last_error) if result.ok else (self.last_result, result.error)
-                )
-                if self.ledger.record(p.call.name, p.key, p.call.id, content, result.ok, executed=True):
-                    self.ledger.loop = self.ledger.loop or "result_loop"
-            else:
-                status, reason, content = self._answer_without_running(p)
-                self.ledger.record(p.call.name, p.key, p.call.id, content, ok=False, executed=False)
-            self.messages.append(
-                {"role": "tool", "tool_call_id": p.call.id, "name": p.call.name, "content": content}
-            )
-            self._record(p.call, status, content, reason)
-            data = {"id": p.call.id, "name": p.call.name, "status": status, "content": content}
-            if p.call.id in by_id:
-                data["duration_ms"] = round(by_id[p.call.id].duration_ms, 1)
-            if reason:
-                data["reason"] = reason
-            yield Event(EventType.TOOL_CALL_RESULT, data)
-        if plan.of(Disposition.OVER_BUDGET):
-            self.guard = self.guard or StopReason.TOOL_BUDGET
-        for name in budget_was_open:
-            if (
-                self.ledger.budget_left(name) == 0
-                and name not in self.ledger.succeeded
-                and self.guard is None
-            ):
-                self.guard = StopReason.TOOL_BUDGET  # the budget, not an answer, ended this tool's use
-        if self.ledger.loop and not self.tools_ended:
-            self._end_tool_use(self.ledger.loop)
+            yield self._answer_call(p, results.get(p.call.id))
+        self._update_guards(plan, budget_was_open)
+
+    async def _run_tools(self, runs: list[PlannedCall]) -> dict[str, ToolResult]:
+        deadline = self.deadline.minus(self.settings.deadline_reserve_seconds)
+        results = await asyncio.gather(*(self._run_tool(p.call, deadline) for p in runs))
+        return {p.call.id: result for p, result in zip(runs, results, strict=True)}
 
     async def _run_tool(self, call: ToolCall, deadline: Deadline) -> ToolResult:
         tool = self.tools.get(call.name)
-        assert tool is not None  # plan_batch only lets offered, registered tools run
+        if tool is None:  # plan_batch only lets offered, registered tools run: a bug if reached
+            raise LookupError(f"tool {call.name!r} is not registered")
         try:
             return await tool.run(call.parsed_arguments() or {}, deadline)
         except Exception as exc:  # a tool must never take the turn down with it
@@ -390,61 +432,81 @@ class _Turn:
             message = f"{type(exc).__name__}: tool failed"
             return ToolResult(content=json.dumps({"error": message}), ok=False, error=message)
 
+    def _answer_call(self, p: PlannedCall, result: ToolResult | None) -> Event:
+        """One call's tool message (its result, or why it did not run), added to the conversation and recorded."""
+        reason: str | None = None
+        if result is None:
+            status, reason, content = self._answer_without_running(p)
+            self.ledger.record(p.call.name, p.key, p.call.id, content, ok=False, executed=False)
+        else:
+            status, content = ("ok" if result.ok else "error"), result.content
+            self.record.tool_result(result)
+            if self.ledger.record(p.call.name, p.key, p.call.id, content, result.ok, executed=True):
+                self.ledger.loop = self.ledger.loop or "result_loop"
+        self.messages.append(
+            {"role": "tool", "tool_call_id": p.call.id, "name": p.call.name, "content": content}
+        )
+        self.record.tool_call(p.call, status, content, reason)
+        data: dict[str, Any] = {"id": p.call.id, "name": p.call.name, "status": status, "content": content}
+        if result is not None:
+            data["duration_ms"] = round(result.duration_ms, 1)
+        if reason:
+            data["reason"] = reason
+        return Event(EventType.TOOL_CALL_RESULT, data)
+
     def _answer_without_running(self, p: PlannedCall) -> tuple[str, str | None, str]:
         """``(status, reason, tool message content)`` for a call that is answered but not run."""
         if p.disposition is Disposition.DUPLICATE:
             earlier = self.ledger.earlier_result(p.key)
             return "skipped", "duplicate", duplicate_answer(earlier[1] if earlier else "{}", p.duplicate_of)
         status, reason = NOT_RUN_STATUS[p.disposition]
-        message = prompts.not_run(p.disposition.value, name=p.call.name, arguments=p.call.arguments,
-                                  budget=self.ledger.budgets.get(p.call.name),
-                                  available=self.ledger.offerable(self.builtin))  # fmt: skip
+        message = prompts.not_run(
+            p.disposition.value,
+            name=p.call.name,
+            arguments=p.call.arguments,
+            budget=self.ledger.budgets.get(p.call.name),
+            available=self.ledger.offerable(self.builtin),
+        )
         return status, reason, json.dumps({"error": message})
 
-    # --- bookkeeping -----------------------------------------------------------------------
-    def _skip_all(self, plan: BatchPlan, reason: str) -> None:
-        for p in plan.calls:
-            self._record(p.call, "skipped", None, reason)
-
-    def _record(self, call: ToolCall, status: str, result: str | None, reason: str | None) -> None:
-        entry: dict[str, Any] = {"id": call.id, "name": call.name, "arguments": call.arguments,
-                                 "status": status, "result": result}  # fmt: skip
-        if reason:
-            entry["reason"] = reason
-        self.records.append(entry)
-
-    def _fallback_message(self, stop: StopReason) -> dict[str, Any]:
-        text = prompts.fallback_text(
-            stop.value, dict(self.ledger.executions), self.last_error, self.last_result
+    def _update_guards(self, plan: BatchPlan, budget_was_open: set[str]) -> None:
+        """After a batch: a call over budget, or a budget this batch used up without a success, is a budget stop;
+        a detected loop ends tool use."""
+        used_up = any(
+            self.ledger.budget_left(n) == 0 and n not in self.ledger.succeeded for n in budget_was_open
         )
-        return {"role": "assistant", "content": text}
+        if plan.of(Disposition.OVER_BUDGET) or used_up:
+            self.guard = self.guard or StopReason.TOOL_BUDGET
+        if self.ledger.loop and not self.tools_ended:
+            self._end_tool_use(self.ledger.loop)
 
-    def _end_with_fallback(self, stop: StopReason) -> tuple[StopReason, dict[str, Any]]:
-        return stop, self._fallback_message(stop)
+    # --- bookkeeping -----------------------------------------------------------------------
+    def _delta(self, text: str) -> Event:
+        return Event(EventType.DELTA, {"content": text, "iteration": self.iteration})
 
-    def _fallback_event(self, item: ModelFallback) -> Event:
-        log_fallback(item.from_model, item.to_model, item.reason, item.retry_after, item.discard_partial)
-        return Event(EventType.MODEL_FALLBACK, {
-            "from": item.from_model, "to": item.to_model, "reason": item.reason, "retry_after": item.retry_after,
-            "discard_partial": item.discard_partial, "message": item.message,
-        })  # fmt: skip
+    def _late(self) -> DeadlineExceeded:
+        return DeadlineExceeded(
+            f"{self.model.name} did not answer before the deadline", model=self.model.name
+        )
 
-    def _summary(self, stop: StopReason, answer: dict[str, Any]) -> dict[str, Any]:
-        return {
-            "message": answer, "stop_reason": stop.value, "iterations": self.iteration,
-            "tool_calls": self.records, "tool_counts": dict(self.ledger.executions),
-            "usage": self.usage.as_dict(), "model": self.answered_by or self.model.name,
-        }  # fmt: skip
+    def _end_with_fallback(self, stop: StopReason) -> TurnEnd:
+        return TurnEnd(stop, self.record.fallback_message(stop, self.ledger.executions))
 
-    def _log_decision(self, decision: Decision, fields: dict[str, Any], response: ModelResponse) -> None:
-        content = None
-        if self.settings.log_content:  # off by default: message text can hold personal data
-            content = {
-                "content": response.content,
-                "tool_calls": [c.to_message() for c in response.tool_calls],
-            }
-        log_decision(decision.log_line(), fields, content)
+    def _summary(self, end: TurnEnd) -> dict[str, Any]:
+        return self.record.summary(
+            end.stop,
+            end.answer,
+            iterations=self.iteration,
+            tool_counts=self.ledger.executions,
+            model=self.model.name,
+        )
 
     def _log_end(self, stop: StopReason) -> None:
-        log_turn_end(stop.value, stop is StopReason.STOP, self.iteration, dict(self.ledger.executions),
-                     self.usage.as_dict(), self.answered_by)  # fmt: skip
+        log_turn_end(
+            stop.value,
+            stop is StopReason.STOP,
+            self.iteration,
+            dict(self.ledger.executions),
+            self.record.usage.as_dict(),
+            self.record.answered_by,
+        )

@@ -33,68 +33,92 @@ class ConversationError(ValueError):
 def normalize_conversation(raw: Any) -> list[dict[str, Any]]:
     if not isinstance(raw, list) or not raw:
         raise ConversationError(None, "must be a non-empty list of messages")
-    out: list[dict[str, Any]] = []
-    pending: dict[str, str] = {}  # tool_call_id -> tool name, for the latest assistant message
-    pending_from: int | None = None
-    answered: dict[str, str] = {}  # tool_call_id -> content, for dropping exact duplicates
+    conversation = _Conversation()
     for index, message in enumerate(raw):
         if not isinstance(message, dict):
             raise ConversationError(index, "must be an object")
         role = message.get("role")
-        if role not in ROLES:
+        if not isinstance(role, str) or role not in ROLES:
             raise ConversationError(index, f"unknown role {role!r} (expected one of {sorted(ROLES)})")
         if role == "tool":
-            tool_call_id = message.get("tool_call_id")
-            if not isinstance(tool_call_id, str) or not tool_call_id:
-                raise ConversationError(index, "a tool message needs a tool_call_id")
-            content = _text(index, message.get("content"), allow_null=False)
-            if tool_call_id in answered:
-                if answered[tool_call_id] == content:
-                    continue  # an exact duplicate (seed 004): dropped
-                raise ConversationError(
-                    index, f"tool_call_id {tool_call_id!r} is answered twice with different content"
-                )
-            if tool_call_id not in pending:
-                raise ConversationError(
-                    index, f"orphan tool message: no earlier assistant tool call has id {tool_call_id!r}"
-                )
-            name = pending.pop(tool_call_id)
-            answered[tool_call_id] = content
-            out.append({"role": "tool", "tool_call_id": tool_call_id, "name": name, "content": content})
-            continue
-        if pending:
-            raise ConversationError(
-                pending_from,
-                f"tool calls {sorted(pending)} are not answered by tool messages before messages[{index}]",
-            )
-        if role == "assistant":
-            calls = [_tool_call(index, n, c) for n, c in enumerate(message.get("tool_calls") or [])]
-            content = _text(index, message.get("content"), allow_null=True)
-            content = strip_legacy_calls(content) if content else content
-            if not calls and not content:
-                raise ConversationError(index, "an assistant message needs content or tool_calls")
-            entry: dict[str, Any] = {"role": "assistant", "content": content or ""}
-            if calls:
-                ids = [c["id"] for c in calls]
-                if len(set(ids)) != len(ids) or any(i in answered for i in ids):
-                    raise ConversationError(index, "tool call ids must be unique")
-                entry["tool_calls"] = calls
-                pending = {c["id"]: c["function"]["name"] for c in calls}
-                pending_from = index
-            out.append(entry)
-            continue
+            conversation.tool(index, message)
+        elif role == "assistant":
+            conversation.assistant(index, message)
+        else:
+            conversation.other(index, role, message)
+    return conversation.finish()
+
+
+class _Conversation:
+    """The normalised conversation so far, and the tool calls still waiting for their tool messages."""
+
+    def __init__(self) -> None:
+        self.out: list[dict[str, Any]] = []
+        self.pending: dict[str, str] = {}  # tool_call_id -> tool name, for the latest assistant message
+        self.pending_from: int | None = None
+        self.answered: dict[str, str] = {}  # tool_call_id -> content, for dropping exact duplicates
+
+    def tool(self, index: int, message: dict[str, Any]) -> None:
+        tool_call_id = message.get("tool_call_id")
+        if not isinstance(tool_call_id, str) or not tool_call_id:
+            raise ConversationError(index, "a tool message needs a tool_call_id")
         content = _text(index, message.get("content"), allow_null=False)
-        if role == "developer":
-            role = "system"
-        entry = {"role": role, "content": content}
+        if tool_call_id in self.answered:
+            if self.answered[tool_call_id] == content:
+                return  # an exact duplicate (seed 004): dropped
+            raise ConversationError(
+                index, f"tool_call_id {tool_call_id!r} is answered twice with different content"
+            )
+        if tool_call_id not in self.pending:
+            raise ConversationError(
+                index, f"orphan tool message: no earlier assistant tool call has id {tool_call_id!r}"
+            )
+        name = self.pending.pop(tool_call_id)
+        self.answered[tool_call_id] = content
+        self.out.append({"role": "tool", "tool_call_id": tool_call_id, "name": name, "content": content})
+
+    def assistant(self, index: int, message: dict[str, Any]) -> None:
+        self._no_pending_before(index)
+        raw_calls = message.get("tool_calls") or []
+        if not isinstance(raw_calls, list):
+            raise ConversationError(index, "tool_calls must be a list")
+        calls = [_tool_call(index, n, c) for n, c in enumerate(raw_calls)]
+        content = _text(index, message.get("content"), allow_null=True)
+        content = strip_legacy_calls(content) if content else content
+        if not calls and not content:
+            raise ConversationError(index, "an assistant message needs content or tool_calls")
+        entry: dict[str, Any] = {"role": "assistant", "content": content or ""}
+        if calls:
+            ids = [c["id"] for c in calls]
+            if len(set(ids)) != len(ids) or any(i in self.answered for i in ids):
+                raise ConversationError(index, "tool call ids must be unique")
+            entry["tool_calls"] = calls
+            self.pending = {c["id"]: c["function"]["name"] for c in calls}
+            self.pending_from = index
+        self.out.append(entry)
+
+    def other(self, index: int, role: str, message: dict[str, Any]) -> None:
+        """A system, developer or user message."""
+        self._no_pending_before(index)
+        content = _text(index, message.get("content"), allow_null=False)
+        entry: dict[str, Any] = {"role": "system" if role == "developer" else role, "content": content}
         if role == "user" and isinstance(message.get("name"), str):
             entry["name"] = message["name"]
-        out.append(entry)
-    if pending:
-        raise ConversationError(
-            pending_from, f"tool calls {sorted(pending)} are not answered by tool messages"
-        )
-    return out
+        self.out.append(entry)
+
+    def finish(self) -> list[dict[str, Any]]:
+        if self.pending:
+            raise ConversationError(
+                self.pending_from, f"tool calls {sorted(self.pending)} are not answered by tool messages"
+            )
+        return self.out
+
+    def _no_pending_before(self, index: int) -> None:
+        if self.pending:
+            raise ConversationError(
+                self.pending_from,
+                f"tool calls {sorted(self.pending)} are not answered by tool messages before messages[{index}]",
+            )
 
 
 def strip_legacy_calls(text: str) -> str:
@@ -130,7 +154,8 @@ def _text(index: int, content: Any, allow_null: bool) -> str:
 def _tool_call(index: int, n: int, call: Any) -> dict[str, Any]:
     if not isinstance(call, dict):
         raise ConversationError(index, f"tool_calls[{n}] must be an object")
-    function = call.get("function") if isinstance(call.get("function"), dict) else call
+    nested = call.get("function")
+    function: dict[str, Any] = nested if isinstance(nested, dict) else call
     name = function.get("name")
     arguments = function.get("arguments", "{}")
     call_id = call.get("id")

@@ -108,10 +108,21 @@ class Decision:
     def log_line(self) -> str:
         f = self.fields()
         order = [
-            "iteration", "hasToolCalls", "validToolCalls", "finishReason", "contentLength", "hasSubstantiveAnswer",
-            "hasSuccessfulJsExecution", "duplicateCalls", "budgetExhausted", "loopDetected", "tooManyIterations",
-            "deadlineNear", "shouldExecuteTools", "reason",
-        ]  # fmt: skip
+            "iteration",
+            "hasToolCalls",
+            "validToolCalls",
+            "finishReason",
+            "contentLength",
+            "hasSubstantiveAnswer",
+            "hasSuccessfulJsExecution",
+            "duplicateCalls",
+            "budgetExhausted",
+            "loopDetected",
+            "tooManyIterations",
+            "deadlineNear",
+            "shouldExecuteTools",
+            "reason",
+        ]
         parts = [f"{k}={_fmt(f[k])}" for k in order]
         return "Tool execution decision: " + " ".join(parts)
 

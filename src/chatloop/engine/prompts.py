@@ -7,6 +7,7 @@ Kept in one place so they can be read (and changed) together. Messages the engin
 from __future__ import annotations
 
 from collections.abc import Mapping
+from typing import Any
 
 JS_GUIDANCE = (
     "When a question needs a calculation, call execute_javascript once with the whole calculation in one "
@@ -55,7 +56,7 @@ def not_run(kind: str, *, name: str, arguments: str, budget: int | None, availab
     return f"UnknownTool: {name!r} is not available; available tools: {available}"
 
 
-def with_guidance(messages: list[dict], guidance: str = JS_GUIDANCE) -> list[dict]:
+def with_guidance(messages: list[dict[str, Any]], guidance: str = JS_GUIDANCE) -> list[dict[str, Any]]:
     """The conversation with ``guidance`` appended to its first system message (or a new one first)."""
     out = [dict(m) for m in messages]
     for message in out:
