@@ -7,7 +7,9 @@ call per reply; with no tools offered they answer in text. The same models run t
 
 from __future__ import annotations
 
+import asyncio as _asyncio
 import json
+import statistics
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -18,7 +20,7 @@ from chatloop.deadline import Deadline
 from chatloop.engine import EventType, TurnRequest, run_turn
 from chatloop.providers.base import ModelRequest, ModelResponse, ToolCall, Usage
 from chatloop.providers.chain import estimate_tokens
-from chatloop.tools.base import ToolRegistry, ToolResult
+from chatloop.tools.base import Tool, ToolRegistry, ToolResult
 
 Script = Callable[[ModelRequest, int], ModelResponse]
 
@@ -161,19 +163,46 @@ class Scenario:
 
 
 SCENARIOS = [
-    Scenario("compound interest", COMPOUND, lambda: calculator(COMPOUND_CODE, "$10,000 grows to ${result}."), "20789.28"),
-    Scenario("5!", "calculate 5 factorial", lambda: calculator("let f=1; for (let i=2;i<=5;i++) f*=i; f", "5! = {result}"), "120"),
-    Scenario("fibonacci 10", "fibonacci sequence up to 10 numbers",
-             lambda: calculator("const f=[0,1]; while (f.length<10) f.push(f.at(-1)+f.at(-2)); f", "{result}"), "34"),
+    Scenario(
+        "compound interest",
+        COMPOUND,
+        lambda: calculator(COMPOUND_CODE, "$10,000 grows to ${result}."),
+        "20789.28",
+    ),
+    Scenario(
+        "5!",
+        "calculate 5 factorial",
+        lambda: calculator("let f=1; for (let i=2;i<=5;i++) f*=i; f", "5! = {result}"),
+        "120",
+    ),
+    Scenario(
+        "fibonacci 10",
+        "fibonacci sequence up to 10 numbers",
+        lambda: calculator("const f=[0,1]; while (f.length<10) f.push(f.at(-1)+f.at(-2)); f", "{result}"),
+        "34",
+    ),
     Scenario("1/0", "calculate 1/0", lambda: calculator("1/0", "1/0 is {result}"), "Infinity"),
     Scenario("5! and 10!", "calculate 5! and 10!", two_factorials, "3628800"),
     Scenario("error then fix", COMPOUND, error_then_fix, "20789.28"),
-    Scenario("calc + search", "compound interest and best savings accounts", calc_plus_search, "20,789.28", tools="js+search"),
-    Scenario("same calc again", COMPOUND, lambda: calculator(COMPOUND_CODE, "${result}", stubborn=True), "20789.28"),
+    Scenario(
+        "calc + search",
+        "compound interest and best savings accounts",
+        calc_plus_search,
+        "20,789.28",
+        tools="js+search",
+    ),
+    Scenario(
+        "same calc again", COMPOUND, lambda: calculator(COMPOUND_CODE, "${result}", stubborn=True), "20789.28"
+    ),
     Scenario("different failing code", COMPOUND, different_failing_code, None),
-    Scenario("forced tool_choice", COMPOUND, lambda: calculator(COMPOUND_CODE, "${result}"), "20789.28",
-             tool_choice="required"),
-]  # fmt: skip
+    Scenario(
+        "forced tool_choice",
+        COMPOUND,
+        lambda: calculator(COMPOUND_CODE, "${result}"),
+        "20789.28",
+        tool_choice="required",
+    ),
+]
 
 
 @dataclass
@@ -205,8 +234,14 @@ async def run_engine(scenario: Scenario, js_tool) -> Outcome:
     ):
         if event.type is EventType.DONE:
             done = event.data
-    return Outcome(model.calls, sum(done["tool_counts"].values()), model.prompt_tokens, time.perf_counter() - start,
-                   done["stop_reason"], done["message"]["content"] or "")  # fmt: skip
+    return Outcome(
+        model.calls,
+        sum(done["tool_counts"].values()),
+        model.prompt_tokens,
+        time.perf_counter() - start,
+        done["stop_reason"],
+        done["message"]["content"] or "",
+    )
 
 
 async def run_baseline(scenario: Scenario, js_tool, cap: int = 8) -> Outcome:
@@ -219,8 +254,13 @@ async def run_baseline(scenario: Scenario, js_tool, cap: int = 8) -> Outcome:
     executions, answer, stop = 0, "", "iteration_cap"
     start = time.perf_counter()
     for iteration in range(1, cap + 1):
-        request = ModelRequest(messages=list(messages), deadline=Deadline.after(60), tools=registry.schemas(registry.names()),
-                               tool_choice="required", parallel_tool_calls=False)  # fmt: skip
+        request = ModelRequest(
+            messages=list(messages),
+            deadline=Deadline.after(60),
+            tools=registry.schemas(registry.names()),
+            tool_choice="required",
+            parallel_tool_calls=False,
+        )
         response = [item async for item in model.stream(request)][-1]
         answer = response.content
         if not response.tool_calls:
@@ -236,9 +276,43 @@ async def run_baseline(scenario: Scenario, js_tool, cap: int = 8) -> Outcome:
             }
         )
         for call in response.tool_calls:
-            result = await registry.get(call.name).run(call.parsed_arguments() or {}, Deadline.after(30))
+            tool = registry.get(call.name)
+            assert tool is not None, call.name  # the scripts call only registered tools
+            result = await tool.run(call.parsed_arguments() or {}, Deadline.after(30))
             executions += 1
             messages.append(
                 {"role": "tool", "tool_call_id": call.id, "name": call.name, "content": result.content}
             )
     return Outcome(model.calls, executions, model.prompt_tokens, time.perf_counter() - start, stop, answer)
+
+
+# --- the measurement ------------------------------------------------------------------------------
+def measure(js_tool: Tool, reps: int) -> list[dict[str, Any]]:
+    """The seed scenarios through this engine and through the baseline loop, with the real sandbox."""
+    rows = []
+    for scenario in SCENARIOS:
+        engine: list[Outcome] = [_asyncio.run(run_engine(scenario, js_tool)) for _ in range(reps)]
+        base: list[Outcome] = [_asyncio.run(run_baseline(scenario, js_tool)) for _ in range(reps)]
+        e, b = engine[0], base[0]
+        rows.append(
+            {
+                "scenario": scenario.name,
+                "engine": {
+                    "calls": e.model_calls,
+                    "executions": e.executions,
+                    "tokens": e.prompt_tokens,
+                    "ms": statistics.median([o.seconds for o in engine]) * 1000,
+                    "stop": e.stop_reason,
+                    "correct": e.correct(scenario.expect),
+                },
+                "baseline": {
+                    "calls": b.model_calls,
+                    "executions": b.executions,
+                    "tokens": b.prompt_tokens,
+                    "ms": statistics.median([o.seconds for o in base]) * 1000,
+                    "stop": b.stop_reason,
+                    "correct": b.correct(scenario.expect),
+                },
+            }
+        )
+    return rows

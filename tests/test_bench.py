@@ -9,8 +9,13 @@ ROOT = Path(__file__).resolve().parent.parent
 
 
 def test_bench_smoke_run(tmp_path):
-    subprocess.run([sys.executable, "-m", "bench", "--quick", "--out", str(tmp_path)], cwd=ROOT, check=True,
-                   capture_output=True, timeout=240)  # fmt: skip
+    subprocess.run(
+        [sys.executable, "-m", "bench", "--quick", "--out", str(tmp_path)],
+        cwd=ROOT,
+        check=True,
+        capture_output=True,
+        timeout=240,
+    )
     report = (tmp_path / "RESULTS.md").read_text()
     for section in (
         "## 1. Scenarios",

@@ -1,0 +1,65 @@
+"""What several measurements share: statistics, the snippets, and instant scripted models and tools."""
+
+from __future__ import annotations
+
+import json
+import statistics
+
+from chatloop.providers.base import ModelRequest, ModelResponse, ToolCall
+from chatloop.tools.base import ToolResult
+
+TRIVIAL = "1 + 1"
+
+
+COMPOUND_SNIPPET = (
+    "let balance = 10000; const monthly = 0.05 / 12;\n"
+    "for (let m = 0; m < 360; m++) balance *= 1 + monthly;\n"
+    "console.log('years', 30); console.log('rate', 0.05); console.log('months', 360);\n"
+    "Math.round(balance * 100) / 100"
+)
+
+
+def median(values: list[float]) -> float:
+    return statistics.median(values)
+
+
+def p90(values: list[float]) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, round(0.9 * (len(ordered) - 1)))]
+
+
+class InstantModel:
+    """Calls the no-op tool ``tool_rounds`` times (different arguments each time), then answers."""
+
+    name = "scripted:instant"
+
+    def __init__(self, tool_rounds: int):
+        self.tool_rounds = tool_rounds
+
+    async def stream(self, request: ModelRequest):
+        done = sum(
+            1 for m in request.messages if m["role"] == "tool" and m["tool_call_id"].startswith("noop")
+        )
+        if request.tools and done < self.tool_rounds:
+            yield ModelResponse(
+                self.name, tool_calls=[ToolCall(f"noop{done}", "noop", json.dumps({"n": done}))]
+            )
+        else:
+            yield ModelResponse(self.name, content="done", finish_reason="stop")
+
+
+class AnswerAtOnce:
+    """A model that answers at once, without tools: what remains is the handler's own cost."""
+
+    name = "scripted:instant"
+
+    async def stream(self, request: ModelRequest):
+        yield ModelResponse(self.name, content="ok", finish_reason="stop")
+
+
+class NoopTool:
+    name, description = "noop", "does nothing"
+    parameters = {"type": "object", "properties": {"n": {"type": "integer"}}}
+
+    async def run(self, arguments, deadline):
+        return ToolResult(json.dumps({"result": arguments.get("n")}), ok=True)

@@ -1,0 +1,57 @@
+"""Sandbox latency: cold and pre-spawned runs, parallel runs, a runaway's kill time, peak memory."""
+
+from __future__ import annotations
+
+import resource
+import threading
+import time
+from typing import Any
+
+from bench.common import COMPOUND_SNIPPET, TRIVIAL, median, p90
+from chatloop.tools.javascript import JavaScriptSandbox
+
+
+def measure(reps: int) -> dict:
+    out: dict[str, Any] = {}
+    cold = JavaScriptSandbox(prespawn=False)
+    warm = JavaScriptSandbox(prespawn=True)
+    try:
+        for label, code in (("trivial", TRIVIAL), ("compound", COMPOUND_SNIPPET)):
+            cold_ms = [cold.run(code, 5).duration_ms for _ in range(reps)]
+            warm_ms = []
+            for _ in range(reps):
+                warm.warm()
+                _wait_for_spare(warm)
+                result = warm.run(code, 5)
+                assert result.prespawned and result.ok, result.payload
+                warm_ms.append(result.duration_ms)
+            out[label] = {
+                "cold": (median(cold_ms), p90(cold_ms)),
+                "prespawned": (median(warm_ms), p90(warm_ms)),
+            }
+        one = [cold.run(COMPOUND_SNIPPET, 5).duration_ms for _ in range(max(3, reps // 3))]
+        four = []
+        for _ in range(max(3, reps // 3)):
+            start = time.perf_counter()
+            threads = [threading.Thread(target=cold.run, args=(COMPOUND_SNIPPET, 5)) for _ in range(4)]
+            for t in threads:
+                t.start()
+            for t in threads:
+                t.join()
+            four.append((time.perf_counter() - start) * 1000)
+        out["parallel"] = {"one_ms": median(one), "four_ms": median(four)}
+        start = time.perf_counter()
+        killed = cold.run("while (true) {}", 1.0)
+        out["runaway_kill_ms"] = (time.perf_counter() - start) * 1000 - 1000
+        assert killed.payload["error"].startswith("TimeoutError")
+        out["peak_rss_mb"] = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024
+    finally:
+        cold.close()
+        warm.close()
+    return out
+
+
+def _wait_for_spare(box: JavaScriptSandbox) -> None:
+    deadline = time.monotonic() + 5
+    while box._spare is None and time.monotonic() < deadline:
+        time.sleep(0.002)
