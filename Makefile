@@ -43,9 +43,11 @@ $(STAMP): requirements.txt requirements-dev.txt
 test: install ## run the whole test suite (installs first if needed)
 	$(BIN)/python -m pytest
 
-lint: install ## code linters, and cfn-lint on the SAM template and on its CloudFormation translation
+lint: install ## ruff (lint + format), mypy (--strict on src/), cfn-lint on the SAM template and its translation
 	$(BIN)/ruff check src tests scripts bench
 	$(BIN)/ruff format --check src tests scripts bench
+	$(BIN)/mypy --strict src/chatloop src/app.py
+	$(BIN)/mypy tests bench scripts
 	$(BIN)/cfn-lint template.yaml
 	$(BIN)/python scripts/translate_template.py template.yaml build/template.cfn.json
 	@# W2001/W3005: SAM itself resolves the usage-plan parameters and adds DependsOn when it translates.

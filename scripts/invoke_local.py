@@ -38,7 +38,7 @@ def main(path: str) -> int:
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "src"))
     event = json.loads(Path(path).read_text())
     start = time.perf_counter()
-    import app  # noqa: PLC0415  (timed: this is the Lambda INIT phase)
+    import app
 
     init_ms = (time.perf_counter() - start) * 1000
     start = time.perf_counter()

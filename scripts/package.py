@@ -52,13 +52,29 @@ def compile_bytecode(tree: Path) -> None:
     from source (measured: ~260 ms -> ~180 ms for ``import app``). Unchecked-hash .pyc files stay valid whatever
     timestamps the zip gives the sources. Only a Python of the runtime's version can write them usefully."""
     if sys.version_info[:2] != LAMBDA_PYTHON:
-        print(f"warning: Python {sys.version_info[0]}.{sys.version_info[1]} is not the Lambda runtime's "
-              f"{LAMBDA_PYTHON[0]}.{LAMBDA_PYTHON[1]}: shipping sources without bytecode", file=sys.stderr)  # fmt: skip
+        print(
+            f"warning: Python {sys.version_info[0]}.{sys.version_info[1]} is not the Lambda runtime's "
+            f"{LAMBDA_PYTHON[0]}.{LAMBDA_PYTHON[1]}: shipping sources without bytecode",
+            file=sys.stderr,
+        )
         return
     for cache in tree.rglob("__pycache__"):
         shutil.rmtree(cache)
-    subprocess.run([sys.executable, "-m", "compileall", "-q", "-j", "0", "--invalidation-mode", "unchecked-hash",
-                    str(tree)], check=True, stdout=subprocess.DEVNULL)  # fmt: skip
+    subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "compileall",
+            "-q",
+            "-j",
+            "0",
+            "--invalidation-mode",
+            "unchecked-hash",
+            str(tree),
+        ],
+        check=True,
+        stdout=subprocess.DEVNULL,
+    )
 
 
 def build_function(build: Path = BUILD) -> Path:
@@ -77,11 +93,27 @@ def build_layer(arch: str, build: Path = BUILD) -> Path:
     shutil.rmtree(root, ignore_errors=True)
     platforms = [arg for tag in GLIBC_TAGS for arg in ("--platform", f"{tag}_{machine}")]
     subprocess.run(
-        [sys.executable, "-m", "pip", "install", "--quiet", "--disable-pip-version-check", "--no-compile",
-         "--target", str(root / "python"), "--implementation", "cp", "--python-version", "3.12",
-         "--only-binary=:all:", *platforms, "-r", str(ROOT / "requirements.txt")],
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "install",
+            "--quiet",
+            "--disable-pip-version-check",
+            "--no-compile",
+            "--target",
+            str(root / "python"),
+            "--implementation",
+            "cp",
+            "--python-version",
+            "3.12",
+            "--only-binary=:all:",
+            *platforms,
+            "-r",
+            str(ROOT / "requirements.txt"),
+        ],
         check=True,
-    )  # fmt: skip
+    )
     deno = root / "python" / "bin" / "deno"
     if not deno.is_file():
         raise SystemExit("the deno wheel did not provide bin/deno")
@@ -110,8 +142,10 @@ def main() -> int:
     if args.what in ("layer", "all"):
         built.append(build_layer(args.arch, args.build_dir))
     for path in built:
-        print(f"{path}: {path.stat().st_size / 1e6:.1f} MB zipped, "
-              f"{unzipped_size(path) / 1e6:.1f} MB unzipped, CodeSha256 {code_sha256(path)}")  # fmt: skip
+        print(
+            f"{path}: {path.stat().st_size / 1e6:.1f} MB zipped, "
+            f"{unzipped_size(path) / 1e6:.1f} MB unzipped, CodeSha256 {code_sha256(path)}"
+        )
     return 0
 
 

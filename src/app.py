@@ -5,10 +5,12 @@ correlation id (the API Gateway request id), per-invocation log keys and EMF met
 """
 
 import asyncio
+from typing import Any
 
 from aws_lambda_powertools.logging import correlation_paths
 from aws_lambda_powertools.metrics import MetricUnit
 from mangum import Mangum
+from mangum.types import LambdaContext
 
 from chatloop.api import create_app
 from chatloop.config import Settings
@@ -21,7 +23,7 @@ _mangum = Mangum(app, lifespan="off", api_gateway_base_path=settings.api_base_pa
 
 @logger.inject_lambda_context(correlation_id_path=correlation_paths.API_GATEWAY_REST, clear_state=True)
 @metrics.log_metrics(capture_cold_start_metric=True)
-def handler(event: dict, context: object) -> dict:
+def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
     metrics.add_metric(name="Requests", unit=MetricUnit.Count, value=1)
     _ensure_event_loop()
     response = _mangum(event, context)

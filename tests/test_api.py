@@ -64,8 +64,11 @@ def llm(monkeypatch):
 @pytest.fixture
 def runtime(llm, sandbox):
     settings = Settings(model_chain=f"groq:{MODEL}", version="9.9.9")
-    rt = Runtime(settings, registry=ToolRegistry([ExecuteJavaScriptTool(sandbox)]),
-                 keys_loader=lambda s: {"groq": SECRET_KEY, "openai": None})  # fmt: skip
+    rt = Runtime(
+        settings,
+        registry=ToolRegistry([ExecuteJavaScriptTool(sandbox)]),
+        keys_loader=lambda s: {"groq": SECRET_KEY, "openai": None},
+    )
     lambda_app.app.state.runtime = rt
     yield rt
 
@@ -91,7 +94,7 @@ def test_chat_json_through_each_event_kind(runtime, llm, make, base64):
     assert status == 200, body
     data = json.loads(body)
     assert set(data) == set(
-        "message stop_reason iterations tool_calls tool_counts usage model request_id".split()
+        ["message", "stop_reason", "iterations", "tool_calls", "tool_counts", "usage", "model", "request_id"]
     )
     assert "20789.28" in data["message"]["content"] and data["stop_reason"] == "stop"
     assert data["iterations"] == 2 and data["tool_counts"] == {"execute_javascript": 1}
@@ -136,8 +139,13 @@ def test_openai_endpoint_through_the_handler(runtime):
 
 def test_tool_choice_none_on_v1_offers_no_tool_at_all(runtime, llm):
     weather = {"type": "function", "function": {"name": "get_weather", "parameters": {"type": "object"}}}
-    status, body, _ = invoke(http_event("POST", "/v1/chat/completions", {
-        "messages": chat_body()["messages"], "tools": [weather], "tool_choice": "none"}))  # fmt: skip
+    status, body, _ = invoke(
+        http_event(
+            "POST",
+            "/v1/chat/completions",
+            {"messages": chat_body()["messages"], "tools": [weather], "tool_choice": "none"},
+        )
+    )
     assert status == 200 and json.loads(body)["choices"][0]["finish_reason"] == "stop"
     assert all("tools" not in r["body"] for r in llm.requests)
 
@@ -172,8 +180,17 @@ BAD = [
     ("empty messages", {"messages": []}, 400, "non-empty list"),
     ("wrong type", {"messages": "hi"}, 400, "messages"),
     ("unknown role", {"messages": [{"role": "robot", "content": "x"}]}, 400, "messages[0]: unknown role"),
-    ("orphan tool message", {"messages": [{"role": "user", "content": "x"},
-                                          {"role": "tool", "tool_call_id": "nope", "content": "1"}]}, 400, "messages[1]: orphan"),
+    (
+        "orphan tool message",
+        {
+            "messages": [
+                {"role": "user", "content": "x"},
+                {"role": "tool", "tool_call_id": "nope", "content": "1"},
+            ]
+        },
+        400,
+        "messages[1]: orphan",
+    ),
     ("unknown tool", chat_body(tools=["rm_rf"]), 400, "unknown tool"),
     ("iterations too low", chat_body(max_iterations=0), 400, "max_iterations"),
     ("iterations too high", chat_body(max_iterations=101), 400, "max_iterations"),
@@ -182,9 +199,13 @@ BAD = [
     ("stream as a string", chat_body(stream="yes"), 400, "stream"),
     ("unknown field", chat_body(max_iteration=3), 400, "max_iteration: unknown field"),
     ("unknown model", chat_body(model="groq:not-a-model"), 400, "unknown model"),
-    ("tool_choice for a disabled tool", chat_body(tools=[], tool_choice={"type": "function", "function": {"name": "execute_javascript"}}),
-     400, "tool_choice"),
-]  # fmt: skip
+    (
+        "tool_choice for a disabled tool",
+        chat_body(tools=[], tool_choice={"type": "function", "function": {"name": "execute_javascript"}}),
+        400,
+        "tool_choice",
+    ),
+]
 
 
 @pytest.mark.parametrize(("name", "body", "status", "words"), BAD, ids=[b[0] for b in BAD])
@@ -238,8 +259,9 @@ def test_all_models_failing_is_a_503_with_the_summary_and_no_secret(runtime, llm
         v1_code, v1_body, _ = invoke(
             http_event("POST", "/v1/chat/completions", {"messages": chat_body()["messages"]})
         )
-        _, v1_stream, _ = invoke(http_event("POST", "/v1/chat/completions",
-                                            {"messages": chat_body()["messages"], "stream": True}))  # fmt: skip
+        _, v1_stream, _ = invoke(
+            http_event("POST", "/v1/chat/completions", {"messages": chat_body()["messages"], "stream": True})
+        )
     finally:
         logger.registered_handler.setStream(old)
     data = json.loads(body)
@@ -290,8 +312,15 @@ def test_metrics_are_emitted_as_emf(runtime, capsys):
     invoke(rest_event("POST", "/chat", chat_body(stream=False)))
     blobs = [json.loads(line) for line in capsys.readouterr().out.splitlines() if line.startswith('{"_aws"')]
     names = {m["Name"] for b in blobs for d in b["_aws"]["CloudWatchMetrics"] for m in d["Metrics"]}
-    assert {"Requests", "Iterations", "ToolExecutions", "ToolCallsSkipped", "ModelFallbacks", "Stop_stop",
-            "SandboxMilliseconds"} <= names  # fmt: skip
+    assert {
+        "Requests",
+        "Iterations",
+        "ToolExecutions",
+        "ToolCallsSkipped",
+        "ModelFallbacks",
+        "Stop_stop",
+        "SandboxMilliseconds",
+    } <= names
     assert blobs[0]["_aws"]["CloudWatchMetrics"][0]["Namespace"] == "ChatLoopTest"
 
 
@@ -323,7 +352,10 @@ def test_an_unreadable_secret_is_a_503_not_a_silent_demo(llm, sandbox):
     settings = Settings(
         provider_keys_secret_arn="arn:aws:secretsmanager:us-east-1:123456789012:secret:missing"
     )
-    lambda_app.app.state.runtime = Runtime(settings, registry=ToolRegistry([ExecuteJavaScriptTool(sandbox)]),
-                                           keys_loader=lambda s: load_provider_keys(s, environ={}))  # fmt: skip
+    lambda_app.app.state.runtime = Runtime(
+        settings,
+        registry=ToolRegistry([ExecuteJavaScriptTool(sandbox)]),
+        keys_loader=lambda s: load_provider_keys(s, environ={}),
+    )
     code, body, _ = invoke(rest_event("POST", "/chat", chat_body(stream=False)))
     assert code == 503 and json.loads(body)["error"]["code"] == "keys_unavailable"

@@ -14,9 +14,17 @@ def test_defaults():
 
 
 def test_values_are_parsed_by_type():
-    s = Settings.from_env({"MAX_ITERATIONS": "4", "LOG_CONTENT": "yes", "SYSTEM_PROMPT_GUIDANCE": "0",
-                           "TOOL_BUDGETS": '{"execute_javascript": 2, "search_web": 5}', "REQUEST_TIMEOUT_SECONDS": "12.5",
-                           "MODEL_CHAIN": "groq:openai/gpt-oss-120b, openai:gpt-4.1-mini", "APP_VERSION": "1.2.3"})  # fmt: skip
+    s = Settings.from_env(
+        {
+            "MAX_ITERATIONS": "4",
+            "LOG_CONTENT": "yes",
+            "SYSTEM_PROMPT_GUIDANCE": "0",
+            "TOOL_BUDGETS": '{"execute_javascript": 2, "search_web": 5}',
+            "REQUEST_TIMEOUT_SECONDS": "12.5",
+            "MODEL_CHAIN": "groq:openai/gpt-oss-120b, openai:gpt-4.1-mini",
+            "APP_VERSION": "1.2.3",
+        }
+    )
     assert s.max_iterations == 4 and s.log_content and not s.system_prompt_guidance
     assert s.tool_budgets == {"execute_javascript": 2, "search_web": 5} and s.request_timeout_seconds == 12.5
     assert s.version == "1.2.3"

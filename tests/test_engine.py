@@ -469,8 +469,13 @@ async def test_a_model_that_ignores_the_deadline_cannot_outlive_it(registry):
             yield ModelResponse("", content="too late")
 
     start = time.monotonic()
-    turn = await drive(Hanging(lambda r, n: None), registry, "hi", settings=Settings(deadline_reserve_seconds=0.8),
-                       deadline=2.0)  # fmt: skip
+    turn = await drive(
+        Hanging(lambda r, n: None),
+        registry,
+        "hi",
+        settings=Settings(deadline_reserve_seconds=0.8),
+        deadline=2.0,
+    )
     assert time.monotonic() - start < 2.0
     assert turn.done["stop_reason"] == "deadline" and turn.answer and turn.model.calls == 2
     assert turn.model.requests[1].tools is None  # the reserve went to a tool-less final attempt
@@ -501,8 +506,13 @@ async def test_text_streamed_before_a_timeout_is_marked_for_discarding(registry)
                 await asyncio.sleep(30)
             yield ModelResponse("", content="Short answer.")
 
-    turn = await drive(StallsMidReply(lambda r, n: None), registry, "hi",
-                       settings=Settings(deadline_reserve_seconds=0.8), deadline=2.0)  # fmt: skip
+    turn = await drive(
+        StallsMidReply(lambda r, n: None),
+        registry,
+        "hi",
+        settings=Settings(deadline_reserve_seconds=0.8),
+        deadline=2.0,
+    )
     error = turn.of(EventType.ERROR)[0]
     assert error["code"] == "deadline" and error["discard_partial"] is True
     assert turn.answer == "Short answer." and turn.done["stop_reason"] == "deadline"

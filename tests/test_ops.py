@@ -138,8 +138,17 @@ def test_every_environment_variable_is_documented():
 
     readme = (ROOT / "README.md").read_text()
     names = [("APP_VERSION" if f == "version" else f.upper()) for f in Settings.__dataclass_fields__]
-    names += ["GROQ_API_KEY", "OPENAI_API_KEY", "GROQ_BASE_URL", "OPENAI_BASE_URL", "POWERTOOLS_SERVICE_NAME",
-              "POWERTOOLS_METRICS_NAMESPACE", "POWERTOOLS_LOG_LEVEL", "DENO_BIN", "PORT"]  # fmt: skip
+    names += [
+        "GROQ_API_KEY",
+        "OPENAI_API_KEY",
+        "GROQ_BASE_URL",
+        "OPENAI_BASE_URL",
+        "POWERTOOLS_SERVICE_NAME",
+        "POWERTOOLS_METRICS_NAMESPACE",
+        "POWERTOOLS_LOG_LEVEL",
+        "DENO_BIN",
+        "PORT",
+    ]
     missing = [n for n in names if f"`{n}`" not in readme]
     assert not missing
 
@@ -150,28 +159,57 @@ def moto():
     server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
     server.start()
     host, port = server.get_host_and_port()
-    env = {**os.environ, "AWS_ENDPOINT_URL": f"http://{host}:{port}", "AWS_ACCESS_KEY_ID": "testing",
-           "AWS_SECRET_ACCESS_KEY": "testing", "AWS_REGION": "us-east-1", "AWS_DEFAULT_REGION": "us-east-1"}  # fmt: skip
+    env = {
+        **os.environ,
+        "AWS_ENDPOINT_URL": f"http://{host}:{port}",
+        "AWS_ACCESS_KEY_ID": "testing",
+        "AWS_SECRET_ACCESS_KEY": "testing",
+        "AWS_REGION": "us-east-1",
+        "AWS_DEFAULT_REGION": "us-east-1",
+    }
     env.pop("AWS_PROFILE", None)
     yield env
     server.stop()
 
 
 def client(env: dict, service: str):
-    return boto3.client(service, endpoint_url=env["AWS_ENDPOINT_URL"], region_name="us-east-1",
-                        aws_access_key_id="testing", aws_secret_access_key="testing")  # fmt: skip
+    return boto3.client(
+        service,
+        endpoint_url=env["AWS_ENDPOINT_URL"],
+        region_name="us-east-1",
+        aws_access_key_id="testing",
+        aws_secret_access_key="testing",
+    )
 
 
 def test_deploy_lambda_fast_updates_the_code_and_prints_its_sha(moto, tmp_path):
     iam, lam = client(moto, "iam"), client(moto, "lambda")
-    role = iam.create_role(RoleName="chatloop-test-role", AssumeRolePolicyDocument=json.dumps({
-        "Version": "2012-10-17", "Statement": [{"Effect": "Allow", "Principal": {"Service": "lambda.amazonaws.com"},
-                                                 "Action": "sts:AssumeRole"}]}))["Role"]["Arn"]  # fmt: skip
+    role = iam.create_role(
+        RoleName="chatloop-test-role",
+        AssumeRolePolicyDocument=json.dumps(
+            {
+                "Version": "2012-10-17",
+                "Statement": [
+                    {
+                        "Effect": "Allow",
+                        "Principal": {"Service": "lambda.amazonaws.com"},
+                        "Action": "sts:AssumeRole",
+                    }
+                ],
+            }
+        ),
+    )["Role"]["Arn"]
     seed = tmp_path / "seed.zip"
     with zipfile.ZipFile(seed, "w") as z:
         z.writestr("app.py", "def handler(event, context):\n    return {}\n")
-    lam.create_function(FunctionName="chatloop-ops-chat", Runtime="python3.12", Role=role, Handler="app.handler",
-                        Code={"ZipFile": seed.read_bytes()}, Architectures=["arm64"])  # fmt: skip
+    lam.create_function(
+        FunctionName="chatloop-ops-chat",
+        Runtime="python3.12",
+        Role=role,
+        Handler="app.handler",
+        Code={"ZipFile": seed.read_bytes()},
+        Architectures=["arm64"],
+    )
     result = run("make", "--no-print-directory", "deploy-lambda-fast", "STACK=chatloop-ops", env=moto)
     printed = re.search(r"CodeSha256 (\S+)", result.stdout).group(1)
     assert printed == code_sha256(ROOT / "build" / "function.zip")
@@ -185,10 +223,12 @@ def test_deploy_lambda_fast_updates_the_code_and_prints_its_sha(moto, tmp_path):
             assert pyc_flags(z.read("__pycache__/app.cpython-312.pyc")) == 1  # unchecked hash
 
 
-DECISION = ("Tool execution decision: iteration={i} hasToolCalls=true validToolCalls=1 finishReason=tool_calls "
-            "contentLength=0 hasSubstantiveAnswer=false hasSuccessfulJsExecution={js} duplicateCalls=0 "
-            "budgetExhausted=false loopDetected=false tooManyIterations=false deadlineNear=false "
-            "shouldExecuteTools={run} reason={reason}")  # fmt: skip
+DECISION = (
+    "Tool execution decision: iteration={i} hasToolCalls=true validToolCalls=1 finishReason=tool_calls "
+    "contentLength=0 hasSubstantiveAnswer=false hasSuccessfulJsExecution={js} duplicateCalls=0 "
+    "budgetExhausted=false loopDetected=false tooManyIterations=false deadlineNear=false "
+    "shouldExecuteTools={run} reason={reason}"
+)
 
 
 def test_make_logs_prints_one_event_per_line_and_greps_work(moto):
@@ -198,13 +238,27 @@ def test_make_logs_prints_one_event_per_line_and_greps_work(moto):
     logs.create_log_stream(logGroupName=group, logStreamName="2026/11/21/[$LATEST]abc")
     now = int(time.time() * 1000)
     records = [
-        {"level": "INFO", "message": DECISION.format(i=1, js="false", run="true", reason="execute"), "correlation_id": "req-1"},
-        {"level": "INFO", "message": DECISION.format(i=2, js="true", run="false", reason="js_already_succeeded"),
-         "correlation_id": "req-1"},
-        {"level": "INFO", "message": 'converged at 2 iterations tool_counts={"execute_javascript":1}', "correlation_id": "req-1"},
-        {"level": "WARNING", "message": "model fallback: from=groq:a to=groq:b reason=rate_limited retry_after=5.0",
-         "correlation_id": "req-2"},
-    ]  # fmt: skip
+        {
+            "level": "INFO",
+            "message": DECISION.format(i=1, js="false", run="true", reason="execute"),
+            "correlation_id": "req-1",
+        },
+        {
+            "level": "INFO",
+            "message": DECISION.format(i=2, js="true", run="false", reason="js_already_succeeded"),
+            "correlation_id": "req-1",
+        },
+        {
+            "level": "INFO",
+            "message": 'converged at 2 iterations tool_counts={"execute_javascript":1}',
+            "correlation_id": "req-1",
+        },
+        {
+            "level": "WARNING",
+            "message": "model fallback: from=groq:a to=groq:b reason=rate_limited retry_after=5.0",
+            "correlation_id": "req-2",
+        },
+    ]
     events = [{"timestamp": now + i, "message": json.dumps(r)} for i, r in enumerate(records)]
     events.append({"timestamp": now + 10, "message": "END RequestId: req-1\n"})
     logs.put_log_events(logGroupName=group, logStreamName="2026/11/21/[$LATEST]abc", logEvents=events)
@@ -214,8 +268,12 @@ def test_make_logs_prints_one_event_per_line_and_greps_work(moto):
     assert out[1].endswith(DECISION.format(i=2, js="true", run="false", reason="js_already_succeeded"))
     assert " INFO req-1 Tool execution decision: iteration=1 " in out[0]
 
-    grep = run("bash", "-c", 'make --no-print-directory logs STACK=chatloop-logs | grep "hasSuccessfulJsExecution=true"',
-               env=moto).stdout.splitlines()  # fmt: skip
+    grep = run(
+        "bash",
+        "-c",
+        'make --no-print-directory logs STACK=chatloop-logs | grep "hasSuccessfulJsExecution=true"',
+        env=moto,
+    ).stdout.splitlines()
     assert len(grep) == 1 and "iteration=2" in grep[0]
     decisions = run(
         "make", "--no-print-directory", "logs-decisions", "STACK=chatloop-logs", env=moto
@@ -254,10 +312,18 @@ def test_the_layer_finds_its_own_deno_as_on_lambda(tmp_path):
     layer = tmp_path / "layer" / "python"
     base_python = Path(sys.base_prefix) / "bin" / f"python{sys.version_info.major}.{sys.version_info.minor}"
     assert not (Path(sys.base_prefix) / "bin" / "deno").exists()  # only the layer has one
-    code = ("import sys; sys.path[:0] = [sys.argv[1], sys.argv[2]]; import deno; "
-            "from chatloop.tools.javascript import JavaScriptSandbox; "
-            "box = JavaScriptSandbox(prespawn=False); print(deno.find_deno_bin()); print(box.run('6 * 7', 5).payload)")  # fmt: skip
-    out = subprocess.run([str(base_python), "-I", "-c", code, str(layer), str(ROOT / "src")],
-                         capture_output=True, text=True, check=True, env={"PATH": "/usr/bin:/bin"}, timeout=120)  # fmt: skip
+    code = (
+        "import sys; sys.path[:0] = [sys.argv[1], sys.argv[2]]; import deno; "
+        "from chatloop.tools.javascript import JavaScriptSandbox; "
+        "box = JavaScriptSandbox(prespawn=False); print(deno.find_deno_bin()); print(box.run('6 * 7', 5).payload)"
+    )
+    out = subprocess.run(
+        [str(base_python), "-I", "-c", code, str(layer), str(ROOT / "src")],
+        capture_output=True,
+        text=True,
+        check=True,
+        env={"PATH": "/usr/bin:/bin"},
+        timeout=120,
+    )
     lines = out.stdout.strip().splitlines()
     assert lines[-2] == str(layer / "bin" / "deno") and lines[-1] == "{'result': 42, 'output': ''}"

@@ -64,7 +64,9 @@ KEYS = {"groq": "gsk_test_key_0000000000", "openai": "sk-test-key-000000000000"}
 
 def chain(*entries: str, **kw) -> FallbackChain:
     catalog = Catalog.load()
-    return FallbackChain([build_model(e, KEYS, catalog) for e in entries], catalog=catalog, **kw)
+    models = [build_model(e, KEYS, catalog) for e in entries]
+    assert all(models), entries  # every test entry has a key
+    return FallbackChain([m for m in models if m], catalog=catalog, **kw)
 
 
 def request(tools=None, deadline=10.0, **kw) -> ModelRequest:
@@ -162,9 +164,11 @@ def test_params_send_only_what_was_asked_and_what_the_model_takes():
 
 
 # --- the error taxonomy ----------------------------------------------------------------------------
-GROQ_429 = ("Rate limit reached for model `llama-3.3-70b-versatile` in organization `org_01` service tier `on_demand` "
-            "on tokens per minute (TPM): Limit 12000, Used 11972, Requested 4351. Please try again in 2m59.56s. "
-            "Need more tokens? Upgrade to Dev Tier today.")  # fmt: skip
+GROQ_429 = (
+    "Rate limit reached for model `llama-3.3-70b-versatile` in organization `org_01` service tier `on_demand` "
+    "on tokens per minute (TPM): Limit 12000, Used 11972, Requested 4351. Please try again in 2m59.56s. "
+    "Need more tokens? Upgrade to Dev Tier today."
+)
 
 
 @pytest.mark.parametrize(
@@ -327,7 +331,7 @@ async def test_tool_use_failed_is_retried_once_with_a_note_then_falls_back(llm):
         failed_generation="terminal<|channel|>commentary",
     )
     llm.script(G70, bad, text(G70, "fixed"))
-    items, response = await collect(chain(f"groq:{G70}").for_turn(), request(JS_TOOL))
+    _, response = await collect(chain(f"groq:{G70}").for_turn(), request(JS_TOOL))
     assert response.content == "fixed"
     retry = llm.requests_for(G70)[1]["body"]["messages"][-1]
     assert retry["role"] == "system" and "could not be parsed" in retry["content"]
@@ -398,9 +402,15 @@ async def test_usage_is_summed_over_a_turn(llm, sandbox):
         tool_calls(G70, [("c1", "execute_javascript", '{"code": "6*7"}')], groq=True, usage=(100, 20)),
         text(G70, "42", groq=True, usage=(150, 5)),
     )
-    events = [e async for e in run_turn(TurnRequest(messages=[{"role": "user", "content": "6*7"}]),
-                                        chain(f"groq:{G70}").for_turn(), ToolRegistry([ExecuteJavaScriptTool(sandbox)]),
-                                        Deadline.after(10))]  # fmt: skip
+    events = [
+        e
+        async for e in run_turn(
+            TurnRequest(messages=[{"role": "user", "content": "6*7"}]),
+            chain(f"groq:{G70}").for_turn(),
+            ToolRegistry([ExecuteJavaScriptTool(sandbox)]),
+            Deadline.after(10),
+        )
+    ]
     assert events[-1].data["usage"] == {"prompt_tokens": 250, "completion_tokens": 25, "total_tokens": 275}
 
 
@@ -441,9 +451,22 @@ def test_default_chain_has_no_decommissioned_model():
 
 
 async def test_demo_model_runs_the_whole_loop(sandbox):
-    events = [e async for e in run_turn(
-        TurnRequest(messages=[{"role": "user", "content": "calculate compound interest: $10,000 at 5% annually for 15 years"}]),
-        DemoModel(), ToolRegistry([ExecuteJavaScriptTool(sandbox)]), Deadline.after(10))]  # fmt: skip
+    events = [
+        e
+        async for e in run_turn(
+            TurnRequest(
+                messages=[
+                    {
+                        "role": "user",
+                        "content": "calculate compound interest: $10,000 at 5% annually for 15 years",
+                    }
+                ]
+            ),
+            DemoModel(),
+            ToolRegistry([ExecuteJavaScriptTool(sandbox)]),
+            Deadline.after(10),
+        )
+    ]
     done = events[-1].data
     assert "20,789.28" in done["message"]["content"] and "offline demo model" in done["message"]["content"]
     assert (
@@ -454,9 +477,11 @@ async def test_demo_model_runs_the_whole_loop(sandbox):
 
 
 def test_provider_sdks_are_imported_lazily():
-    code = ("import sys; from chatloop.providers.factory import build_chain; from chatloop.config import Settings; "
-            "build_chain(Settings(), {'groq': 'gsk_x', 'openai': 'sk-x'}); "
-            "print(sorted(m for m in ('groq', 'openai') if m in sys.modules))")  # fmt: skip
+    code = (
+        "import sys; from chatloop.providers.factory import build_chain; from chatloop.config import Settings; "
+        "build_chain(Settings(), {'groq': 'gsk_x', 'openai': 'sk-x'}); "
+        "print(sorted(m for m in ('groq', 'openai') if m in sys.modules))"
+    )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd="src", check=True)
     assert out.stdout.strip().splitlines()[-1] == "[]"
 

@@ -17,6 +17,7 @@ import json
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
+from typing import Any
 
 DEFAULT_MODEL_CHAIN = (
     "groq:openai/gpt-oss-120b,groq:llama-3.3-70b-versatile,groq:llama-3.1-8b-instant,openai:gpt-4.1-mini"
@@ -79,7 +80,7 @@ class Settings:
     def from_env(cls, environ: Mapping[str, str] | None = None) -> Settings:
         """Read every setting from ``environ`` (default ``os.environ``); unset ones keep their default."""
         env = os.environ if environ is None else environ
-        values: dict[str, object] = {}
+        values: dict[str, Any] = {}  # each value parsed to its field's type by _parse
         for f in fields(cls):
             name = _ENV_NAMES.get(f.name, f.name.upper())
             raw = env.get(name)

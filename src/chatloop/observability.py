@@ -81,21 +81,46 @@ def log_decision(line: str, fields: dict[str, Any], content: dict[str, Any] | No
     logger.info(line, extra=extra)
 
 
-def log_turn_end(stop_reason: str, converged: bool, iterations: int, tool_counts: dict[str, int],
-                 usage: dict[str, int], model: str | None) -> None:  # fmt: skip
+def log_turn_end(
+    stop_reason: str,
+    converged: bool,
+    iterations: int,
+    tool_counts: dict[str, int],
+    usage: dict[str, int],
+    model: str | None,
+) -> None:
     """One line per turn: ``converged at 2 iterations tool_counts={...}`` or ``<stop_reason> at N iterations ...``."""
     counts = json.dumps(tool_counts, separators=(",", ":"))
     head = "converged" if converged else stop_reason
-    logger.info(f"{head} at {iterations} iterations tool_counts={counts}",
-                extra={"turn": {"stop_reason": stop_reason, "iterations": iterations, "tool_counts": tool_counts,
-                                "usage": usage, "model": model}})  # fmt: skip
+    logger.info(
+        f"{head} at {iterations} iterations tool_counts={counts}",
+        extra={
+            "turn": {
+                "stop_reason": stop_reason,
+                "iterations": iterations,
+                "tool_counts": tool_counts,
+                "usage": usage,
+                "model": model,
+            }
+        },
+    )
 
 
-def log_fallback(from_model: str, to_model: str | None, reason: str, retry_after: float | None,
-                 discard_partial: bool) -> None:  # fmt: skip
-    logger.warning(f"model fallback: from={from_model} to={to_model} reason={reason} retry_after={retry_after}",
-                   extra={"fallback": {"from": from_model, "to": to_model, "reason": reason,
-                                       "retry_after": retry_after, "discard_partial": discard_partial}})  # fmt: skip
+def log_fallback(
+    from_model: str, to_model: str | None, reason: str, retry_after: float | None, discard_partial: bool
+) -> None:
+    logger.warning(
+        f"model fallback: from={from_model} to={to_model} reason={reason} retry_after={retry_after}",
+        extra={
+            "fallback": {
+                "from": from_model,
+                "to": to_model,
+                "reason": reason,
+                "retry_after": retry_after,
+                "discard_partial": discard_partial,
+            }
+        },
+    )
 
 
 def record_turn_metrics(events: list[Any], in_lambda: bool) -> None:
@@ -113,7 +138,10 @@ def record_turn_metrics(events: list[Any], in_lambda: bool) -> None:
     fallbacks = sum(1 for e in events if e.name == "model_fallback")
     metrics.add_metric(name="ModelFallbacks", unit=MetricUnit.Count, value=fallbacks)
     metrics.add_metric(name=f"Stop_{done['stop_reason']}", unit=MetricUnit.Count, value=1)
-    sandbox_ms = sum(e.data.get("duration_ms", 0) for e in events
-                     if e.name == "tool_call_result" and e.data.get("name") == "execute_javascript")  # fmt: skip
+    sandbox_ms = sum(
+        e.data.get("duration_ms", 0)
+        for e in events
+        if e.name == "tool_call_result" and e.data.get("name") == "execute_javascript"
+    )
     if sandbox_ms:
         metrics.add_metric(name="SandboxMilliseconds", unit=MetricUnit.Milliseconds, value=sandbox_ms)

@@ -23,54 +23,118 @@ def _body(body: Any, base64: bool) -> tuple[str | None, bool]:
     return (b64.b64encode(text.encode()).decode(), True) if base64 else (text, False)
 
 
-def rest_event(method: str, path: str, body: Any = None, base64: bool = False, stage: str = "prod",
-               request_id: str | None = None) -> dict[str, Any]:  # fmt: skip
+def rest_event(
+    method: str,
+    path: str,
+    body: Any = None,
+    base64: bool = False,
+    stage: str = "prod",
+    request_id: str | None = None,
+) -> dict[str, Any]:
     """A REST API (v1 payload) proxy event: ``path`` excludes the stage, ``requestContext.path`` includes it."""
     text, encoded = _body(body, base64)
     rid = request_id or str(uuid.uuid4())
     return {
-        "body": text, "resource": "/{proxy+}", "path": path, "httpMethod": method, "isBase64Encoded": encoded,
-        "queryStringParameters": None, "multiValueQueryStringParameters": None, "pathParameters": {"proxy": path[1:]},
+        "body": text,
+        "resource": "/{proxy+}",
+        "path": path,
+        "httpMethod": method,
+        "isBase64Encoded": encoded,
+        "queryStringParameters": None,
+        "multiValueQueryStringParameters": None,
+        "pathParameters": {"proxy": path[1:]},
         "stageVariables": None,
-        "headers": {"Accept": "*/*", "Content-Type": "application/json", "Host": "abc123.execute-api.us-east-1.amazonaws.com",
-                    "User-Agent": "curl/8.5.0", "X-Forwarded-Proto": "https", "X-Forwarded-Port": "443",
-                    "x-api-key": "test-api-key"},
+        "headers": {
+            "Accept": "*/*",
+            "Content-Type": "application/json",
+            "Host": "abc123.execute-api.us-east-1.amazonaws.com",
+            "User-Agent": "curl/8.5.0",
+            "X-Forwarded-Proto": "https",
+            "X-Forwarded-Port": "443",
+            "x-api-key": "test-api-key",
+        },
         "multiValueHeaders": {"Accept": ["*/*"], "Content-Type": ["application/json"]},
-        "requestContext": {"accountId": "123456789012", "resourceId": "123456", "stage": stage, "requestId": rid,
-                           "requestTime": "21/Nov/2026:23:00:00 +0000", "requestTimeEpoch": 1795302000000,
-                           "identity": {"sourceIp": "127.0.0.1", "userAgent": "curl/8.5.0", "apiKey": "test-api-key"},
-                           "path": f"/{stage}{path}", "resourcePath": "/{proxy+}", "httpMethod": method,
-                           "apiId": "abc123", "protocol": "HTTP/1.1"},
-    }  # fmt: skip
+        "requestContext": {
+            "accountId": "123456789012",
+            "resourceId": "123456",
+            "stage": stage,
+            "requestId": rid,
+            "requestTime": "21/Nov/2026:23:00:00 +0000",
+            "requestTimeEpoch": 1795302000000,
+            "identity": {"sourceIp": "127.0.0.1", "userAgent": "curl/8.5.0", "apiKey": "test-api-key"},
+            "path": f"/{stage}{path}",
+            "resourcePath": "/{proxy+}",
+            "httpMethod": method,
+            "apiId": "abc123",
+            "protocol": "HTTP/1.1",
+        },
+    }
 
 
-def http_event(method: str, path: str, body: Any = None, base64: bool = False, request_id: str | None = None,
-               domain: str = "abc123.execute-api.us-east-1.amazonaws.com") -> dict[str, Any]:  # fmt: skip
+def http_event(
+    method: str,
+    path: str,
+    body: Any = None,
+    base64: bool = False,
+    request_id: str | None = None,
+    domain: str = "abc123.execute-api.us-east-1.amazonaws.com",
+) -> dict[str, Any]:
     """An HTTP API (v2 payload) event on the ``$default`` stage."""
     text, encoded = _body(body, base64)
     rid = request_id or str(uuid.uuid4())
     return {
-        "version": "2.0", "routeKey": "$default", "rawPath": path, "rawQueryString": "", "cookies": [],
-        "headers": {"accept": "*/*", "content-type": "application/json", "host": domain, "user-agent": "curl/8.5.0",
-                    "x-forwarded-proto": "https", "x-forwarded-port": "443"},
-        "requestContext": {"accountId": "123456789012", "apiId": domain.split(".")[0], "domainName": domain,
-                           "domainPrefix": domain.split(".")[0], "requestId": rid, "routeKey": "$default",
-                           "stage": "$default", "time": "21/Nov/2026:23:00:00 +0000", "timeEpoch": 1795302000000,
-                           "http": {"method": method, "path": path, "protocol": "HTTP/1.1", "sourceIp": "127.0.0.1",
-                                    "userAgent": "curl/8.5.0"}},
-        "body": text, "isBase64Encoded": encoded,
-    }  # fmt: skip
+        "version": "2.0",
+        "routeKey": "$default",
+        "rawPath": path,
+        "rawQueryString": "",
+        "cookies": [],
+        "headers": {
+            "accept": "*/*",
+            "content-type": "application/json",
+            "host": domain,
+            "user-agent": "curl/8.5.0",
+            "x-forwarded-proto": "https",
+            "x-forwarded-port": "443",
+        },
+        "requestContext": {
+            "accountId": "123456789012",
+            "apiId": domain.split(".")[0],
+            "domainName": domain,
+            "domainPrefix": domain.split(".")[0],
+            "requestId": rid,
+            "routeKey": "$default",
+            "stage": "$default",
+            "time": "21/Nov/2026:23:00:00 +0000",
+            "timeEpoch": 1795302000000,
+            "http": {
+                "method": method,
+                "path": path,
+                "protocol": "HTTP/1.1",
+                "sourceIp": "127.0.0.1",
+                "userAgent": "curl/8.5.0",
+            },
+        },
+        "body": text,
+        "isBase64Encoded": encoded,
+    }
 
 
-def function_url_event(method: str, path: str, body: Any = None, base64: bool = False,
-                       request_id: str | None = None) -> dict[str, Any]:  # fmt: skip
+def function_url_event(
+    method: str, path: str, body: Any = None, base64: bool = False, request_id: str | None = None
+) -> dict[str, Any]:
     """A Lambda Function URL event (the v2 shape, on a lambda-url domain, with IAM authorizer context)."""
     event = http_event(
         method, path, body, base64, request_id, domain="abcdefghijk.lambda-url.us-east-1.on.aws"
     )
-    event["requestContext"]["authorizer"] = {"iam": {"accessKey": "AKIA0000000000EXAMPLE", "accountId": "123456789012",
-                                                     "callerId": "AIDA0000000000EXAMPLE", "userArn": "arn:aws:iam::123456789012:user/ops",
-                                                     "userId": "AIDA0000000000EXAMPLE"}}  # fmt: skip
+    event["requestContext"]["authorizer"] = {
+        "iam": {
+            "accessKey": "AKIA0000000000EXAMPLE",
+            "accountId": "123456789012",
+            "callerId": "AIDA0000000000EXAMPLE",
+            "userArn": "arn:aws:iam::123456789012:user/ops",
+            "userId": "AIDA0000000000EXAMPLE",
+        }
+    }
     return event
 
 

@@ -36,19 +36,37 @@ class Reply:
     delay: float = 0.0
 
 
-def error(status: int, code: str | None, message: str, headers: dict[str, str] | None = None,
-          kind: str = "invalid_request_error", **extra: Any) -> Reply:  # fmt: skip
+def error(
+    status: int,
+    code: str | None,
+    message: str,
+    headers: dict[str, str] | None = None,
+    kind: str = "invalid_request_error",
+    **extra: Any,
+) -> Reply:
     body = {"error": {"message": message, "type": kind, "code": code, **extra}}
     return Reply(status=status, body=body, headers=headers or {})
 
 
 def _chunk(model: str, delta: dict[str, Any], finish: str | None = None, **extra: Any) -> dict[str, Any]:
-    return {"id": "chatcmpl-test", "object": "chat.completion.chunk", "created": 1, "model": model,
-            "choices": [{"index": 0, "delta": delta, "finish_reason": finish}], **extra}  # fmt: skip
+    return {
+        "id": "chatcmpl-test",
+        "object": "chat.completion.chunk",
+        "created": 1,
+        "model": model,
+        "choices": [{"index": 0, "delta": delta, "finish_reason": finish}],
+        **extra,
+    }
 
 
-def text(model: str, content: str, pieces: int = 3, usage: tuple[int, int] = (20, 5), groq: bool = False,
-         cut_after: int | None = None) -> Reply:  # fmt: skip
+def text(
+    model: str,
+    content: str,
+    pieces: int = 3,
+    usage: tuple[int, int] = (20, 5),
+    groq: bool = False,
+    cut_after: int | None = None,
+) -> Reply:
     """A streamed text answer. OpenAI shape: a final usage-only chunk; Groq shape: ``x_groq.usage``."""
     size = max(1, -(-len(content) // pieces))
     chunks = [_chunk(model, {"role": "assistant", "content": ""})]
@@ -57,14 +75,23 @@ def text(model: str, content: str, pieces: int = 3, usage: tuple[int, int] = (20
     return Reply(chunks=chunks, cut_after=cut_after)
 
 
-def tool_calls(model: str, calls: list[tuple[str, str, str]], usage: tuple[int, int] = (30, 10), groq: bool = False,
-               pieces: int = 4) -> Reply:  # fmt: skip
+def tool_calls(
+    model: str,
+    calls: list[tuple[str, str, str]],
+    usage: tuple[int, int] = (30, 10),
+    groq: bool = False,
+    pieces: int = 4,
+) -> Reply:
     """Streamed tool calls ``(id, name, arguments)``. OpenAI shape: name first, arguments in pieces by index;
     Groq shape: each whole call in one chunk."""
     chunks = [_chunk(model, {"role": "assistant", "content": None})]
     for index, (call_id, name, arguments) in enumerate(calls):
-        first = {"index": index, "id": call_id, "type": "function",
-                 "function": {"name": name, "arguments": arguments if groq else ""}}  # fmt: skip
+        first = {
+            "index": index,
+            "id": call_id,
+            "type": "function",
+            "function": {"name": name, "arguments": arguments if groq else ""},
+        }
         chunks.append(_chunk(model, {"tool_calls": [first]}))
         if groq:
             continue  # Groq sends each call whole
@@ -80,8 +107,17 @@ def _ending(model: str, finish: str, usage: tuple[int, int], groq: bool) -> list
     numbers = {"prompt_tokens": usage[0], "completion_tokens": usage[1], "total_tokens": sum(usage)}
     if groq:
         return [_chunk(model, {}, finish, x_groq={"id": "req_1", "usage": numbers})]
-    return [_chunk(model, {}, finish), {"id": "chatcmpl-test", "object": "chat.completion.chunk", "created": 1,
-                                        "model": model, "choices": [], "usage": numbers}]  # fmt: skip
+    return [
+        _chunk(model, {}, finish),
+        {
+            "id": "chatcmpl-test",
+            "object": "chat.completion.chunk",
+            "created": 1,
+            "model": model,
+            "choices": [],
+            "usage": numbers,
+        },
+    ]
 
 
 class FakeLLM:
@@ -116,8 +152,11 @@ class FakeLLM:
                 if reply.status != 200:
                     payload = json.dumps(reply.body).encode()
                     self.send_response(reply.status)
-                    for k, v in {"content-type": "application/json", "content-length": str(len(payload)),
-                                 **reply.headers}.items():  # fmt: skip
+                    for k, v in {
+                        "content-type": "application/json",
+                        "content-length": str(len(payload)),
+                        **reply.headers,
+                    }.items():
                         self.send_header(k, v)
                     self.end_headers()
                     self.wfile.write(payload)

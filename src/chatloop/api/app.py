@@ -25,8 +25,13 @@ from chatloop.secrets import KEY_VARIABLES
 from chatloop.tools.base import ToolRegistry
 
 
-def create_app(settings: Settings | None = None, *, chain: FallbackChain | None = None,
-               registry: ToolRegistry | None = None, runtime: Runtime | None = None) -> Starlette:  # fmt: skip
+def create_app(
+    settings: Settings | None = None,
+    *,
+    chain: FallbackChain | None = None,
+    registry: ToolRegistry | None = None,
+    runtime: Runtime | None = None,
+) -> Starlette:
     settings = settings or Settings.from_env()
     app = Starlette(
         routes=[
@@ -51,5 +56,7 @@ def _say_which_models(settings: Settings) -> None:
 
     has_key = any(os.environ.get(v) for v in KEY_VARIABLES.values()) or settings.provider_keys_secret_arn
     if not has_key and not settings.model_chain:
-        logger.warning("no API key configured (GROQ_API_KEY, OPENAI_API_KEY or PROVIDER_KEYS_SECRET_ARN): "
-                       "answering with the offline demo model (demo:offline)")  # fmt: skip
+        logger.warning(
+            "no API key configured (GROQ_API_KEY, OPENAI_API_KEY or PROVIDER_KEYS_SECRET_ARN): "
+            "answering with the offline demo model (demo:offline)"
+        )

@@ -16,8 +16,14 @@ from starlette.responses import JSONResponse
 from chatloop.api.render import openai_error
 from chatloop.observability import logger, redact
 
-OPENAI_TYPES = {400: "invalid_request_error", 404: "not_found_error", 405: "invalid_request_error",
-                413: "invalid_request_error", 500: "server_error", 503: "service_unavailable"}  # fmt: skip
+OPENAI_TYPES = {
+    400: "invalid_request_error",
+    404: "not_found_error",
+    405: "invalid_request_error",
+    413: "invalid_request_error",
+    500: "server_error",
+    503: "service_unavailable",
+}
 
 
 class RequestError(Exception):
@@ -46,7 +52,8 @@ def from_validation(error: ValidationError) -> RequestError:
 
 
 async def on_request_error(request: Request, exc: Exception) -> JSONResponse:
-    assert isinstance(exc, RequestError)
+    if not isinstance(exc, RequestError):  # registered for RequestError only
+        raise exc
     return error_response(request, exc.status, exc.code, exc.message, exc.param)
 
 

@@ -63,11 +63,17 @@ def openai_completion(done: dict[str, Any], request_id: str, created: int | None
         "object": "chat.completion",
         "created": created or int(time.time()),
         "model": done["model"],
-        "choices": [{"index": 0, "message": openai_message(done), "finish_reason": finish_reason(done["stop_reason"]),
-                     "logprobs": None}],
+        "choices": [
+            {
+                "index": 0,
+                "message": openai_message(done),
+                "finish_reason": finish_reason(done["stop_reason"]),
+                "logprobs": None,
+            }
+        ],
         "usage": done["usage"],
         "x_chatloop": _extension(done),
-    }  # fmt: skip
+    }
 
 
 def _extension(done: dict[str, Any]) -> dict[str, Any]:

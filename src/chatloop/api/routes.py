@@ -25,12 +25,14 @@ from chatloop.deadline import Deadline
 from chatloop.engine import Event, EventType, TurnRequest, run_turn
 from chatloop.engine.messages import ConversationError, normalize_conversation
 from chatloop.observability import record_turn_metrics
+from chatloop.providers.base import ChatModel
 from chatloop.secrets import KeysUnavailable
 from chatloop.tools.base import ToolRegistry
 
 
 def runtime_of(request: Request) -> Runtime:
-    return request.app.state.runtime
+    runtime: Runtime = request.app.state.runtime
+    return runtime
 
 
 # --- shared steps ---------------------------------------------------------------------------------
@@ -43,9 +45,13 @@ async def read_body(request: Request, schema: type[BaseModel], limit: int) -> An
         raise RequestError(413, "body_too_large", f"the body is larger than {limit} bytes")
     try:
         data = json.loads(raw or b"null")
-    except ValueError as exc:
+    except json.JSONDecodeError as exc:
         raise RequestError(
             400, "invalid_json", f"the body is not valid JSON ({exc.msg} at position {exc.pos})"
+        ) from None
+    except UnicodeDecodeError as exc:  # bytes that are not UTF-8 (json.loads detects the encoding first)
+        raise RequestError(
+            400, "invalid_json", f"the body is not valid UTF-8 (byte {exc.start}: {exc.reason})"
         ) from None
     if not isinstance(data, dict):
         raise RequestError(400, "invalid_request", "the body must be a JSON object")
@@ -81,7 +87,7 @@ def request_id(request: Request) -> str:
     return str(rid or uuid.uuid4())
 
 
-def model_for(runtime: Runtime, requested: str | None, strict: bool):
+def model_for(runtime: Runtime, requested: str | None, strict: bool) -> ChatModel:
     try:
         return runtime.model_for(requested, strict)
     except UnknownModel as exc:
@@ -125,17 +131,27 @@ async def chat(request: Request) -> Response:
     choice = named_choice(body.tool_choice)
     tool_names = tools_for_chat(runtime, body, choice)
     model = model_for(runtime, body.model, strict=True)
-    turn = TurnRequest(messages=messages, tool_names=tool_names, tool_choice=None if choice == "none" else choice,
-                       parallel_tool_calls=body.parallel_tool_calls, temperature=body.temperature, top_p=body.top_p,
-                       max_tokens=body.max_tokens, max_iterations=body.max_iterations)  # fmt: skip
+    turn = TurnRequest(
+        messages=messages,
+        tool_names=tool_names,
+        tool_choice=None if choice == "none" else choice,
+        parallel_tool_calls=body.parallel_tool_calls,
+        temperature=body.temperature,
+        top_p=body.top_p,
+        max_tokens=body.max_tokens,
+        max_iterations=body.max_iterations,
+    )
     rid = request_id(request)
     registry = runtime.registry() if tool_names else ToolRegistry()
     events = observed(
         run_turn(turn, model, registry, request_deadline(request, runtime), runtime.settings), request, rid
     )
     if body.stream:
-        return StreamingResponse((sse(e) async for e in events), media_type="text/event-stream",
-                                 headers={"cache-control": "no-cache", "x-request-id": rid})  # fmt: skip
+        return StreamingResponse(
+            (sse(e) async for e in events),
+            media_type="text/event-stream",
+            headers={"cache-control": "no-cache", "x-request-id": rid},
+        )
     done, _ = await collect(events)
     status = 503 if done["stop_reason"] == "all_models_failed" else 200
     return JSONResponse(chat_summary(done), status_code=status, headers={"x-request-id": rid})
@@ -177,17 +193,29 @@ async def chat_completions(request: Request) -> Response:
         )
     model = model_for(runtime, body.model, strict=False)
     no_tools = choice == "none"
-    turn = TurnRequest(messages=messages, tool_names=[] if no_tools else None, client_tools=[] if no_tools else client_tools,
-                       tool_choice=None if choice == "none" else choice, parallel_tool_calls=body.parallel_tool_calls,
-                       temperature=body.temperature, top_p=body.top_p,
-                       max_tokens=body.max_completion_tokens or body.max_tokens)  # fmt: skip
+    turn = TurnRequest(
+        messages=messages,
+        tool_names=[] if no_tools else None,
+        client_tools=[] if no_tools else client_tools,
+        tool_choice=None if choice == "none" else choice,
+        parallel_tool_calls=body.parallel_tool_calls,
+        temperature=body.temperature,
+        top_p=body.top_p,
+        max_tokens=body.max_completion_tokens or body.max_tokens,
+    )
     rid = request_id(request)
-    events = observed(run_turn(turn, model, runtime.registry(), request_deadline(request, runtime), runtime.settings),
-                      request, rid)  # fmt: skip
+    events = observed(
+        run_turn(turn, model, runtime.registry(), request_deadline(request, runtime), runtime.settings),
+        request,
+        rid,
+    )
     if body.stream:
         include_usage = bool(body.stream_options and body.stream_options.include_usage)
-        return StreamingResponse(openai_chunks(events, rid, include_usage), media_type="text/event-stream",
-                                 headers={"cache-control": "no-cache", "x-request-id": rid})  # fmt: skip
+        return StreamingResponse(
+            openai_chunks(events, rid, include_usage),
+            media_type="text/event-stream",
+            headers={"cache-control": "no-cache", "x-request-id": rid},
+        )
     done, errors = await collect(events)
     if done["stop_reason"] == "all_models_failed":
         detail = next(
@@ -199,7 +227,12 @@ async def chat_completions(request: Request) -> Response:
 
 async def health(request: Request) -> Response:
     runtime = runtime_of(request)
-    return JSONResponse({
-        "status": "ok", "version": runtime.settings.version, "model_chain": runtime.describe_chain(),
-        "tools": runtime.tool_names(), "max_iterations": runtime.settings.max_iterations,
-    })  # fmt: skip
+    return JSONResponse(
+        {
+            "status": "ok",
+            "version": runtime.settings.version,
+            "model_chain": runtime.describe_chain(),
+            "tools": runtime.tool_names(),
+            "max_iterations": runtime.settings.max_iterations,
+        }
+    )

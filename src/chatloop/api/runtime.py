@@ -61,9 +61,11 @@ class Runtime:
             if self._registry is None:
                 from chatloop.tools.javascript import ExecuteJavaScriptTool, JavaScriptSandbox
 
-                sandbox = JavaScriptSandbox(memory_mb=self.settings.js_memory_mb,
-                                            max_concurrency=self.settings.js_max_concurrency,
-                                            prespawn=self.settings.js_prespawn)  # fmt: skip
+                sandbox = JavaScriptSandbox(
+                    memory_mb=self.settings.js_memory_mb,
+                    max_concurrency=self.settings.js_max_concurrency,
+                    prespawn=self.settings.js_prespawn,
+                )
                 sandbox.warm()
                 self._registry = ToolRegistry([ExecuteJavaScriptTool(sandbox)])
             return self._registry

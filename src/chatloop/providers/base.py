@@ -111,6 +111,9 @@ StreamItem = TextDelta | ModelFallback | ModelResponse
 
 @runtime_checkable
 class ChatModel(Protocol):
-    name: str
+    @property
+    def name(self) -> str:
+        """``provider:model``: the model that answers (for a chain, the one it would try first)."""
+        ...
 
     def stream(self, request: ModelRequest) -> AsyncIterator[StreamItem]: ...

@@ -58,14 +58,17 @@ class Catalog:
         provider, model_id = split_entry(name)
         raw = {**self.defaults, **self.models.get(f"{provider}:{model_id}", {})}
         return ModelInfo(
-            name=f"{provider}:{model_id}", provider=provider, model_id=model_id,
-            context_window=int(raw.get("context_window", 8192)), tools=bool(raw.get("tools", True)),
+            name=f"{provider}:{model_id}",
+            provider=provider,
+            model_id=model_id,
+            context_window=int(raw.get("context_window", 8192)),
+            tools=bool(raw.get("tools", True)),
             parallel_tool_calls=bool(raw.get("parallel_tool_calls", False)),
             decommissioned=bool(raw.get("decommissioned", False)),
             drop_params=tuple(raw.get("drop_params", ())),
             max_tokens_param=raw.get("max_tokens_param", "max_tokens"),
             known=f"{provider}:{model_id}" in self.models,
-        )  # fmt: skip
+        )
 
     def provider(self, name: str) -> ProviderInfo | None:
         return self.providers.get(name)
@@ -83,8 +86,13 @@ def split_entry(entry: str) -> tuple[str, str]:
 def _load(path: str) -> Catalog:
     data = json.loads(Path(path).read_text())
     providers = {
-        name: ProviderInfo(name, p.get("key_env"), p.get("base_url_env"), bool(p.get("stream_usage")),
-                           bool(p.get("tool_message_name", True)))
+        name: ProviderInfo(
+            name,
+            p.get("key_env"),
+            p.get("base_url_env"),
+            bool(p.get("stream_usage")),
+            bool(p.get("tool_message_name", True)),
+        )
         for name, p in data["providers"].items()
-    }  # fmt: skip
+    }
     return Catalog(models=data["models"], providers=providers, defaults=data.get("defaults", {}))

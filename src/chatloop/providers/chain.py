@@ -21,7 +21,7 @@ from __future__ import annotations
 import asyncio
 import json
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field, replace
 
 from chatloop.providers.base import (
@@ -80,7 +80,7 @@ class FallbackChain:
         catalog: Catalog | None = None,
         health: ChainHealth | None = None,
         max_wait: float = 2.0,
-        sleep: Callable[[float], asyncio.Future | object] = asyncio.sleep,
+        sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
     ):
         if not models:
             raise ValueError("a FallbackChain needs at least one model")
@@ -110,8 +110,9 @@ class FallbackChain:
             if start_at in names:
                 i = names.index(start_at)
                 models = models[i:] + models[:i]
-        return FallbackChain(models, catalog=self.catalog, health=self.health, max_wait=self.max_wait,
-                             sleep=self._sleep)  # fmt: skip
+        return FallbackChain(
+            models, catalog=self.catalog, health=self.health, max_wait=self.max_wait, sleep=self._sleep
+        )
 
     # --- the ChatModel ------------------------------------------------------------------------
     async def stream(self, request: ModelRequest) -> AsyncIterator[StreamItem]:
@@ -128,6 +129,7 @@ class FallbackChain:
                 skipped.append(f"{model.name}: {why_not}")
                 continue
             attempt, retried = request, False
+            error: ModelError
             while True:
                 streamed = False
                 try:
@@ -151,8 +153,13 @@ class FallbackChain:
                         attempt = replace(
                             request, messages=[*request.messages, {"role": "system", "content": note}]
                         )
-                        yield ModelFallback(model.name, model.name, exc.kind, discard_partial=streamed,
-                                            message="retrying once with a corrective note")  # fmt: skip
+                        yield ModelFallback(
+                            model.name,
+                            model.name,
+                            exc.kind,
+                            discard_partial=streamed,
+                            message="retrying once with a corrective note",
+                        )
                         continue
                     error = exc
                 except ModelError as exc:
@@ -165,8 +172,14 @@ class FallbackChain:
             if isinstance(error, ContextTooLong):
                 order = order[:i] + sorted(order[i:], key=lambda m: -self.catalog.get(m.name).context_window)
             next_model = self._next_usable(order[i:], request, min_context)
-            yield ModelFallback(model.name, next_model.name if next_model else None, error.kind,
-                                retry_after=error.retry_after, discard_partial=streamed, message=error.message)  # fmt: skip
+            yield ModelFallback(
+                model.name,
+                next_model.name if next_model else None,
+                error.kind,
+                retry_after=error.retry_after,
+                discard_partial=streamed,
+                message=error.message,
+            )
         # Nothing left. A short rate-limit wait that fits the deadline is worth sleeping out once.
         waited = await self._wait_for_cooldown(request, min_context)
         if waited is not None:
@@ -236,8 +249,11 @@ class FallbackChain:
 
     async def _wait_for_cooldown(self, request: ModelRequest, min_context: int) -> ChatModel | None:
         """The model whose cooldown ends first, after sleeping it out, when that is short and fits the deadline."""
-        candidates = [(self.health.cooling(m.name), m) for m in self.models
-                      if (self._unusable(m, request, min_context) or "").startswith("cooling")]  # fmt: skip
+        candidates = [
+            (self.health.cooling(m.name), m)
+            for m in self.models
+            if (self._unusable(m, request, min_context) or "").startswith("cooling")
+        ]
         if not candidates:
             return None
         wait, model = min(candidates, key=lambda c: c[0])

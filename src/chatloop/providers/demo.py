@@ -33,21 +33,27 @@ def calculation_for(question: str) -> tuple[str, str] | None:
     """``(javascript, how to phrase the answer)`` for a question the demo understands, else None."""
     if m := _COMPOUND.search(question):
         principal, rate, years = float(m.group(1).replace(",", "")), float(m.group(2)), int(m.group(3))
-        code = (f"const principal = {principal:g}, rate = {rate:g} / 100, years = {years};\n"
-                "Math.round(principal * Math.pow(1 + rate, years) * 100) / 100")  # fmt: skip
+        code = (
+            f"const principal = {principal:g}, rate = {rate:g} / 100, years = {years};\n"
+            "Math.round(principal * Math.pow(1 + rate, years) * 100) / 100"
+        )
         return (
             code,
             f"${principal:,.2f} at {rate:g}% compounded annually for {years} years grows to ${{result:,.2f}}.",
         )
     if found := [int(next(g for g in m.groups() if g)) for m in _FACTORIAL.finditer(question)]:
         numbers = list(dict.fromkeys(found))[:10]
-        code = ("const factorial = (n) => { let f = 1n; for (let i = 2n; i <= BigInt(n); i++) f *= i; return f; };\n"
-                f"Object.fromEntries({json.dumps(numbers)}.map((n) => [n + '!', factorial(n)]))")  # fmt: skip
+        code = (
+            "const factorial = (n) => { let f = 1n; for (let i = 2n; i <= BigInt(n); i++) f *= i; return f; };\n"
+            f"Object.fromEntries({json.dumps(numbers)}.map((n) => [n + '!', factorial(n)]))"
+        )
         return code, "{result}"
     if m := _FIBONACCI.search(question):
         count = min(int(m.group(1)), 200)
-        code = (f"const fib = [0, 1];\nwhile (fib.length < {count}) fib.push(fib.at(-1) + fib.at(-2));\n"
-                f"fib.slice(0, {count})")  # fmt: skip
+        code = (
+            f"const fib = [0, 1];\nwhile (fib.length < {count}) fib.push(fib.at(-1) + fib.at(-2));\n"
+            f"fib.slice(0, {count})"
+        )
         return code, f"The first {count} Fibonacci numbers are {{result}}."
     if m := _ARITHMETIC.search(question):
         expression = m.group(0).strip().replace("^", "**")
@@ -81,8 +87,11 @@ class DemoModel:
                 text = template.format(result=value)
             return self._answer(f"{text} {LABEL}")
         if plan and "execute_javascript" in request.tool_names():
-            call = ToolCall(id=f"call_demo_{len(request.messages)}", name="execute_javascript",
-                            arguments=json.dumps({"code": plan[0]}))  # fmt: skip
+            call = ToolCall(
+                id=f"call_demo_{len(request.messages)}",
+                name="execute_javascript",
+                arguments=json.dumps({"code": plan[0]}),
+            )
             return ModelResponse(
                 model=self.name, tool_calls=[call], finish_reason="tool_calls", usage=_usage(request, 20)
             )
@@ -106,7 +115,7 @@ class DemoModel:
 
 def _current_turn(messages: list[dict[str, Any]]) -> tuple[str, list[dict[str, Any]]]:
     """The last user message and the tool results that came after it."""
-    question, results = "", []
+    question, results = "", list[dict[str, Any]]()
     for message in messages:
         if message["role"] == "user":
             question, results = str(message.get("content") or ""), []

@@ -129,10 +129,10 @@ def retry_after_from(headers: Mapping[str, str], message: str) -> float | None:
         value = parse_duration(lowered.get(name))
         if value is not None:
             return value
-    resets = [
+    parsed = (
         parse_duration(lowered.get(n)) for n in ("x-ratelimit-reset-requests", "x-ratelimit-reset-tokens")
-    ]
-    resets = [r for r in resets if r is not None]
+    )
+    resets = [r for r in parsed if r is not None]
     if resets:
         return max(resets)
     match = _TRY_AGAIN.search(message or "")

@@ -26,8 +26,9 @@ from chatloop.providers.openai import OpenAIModel
 ADAPTERS = {"groq": GroqModel, "openai": OpenAIModel}
 
 
-def build_model(entry: str, keys: Mapping[str, str | None], catalog: Catalog,
-                settings: Settings | None = None) -> ChatModel | None:  # fmt: skip
+def build_model(
+    entry: str, keys: Mapping[str, str | None], catalog: Catalog, settings: Settings | None = None
+) -> ChatModel | None:
     """The ChatModel for one ``provider:model`` entry, or None (with a warning) when it cannot be used."""
     try:
         provider, _ = split_entry(entry)

@@ -39,8 +39,14 @@ class SDKChatModel:
     client_class = ""
     """Its async client class."""
 
-    def __init__(self, info: ModelInfo, provider: ProviderInfo, api_key: str | None = None,
-                 base_url: str | None = None, first_chunk_timeout: float = 10.0):  # fmt: skip
+    def __init__(
+        self,
+        info: ModelInfo,
+        provider: ProviderInfo,
+        api_key: str | None = None,
+        base_url: str | None = None,
+        first_chunk_timeout: float = 10.0,
+    ):
         self.info = info
         self.provider = provider
         self.name = info.name
@@ -123,8 +129,9 @@ class SDKChatModel:
                     finish_reason = field_of(choice, "finish_reason") or finish_reason
         except TimeoutError:
             if not request.deadline.expired() and first.expired() and not content:
-                raise Transient(f"{self.name} sent nothing within {self.first_chunk_timeout:g} s",
-                                model=self.name) from None  # fmt: skip
+                raise Transient(
+                    f"{self.name} sent nothing within {self.first_chunk_timeout:g} s", model=self.name
+                ) from None
             raise DeadlineExceeded(
                 f"{self.name} did not answer within {budget:.1f} s", model=self.name
             ) from None
@@ -136,8 +143,13 @@ class SDKChatModel:
             raise self._error(sdk, exc, streamed=bool(content)) from exc
         if finish_reason is None and not content and not calls.calls():
             raise Transient(f"{self.name}: the stream ended without a message", model=self.name)
-        yield ModelResponse(model=self.name, content="".join(content), tool_calls=calls.calls(),
-                            finish_reason=finish_reason, usage=usage)  # fmt: skip
+        yield ModelResponse(
+            model=self.name,
+            content="".join(content),
+            tool_calls=calls.calls(),
+            finish_reason=finish_reason,
+            usage=usage,
+        )
 
     def _error(self, sdk: Any, exc: Exception, streamed: bool) -> ModelError:
         if isinstance(exc, sdk.APIStatusError):

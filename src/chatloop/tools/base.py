@@ -28,9 +28,18 @@ class ToolResult:
 
 @runtime_checkable
 class Tool(Protocol):
-    name: str
-    description: str
-    parameters: dict[str, Any]
+    """A tool the engine may offer. Read-only members, so a class attribute (a constant schema) satisfies them."""
+
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def description(self) -> str: ...
+
+    @property
+    def parameters(self) -> dict[str, Any]:
+        """The JSON schema of the arguments."""
+        ...
 
     async def run(self, arguments: dict[str, Any], deadline: Deadline) -> ToolResult: ...
 

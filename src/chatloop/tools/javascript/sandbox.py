@@ -16,6 +16,7 @@ Usage::
 from __future__ import annotations
 
 import atexit
+import contextlib
 import json
 import os
 import resource
@@ -48,7 +49,7 @@ def find_deno() -> str:
     if explicit:
         return explicit
     try:
-        import deno  # the PyPI wheel that ships the binary
+        import deno  # type: ignore[import-untyped]  # the PyPI wheel that ships the binary; it has no type hints
 
         return str(deno.find_deno_bin())
     except (ImportError, FileNotFoundError, RuntimeError):
@@ -107,10 +108,18 @@ class JavaScriptSandbox:
         self.workdir = tempfile.mkdtemp(prefix="chatloop-js-", dir=base)
         self.env = {"DENO_DIR": self.cache_dir, "NO_COLOR": "1", "DENO_NO_UPDATE_CHECK": "1"}
         self.command = [
-            self.deno, "run", "--quiet", "--no-prompt", "--no-remote", "--no-npm", "--no-config", "--no-lock",
-            "--cached-only", f"--v8-flags=--jitless,--max-old-space-size={HEAP_MB},--max-semi-space-size=4",
+            self.deno,
+            "run",
+            "--quiet",
+            "--no-prompt",
+            "--no-remote",
+            "--no-npm",
+            "--no-config",
+            "--no-lock",
+            "--cached-only",
+            f"--v8-flags=--jitless,--max-old-space-size={HEAP_MB},--max-semi-space-size=4",
             str(RUNNER),
-        ]  # fmt: skip
+        ]
         atexit.register(self.close)
 
     # --- spare process ---------------------------------------------------------------------
@@ -149,9 +158,14 @@ class JavaScriptSandbox:
     def _spawn(self) -> _Child:
         process = subprocess.Popen(
             self.command,
-            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-            env=self.env, cwd=self.workdir, start_new_session=True, close_fds=True,
-        )  # fmt: skip
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            env=self.env,
+            cwd=self.workdir,
+            start_new_session=True,
+            close_fds=True,
+        )
         child = _Child(process)
         try:
             ready = _read_until(process, b"R\n", time.monotonic() + READY_TIMEOUT, limit=4096)
@@ -176,8 +190,13 @@ class JavaScriptSandbox:
                 if child is None:
                     child = self._spawn()
             except Exception as exc:
-                return SandboxResult({"error": f"SandboxError: could not start the sandbox ({type(exc).__name__})",
-                                      "output": ""}, _ms(start))  # fmt: skip
+                return SandboxResult(
+                    {
+                        "error": f"SandboxError: could not start the sandbox ({type(exc).__name__})",
+                        "output": "",
+                    },
+                    _ms(start),
+                )
             try:
                 payload = self._execute(child.process, code, timeout)
             finally:
@@ -197,9 +216,11 @@ class JavaScriptSandbox:
     def _execute(self, process: subprocess.Popen[bytes], code: str, timeout: float) -> dict[str, Any]:
         cpu = max(1, int(timeout) + 1)
         limits = [
-            (resource.RLIMIT_DATA, self.memory_bytes), (resource.RLIMIT_CPU, cpu),
-            (resource.RLIMIT_NOFILE, 64), (resource.RLIMIT_CORE, 0),
-        ]  # fmt: skip
+            (resource.RLIMIT_DATA, self.memory_bytes),
+            (resource.RLIMIT_CPU, cpu),
+            (resource.RLIMIT_NOFILE, 64),
+            (resource.RLIMIT_CORE, 0),
+        ]
         try:
             for which, value in limits:
                 resource.prlimit(process.pid, which, (value, value))
@@ -207,12 +228,10 @@ class JavaScriptSandbox:
             return {"error": "SandboxError: the sandbox process exited before running the code", "output": ""}
         token = secrets.token_hex(16).encode()
         deadline = time.monotonic() + timeout
-        try:
-            assert process.stdin is not None
-            process.stdin.write(token + b"\n" + code.encode("utf-8", "surrogatepass"))
-            process.stdin.close()
-        except (BrokenPipeError, OSError):
-            pass
+        with contextlib.suppress(BrokenPipeError, OSError):  # a dead process is reported by the read below
+            if process.stdin is not None:  # always a pipe: Popen(stdin=PIPE)
+                process.stdin.write(token + b"\n" + code.encode("utf-8", "surrogatepass"))
+                process.stdin.close()
         got = _read_until(process, token, deadline, limit=MAX_STREAM_BYTES, line_after=True)
         if got.line is not None:
             try:
@@ -236,14 +255,18 @@ class JavaScriptSandbox:
             or "allocation failed" in stderr.lower()
             or returncode in (-5, -6, -11)
         ):
-            return {"error": f"MemoryError: the code ran out of memory (limit {self.memory_bytes >> 20} MiB)",
-                    "output": ""}  # fmt: skip
+            return {
+                "error": f"MemoryError: the code ran out of memory (limit {self.memory_bytes >> 20} MiB)",
+                "output": "",
+            }
         if "never resolved" in stderr:
             return {"error": "PromiseError: the code awaited a promise that can never resolve", "output": ""}
         if returncode in (-signal.SIGKILL, -signal.SIGXCPU):
             return {"error": f"CPULimitError: the code used more than {cpu} s of CPU time", "output": ""}
-        return {"error": f"SandboxError: the code ended the sandbox without a result (exit code {returncode})",
-                "output": ""}  # fmt: skip
+        return {
+            "error": f"SandboxError: the code ended the sandbox without a result (exit code {returncode})",
+            "output": "",
+        }
 
     def close(self) -> None:
         """Kill the spare; no new one is started after this (a run finishing in the background included)."""
@@ -264,8 +287,9 @@ class _Read:
     overflow: bool = False
 
 
-def _read_until(process: subprocess.Popen[bytes], marker: bytes, deadline: float, *, limit: int,
-                line_after: bool = False) -> _Read:  # fmt: skip
+def _read_until(
+    process: subprocess.Popen[bytes], marker: bytes, deadline: float, *, limit: int, line_after: bool = False
+) -> _Read:
     """Read stdout/stderr until ``marker`` (and, with ``line_after``, the rest of its line), EOF, the deadline,
     or ``limit`` bytes. Uses raw reads on the pipes so nothing is left buffered in Python."""
     out = _Read()
@@ -305,10 +329,8 @@ def _read_until(process: subprocess.Popen[bytes], marker: bytes, deadline: float
 
 
 def _signal_group(process: subprocess.Popen[bytes]) -> None:
-    try:
+    with contextlib.suppress(ProcessLookupError, PermissionError):  # already gone
         os.killpg(process.pid, signal.SIGKILL)
-    except (ProcessLookupError, PermissionError):
-        pass
 
 
 def _kill(process: subprocess.Popen[bytes]) -> None:

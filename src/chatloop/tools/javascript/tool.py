@@ -12,7 +12,7 @@ from __future__ import annotations
 import asyncio
 import json
 import math
-from typing import Any
+from typing import Any, ClassVar
 
 from chatloop.deadline import Deadline
 from chatloop.tools.base import ToolResult
@@ -30,7 +30,7 @@ class ExecuteJavaScriptTool:
         "report (the last expression is the result), or `return` it; console.log output is captured too. "
         "Top-level await works. Call it once per question, then answer from its result."
     )
-    parameters: dict[str, Any] = {
+    parameters: ClassVar[dict[str, Any]] = {
         "type": "object",
         "properties": {
             "code": {
@@ -57,8 +57,12 @@ class ExecuteJavaScriptTool:
         if timeout <= 0.05:
             return _failure("TimeoutError: no time left in this request to run code")
         result = await asyncio.to_thread(self.sandbox.run, code, timeout)
-        return ToolResult(content=result.content(), ok=is_success(result.payload),
-                          error=result.payload.get("error"), duration_ms=result.duration_ms)  # fmt: skip
+        return ToolResult(
+            content=result.content(),
+            ok=is_success(result.payload),
+            error=result.payload.get("error"),
+            duration_ms=result.duration_ms,
+        )
 
 
 def clamp_timeout(value: Any) -> float:
