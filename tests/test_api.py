@@ -180,6 +180,20 @@ BAD = [
     ("empty messages", {"messages": []}, 400, "non-empty list"),
     ("wrong type", {"messages": "hi"}, 400, "messages"),
     ("unknown role", {"messages": [{"role": "robot", "content": "x"}]}, 400, "messages[0]: unknown role"),
+    ("role as a list", {"messages": [{"role": ["user"], "content": "x"}]}, 400, "messages[0]: unknown role"),
+    (
+        "role as an object",
+        {"messages": [{"role": {"a": 1}, "content": "x"}]},
+        400,
+        "messages[0]: unknown role",
+    ),
+    (
+        "tool_calls not a list",
+        {"messages": [{"role": "assistant", "tool_calls": 5}]},
+        400,
+        "tool_calls must be a list",
+    ),
+    ("invalid UTF-8", b'{"messages": [{"role": "user", "content": "\xff\xfe"}]}', 400, "not valid UTF-8"),
     (
         "orphan tool message",
         {

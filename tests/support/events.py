@@ -19,6 +19,10 @@ from scripts.invoke_local import LocalContext as FakeContext  # noqa: F401  (re-
 def _body(body: Any, base64: bool) -> tuple[str | None, bool]:
     if body is None:
         return None, False
+    if isinstance(
+        body, bytes
+    ):  # raw bytes (possibly not UTF-8) travel base64-encoded, as API Gateway sends them
+        return b64.b64encode(body).decode(), True
     text = body if isinstance(body, str) else json.dumps(body)
     return (b64.b64encode(text.encode()).decode(), True) if base64 else (text, False)
 
