@@ -137,11 +137,12 @@ class _Turn:
         yield Event(EventType.STATUS, {"status": "started", "model": self.model.name, "tools": self.builtin})
         end: TurnEnd | None = None
         try:
-            async for item in self._iterations():
-                if isinstance(item, TurnEnd):
-                    end = item
-                else:
-                    yield item
+            while end is None:
+                async for item in self._iteration():
+                    if isinstance(item, TurnEnd):
+                        end = item
+                    else:
+                        yield item
         except (GeneratorExit, asyncio.CancelledError):
             raise
         except ModelError as exc:
@@ -159,14 +160,6 @@ class _Turn:
             yield Event(EventType.MESSAGE_COMPLETE, dict(end.answer))
         yield Event(EventType.DONE, self._summary(end))
         self._log_end(end.stop)
-
-    async def _iterations(self) -> AsyncIterator[Event | TurnEnd]:
-        """Iterations until one of them ends the turn."""
-        while True:
-            async for item in self._iteration():
-                yield item
-                if isinstance(item, TurnEnd):
-                    return
 
     async def _iteration(self) -> AsyncIterator[Event | TurnEnd]:
         """One model call and what follows it: ask, decide, act."""
