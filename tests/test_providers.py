@@ -32,7 +32,7 @@ from chatloop.providers.errors import (
     parse_duration,
 )
 from chatloop.providers.factory import build_chain, build_model
-from chatloop.providers.stream import ToolCallAccumulator, parse_text_tool_calls
+from chatloop.providers.stream import ToolCallAccumulator
 from chatloop.tools.base import ToolRegistry
 from chatloop.tools.javascript import ExecuteJavaScriptTool
 from tests.support.fake_llm import FakeLLM, error, text, tool_calls
@@ -484,17 +484,6 @@ def test_provider_sdks_are_imported_lazily():
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd="src", check=True)
     assert out.stdout.strip().splitlines()[-1] == "[]"
-
-
-def test_text_tool_calls_are_parsed_only_when_certain():
-    offered = {"execute_javascript"}
-    assert (
-        parse_text_tool_calls('execute_javascript{"code": "1"}</function>', offered)[0].name
-        == "execute_javascript"
-    )
-    assert parse_text_tool_calls('{"name": "execute_javascript", "parameters": {"code": "1"}}', offered)
-    assert parse_text_tool_calls('<function=search_web>{"q": 1}</function>', offered) == []  # not offered
-    assert parse_text_tool_calls("<function=execute_javascript{code: 1}>", offered) == []  # not JSON
 
 
 async def test_a_model_that_fails_again_after_the_wait_is_all_models_failed(llm):

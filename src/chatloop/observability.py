@@ -138,6 +138,11 @@ def record_turn_metrics(events: list[Any], in_lambda: bool) -> None:
     fallbacks = sum(1 for e in events if e.name == "model_fallback")
     metrics.add_metric(name="ModelFallbacks", unit=MetricUnit.Count, value=fallbacks)
     metrics.add_metric(name=f"Stop_{done['stop_reason']}", unit=MetricUnit.Count, value=1)
+    for event in events:  # which models need text tool-call recovery, by format
+        if event.name == "status" and event.data.get("status") == "text_tool_calls_recovered":
+            metrics.add_metric(
+                name=f"TextToolCalls_{event.data['format']}", unit=MetricUnit.Count, value=event.data["count"]
+            )
     sandbox_ms = sum(
         e.data.get("duration_ms", 0)
         for e in events

@@ -35,10 +35,11 @@ from chatloop.engine.guards import (
     ToolLedger,
     duplicate_answer,
 )
-from chatloop.engine.messages import LEGACY_CALL, LegacyTextFilter, strip_legacy_calls
 from chatloop.engine.policy import Action, Decision, DecisionInput, decide
-from chatloop.engine.record import TurnRecord, error_event, fallback_event, response_event
+from chatloop.engine.record import TurnRecord, error_event, fallback_event, response_event, text_calls_event
 from chatloop.engine.request import TurnRequest
+from chatloop.engine.textcalls import Reply, read_text_calls
+from chatloop.engine.textfilter import TextCallFilter
 from chatloop.observability import log_decision, log_turn_end, logger
 from chatloop.providers.base import (
     ChatModel,
@@ -49,7 +50,6 @@ from chatloop.providers.base import (
     ToolCall,
 )
 from chatloop.providers.errors import AllModelsFailed, DeadlineExceeded, ModelError, Transient
-from chatloop.providers.stream import parse_text_tool_calls
 from chatloop.tools.base import ToolRegistry, ToolResult
 
 MIN_CALL_SECONDS = 0.5
@@ -168,35 +168,33 @@ class _Turn:
             return
         self.iteration += 1
         offer = self._offer()
-        response: ModelResponse | None = None
+        reply: Reply | None = None
         async for item in self._ask(offer):
-            if isinstance(item, ModelResponse):
-                response = item
+            if isinstance(item, Reply):
+                reply = item
             else:
                 yield item
-        if response is None:  # the call ran out of time (its error event is out)
+        if reply is None:  # the call ran out of time (its error event is out)
             end = self._after_timeout(offer)
             if end is not None:
                 yield end
             return
-        recovered, unrecovered_text_call = self._recover_text_calls(response, offer)
-        if recovered:
-            yield Event(EventType.STATUS, {"status": "legacy_syntax_recovered", "iteration": self.iteration})
+        response = reply.response
         self._make_ids_unique(response.tool_calls)
         plan = self.ledger.plan_batch(
             response.tool_calls, offered=set(offer.tools), client_tools=self.client_names
         )
-        decision = self._decide(response, plan, unrecovered_text_call)
+        decision = self._decide(reply, plan)
         yield self._logged(decision, response)
         async for step in self._act(decision, response, plan, offer):
             yield step
 
     # --- ask -------------------------------------------------------------------------------
-    async def _ask(self, offer: Offer) -> AsyncIterator[Event | ModelResponse]:
-        """One model call: its text as ``delta`` events, fallbacks as they happen, then its response.
-        When the call runs out of time: an ``error`` event and no response."""
+    async def _ask(self, offer: Offer) -> AsyncIterator[Event | Reply]:
+        """One model call: its text as ``delta`` events (never a tool call written as text), fallbacks as they
+        happen, then its ``Reply``. When the call runs out of time: an ``error`` event and no reply."""
         request = self._model_request(offer.tools)
-        visible = LegacyTextFilter()
+        visible = TextCallFilter(hold_json=bool(request.tools))
         streamed = False
         response: ModelResponse | None = None
         try:
@@ -210,7 +208,7 @@ class _Turn:
                 elif isinstance(item, ModelFallback):
                     yield fallback_event(item)
                     if item.discard_partial:
-                        visible = LegacyTextFilter()
+                        visible = TextCallFilter(hold_json=bool(request.tools))
                 else:
                     response = item
         except (DeadlineExceeded, TimeoutError) as exc:
@@ -218,14 +216,17 @@ class _Turn:
             # discard_partial: text this call already streamed is not part of the answer.
             yield error_event(late, discard_partial=streamed)
             return
-        tail = visible.flush()
-        if tail:
-            yield self._delta(tail)
         if response is None:
             raise Transient("the model stream ended without a response", model=self.model.name)
+        reply = read_text_calls(response, request.tools)
+        tail = visible.finish(response.content)
+        if tail:
+            yield self._delta(tail)
         self.record.response(response)
         yield response_event(response, self.iteration)
-        yield response
+        if reply.text_calls:
+            yield text_calls_event(reply.text_calls, self.iteration)
+        yield reply
 
     def _offer(self) -> Offer:
         """The tools offered to the next call, or none, with the guard (cap or deadline) that withheld them."""
@@ -268,16 +269,6 @@ class _Turn:
             return None
         return self._end_with_fallback(StopReason.DEADLINE)
 
-    def _recover_text_calls(self, response: ModelResponse, offer: Offer) -> tuple[bool, bool]:
-        """``<function=...>`` text instead of native tool calls: turned into calls when certain, and never left
-        in the content. Returns ``(recovered, written_as_text_but_unrecovered)``."""
-        if response.tool_calls or not LEGACY_CALL.search(response.content or ""):
-            return False, False
-        recovered = parse_text_tool_calls(response.content, set(offer.tools))
-        response.tool_calls = recovered
-        response.content = strip_legacy_calls(response.content)
-        return bool(recovered), not recovered
-
     def _make_ids_unique(self, calls: list[ToolCall]) -> None:
         """Some OpenAI-compatible servers reuse ids (``call_0`` in every reply); a conversation with two calls of one
         id is invalid, so a repeated id gets a fresh one."""
@@ -287,8 +278,9 @@ class _Turn:
             self.call_ids.add(call.id)
 
     # --- decide ----------------------------------------------------------------------------
-    def _decide(self, response: ModelResponse, plan: BatchPlan, legacy: bool) -> Decision:
+    def _decide(self, reply: Reply, plan: BatchPlan) -> Decision:
         counts = plan.counts()
+        response = reply.response
         calls = response.tool_calls
         return decide(
             DecisionInput(
@@ -309,7 +301,9 @@ class _Turn:
                 loop_detected=self.ledger.loop is not None,
                 loop_kind=self.ledger.loop,
                 deadline_near=self.deadline.remaining() < self.settings.deadline_reserve_seconds,
-                legacy_syntax=legacy,
+                legacy_syntax=reply.unrunnable_text_call,
+                text_tool_calls=len(reply.text_calls.calls) if reply.text_calls else 0,
+                text_call_format=reply.text_calls.format if reply.text_calls else None,
                 reminders_left=self.settings.legacy_syntax_reminders - self.reminders,
                 nudges_left=1 - self.nudges,
                 final_call_made=self.final_call_made,

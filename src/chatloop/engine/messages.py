@@ -14,11 +14,11 @@ Usage::
 from __future__ import annotations
 
 import json
-import re
 from typing import Any
 
+from chatloop.providers.textcalls import strip_tag_calls
+
 ROLES = {"system", "developer", "user", "assistant", "tool"}
-LEGACY_CALL = re.compile(r"<\s*function\s*=\s*[^>]*>.*?(</\s*function\s*>|$)", re.IGNORECASE | re.DOTALL)
 
 
 class ConversationError(ValueError):
@@ -84,7 +84,7 @@ class _Conversation:
             raise ConversationError(index, "tool_calls must be a list")
         calls = [_tool_call(index, n, c) for n, c in enumerate(raw_calls)]
         content = _text(index, message.get("content"), allow_null=True)
-        content = strip_legacy_calls(content) if content else content
+        content = strip_tag_calls(content) if content else content
         if not calls and not content:
             raise ConversationError(index, "an assistant message needs content or tool_calls")
         entry: dict[str, Any] = {"role": "assistant", "content": content or ""}
@@ -119,11 +119,6 @@ class _Conversation:
                 self.pending_from,
                 f"tool calls {sorted(self.pending)} are not answered by tool messages before messages[{index}]",
             )
-
-
-def strip_legacy_calls(text: str) -> str:
-    """Remove ``<function=...>...</function>`` pseudo-calls that some models write as text."""
-    return LEGACY_CALL.sub("", text).strip()
 
 
 def _text(index: int, content: Any, allow_null: bool) -> str:
@@ -168,43 +163,3 @@ def _tool_call(index: int, n: int, call: Any) -> dict[str, Any]:
     if not isinstance(arguments, str):
         raise ConversationError(index, f"tool_calls[{n}].arguments must be a JSON string or object")
     return {"id": call_id, "type": "function", "function": {"name": name, "arguments": arguments}}
-
-
-# --- legacy ``<function=...>`` syntax -----------------------------------------------------------
-_LEGACY_PARTIAL = re.compile(r"<\s*(?:f(?:u(?:n(?:c(?:t(?:i(?:o(?:n\s*)?)?)?)?)?)?)?)?", re.IGNORECASE)
-_LEGACY_OPEN = re.compile(r"<\s*function\s*=", re.IGNORECASE)
-
-
-class LegacyTextFilter:
-    """Passes streamed text through, holding back anything that may be the start of ``<function=``:
-    legacy call syntax never reaches the client's deltas."""
-
-    def __init__(self) -> None:
-        self.buffer = ""
-        self.suppressed = False
-
-    def feed(self, text: str) -> str:
-        if self.suppressed:
-            return ""
-        self.buffer += text
-        out = []
-        while True:
-            cut = self.buffer.find("<")
-            if cut < 0:
-                out.append(self.buffer)
-                self.buffer = ""
-                break
-            out.append(self.buffer[:cut])
-            self.buffer = self.buffer[cut:]
-            if _LEGACY_OPEN.match(self.buffer):
-                self.suppressed, self.buffer = True, ""
-                break
-            if _LEGACY_PARTIAL.fullmatch(self.buffer):
-                break  # could still become "<function=": wait for more text
-            out.append(self.buffer[0])
-            self.buffer = self.buffer[1:]
-        return "".join(out)
-
-    def flush(self) -> str:
-        tail, self.buffer = ("" if self.suppressed else self.buffer), ""
-        return tail

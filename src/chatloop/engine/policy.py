@@ -56,6 +56,10 @@ class DecisionInput:
     loop_kind: str | None = None
     deadline_near: bool = False
     legacy_syntax: bool = False
+    """A tool call was written as text (a tag) and could not be read: the model is reminded."""
+    text_tool_calls: int = 0
+    """Calls recovered from text in this response (they are in the tool calls counted above)."""
+    text_call_format: str | None = None
     reminders_left: int = 0
     nudges_left: int = 0
     final_call_made: bool = False
@@ -99,6 +103,8 @@ class Decision:
             "loopDetected": i.loop_detected,
             "tooManyIterations": i.too_many_iterations,
             "deadlineNear": i.deadline_near,
+            "textToolCalls": i.text_tool_calls,
+            "textCallFormat": i.text_call_format,
             "shouldExecuteTools": self.should_execute_tools,
             "reason": self.reason,
             "action": self.action.value,
@@ -124,6 +130,11 @@ class Decision:
             "reason",
         ]
         parts = [f"{k}={_fmt(f[k])}" for k in order]
+        if self.inputs.text_tool_calls:  # only then, so every other line keeps the seeds' exact shape
+            parts += [
+                f"textToolCalls={self.inputs.text_tool_calls}",
+                f"format={self.inputs.text_call_format}",
+            ]
         return "Tool execution decision: " + " ".join(parts)
 
 

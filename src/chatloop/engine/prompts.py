@@ -28,7 +28,7 @@ FINAL_ANSWER_NOTES = {
 EMPTY_REPLY_NUDGE = "Your last reply was empty. Answer the user's last message now."
 
 LEGACY_SYNTAX_REMINDER = (
-    "Your previous reply wrote a tool call as text (like <function=...>), which cannot be run. If you need a "
+    "Your previous reply wrote a tool call as text (like <tool_call> or <function=...>), which cannot be run. If you need a "
     "tool, answer with a tool call in the official function-calling format with valid JSON arguments and no "
     "extra text; otherwise answer the user in plain text."
 )

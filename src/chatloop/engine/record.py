@@ -21,6 +21,7 @@ from chatloop.engine.events import Event, EventType, StopReason
 from chatloop.observability import log_fallback
 from chatloop.providers.base import ModelFallback, ModelResponse, ToolCall, Usage
 from chatloop.providers.errors import AllModelsFailed, ModelError
+from chatloop.providers.textcalls import TextCalls
 from chatloop.tools.base import ToolResult
 
 
@@ -126,3 +127,16 @@ def error_event(exc: ModelError, **extra: Any) -> Event:
             EventType.ERROR, {"code": exc.kind, "message": exc.message, "attempts": attempts, **extra}
         )
     return Event(EventType.ERROR, {"code": exc.kind, "message": exc.message, "model": exc.model, **extra})
+
+
+def text_calls_event(found: TextCalls, iteration: int) -> Event:
+    """``status: text_tool_calls_recovered``: the model wrote its calls as text and they were recovered."""
+    return Event(
+        EventType.STATUS,
+        {
+            "status": "text_tool_calls_recovered",
+            "format": found.format,
+            "count": len(found.calls),
+            "iteration": iteration,
+        },
+    )

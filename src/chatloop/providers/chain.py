@@ -44,7 +44,7 @@ from chatloop.providers.errors import (
     ToolUseFailed,
     Transient,
 )
-from chatloop.providers.stream import parse_text_tool_calls
+from chatloop.providers.textcalls import find_text_calls, tool_keys
 
 DEFAULT_RATE_LIMIT_COOLDOWN = 20.0
 """Cooldown after a 429 that says nothing about when to come back."""
@@ -140,11 +140,13 @@ class FallbackChain:
                     self._sticky = model
                     return
                 except ToolUseFailed as exc:
-                    recovered = parse_text_tool_calls(exc.failed_generation or "", set(request.tool_names()))
-                    if recovered:
+                    found = find_text_calls(
+                        exc.failed_generation or "", tool_keys(request.tools or []), offered_only=True
+                    )
+                    if found:
                         self._sticky = model
                         yield ModelResponse(
-                            model=model.name, tool_calls=recovered, finish_reason="tool_calls"
+                            model=model.name, tool_calls=found.calls, finish_reason="tool_calls"
                         )
                         return
                     if not retried and request.deadline.remaining() > 1.0:

@@ -1,4 +1,4 @@
-"""Assemble tool calls from streamed deltas, and recover tool calls written as text.
+"""Assemble tool calls from streamed deltas.
 
 OpenAI streams a call in pieces keyed by ``index`` (index 0 included: always append); Groq often sends a
 whole call in one chunk; some OpenAI-compatible servers omit ``index`` (match by ``id``, else continue the
@@ -15,7 +15,6 @@ Usage::
 from __future__ import annotations
 
 import json
-import re
 import uuid
 from typing import Any
 
@@ -95,54 +94,3 @@ def _is_json(text: str) -> bool:
     except ValueError:
         return False
     return True
-
-
-# --- tool calls written as text --------------------------------------------------------------------
-LEGACY_START = re.compile(r"<\s*function\s*=\s*([A-Za-z_][\w.\-]*)\s*>?\s*", re.IGNORECASE)
-_NAME_THEN_JSON = re.compile(r"^\s*([A-Za-z_][\w.\-]*)\s*(?=\{)")
-
-
-def parse_text_tool_calls(text: str, offered: set[str]) -> list[ToolCall]:
-    """Recover tool calls a model wrote as text: ``<function=name>{json}</function>``, ``<function=name{json}>``,
-    ``name{json}`` or ``{"name": ..., "arguments"|"parameters": {...}}`` (Groq's ``failed_generation``).
-
-    Returns calls only when every one found names an offered tool with JSON-object arguments; anything less
-    certain returns [] so the caller reminds or retries instead of guessing."""
-    if not text:
-        return []
-    decoder = json.JSONDecoder()
-    calls: list[ToolCall] = []
-    starts = list(LEGACY_START.finditer(text))
-    if starts:
-        for match in starts:
-            try:
-                args, _ = decoder.raw_decode(text, match.end())
-            except ValueError:
-                return []
-            calls.append(_call(match.group(1), args, len(calls)))
-    else:
-        stripped = re.sub(r"</\s*function\s*>", "", text).strip()
-        named = _NAME_THEN_JSON.match(stripped)
-        try:
-            if named:
-                args, _ = decoder.raw_decode(stripped, named.end())
-                calls.append(_call(named.group(1), args, 0))
-            else:
-                value, _ = decoder.raw_decode(stripped)
-                for item in value if isinstance(value, list) else [value]:
-                    if not isinstance(item, dict):
-                        return []
-                    args = item.get("arguments", item.get("parameters"))
-                    if isinstance(args, str):
-                        args = json.loads(args)
-                    calls.append(_call(str(item.get("name", "")), args, len(calls)))
-        except ValueError:
-            return []
-    if not calls or any(c.name not in offered or c.parsed_arguments() is None for c in calls):
-        return []
-    return calls
-
-
-def _call(name: str, args: Any, n: int) -> ToolCall:
-    arguments = json.dumps(args) if isinstance(args, dict) else "null"
-    return ToolCall(id=f"call_text_{n}_{uuid.uuid4().hex[:8]}", name=name, arguments=arguments)

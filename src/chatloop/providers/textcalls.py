@@ -1,0 +1,247 @@
+"""Tool calls that models write as text instead of native ``tool_calls``: recovered into ``ToolCall``s.
+
+Open-weight models (Qwen, Hermes fine-tunes, Llama 3.1) and busy hosted ones often write their call into the
+content. One function per format, each pure:
+
+==============  ======================================================================================
+format          what the model wrote
+==============  ======================================================================================
+hermes          ``<tool_call>{"name": "f", "arguments": {...}}</tool_call>`` (Qwen, Hermes)
+python_tag      ``<|python_tag|>{"name": "f", "parameters": {...}}`` (Llama 3.1)
+function_tag    ``<function=f>{...}</function>`` or ``<function=f{...}>`` (Groq's legacy Llama dialect)
+fenced_json     a ```` ```json ```` block holding a call-shaped object (or a flat one)
+json            a bare ``{"name": "f", "arguments"|"parameters": {...}}`` object, or a list of them
+flat_json       ``{"name": "f", "code": "..."}``: an offered tool's name beside that tool's own argument keys
+name_json       ``f{...}`` (Groq's ``failed_generation``)
+==============  ======================================================================================
+
+Only text that *is*, or *ends with*, a call counts (the text before it is kept as the assistant's words), and only
+an object shaped like a call: a ``name`` with ``arguments``/``parameters``, or an offered tool's name with only
+that tool's argument keys. A JSON answer (``{"name": "Alice", "age": 30}``) is not a call.
+
+Usage::
+
+    found = find_text_calls(content, {"execute_javascript": {"code", "timeout_seconds"}})
+    if found:
+        found.format, found.calls, found.prefix     # "hermes", [ToolCall(...)], "Let me compute that."
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import uuid
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from chatloop.providers.base import ToolCall
+
+ToolKeys = Mapping[str, set[str]]
+"""Offered tool name -> the argument names its schema declares."""
+
+TAG_OPENERS = ("<tool_call>", "<|python_tag|>", "<function=")
+"""Tags that only ever start a call written as text: never part of an answer."""
+
+_HERMES = re.compile(r"<tool_call>\s*(.*?)\s*(?:</tool_call>|$)", re.DOTALL)
+_PYTHON_TAG = re.compile(r"<\|python_tag\|>")
+_PYTHON_TAG_END = re.compile(r"<\|(?:eom_id|eot_id|eom|end)\|>\s*$")
+_FUNCTION_TAG = re.compile(r"<\s*function\s*=\s*([A-Za-z_][\w.\-]*)\s*>?\s*", re.IGNORECASE)
+_FUNCTION_TAG_WHOLE = re.compile(
+    r"<\s*function\s*=\s*[^>]*>.*?(?:</\s*function\s*>|$)", re.IGNORECASE | re.DOTALL
+)
+_FENCED = re.compile(
+    r"```[ \t]*(?:json|tool_call|tool_code)?[ \t]*\n(.*?)\n?[ \t]*```\s*$", re.DOTALL | re.IGNORECASE
+)
+_NAME_THEN_JSON = re.compile(r"^\s*([A-Za-z_][\w.\-]*)\s*(?=\{)")
+_ANY_TAG = re.compile(
+    r"<tool_call>.*?(?:</tool_call>|$)|<\|python_tag\|>.*$|" + _FUNCTION_TAG_WHOLE.pattern,
+    re.IGNORECASE | re.DOTALL,
+)
+_MAY_HOLD_A_CALL = re.compile(r"[<{\[]")
+"""Every format needs one of these: prose without them is not parsed at all."""
+_MAX_JSON_STARTS = 64
+"""Candidate starts tried for a trailing JSON value: bounds the work on a long answer full of braces."""
+
+
+@dataclass(frozen=True)
+class TextCalls:
+    format: str
+    calls: list[ToolCall]
+    prefix: str
+    """The content before the first call: what the model said alongside it."""
+
+
+def find_text_calls(text: str, tools: ToolKeys, *, offered_only: bool = False) -> TextCalls | None:
+    """The calls ``text`` is (or ends with), in the first format that finds any, or None.
+
+    ``tools`` are the offered tools and their argument names. A call-shaped object that names another tool is
+    still a call (the engine then tells the model which tools exist), unless ``offered_only``."""
+    if not text or not tools or not _MAY_HOLD_A_CALL.search(text):
+        return None
+    for name, parse in FORMATS:
+        found = parse(text, tools)
+        if found is None:
+            continue
+        raw, prefix = found
+        calls, flat = _tool_calls(raw, tools, offered_only)
+        if calls:
+            return TextCalls("flat_json" if name == "json" and flat else name, calls, prefix.strip())
+        if name in _TAGGED:
+            return None  # a tag that starts a call, but no usable call in it: not an answer either
+    return None
+
+
+def has_tag_call(text: str) -> bool:
+    """Whether ``text`` holds a tag that only ever starts a call written as text (even a malformed one)."""
+    return bool(text) and _ANY_TAG.search(text) is not None
+
+
+def strip_tag_calls(text: str) -> str:
+    """``text`` without any tagged pseudo-call (and whatever follows an unclosed one)."""
+    return _ANY_TAG.sub("", text).strip()
+
+
+def tool_keys(schemas: Iterable[Mapping[str, Any]]) -> dict[str, set[str]]:
+    """``ToolKeys`` from OpenAI tool definitions."""
+    keys: dict[str, set[str]] = {}
+    for schema in schemas:
+        function = schema.get("function") or {}
+        properties = (function.get("parameters") or {}).get("properties") or {}
+        keys[str(function.get("name"))] = set(properties)
+    return keys
+
+
+# --- one function per format: (raw call objects, the text before them), or None ------------------------
+Found = tuple[list[Any], str]
+
+
+def hermes(text: str, tools: ToolKeys) -> Found | None:
+    matches = list(_HERMES.finditer(text))
+    if not matches or text[matches[-1].end() :].strip():
+        return None
+    raw = [_json_or_none(m.group(1)) for m in matches]
+    return raw, text[: matches[0].start()]
+
+
+def python_tag(text: str, tools: ToolKeys) -> Found | None:
+    match = _PYTHON_TAG.search(text)
+    if match is None:
+        return None
+    body = _PYTHON_TAG_END.sub("", text[match.end() :]).strip()
+    parts = filter(None, (p.strip() for p in re.split(r";\s*(?=\{)", body)))  # Llama separates calls with ';'
+    return [_json_or_none(part) for part in parts], text[: match.start()]
+
+
+def function_tag(text: str, tools: ToolKeys) -> Found | None:
+    starts = list(_FUNCTION_TAG.finditer(text))
+    if not starts:
+        return None
+    decoder = json.JSONDecoder()
+    raw: list[Any] = []
+    end = starts[0].start()
+    for match in starts:
+        try:
+            arguments, end = decoder.raw_decode(text, match.end())
+        except ValueError:
+            raw.append(None)
+            continue
+        raw.append({"name": match.group(1), "arguments": arguments})
+    rest = re.sub(r"^\s*>?\s*(?:</\s*function\s*>)?", "", text[end:], flags=re.IGNORECASE)
+    if rest.strip() and not _FUNCTION_TAG.match(rest.strip()):
+        return None
+    return raw, text[: starts[0].start()]
+
+
+def fenced_json(text: str, tools: ToolKeys) -> Found | None:
+    match = _FENCED.search(text)
+    if match is None:
+        return None
+    value = _json_or_none(match.group(1).strip())
+    if value is None:
+        return None
+    return (value if isinstance(value, list) else [value]), text[: match.start()]
+
+
+def bare_json(text: str, tools: ToolKeys) -> Found | None:
+    """A JSON object or list the text ends with (the whole text, or after some words)."""
+    decoder = json.JSONDecoder()
+    starts = [m.start() for m in re.finditer(r"[{\[]", text)][:_MAX_JSON_STARTS]
+    for start in starts:
+        try:
+            value, end = decoder.raw_decode(text, start)
+        except ValueError:
+            continue
+        if not text[end:].strip():
+            return (value if isinstance(value, list) else [value]), text[:start]
+    return None
+
+
+def name_json(text: str, tools: ToolKeys) -> Found | None:
+    """``f{...}``: only for an offered tool's name (a word before a JSON object is otherwise ordinary text)."""
+    stripped = re.sub(r"</\s*function\s*>\s*$", "", text.strip(), flags=re.IGNORECASE)
+    match = _NAME_THEN_JSON.match(stripped)
+    if match is None or match.group(1) not in tools:
+        return None
+    try:
+        arguments, end = json.JSONDecoder().raw_decode(stripped, match.end())
+    except ValueError:
+        return None
+    if stripped[end:].strip():
+        return None
+    return [{"name": match.group(1), "arguments": arguments}], ""
+
+
+FORMATS: list[tuple[str, Callable[[str, ToolKeys], Found | None]]] = [
+    ("hermes", hermes),
+    ("python_tag", python_tag),
+    ("function_tag", function_tag),
+    ("fenced_json", fenced_json),
+    ("json", bare_json),
+    ("name_json", name_json),
+]
+_TAGGED = {"hermes", "python_tag", "function_tag"}
+
+
+# --- from raw objects to calls ---------------------------------------------------------------------------
+def _tool_calls(raw: list[Any], tools: ToolKeys, offered_only: bool) -> tuple[list[ToolCall], bool]:
+    """The calls, and whether any was flat. Every object must be a call, else none is: a half-recovered batch
+    would run something other than what the model meant."""
+    calls: list[ToolCall] = []
+    flat = False
+    for item in raw:
+        call = _as_call(item, tools)
+        if call is None or (offered_only and call[0] not in tools):
+            return [], False
+        name, arguments, was_flat = call
+        flat = flat or was_flat
+        calls.append(ToolCall(f"call_text_{uuid.uuid4().hex[:12]}", name, json.dumps(arguments)))
+    return calls, flat
+
+
+def _as_call(item: Any, tools: ToolKeys) -> tuple[str, dict[str, Any], bool] | None:
+    """``(name, arguments, flat)`` for an object shaped like a call, else None."""
+    if not isinstance(item, dict):
+        return None
+    if isinstance(item.get("function"), dict) and set(item) <= {"function", "type", "id"}:
+        item = item["function"]  # OpenAI's own tool_calls entry, written out as text
+    name = item.get("name")
+    if not isinstance(name, str) or not name:
+        return None
+    for key in ("arguments", "parameters"):
+        if key in item and set(item) <= {"name", key, "id", "type"}:
+            arguments = item[key]
+            if isinstance(arguments, str):
+                arguments = _json_or_none(arguments)
+            return (name, arguments, False) if isinstance(arguments, dict) else None
+    rest = {k: v for k, v in item.items() if k != "name"}
+    if name in tools and rest and set(rest) <= tools[name]:
+        return name, rest, True  # flat: the tool's own argument keys beside its name
+    return None
+
+
+def _json_or_none(text: str) -> Any:
+    try:
+        return json.loads(text)
+    except ValueError:
+        return None
