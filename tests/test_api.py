@@ -348,7 +348,7 @@ def test_keys_come_from_secrets_manager_when_not_in_the_environment():
         SecretString=json.dumps({"GROQ_API_KEY": "gsk_from_secrets_manager_123"}),
     )["ARN"]
     keys = load_provider_keys(Settings(provider_keys_secret_arn=arn), environ={})
-    assert keys == {"groq": "gsk_from_secrets_manager_123", "openai": None}
+    assert keys == {"groq": "gsk_from_secrets_manager_123", "openai": None, "local": None}
     env_wins = load_provider_keys(
         Settings(provider_keys_secret_arn=arn), environ={"GROQ_API_KEY": "gsk_env_key_456"}
     )

@@ -137,7 +137,11 @@ def test_every_environment_variable_is_documented():
     from chatloop.config import Settings
 
     readme = (ROOT / "README.md").read_text()
+    from chatloop.providers.catalog import Catalog
+
     names = [("APP_VERSION" if f == "version" else f.upper()) for f in Settings.__dataclass_fields__]
+    for provider in Catalog.load().providers.values():  # each provider's key and base-URL variables
+        names += [v for v in (provider.key_env, provider.base_url_env) if v]
     names += [
         "GROQ_API_KEY",
         "OPENAI_API_KEY",

@@ -17,7 +17,7 @@ from collections.abc import Mapping
 from chatloop.config import Settings
 from chatloop.observability import logger, register_secret
 
-KEY_VARIABLES = {"groq": "GROQ_API_KEY", "openai": "OPENAI_API_KEY"}
+KEY_VARIABLES = {"groq": "GROQ_API_KEY", "openai": "OPENAI_API_KEY", "local": "LOCAL_API_KEY"}
 SECRET_CACHE_SECONDS = 300
 
 

@@ -42,6 +42,8 @@ class ProviderInfo:
     base_url_env: str | None
     stream_usage: bool
     tool_message_name: bool
+    key_required: bool = True
+    """False for self-hosted OpenAI-compatible servers (llama-server, Ollama, vLLM) that take any key or none."""
 
 
 @dataclass
@@ -92,6 +94,7 @@ def _load(path: str) -> Catalog:
             p.get("base_url_env"),
             bool(p.get("stream_usage")),
             bool(p.get("tool_message_name", True)),
+            bool(p.get("key_required", True)),
         )
         for name, p in data["providers"].items()
     }

@@ -12,6 +12,7 @@ Usage::
 
 from __future__ import annotations
 
+import os
 from collections.abc import Mapping
 
 from chatloop.config import DEFAULT_MODEL_CHAIN, ConfigError, Settings
@@ -23,7 +24,9 @@ from chatloop.providers.demo import DemoModel
 from chatloop.providers.groq import GroqModel
 from chatloop.providers.openai import OpenAIModel
 
-ADAPTERS = {"groq": GroqModel, "openai": OpenAIModel}
+# ``local:`` is any OpenAI-compatible server at LOCAL_BASE_URL (llama-server --jinja, Ollama, vLLM), through the openai
+# SDK, beside OpenAI's own API in the same chain.
+ADAPTERS = {"groq": GroqModel, "openai": OpenAIModel, "local": OpenAIModel}
 
 
 def build_model(
@@ -45,8 +48,11 @@ def build_model(
     if adapter is None or provider_info is None:
         logger.warning(f"model chain: skipping {info.name}: unknown provider {provider!r}")
         return None
-    if not keys.get(provider):
+    if provider_info.key_required and not keys.get(provider):
         logger.warning(f"model chain: skipping {info.name}: no {provider_info.key_env} configured")
+        return None
+    if not provider_info.key_required and not os.environ.get(provider_info.base_url_env or ""):
+        logger.warning(f"model chain: skipping {info.name}: no {provider_info.base_url_env} configured")
         return None
     if not info.known:
         logger.info(f"model chain: {info.name} is not in the catalog; using conservative defaults")
