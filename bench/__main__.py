@@ -14,7 +14,18 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from bench import ROOT, cold_start, fallback, handler, overhead, report, sandbox, scenarios, throughput
+from bench import (
+    ROOT,
+    cold_start,
+    fallback,
+    handler,
+    overhead,
+    report,
+    sandbox,
+    scenarios,
+    textcalls,
+    throughput,
+)
 from chatloop.tools.javascript import ExecuteJavaScriptTool, JavaScriptSandbox
 
 
@@ -38,6 +49,7 @@ def main() -> int:
         ("fallback", lambda: fallback.measure(3 if quick else 40)),
         ("handler", lambda: handler.measure(2 if quick else 30, js_tool)),
         ("throughput", lambda: throughput.measure(0.5 if quick else 5.0)),
+        ("textcalls", lambda: textcalls.measure(3 if quick else 50)),
     ]
     results: dict[str, Any] = {}
     for name, step in steps:

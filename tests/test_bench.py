@@ -23,6 +23,7 @@ def test_bench_smoke_run(tmp_path):
         "## 3. Sandbox",
         "## 4. Cold start",
         "## 5. Fallback",
+        "## 6. Tool calls written as text",
     ):
         assert section in report
     row = next(line for line in report.splitlines() if line.startswith("| compound interest |"))
@@ -30,3 +31,4 @@ def test_bench_smoke_run(tmp_path):
     assert calls[0] == "2" and executions[0] == "1"  # this engine: 2 model calls, 1 execution
     assert int(calls[1]) > 2  # the baseline needs more
     assert (tmp_path / "scenarios.png").stat().st_size > 10_000
+    assert "held back **0 characters**" in report  # a plain answer's first delta is never delayed
