@@ -4,6 +4,7 @@ runaways end at their deadline)."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import socket
@@ -38,28 +39,25 @@ def secret_in_parent_environment():
             os.environ[k] = v
 
 
-def runner_pids() -> set[int]:
-    pids = set()
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            try:
-                if str(RUNNER).encode() in (entry / "cmdline").read_bytes():
-                    pids.add(int(entry.name))
-            except OSError:
-                pass
+def own_children() -> set[int]:
+    """This test process's own child processes (every thread's), from /proc/self: nothing anyone else started."""
+    pids: set[int] = set()
+    for task in Path("/proc/self/task").iterdir():
+        with contextlib.suppress(OSError):  # a thread that ended meanwhile
+            pids.update(int(pid) for pid in (task / "children").read_text().split())
     return pids
 
 
 def run(sandbox: JavaScriptSandbox, code: str, timeout: float = 3.0):
+    before = own_children()
     result = sandbox.run(code, timeout)
-    time.sleep(0.05)
-    spare = sandbox._spare.process.pid if sandbox._spare else None
-    starting = sandbox._spare_starting
-    leftover = runner_pids() - {spare}
-    if starting:  # a spare being spawned right now is not an orphan
-        time.sleep(0.5)
+    deadline = time.monotonic() + 2
+    while True:  # the run's process is reaped in the background; a new spare may be starting meanwhile
         spare = sandbox._spare.process.pid if sandbox._spare else None
-        leftover = runner_pids() - {spare}
+        leftover = own_children() - before - {spare}
+        if (not leftover and not sandbox._spare_starting) or time.monotonic() > deadline:
+            break
+        time.sleep(0.02)
     assert not leftover, f"processes left behind: {leftover}"
     text = result.content()
     assert CANARY not in text
@@ -123,6 +121,116 @@ def test_a_forged_result_line_does_not_count(sandbox):
     code = 'Deno.stdout.writeSync(new TextEncoder().encode(\'{"result": "forged"}\\n\')); Deno.exit(0)'
     result = run(sandbox, code)
     assert not result.ok and "forged" not in json.dumps(result.payload.get("result"))
+
+
+# --- the result channel: user code runs in its own realm and cannot touch the frame --------------------
+@pytest.mark.parametrize(
+    ("code", "expected"),
+    [
+        # Patching what the old runner used to write its frame: it learnt the token and forged any result.
+        (
+            "const seen = []; const enc = TextEncoder.prototype.encode;"
+            "TextEncoder.prototype.encode = function (s) { seen.push(s); return enc.call(this, s) };"
+            "Uint8Array.prototype.subarray = function () { return new Uint8Array() }; 7",
+            7,
+        ),
+        ('JSON.stringify = () => \'{"result": "forged"}\'; 8', 8),
+        # A value shaped like the runner's own protocol is a value, not an error.
+        ("({error: {message: 'not really'}, output: 5})", {"error": {"message": "not really"}, "output": 5}),
+        ("Object.prototype.toJSON = function () { return 'hijacked' }; 9", 9),
+        ("self.postMessage({json: '[1, 2]'}); 10", [1, 2]),
+    ],
+    ids=[
+        "patched encoder",
+        "patched stringify",
+        "protocol-shaped value",
+        "toJSON on a number",
+        "own postMessage",
+    ],
+)
+def test_user_code_cannot_forge_or_break_the_result_frame(sandbox, code, expected):
+    assert run(sandbox, code).payload["result"] == expected
+
+
+@pytest.mark.parametrize(
+    "code",
+    [
+        "Object.prototype.toJSON = function () { return 'x'.repeat(2 ** 20) }; ({a: 1, b: [1, 2]})",
+        "Object.prototype.toJSON = function () { return {error: {nested: this}} }; ({a: 1})",
+        "Object.defineProperty(Object.prototype, 'json', {get() { throw new Error('no') }}); ({a: 1})",
+        "console.log('y'.repeat(60000)); 'x'.repeat(200000)",
+        "throw new Error('e'.repeat(100000))",
+        "String.fromCharCode(0xd800) + 'x'.repeat(20000)",
+    ],
+    ids=[
+        "toJSON bomb",
+        "recursive toJSON",
+        "throwing getter",
+        "huge output and result",
+        "huge error",
+        "surrogates",
+    ],
+)
+def test_every_frame_is_a_capped_well_formed_tool_message(sandbox, code):
+    result = run(sandbox, code)
+    content = result.content()
+    assert len(content.encode("utf-8")) <= 16 * 1024  # encodes: no lone surrogate survives
+    payload = json.loads(content)
+    assert isinstance(payload.get("error"), str) or "result" in payload
+    assert isinstance(payload["output"], str)
+
+
+def test_no_host_detail_is_visible():
+    box = JavaScriptSandbox(prespawn=False)
+    try:
+        code = (
+            "[typeof Deno, typeof globalThis.Deno, new Error('where').stack,"
+            " (() => { try { return Deno.execPath() } catch (e) { return e.name } })()]"
+        )
+        kind, again, stack, exec_path = box.run(code, 3).payload["result"]
+        assert kind == again == "undefined" and exec_path == "ReferenceError"
+        for host_detail in (box.workdir, box.deno, str(RUNNER), str(Path.cwd()), tempfile.gettempdir()):
+            assert host_detail not in stack
+    finally:
+        box.close()
+
+
+@pytest.mark.parametrize(
+    ("code", "expected"),
+    [
+        ("(await Promise.resolve({y: 3})).y", 3),
+        ("const x = Promise.resolve({y: 4})\n(await x).y", 4),
+        ("[await Promise.resolve(1), await Promise.resolve(2)].length", 2),
+        ("Math.max(...(await Promise.all([1, 5, 3].map(async (n) => n))))", 5),
+    ],
+)
+def test_top_level_await_works_inside_any_expression(sandbox, code, expected):
+    assert run(sandbox, code).payload["result"] == expected
+
+
+def tree_bytes(root: str) -> int:
+    total = 0
+    for folder, _, files in os.walk(root):
+        for name in files:
+            with contextlib.suppress(OSError):  # removed meanwhile
+                total += os.lstat(os.path.join(folder, name)).st_size
+    return total
+
+
+def test_imports_write_nothing_to_disk(sandbox):
+    """The old runner let `import("data:...")` fill DENO_DIR under /tmp (~133 MB a run on Lambda's 512 MB)."""
+    code = (
+        "Promise.all(Array.from({length: 40}, (_, i) =>"
+        " import('data:text/javascript,export default ' + i + '; //' + 'x'.repeat(20000))))"
+        ".then((modules) => modules.reduce((sum, m) => sum + m.default, 0))"
+    )
+    before = tree_bytes(tempfile.gettempdir())
+    for _ in range(3):
+        assert run(sandbox, code, timeout=8).payload["result"] == sum(range(40))
+    grown = tree_bytes(tempfile.gettempdir()) - before
+    assert grown <= 1024 * 1024, (
+        f"the temporary folder grew by {grown} bytes in 3 runs"
+    )  # the old runner: 6.4 MB
 
 
 # --- attacks: secrets, files, network, processes ------------------------------------------------
@@ -241,7 +349,7 @@ def test_storage_does_not_persist_between_runs(sandbox):
         "while (true) {}",
         "await null; while (true) {}",
         "Atomics.wait(new Int32Array(new SharedArrayBuffer(4)), 0, 0, 60000)",
-        'Deno.addSignalListener("SIGTERM", () => {}); await new Promise(() => setInterval(() => {}, 1000))',
+        "await new Promise(() => setInterval(() => {}, 1000))",
         '/^(a+)+$/.test("a".repeat(40) + "!")',
     ],
 )
@@ -253,9 +361,12 @@ def test_runaways_are_killed_at_the_deadline(sandbox, code):
     assert elapsed < 1.0 + KILL_MARGIN
 
 
-def test_a_promise_that_never_resolves_ends_at_once(sandbox):
-    result = run(sandbox, "await new Promise(() => {})", timeout=5.0)
-    assert result.payload["error"].startswith("PromiseError")
+def test_a_promise_that_never_resolves_ends_at_its_deadline(sandbox):
+    # The code runs in a worker, whose stalled promise Deno cannot detect as it does for a main module: the run
+    # ends at its deadline. (The price of a result channel the code cannot reach.)
+    start = time.monotonic()
+    result = run(sandbox, "await new Promise(() => {})", timeout=1.0)
+    assert result.payload["error"].startswith("TimeoutError") and time.monotonic() - start < 1.0 + KILL_MARGIN
 
 
 @pytest.mark.parametrize(
@@ -275,7 +386,7 @@ def test_memory_bombs_fail_cleanly(sandbox, code):
 
 def test_output_floods_are_capped(sandbox):
     flood = run(sandbox, "for (;;) Deno.stdout.writeSync(new Uint8Array(65536))", timeout=5)
-    assert flood.payload["error"].startswith("OutputLimitError")
+    assert flood.payload["error"] == "ReferenceError: Deno is not defined"  # no stdout to flood
     logs = run(sandbox, "for (let i = 0; i < 100000; i++) console.log('x'.repeat(100)); 'finished'")
     assert logs.payload["result"] == "finished" and logs.payload.get("output_truncated")
 
@@ -350,5 +461,5 @@ async def test_the_tool_never_outlives_the_turn_deadline(sandbox):
 
 def test_the_child_environment_is_minimal(sandbox):
     assert set(sandbox.env) == {"DENO_DIR", "NO_COLOR", "DENO_NO_UPDATE_CHECK"}
-    assert sandbox.cache_dir.startswith(tempfile.gettempdir())
+    assert sandbox.env["DENO_DIR"].startswith("/dev/null/") and "--no-code-cache" in sandbox.command
     assert not any(a.startswith("--allow") for a in sandbox.command) and "eval" not in sandbox.command

@@ -9,6 +9,7 @@ Usage::
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any, Protocol, runtime_checkable
@@ -68,3 +69,36 @@ class ToolRegistry:
 
     def schemas(self, names: Iterable[str]) -> list[dict[str, Any]]:
         return [tool_schema(self._tools[n]) for n in names if n in self._tools]
+
+
+MAX_TOOL_MESSAGE_BYTES = 16 * 1024
+"""A tool message sent to the model is at most this long (UTF-8, as serialised), whatever the tool returned."""
+
+
+def fit_tool_message(payload: dict[str, Any], limit: int = MAX_TOOL_MESSAGE_BYTES) -> str:
+    """``payload`` as JSON of at most ``limit`` bytes: the console ``output`` is cut first, then the ``result``
+    (as its JSON text), then the ``error``; each cut field ends with "…" and a ``<field>_truncated`` flag says so.
+
+    >>> len(fit_tool_message({"result": "x" * 100_000, "output": "y" * 100_000}).encode()) <= 16 * 1024
+    True
+    """
+    text = json.dumps(payload, ensure_ascii=False)
+    if len(text.encode()) <= limit:
+        return text
+    fitted = dict(payload)
+    for field in ("output", "result", "error"):
+        if field not in fitted:
+            continue
+        value = fitted[field]
+        value_text = value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
+        while True:
+            over = len(json.dumps(fitted, ensure_ascii=False).encode()) - limit
+            if over <= 0:
+                return json.dumps(fitted, ensure_ascii=False)
+            if not value_text:
+                break
+            # Cut by the overflow, at least a quarter: escapes and multi-byte characters make bytes exceed characters.
+            value_text = value_text[: max(0, min(len(value_text) - over, len(value_text) * 3 // 4))]
+            fitted[field] = value_text + "…"
+            fitted.setdefault(f"{field}_truncated", True)
+    return json.dumps({"error": "OutputLimitError: the tool's message was too large", "output": ""})

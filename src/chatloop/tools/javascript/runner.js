@@ -1,9 +1,12 @@
 // The sandbox runner: one Deno process runs one snippet, with no permissions at all.
 //
-// Protocol (stdin/stdout): the runner writes "R\n" when it is ready; the parent writes one line with a
-// random token, then the code, and closes stdin; the runner writes exactly one line "<token><json>\n" and
-// exits. User code cannot see the token (it lives in this module's scope, read before user code runs),
-// so it cannot forge the result line.
+// Two realms. The user's code runs in a Worker (its own V8 isolate and globals, `Deno` deleted, so no host path,
+// pid, environment or stdout). This main thread never runs user code: it holds the per-run token, receives the
+// worker's message as a structured clone (plain data in this realm), checks and caps it, and writes the result
+// frame with its own untouched JSON and TextEncoder. Nothing the user's code can reach takes part in the frame.
+//
+// Protocol (stdin/stdout): the runner writes "R\n" once the worker is ready; the parent writes one line with a
+// random token, then the code, and closes stdin; the runner writes exactly one line "<token><json>\n" and exits.
 //
 // Result JSON: {"result": <json-safe value>, "output": "<console text>"} or {"error": "<Type>: <message>",
 // "output": "..."}. JSON-safe mapping of values (also documented in the README):
@@ -12,165 +15,251 @@
 //   Date -> ISO string, typed arrays -> arrays, Error -> "Type: message", function -> "[Function: name]",
 //   symbol -> "Symbol(desc)", circular reference -> "[Circular]".
 
-// Capture everything the runner needs before user code can replace it.
+const MAX_RESULT_JSON = 16 * 1024; // characters of the result as JSON; longer is cut and says so
+const MAX_OUTPUT = 16 * 1024; // characters of console output kept
+const MAX_ERROR = 2 * 1024; // characters of an error message kept
+
 const stringify = JSON.stringify;
+const parse = JSON.parse;
 const exit = Deno.exit;
-const inspect = Deno.inspect;
 const stdinReadable = Deno.stdin.readable;
 const stdout = Deno.stdout;
 const writeSync = stdout.writeSync.bind(stdout);
 const encoder = new TextEncoder();
+
 function writeAll(bytes) {
   let offset = 0;
   while (offset < bytes.length) offset += writeSync(bytes.subarray(offset));
 }
-const AsyncFunction = (async () => {}).constructor;
-const isArray = Array.isArray;
-const objectKeys = Object.keys;
-const MAX_OUTPUT = 64 * 1024;
-const MAX_DEPTH = 32;
 
-// Nothing may persist between runs or start threads.
-for (const name of ["localStorage", "sessionStorage", "caches", "Worker"]) {
-  try {
-    delete globalThis[name];
-  } catch (_) { /* non-configurable: ignore */ }
-}
+// --- the worker: everything below runs in the user's realm ------------------------------------------------
+function userRealm() {
+  const post = self.postMessage.bind(self);
+  const inspect = Deno.inspect;
+  const stringify = JSON.stringify;
+  const AsyncFunction = (async () => {}).constructor;
+  const isArray = Array.isArray;
+  const objectKeys = Object.keys;
+  const MAX_CONSOLE = 64 * 1024;
+  const MAX_DEPTH = 32;
 
-let output = "";
-let outputTruncated = false;
-function formatArg(value) {
-  if (typeof value === "string") return value;
-  try {
-    return inspect(value, { colors: false, depth: 4, compact: true });
-  } catch (_) {
-    return String(value);
-  }
-}
-function log(...args) {
-  if (outputTruncated) return;
-  const line = args.map(formatArg).join(" ") + "\n";
-  if (output.length + line.length > MAX_OUTPUT) {
-    output += line.slice(0, MAX_OUTPUT - output.length);
-    outputTruncated = true;
-    return;
-  }
-  output += line;
-}
-for (const level of ["log", "info", "warn", "error", "debug", "trace"]) {
-  globalThis.console[level] = log;
-}
-
-function jsonSafe(value, seen = new Set(), depth = 0) {
-  switch (typeof value) {
-    case "undefined":
-      return null;
-    case "number":
-      if (Number.isNaN(value)) return "NaN";
-      if (value === Infinity) return "Infinity";
-      if (value === -Infinity) return "-Infinity";
-      return value;
-    case "bigint":
-      return value.toString();
-    case "string":
-    case "boolean":
-      return value;
-    case "symbol":
-      return value.toString();
-    case "function":
-      return `[Function: ${value.name || "anonymous"}]`;
-  }
-  if (value === null) return null;
-  if (seen.has(value)) return "[Circular]";
-  if (depth > MAX_DEPTH) return "[Too deep]";
-  seen.add(value);
-  try {
-    if (value instanceof Date) return isNaN(value) ? "Invalid Date" : value.toISOString();
-    if (value instanceof Error) return `${value.name}: ${value.message}`;
-    if (value instanceof Map) {
-      const out = {};
-      for (const [k, v] of value) out[typeof k === "string" ? k : String(jsonSafe(k, seen, depth + 1))] = jsonSafe(v, seen, depth + 1);
-      return out;
-    }
-    if (value instanceof Set) return [...value].map((v) => jsonSafe(v, seen, depth + 1));
-    if (ArrayBuffer.isView(value)) return Array.from(value, (v) => jsonSafe(v, seen, depth + 1));
-    if (isArray(value)) return value.map((v) => jsonSafe(v, seen, depth + 1));
-    if (value instanceof RegExp) return value.toString();
-    const out = {};
-    for (const key of objectKeys(value)) {
-      const v = value[key];
-      if (v === undefined) continue;
-      out[key] = jsonSafe(v, seen, depth + 1);
-    }
-    return out;
-  } finally {
-    seen.delete(value);
-  }
-}
-
-function describeError(err) {
-  if (err instanceof Error) return `${err.name}: ${err.message}`;
-  try {
-    return `Uncaught: ${formatArg(err)}`;
-  } catch (_) {
-    return "Uncaught: (unprintable value)";
-  }
-}
-
-// `code` with its last statement returned, when that statement could be an expression: lets
-// `const x = await f(); x + 1` report x + 1 in the async fallback. The caller compiles the candidate and
-// falls back to the code as written if it does not parse.
-const STATEMENT = /^(return|const|let|var|if|for|while|do|switch|try|function|class|throw|import|export)\b|^[}{]/;
-function withReturnedLastStatement(code) {
-  const trimmed = code.replace(/[\s;]+$/, "");
-  const cut = Math.max(trimmed.lastIndexOf("\n"), trimmed.lastIndexOf(";"));
-  const last = trimmed.slice(cut + 1).trim();
-  if (!last || STATEMENT.test(last)) return null;
-  return `${trimmed.slice(0, cut + 1)}\nreturn (${last});`;
-}
-
-function compileAsync(code) {
-  const returning = withReturnedLastStatement(code);
-  if (returning !== null) {
+  // No host details (Deno.execPath, cwd, ppid, env, stdout...), nothing that persists, no threads.
+  for (const name of ["Deno", "localStorage", "sessionStorage", "caches", "Worker", "SharedWorker"]) {
     try {
-      return new AsyncFunction(returning);
-    } catch (_) { /* the last line was not an expression after all */ }
+      delete globalThis[name];
+    } catch (_) { /* non-configurable: ignore */ }
   }
-  return new AsyncFunction(code);
+
+  let output = "";
+  let outputTruncated = false;
+  function formatArg(value) {
+    if (typeof value === "string") return value;
+    try {
+      return inspect(value, { colors: false, depth: 4, compact: true });
+    } catch (_) {
+      return String(value);
+    }
+  }
+  function log(...args) {
+    if (outputTruncated) return;
+    const line = args.map(formatArg).join(" ") + "\n";
+    if (output.length + line.length > MAX_CONSOLE) {
+      output += line.slice(0, MAX_CONSOLE - output.length);
+      outputTruncated = true;
+      return;
+    }
+    output += line;
+  }
+  for (const level of ["log", "info", "warn", "error", "debug", "trace"]) {
+    globalThis.console[level] = log;
+  }
+
+  function jsonSafe(value, seen = new Set(), depth = 0) {
+    switch (typeof value) {
+      case "undefined":
+        return null;
+      case "number":
+        if (Number.isNaN(value)) return "NaN";
+        if (value === Infinity) return "Infinity";
+        if (value === -Infinity) return "-Infinity";
+        return value;
+      case "bigint":
+        return value.toString();
+      case "string":
+      case "boolean":
+        return value;
+      case "symbol":
+        return value.toString();
+      case "function":
+        return `[Function: ${value.name || "anonymous"}]`;
+    }
+    if (value === null) return null;
+    if (seen.has(value)) return "[Circular]";
+    if (depth > MAX_DEPTH) return "[Too deep]";
+    seen.add(value);
+    try {
+      if (value instanceof Date) return isNaN(value) ? "Invalid Date" : value.toISOString();
+      if (value instanceof Error) return `${value.name}: ${value.message}`;
+      if (value instanceof Map) {
+        const out = {};
+        for (const [k, v] of value) out[typeof k === "string" ? k : String(jsonSafe(k, seen, depth + 1))] = jsonSafe(v, seen, depth + 1);
+        return out;
+      }
+      if (value instanceof Set) return [...value].map((v) => jsonSafe(v, seen, depth + 1));
+      if (ArrayBuffer.isView(value)) return Array.from(value, (v) => jsonSafe(v, seen, depth + 1));
+      if (isArray(value)) return value.map((v) => jsonSafe(v, seen, depth + 1));
+      if (value instanceof RegExp) return value.toString();
+      const out = {};
+      for (const key of objectKeys(value)) {
+        const v = value[key];
+        if (v === undefined) continue;
+        out[key] = jsonSafe(v, seen, depth + 1);
+      }
+      return out;
+    } finally {
+      seen.delete(value);
+    }
+  }
+
+  function describeError(err) {
+    if (err instanceof Error) return `${err.name}: ${err.message}`;
+    try {
+      return `Uncaught: ${formatArg(err)}`;
+    } catch (_) {
+      return "Uncaught: (unprintable value)";
+    }
+  }
+
+  // `code` as an async body that returns its last statement when that statement is an expression: lets
+  // `const x = await f(); x + 1` report x + 1. The last statement starts after the last newline, `;` or `}` that
+  // leaves something that parses; a few cut points are tried from the end, then the code as written.
+  const STATEMENT = /^(return|const|let|var|if|for|while|do|switch|try|function|class|throw|import|export)\b|^[}{]/;
+  function compileAsync(code) {
+    const trimmed = code.replace(/[\s;]+$/, "");
+    let end = trimmed.length;
+    for (let tries = 0; tries < 16; tries++) {
+      const cut = Math.max(trimmed.lastIndexOf("\n", end - 1), trimmed.lastIndexOf(";", end - 1), trimmed.lastIndexOf("}", end - 1));
+      const last = trimmed.slice(cut + 1).trim();
+      if (last && !STATEMENT.test(last)) {
+        try {
+          return new AsyncFunction(`${trimmed.slice(0, cut + 1)}\nreturn (${last});`);
+        } catch (_) { /* not an expression from this cut: try an earlier one */ }
+      }
+      if (cut < 0) break;
+      end = cut;
+    }
+    return new AsyncFunction(code);
+  }
+
+  async function evaluate(code) {
+    try {
+      // Indirect eval: a script whose completion value is the last expression (`const x = 5; x * 2` -> 10).
+      return await (0, eval)(code);
+    } catch (err) {
+      // Top-level `await` / `return` are not allowed in a script, and a SyntaxError means nothing ran: run it as
+      // an async body. The message need not name them: in a script `(await x).y` reads `await` as a name.
+      if (!(err instanceof SyntaxError) || !/\b(await|return)\b/.test(code)) throw err;
+      let body;
+      try {
+        body = compileAsync(code);
+      } catch (_) {
+        throw err; // not valid as an async body either: report the script's own error
+      }
+      return await body();
+    }
+  }
+
+  self.onmessage = async (event) => {
+    self.onmessage = null;
+    let message;
+    try {
+      const value = await evaluate(event.data);
+      message = { json: stringify(jsonSafe(value)) ?? "null", output, output_truncated: outputTruncated };
+    } catch (err) {
+      message = { error: describeError(err), output, output_truncated: outputTruncated };
+    }
+    post(message);
+  };
+  post("ready");
 }
 
-async function evaluate(code) {
+// --- the main thread: trusted ------------------------------------------------------------------------------
+function text(value, limit) {
+  return typeof value === "string" ? value.slice(0, limit) : "";
+}
+
+// The worker's message, as this realm's plain data, checked and capped: whatever the user's code did to its own
+// realm (toJSON, getters, a replaced postMessage), the frame is one of the two documented shapes.
+function payloadFrom(message) {
+  if (message === null || typeof message !== "object") {
+    return { error: "SandboxError: the code's result could not be read", output: "" };
+  }
+  const output = text(message.output, MAX_OUTPUT);
+  const payload = typeof message.error === "string"
+    ? { error: text(message.error, MAX_ERROR), output }
+    : resultPayload(message.json, output);
+  if (message.output_truncated === true || (typeof message.output === "string" && message.output.length > MAX_OUTPUT)) {
+    payload.output_truncated = true;
+  }
+  return payload;
+}
+
+function resultPayload(json, output) {
+  if (typeof json !== "string") return { error: "SandboxError: the code's result could not be read", output };
+  if (json.length > MAX_RESULT_JSON) {
+    return {
+      result: json.slice(0, MAX_RESULT_JSON) + "…",
+      output,
+      result_truncated: `the result was ${json.length} characters; only the first ${MAX_RESULT_JSON} are shown`,
+    };
+  }
   try {
-    // Indirect eval: a script whose completion value is the last expression (`const x = 5; x * 2` -> 10).
-    return await (0, eval)(code);
-  } catch (err) {
-    // Top-level `await` / `return` are not allowed in a script: nothing ran, so run it as an async body.
-    if (err instanceof SyntaxError && /await|return/.test(err.message)) {
-      return await compileAsync(code)();
-    }
-    throw err;
+    return { result: parse(json), output };
+  } catch (_) {
+    return { error: "SandboxError: the code's result could not be read", output };
   }
 }
+
+function finish(payload) {
+  let line;
+  try {
+    line = stringify(payload);
+  } catch (err) {
+    line = stringify({ error: "SerializationError: the result could not be written", output: "" });
+  }
+  writeAll(encoder.encode(token + line + "\n"));
+  exit(0);
+}
+
+const worker = new Worker(
+  URL.createObjectURL(new Blob([`(${userRealm.toString()})();`], { type: "application/javascript" })),
+  { type: "module", name: "user" },
+);
+let token = null;
+let finished = false;
+const ready = new Promise((resolve) => {
+  worker.onmessage = (event) => {
+    if (event.data === "ready" && token === null) return resolve();
+    if (finished) return;
+    finished = true;
+    finish(payloadFrom(event.data));
+  };
+});
+worker.onerror = (event) => {
+  event.preventDefault(); // an error the code left uncaught (a rejected promise, a throw in a timer) ends the run
+  if (finished) return;
+  finished = true;
+  finish({ error: `Uncaught: ${text(String(event.message), MAX_ERROR)}`, output: "" });
+};
+worker.onmessageerror = () => {
+  if (finished) return;
+  finished = true;
+  finish({ error: "SandboxError: the code's result could not be read", output: "" });
+};
+await ready;
 
 writeAll(encoder.encode("R\n"));
 const input = await new Response(stdinReadable).text();
 const newline = input.indexOf("\n");
-const token = input.slice(0, newline);
-const code = input.slice(newline + 1);
-
-let payload;
-try {
-  const value = await evaluate(code);
-  payload = { result: jsonSafe(value), output };
-} catch (err) {
-  payload = { error: describeError(err), output };
-}
-if (outputTruncated) payload.output_truncated = true;
-let line;
-try {
-  line = stringify(payload);
-} catch (err) {
-  line = stringify({ error: `SerializationError: ${err && err.message}`, output });
-}
-writeAll(encoder.encode(token + line + "\n"));
-exit(0);
+token = input.slice(0, newline);
+worker.postMessage(input.slice(newline + 1));

@@ -32,6 +32,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from chatloop.textsafe import text_safe, text_safe_value
+from chatloop.tools.base import fit_tool_message
+
 RUNNER = Path(__file__).with_name("runner.js")
 READY_TIMEOUT = 10.0
 MAX_STREAM_BYTES = 1024 * 1024
@@ -41,6 +44,9 @@ MAX_RESULT_CHARS = 16 * 1024
 MAX_OUTPUT_CHARS = 16 * 1024
 """Console output longer than this is truncated, and says so (the runner itself stops at 64 KiB)."""
 HEAP_MB = 64
+UNWRITABLE_DENO_DIR = "/dev/null/deno"
+MAX_ERROR_CHARS = 2 * 1024
+"""An error message longer than this is cut."""
 
 
 def find_deno() -> str:
@@ -73,7 +79,8 @@ class SandboxResult:
         return "error" not in self.payload
 
     def content(self) -> str:
-        return json.dumps(self.payload, ensure_ascii=False)
+        """The tool message: the payload as JSON, at most ``MAX_TOOL_MESSAGE_BYTES``."""
+        return fit_tool_message(self.payload)
 
 
 @dataclass
@@ -92,7 +99,6 @@ class JavaScriptSandbox:
         memory_mb: int = 256,
         max_concurrency: int = 4,
         prespawn: bool = True,
-        cache_dir: str | None = None,
     ):
         self.deno = deno_path or find_deno()
         self.memory_bytes = memory_mb * 1024 * 1024
@@ -102,11 +108,11 @@ class JavaScriptSandbox:
         self._spare: _Child | None = None
         self._spare_starting = False
         self._closed = False
-        base = Path(tempfile.gettempdir())
-        self.cache_dir = cache_dir or str(base / "chatloop-deno-cache")
-        Path(self.cache_dir).mkdir(parents=True, exist_ok=True)
-        self.workdir = tempfile.mkdtemp(prefix="chatloop-js-", dir=base)
-        self.env = {"DENO_DIR": self.cache_dir, "NO_COLOR": "1", "DENO_NO_UPDATE_CHECK": "1"}
+        self.workdir = tempfile.mkdtemp(prefix="chatloop-js-")
+        # No writable state: DENO_DIR is a path that cannot exist (a file's child), so Deno keeps its module, transpile
+        # and code caches in memory and writes nothing, whatever the code imports (data:, blob:); no run can see
+        # another's artefacts. Deno runs fine without it (measured: same startup time).
+        self.env = {"DENO_DIR": UNWRITABLE_DENO_DIR, "NO_COLOR": "1", "DENO_NO_UPDATE_CHECK": "1"}
         self.command = [
             self.deno,
             "run",
@@ -117,6 +123,7 @@ class JavaScriptSandbox:
             "--no-config",
             "--no-lock",
             "--cached-only",
+            "--no-code-cache",
             f"--v8-flags=--jitless,--max-old-space-size={HEAP_MB},--max-semi-space-size=4",
             str(RUNNER),
         ]
@@ -234,10 +241,7 @@ class JavaScriptSandbox:
                 process.stdin.close()
         got = _read_until(process, token, deadline, limit=MAX_STREAM_BYTES, line_after=True)
         if got.line is not None:
-            try:
-                return _cap(json.loads(got.line))
-            except ValueError:
-                return {"error": "SandboxError: the sandbox returned an unreadable result", "output": ""}
+            return checked_frame(got.line)
         if got.overflow:
             return {
                 "error": f"OutputLimitError: output exceeded {MAX_STREAM_BYTES // 1024} KiB",
@@ -349,17 +353,39 @@ def _kill(process: subprocess.Popen[bytes]) -> None:
         process.wait()
 
 
-def _cap(payload: dict[str, Any]) -> dict[str, Any]:
-    if "result" in payload:
-        encoded = json.dumps(payload["result"], ensure_ascii=False)
+def checked_frame(line: bytes) -> dict[str, Any]:
+    """The runner's result line as one of the two documented shapes, capped after serialisation, text-safe.
+
+    The line is untrusted data (the runner's realm is trusted, but this side assumes nothing): anything but an
+    object with a ``result`` or a string ``error`` is a ``SandboxError``, never an exception."""
+    unreadable = {"error": "SandboxError: the sandbox returned an unreadable result", "output": ""}
+    try:
+        frame = json.loads(line.decode("utf-8", "replace"))
+    except (ValueError, RecursionError):
+        return unreadable
+    if not isinstance(frame, dict) or ("result" in frame) == isinstance(frame.get("error"), str):
+        return unreadable
+    output = frame.get("output")
+    payload: dict[str, Any] = {"output": text_safe(output if isinstance(output, str) else "")}
+    already_cut = isinstance(frame.get("result_truncated"), str) and isinstance(frame.get("result"), str)
+    if already_cut and len(frame["result"]) <= MAX_RESULT_CHARS + 1:  # the runner cut the result's JSON text
+        payload["result"] = text_safe(frame["result"])
+        payload["result_truncated"] = text_safe(frame["result_truncated"][:200])
+    elif "result" in frame:
+        payload["result"] = frame["result"]
+        encoded = json.dumps(frame["result"], ensure_ascii=False)
         if len(encoded) > MAX_RESULT_CHARS:
-            payload["result"] = encoded[:MAX_RESULT_CHARS] + "…"
+            payload["result"] = text_safe(encoded[:MAX_RESULT_CHARS] + "…")
             payload["result_truncated"] = (
                 f"the result was {len(encoded)} characters; only the first {MAX_RESULT_CHARS} are shown"
             )
-    output = payload.get("output") or ""
-    if len(output) > MAX_OUTPUT_CHARS:
-        payload["output"] = output[:MAX_OUTPUT_CHARS] + "…"
+        payload["result"] = text_safe_value(payload["result"])
+    else:
+        payload = {"error": text_safe(frame["error"][:MAX_ERROR_CHARS]), **payload}
+    if len(payload["output"]) > MAX_OUTPUT_CHARS:
+        payload["output"] = payload["output"][:MAX_OUTPUT_CHARS] + "…"
+        payload["output_truncated"] = True
+    elif frame.get("output_truncated") is True:
         payload["output_truncated"] = True
     return payload
 
