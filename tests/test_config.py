@@ -48,3 +48,16 @@ def test_unusable_values_fail_at_start(env, words):
     with pytest.raises(ConfigError) as raised:
         Settings.from_env(env)
     assert words in str(raised.value)
+
+
+def test_sandbox_concurrency_fits_the_memory_budget():
+    assert Settings(function_memory_mb=1024).sandbox_concurrency() == 2  # 512 MB share / 256 MB a run
+    assert Settings(function_memory_mb=3008).sandbox_concurrency() == 5
+    assert (
+        Settings(function_memory_mb=1024, js_max_concurrency=8).sandbox_concurrency() == 2
+    )  # lowered to fit
+    assert Settings(function_memory_mb=1024, js_max_concurrency=1).sandbox_concurrency() == 1
+    env = {"AWS_LAMBDA_FUNCTION_MEMORY_SIZE": "2048", "SANDBOX_MEMORY_SHARE": "0.25"}
+    assert Settings.from_env(env).sandbox_concurrency() == 2
+    with pytest.raises(ConfigError, match="JS_MEMORY_MB"):
+        Settings.from_env({"JS_MEMORY_MB": "600"})  # more than half of 1024 MB for one run

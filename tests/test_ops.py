@@ -122,6 +122,20 @@ def test_log_retention_and_least_privilege_secret_access(translated):
     assert "*" not in json.dumps([s["Resource"] for s in statements])
 
 
+def test_the_sandbox_budget_follows_the_functions_memory(translated):
+    """Ephemeral storage is stated (the sandbox writes nothing there), and the sandbox's concurrency derives from MemorySize,
+    which Lambda passes as AWS_LAMBDA_FUNCTION_MEMORY_SIZE: no second place to keep in step."""
+    from chatloop.config import Settings
+
+    function = translated["Resources"]["ChatFunction"]["Properties"]
+    assert function["EphemeralStorage"] == {"Size": 512}
+    assert function["MemorySize"] == {"Ref": "MemorySize"}
+    assert not {"JS_MAX_CONCURRENCY", "JS_MEMORY_MB"} & set(function["Environment"]["Variables"])
+    minimum = translated["Parameters"]["MemorySize"]["MinValue"]
+    settings = Settings.from_env({"AWS_LAMBDA_FUNCTION_MEMORY_SIZE": str(minimum)})
+    assert settings.sandbox_concurrency() * settings.js_memory_mb <= minimum * settings.sandbox_memory_share
+
+
 def test_no_secret_value_in_template_or_samconfig():
     for name in ("template.yaml", "samconfig.toml"):
         text = (ROOT / name).read_text()
@@ -137,9 +151,10 @@ def test_every_environment_variable_is_documented():
     from chatloop.config import Settings
 
     readme = (ROOT / "README.md").read_text()
+    from chatloop.config import env_name
     from chatloop.providers.catalog import Catalog
 
-    names = [("APP_VERSION" if f == "version" else f.upper()) for f in Settings.__dataclass_fields__]
+    names = [env_name(f) for f in Settings.__dataclass_fields__]
     for provider in Catalog.load().providers.values():  # each provider's key and base-URL variables
         names += [v for v in (provider.key_env, provider.base_url_env) if v]
     names += [

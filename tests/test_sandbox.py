@@ -463,3 +463,21 @@ def test_the_child_environment_is_minimal(sandbox):
     assert set(sandbox.env) == {"DENO_DIR", "NO_COLOR", "DENO_NO_UPDATE_CHECK"}
     assert sandbox.env["DENO_DIR"].startswith("/dev/null/") and "--no-code-cache" in sandbox.command
     assert not any(a.startswith("--allow") for a in sandbox.command) and "eval" not in sandbox.command
+
+
+def test_waiting_for_a_slot_counts_against_the_deadline():
+    """With every slot taken, a run that cannot start before its request's deadline is an error at that deadline,
+    not a run that starts late (3 concurrent requests once overran their deadline by 2.2 s)."""
+    box = JavaScriptSandbox(max_concurrency=1, prespawn=False)
+    try:
+        busy = threading.Thread(target=box.run, args=("while (true) {}", 3.0))
+        busy.start()
+        time.sleep(0.3)  # the slot is taken
+        start = time.monotonic()
+        result = box.run("1 + 1", 5.0, not_after=start + 0.5)
+        assert result.payload["error"].startswith("SandboxBusyError")
+        assert time.monotonic() - start < 0.5 + KILL_MARGIN
+        busy.join()
+        assert box.run("1 + 1", 5.0, not_after=time.monotonic() + 5).payload["result"] == 2
+    finally:
+        box.close()

@@ -66,8 +66,14 @@ class Settings:
     # --- sandbox --------------------------------------------------------------------------
     js_memory_mb: int = 256
     """JS_MEMORY_MB: RLIMIT_DATA of each Deno process."""
-    js_max_concurrency: int = 4
-    """JS_MAX_CONCURRENCY: sandbox processes running at once (parallel tool calls)."""
+    js_max_concurrency: int = 0
+    """JS_MAX_CONCURRENCY: sandbox processes running at once (parallel tool calls). 0: as many as the memory
+    budget allows (see ``sandbox_concurrency``); a larger value is lowered to that."""
+    sandbox_memory_share: float = 0.5
+    """SANDBOX_MEMORY_SHARE: the share of the function's memory that running sandboxes may use at their limits."""
+    function_memory_mb: int = 1024
+    """AWS_LAMBDA_FUNCTION_MEMORY_SIZE: the function's memory, set by Lambda from the template's MemorySize
+    (1024 when unset, as in ``make run``)."""
     js_prespawn: bool = True
     """JS_PRESPAWN: keep one Deno process started and waiting for code."""
     # --- observability --------------------------------------------------------------------
@@ -76,13 +82,23 @@ class Settings:
     version: str = "0.1.0"
     """APP_VERSION: reported by /health."""
 
+    def sandbox_concurrency(self) -> int:
+        """Sandbox runs at once: concurrency x JS_MEMORY_MB stays within SANDBOX_MEMORY_SHARE of the function's
+        memory (4 parallel runs at their limit once took ~1 GB of a 1024 MB function).
+
+        >>> Settings(function_memory_mb=1024).sandbox_concurrency()     # 512 MB budget / 256 MB a run
+        2
+        """
+        fits = max(1, int(self.function_memory_mb * self.sandbox_memory_share) // self.js_memory_mb)
+        return min(self.js_max_concurrency, fits) if self.js_max_concurrency > 0 else fits
+
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None) -> Settings:
         """Read every setting from ``environ`` (default ``os.environ``); unset ones keep their default."""
         env = os.environ if environ is None else environ
         values: dict[str, Any] = {}  # each value parsed to its field's type by _parse
         for f in fields(cls):
-            name = _ENV_NAMES.get(f.name, f.name.upper())
+            name = env_name(f.name)
             raw = env.get(name)
             if raw is None or raw.strip() == "":
                 continue
@@ -100,13 +116,25 @@ class Settings:
             provider, sep, model = entry.partition(":")
             if not (sep and provider and model):
                 raise ConfigError(f"MODEL_CHAIN entry {entry!r} is not of the form provider:model")
+        if not 0 < self.sandbox_memory_share <= 1:
+            raise ConfigError("SANDBOX_MEMORY_SHARE must be above 0 and at most 1")
+        if self.js_memory_mb > self.function_memory_mb * self.sandbox_memory_share:
+            raise ConfigError(
+                f"JS_MEMORY_MB={self.js_memory_mb} does not fit SANDBOX_MEMORY_SHARE={self.sandbox_memory_share:g} "
+                f"of the function's {self.function_memory_mb} MB"
+            )
         if self.request_timeout_seconds <= 0 or self.deadline_reserve_seconds < 0:
             raise ConfigError(
                 "REQUEST_TIMEOUT_SECONDS must be positive and DEADLINE_RESERVE_SECONDS not negative"
             )
 
 
-_ENV_NAMES = {"version": "APP_VERSION"}
+_ENV_NAMES = {"version": "APP_VERSION", "function_memory_mb": "AWS_LAMBDA_FUNCTION_MEMORY_SIZE"}
+
+
+def env_name(field_name: str) -> str:
+    """The environment variable a setting is read from: ``max_iterations`` -> ``MAX_ITERATIONS``."""
+    return _ENV_NAMES.get(field_name, field_name.upper())
 
 
 def _parse(name: str, raw: str, kind: type) -> object:

@@ -63,7 +63,7 @@ class Runtime:
 
                 sandbox = JavaScriptSandbox(
                     memory_mb=self.settings.js_memory_mb,
-                    max_concurrency=self.settings.js_max_concurrency,
+                    max_concurrency=self.settings.sandbox_concurrency(),
                     prespawn=self.settings.js_prespawn,
                 )
                 sandbox.warm()

@@ -37,6 +37,8 @@ from chatloop.tools.base import fit_tool_message
 
 RUNNER = Path(__file__).with_name("runner.js")
 READY_TIMEOUT = 10.0
+MIN_RUN_SECONDS = 0.05
+"""A run is not started with less time than this."""
 MAX_STREAM_BYTES = 1024 * 1024
 """stdout + stderr a child may write before it is killed."""
 MAX_RESULT_CHARS = 16 * 1024
@@ -187,33 +189,47 @@ class JavaScriptSandbox:
         return child
 
     # --- running code ----------------------------------------------------------------------
-    def run(self, code: str, timeout: float = 5.0) -> SandboxResult:
-        """Run ``code`` (blocking) and return its JSON-safe result. Never raises for what the code does."""
-        with self._slots:
-            start = time.monotonic()
-            child = self._take_spare() if self.prespawn else None
-            prespawned = child is not None
-            try:
-                if child is None:
-                    child = self._spawn()
-            except Exception as exc:
-                return SandboxResult(
-                    {
-                        "error": f"SandboxError: could not start the sandbox ({type(exc).__name__})",
-                        "output": "",
-                    },
-                    _ms(start),
-                )
-            try:
-                payload = self._execute(child.process, code, timeout)
-            finally:
-                # SIGKILL now, so nothing of the run goes on; reaping it and starting the next spare happen in the
-                # background, after the result is in hand, instead of competing with this run for the CPU.
-                _signal_group(child.process)
-                threading.Thread(
-                    target=self._after_run, args=(child.process,), name="deno-reap", daemon=True
-                ).start()
-            return SandboxResult(payload, _ms(start), prespawned)
+    def run(self, code: str, timeout: float = 5.0, *, not_after: float | None = None) -> SandboxResult:
+        """Run ``code`` (blocking) and return its JSON-safe result. Never raises for what the code does.
+
+        ``not_after`` (a ``time.monotonic()`` instant, the request's deadline) bounds the wait for a free slot too:
+        a run that cannot start in time is a ``SandboxBusyError``, never an overrun."""
+        start = time.monotonic()
+        wait = timeout if not_after is None else not_after - start - MIN_RUN_SECONDS
+        if wait <= 0 or not self._slots.acquire(timeout=wait):
+            return SandboxResult(
+                {
+                    "error": "SandboxBusyError: every sandbox slot stayed busy until the deadline",
+                    "output": "",
+                },
+                _ms(start),
+            )
+        try:
+            if not_after is not None:
+                timeout = min(timeout, not_after - time.monotonic())
+            return self._run_in_slot(code, timeout, start)
+        finally:
+            self._slots.release()
+
+    def _run_in_slot(self, code: str, timeout: float, start: float) -> SandboxResult:
+        child = self._take_spare() if self.prespawn else None
+        prespawned = child is not None
+        try:
+            if child is None:
+                child = self._spawn()
+        except Exception as exc:
+            error = f"SandboxError: could not start the sandbox ({type(exc).__name__})"
+            return SandboxResult({"error": error, "output": ""}, _ms(start))
+        try:
+            payload = self._execute(child.process, code, timeout)
+        finally:
+            # SIGKILL now, so nothing of the run goes on; reaping it and starting the next spare happen in the
+            # background, after the result is in hand, instead of competing with this run for the CPU.
+            _signal_group(child.process)
+            threading.Thread(
+                target=self._after_run, args=(child.process,), name="deno-reap", daemon=True
+            ).start()
+        return SandboxResult(payload, _ms(start), prespawned)
 
     def _after_run(self, process: subprocess.Popen[bytes]) -> None:
         _kill(process)
@@ -284,8 +300,8 @@ class JavaScriptSandbox:
 
 @dataclass
 class _Read:
-    stdout: bytes = b""
-    stderr: bytes = b""
+    stdout: bytearray = field(default_factory=bytearray)
+    stderr: bytearray = field(default_factory=bytearray)
     line: bytes | None = None
     timed_out: bool = False
     overflow: bool = False
@@ -314,7 +330,8 @@ def _read_until(
                     open_fds.discard(key.fd)
                     continue
                 name = streams[key.fd]
-                setattr(out, name, getattr(out, name) + chunk)
+                # Appended in place: a child that trickles single bytes must not cost O(n^2) copying.
+                (out.stdout if name == "stdout" else out.stderr).extend(chunk)
                 if len(out.stdout) + len(out.stderr) > limit:
                     out.overflow = True
                     return out
@@ -327,7 +344,7 @@ def _read_until(
                     if at >= 0:
                         end = out.stdout.find(b"\n", at)
                         if end >= 0:
-                            out.line = out.stdout[at + len(marker) : end]
+                            out.line = bytes(out.stdout[at + len(marker) : end])
                             return out
     return out
 
@@ -365,23 +382,24 @@ def checked_frame(line: bytes) -> dict[str, Any]:
         return unreadable
     if not isinstance(frame, dict) or ("result" in frame) == isinstance(frame.get("error"), str):
         return unreadable
-    output = frame.get("output")
-    payload: dict[str, Any] = {"output": text_safe(output if isinstance(output, str) else "")}
+    payload: dict[str, Any] = {}
     already_cut = isinstance(frame.get("result_truncated"), str) and isinstance(frame.get("result"), str)
     if already_cut and len(frame["result"]) <= MAX_RESULT_CHARS + 1:  # the runner cut the result's JSON text
         payload["result"] = text_safe(frame["result"])
         payload["result_truncated"] = text_safe(frame["result_truncated"][:200])
     elif "result" in frame:
-        payload["result"] = frame["result"]
         encoded = json.dumps(frame["result"], ensure_ascii=False)
         if len(encoded) > MAX_RESULT_CHARS:
             payload["result"] = text_safe(encoded[:MAX_RESULT_CHARS] + "…")
             payload["result_truncated"] = (
                 f"the result was {len(encoded)} characters; only the first {MAX_RESULT_CHARS} are shown"
             )
-        payload["result"] = text_safe_value(payload["result"])
+        else:
+            payload["result"] = text_safe_value(frame["result"])
     else:
-        payload = {"error": text_safe(frame["error"][:MAX_ERROR_CHARS]), **payload}
+        payload["error"] = text_safe(frame["error"][:MAX_ERROR_CHARS])
+    output = frame.get("output")
+    payload["output"] = text_safe(output if isinstance(output, str) else "")
     if len(payload["output"]) > MAX_OUTPUT_CHARS:
         payload["output"] = payload["output"][:MAX_OUTPUT_CHARS] + "…"
         payload["output_truncated"] = True

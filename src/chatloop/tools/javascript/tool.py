@@ -56,7 +56,7 @@ class ExecuteJavaScriptTool:
         timeout = deadline.cap(timeout)
         if timeout <= 0.05:
             return _failure("TimeoutError: no time left in this request to run code")
-        result = await asyncio.to_thread(self.sandbox.run, code, timeout)
+        result = await asyncio.to_thread(self.sandbox.run, code, timeout, not_after=deadline.at)
         return ToolResult(
             content=result.content(),
             ok=is_success(result.payload),
