@@ -13,6 +13,7 @@ from mangum import Mangum
 from mangum.types import LambdaContext
 
 from chatloop.api import create_app
+from chatloop.api.limits import fit_lambda_response
 from chatloop.config import Settings
 from chatloop.observability import logger, metrics
 
@@ -26,7 +27,7 @@ _mangum = Mangum(app, lifespan="off", api_gateway_base_path=settings.api_base_pa
 def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
     metrics.add_metric(name="Requests", unit=MetricUnit.Count, value=1)
     _ensure_event_loop()
-    response = _mangum(event, context)
+    response = fit_lambda_response(_mangum(event, context))  # Lambda refuses a payload over 6 MB outright
     status = response.get("statusCode", 500)
     if status >= 400:
         metrics.add_metric(name=f"Status{status // 100}xx", unit=MetricUnit.Count, value=1)

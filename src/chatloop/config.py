@@ -50,6 +50,10 @@ class Settings:
     """LAMBDA_SAFETY_MARGIN_SECONDS: kept back from the Lambda's remaining time."""
     max_body_bytes: int = 1024 * 1024
     """MAX_BODY_BYTES: larger request bodies get a 413."""
+    max_json_depth: int = 64
+    """MAX_JSON_DEPTH: a body nested deeper (lists and objects) gets a 400."""
+    max_messages: int = 2000
+    """MAX_MESSAGES: a conversation with more messages gets a 413."""
     api_base_path: str = "/"
     """API_BASE_PATH: path prefix stripped by Mangum (a custom domain's base path or a named HTTP API stage)."""
     # --- models ---------------------------------------------------------------------------

@@ -29,13 +29,16 @@ metrics = Metrics(namespace=NAMESPACE, service=SERVICE)
 # Key-shaped strings: OpenAI (sk-...), Groq (gsk_...), AWS access key ids. Known secret values are added
 # at run time with register_secret().
 _KEY_PATTERNS = re.compile(r"\b(?:sk-[A-Za-z0-9_\-*]{8,}|gsk_[A-Za-z0-9*]{8,}|(?:AKIA|ASIA)[0-9A-Z]{16})")
-_SECRETS: set[str] = set()
+_SECRETS: list[str] = []
+"""Longest first, so a secret that contains another is replaced whole."""
 
 
 def register_secret(value: str | None) -> None:
-    """Never let ``value`` appear in a log line or a response (API keys, AWS credentials)."""
-    if value and len(value) >= 6:
-        _SECRETS.add(value)
+    """Never let ``value`` appear in a log line, a response or a tool result (API keys, AWS credentials),
+    whatever its length: a 4-character test key echoed by a provider error is still a key."""
+    if value and value not in _SECRETS:
+        _SECRETS.append(value)
+        _SECRETS.sort(key=len, reverse=True)
 
 
 def redact(text: str) -> str:

@@ -13,7 +13,7 @@ from pydantic import ValidationError
 from starlette.requests import Request
 from starlette.responses import JSONResponse
 
-from chatloop.api.render import openai_error
+from chatloop.api.render import JSONBody, openai_error
 from chatloop.observability import logger, redact
 
 OPENAI_TYPES = {
@@ -39,7 +39,7 @@ def error_response(
         body = openai_error(message, code, OPENAI_TYPES.get(status, "invalid_request_error"), param)
     else:
         body = {"error": {"code": code, "message": message}}
-    return JSONResponse(body, status_code=status)
+    return JSONBody(body, status_code=status)
 
 
 def from_validation(error: ValidationError) -> RequestError:

@@ -14,7 +14,11 @@ import time
 from collections.abc import AsyncIterator
 from typing import Any
 
+from starlette.responses import JSONResponse
+
 from chatloop.engine.events import Event, EventType
+from chatloop.observability import logger, redact
+from chatloop.textsafe import text_safe
 
 SUMMARY_FIELDS = (
     "message",
@@ -30,11 +34,51 @@ FINISH_REASONS = {"stop": "stop", "length": "length", "tool_calls": "tool_calls"
 
 
 def _dumps(data: Any) -> str:
-    return json.dumps(data, ensure_ascii=False, separators=(",", ":"), default=str)
+    # text_safe: a lone surrogate anywhere (it slipped past every edge) must not stop the response mid-way;
+    # redact: no configured secret or key-shaped string leaves in any response, whatever produced it.
+    return redact(text_safe(json.dumps(data, ensure_ascii=False, separators=(",", ":"), default=str)))
+
+
+class JSONBody(JSONResponse):
+    """Starlette's JSONResponse, rendered so that it can always be encoded."""
+
+    def render(self, content: Any) -> bytes:
+        return _dumps(content).encode()
 
 
 def sse(event: Event) -> bytes:
     return f"event: {event.name}\ndata: {_dumps(event.data)}\n\n".encode()
+
+
+INTERNAL_ERROR = {"code": "internal_error", "message": "internal error while sending the response"}
+
+
+async def sse_stream(events: AsyncIterator[Event]) -> AsyncIterator[bytes]:
+    """/chat's SSE: every event, and whatever fails on the way, a last ``error`` and ``done``: the stream always
+    ends with ``done``."""
+    done = False
+    try:
+        async for event in events:
+            done = done or event.type is EventType.DONE
+            yield sse(event)
+    except Exception:
+        logger.exception("SSE stream failed")
+        if not done:
+            yield sse(Event(EventType.ERROR, INTERNAL_ERROR))
+            yield sse(Event(EventType.DONE, _failed_summary()))
+
+
+def _failed_summary() -> dict[str, Any]:
+    text = "I could not finish this answer because of an internal error. Please ask again."
+    return {
+        "message": {"role": "assistant", "content": text},
+        "stop_reason": "error",
+        "iterations": 0,
+        "tool_calls": [],
+        "tool_counts": {},
+        "usage": {"prompt_tokens": 0, "completion_tokens": 0, "total_tokens": 0},
+        "model": None,
+    }
 
 
 def chat_summary(done: dict[str, Any]) -> dict[str, Any]:
@@ -86,7 +130,28 @@ def openai_error(
     return {"error": {"message": message, "type": kind, "param": param, "code": code}}
 
 
+DONE_LINE = b"data: [DONE]\n\n"
+
+
 async def openai_chunks(
+    events: AsyncIterator[Event], request_id: str, include_usage: bool
+) -> AsyncIterator[bytes]:
+    """``chat.completion.chunk`` SSE that always ends in ``data: [DONE]``: whatever fails on the way, an error chunk
+    in OpenAI's shape, then ``[DONE]``."""
+    finished = False
+    try:
+        async for chunk in _openai_chunks(events, request_id, include_usage):
+            finished = chunk == DONE_LINE
+            yield chunk
+    except Exception:
+        logger.exception("chat.completion.chunk stream failed")
+        if not finished:
+            error = openai_error(INTERNAL_ERROR["message"], "internal_error", "server_error")
+            yield f"data: {_dumps(error)}\n\n".encode()
+            yield DONE_LINE
+
+
+async def _openai_chunks(
     events: AsyncIterator[Event], request_id: str, include_usage: bool
 ) -> AsyncIterator[bytes]:
     """``chat.completion.chunk`` SSE ending in ``data: [DONE]``.
@@ -142,4 +207,4 @@ async def openai_chunks(
             yield chunk({}, finish_reason(data["stop_reason"]), x_chatloop=_extension(data))
             if include_usage:
                 yield f"data: {_dumps({**base, 'model': model, 'choices': [], 'usage': data['usage']})}\n\n".encode()
-    yield b"data: [DONE]\n\n"
+    yield DONE_LINE

@@ -8,17 +8,17 @@ Usage (tests and bench drive them through the app)::
 
 from __future__ import annotations
 
-import json
 import uuid
 from collections.abc import AsyncIterator
 from typing import Any
 
 from pydantic import BaseModel, ValidationError
 from starlette.requests import Request
-from starlette.responses import JSONResponse, Response, StreamingResponse
+from starlette.responses import Response, StreamingResponse
 
 from chatloop.api.errors import RequestError, from_validation
-from chatloop.api.render import chat_summary, openai_chunks, openai_completion, sse
+from chatloop.api.limits import check_message_count, parse_json_body
+from chatloop.api.render import JSONBody, chat_summary, openai_chunks, openai_completion, sse_stream
 from chatloop.api.runtime import Runtime, UnknownModel
 from chatloop.api.schemas import ChatBody, OpenAIChatBody
 from chatloop.deadline import Deadline
@@ -43,16 +43,7 @@ async def read_body(request: Request, schema: type[BaseModel], limit: int) -> An
     raw = await request.body()
     if len(raw) > limit:
         raise RequestError(413, "body_too_large", f"the body is larger than {limit} bytes")
-    try:
-        data = json.loads(raw or b"null")
-    except json.JSONDecodeError as exc:
-        raise RequestError(
-            400, "invalid_json", f"the body is not valid JSON ({exc.msg} at position {exc.pos})"
-        ) from None
-    except UnicodeDecodeError as exc:  # bytes that are not UTF-8 (json.loads detects the encoding first)
-        raise RequestError(
-            400, "invalid_json", f"the body is not valid UTF-8 (byte {exc.start}: {exc.reason})"
-        ) from None
+    data = parse_json_body(raw, runtime_of(request).settings.max_json_depth)
     if not isinstance(data, dict):
         raise RequestError(400, "invalid_request", "the body must be a JSON object")
     try:
@@ -61,7 +52,8 @@ async def read_body(request: Request, schema: type[BaseModel], limit: int) -> An
         raise from_validation(exc) from None
 
 
-def conversation(messages: list[Any]) -> list[dict[str, Any]]:
+def conversation(messages: list[Any], max_messages: int) -> list[dict[str, Any]]:
+    check_message_count(messages, max_messages)
     try:
         return normalize_conversation(messages)
     except ConversationError as exc:
@@ -127,7 +119,7 @@ async def collect(events: AsyncIterator[Event]) -> tuple[dict[str, Any], list[di
 async def chat(request: Request) -> Response:
     runtime = runtime_of(request)
     body: ChatBody = await read_body(request, ChatBody, runtime.settings.max_body_bytes)
-    messages = conversation(body.messages)
+    messages = conversation(body.messages, runtime.settings.max_messages)
     choice = named_choice(body.tool_choice)
     tool_names = tools_for_chat(runtime, body, choice)
     model = model_for(runtime, body.model, strict=True)
@@ -148,13 +140,13 @@ async def chat(request: Request) -> Response:
     )
     if body.stream:
         return StreamingResponse(
-            (sse(e) async for e in events),
+            sse_stream(events),
             media_type="text/event-stream",
             headers={"cache-control": "no-cache", "x-request-id": rid},
         )
     done, _ = await collect(events)
     status = 503 if done["stop_reason"] == "all_models_failed" else 200
-    return JSONResponse(chat_summary(done), status_code=status, headers={"x-request-id": rid})
+    return JSONBody(chat_summary(done), status_code=status, headers={"x-request-id": rid})
 
 
 def tools_for_chat(runtime: Runtime, body: ChatBody, choice: Any) -> list[str]:
@@ -177,7 +169,7 @@ def tools_for_chat(runtime: Runtime, body: ChatBody, choice: Any) -> list[str]:
 async def chat_completions(request: Request) -> Response:
     runtime = runtime_of(request)
     body: OpenAIChatBody = await read_body(request, OpenAIChatBody, runtime.settings.max_body_bytes)
-    messages = conversation(body.messages)
+    messages = conversation(body.messages, runtime.settings.max_messages)
     client_tools = [t.schema_for_model() for t in body.tools or []]
     builtin = runtime.tool_names()
     clash = sorted({t["function"]["name"] for t in client_tools} & set(builtin))
@@ -222,12 +214,12 @@ async def chat_completions(request: Request) -> Response:
             (e["message"] for e in errors if e.get("code") == "all_models_failed"), "no model could answer"
         )
         raise RequestError(503, "all_models_failed", detail)
-    return JSONResponse(openai_completion(done, rid), headers={"x-request-id": rid})
+    return JSONBody(openai_completion(done, rid), headers={"x-request-id": rid})
 
 
 async def health(request: Request) -> Response:
     runtime = runtime_of(request)
-    return JSONResponse(
+    return JSONBody(
         {
             "status": "ok",
             "version": runtime.settings.version,

@@ -34,12 +34,12 @@ LEGACY_SYNTAX_REMINDER = (
 )
 
 STOP_PHRASES = {
-    "iteration_cap": "I reached the limit of steps I can take for one question",
-    "deadline": "I ran out of time for this request",
-    "loop_detected": "I kept repeating the same step without making progress",
-    "tool_budget": "I used up the tool budget for this question",
-    "error": "the model returned no usable answer",
-    "all_models_failed": "no model was available to answer",
+    "iteration_cap": "I reached the limit of steps I can take for one question before I had a final answer.",
+    "deadline": "I ran out of time for this request before I had a final answer.",
+    "loop_detected": "I kept repeating the same step without getting closer to an answer.",
+    "tool_budget": "I used up the tool budget for this question before I had a final answer.",
+    "error": "The model returned no usable answer.",
+    "all_models_failed": "No model was available to answer right now.",
 }
 
 
@@ -78,12 +78,12 @@ def fallback_text(
     last_result: str | None = None,
 ) -> str:
     """The answer a user gets when no model answer could be had (seed 002's graceful cap)."""
-    phrase = STOP_PHRASES.get(stop_reason, "I could not finish this answer")
+    phrase = STOP_PHRASES.get(stop_reason, "I could not finish this answer.")
     if tool_counts:
-        tried = ", ".join(f"ran {name} {count}×" for name, count in sorted(tool_counts.items()))
+        tried = "I " + ", ".join(f"ran {name} {count}×" for name, count in sorted(tool_counts.items()))
     else:
-        tried = "didn't complete any tool calls"
-    text = f"{phrase} without a final answer. Here's what I tried: {tried}"
+        tried = "I didn't complete any tool calls"
+    text = f"{phrase} Here's what I tried: {tried}"
     if last_error:
         text += f'; the last attempt failed with "{_short(last_error)}"'
     text += "."

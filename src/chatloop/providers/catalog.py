@@ -26,7 +26,8 @@ class ModelInfo:
     """``provider:model``."""
     provider: str
     model_id: str
-    context_window: int
+    context_window: int | None
+    """Tokens; None when the catalog does not know the model (it is tried, never assumed too small)."""
     tools: bool
     parallel_tool_calls: bool
     decommissioned: bool
@@ -63,7 +64,7 @@ class Catalog:
             name=f"{provider}:{model_id}",
             provider=provider,
             model_id=model_id,
-            context_window=int(raw.get("context_window", 8192)),
+            context_window=int(raw["context_window"]) if raw.get("context_window") else None,
             tools=bool(raw.get("tools", True)),
             parallel_tool_calls=bool(raw.get("parallel_tool_calls", False)),
             decommissioned=bool(raw.get("decommissioned", False)),

@@ -172,7 +172,10 @@ class FallbackChain:
             failures.append(error)
             min_context = self._learn(model, error, request, min_context)
             if isinstance(error, ContextTooLong):
-                order = order[:i] + sorted(order[i:], key=lambda m: -self.catalog.get(m.name).context_window)
+                # Larger known windows first; unknown ones after them, still tried.
+                order = order[:i] + sorted(
+                    order[i:], key=lambda m: -(self.catalog.get(m.name).context_window or 0)
+                )
             next_model = self._next_usable(order[i:], request, min_context)
             yield ModelFallback(
                 model.name,
@@ -216,7 +219,7 @@ class FallbackChain:
         info = self.catalog.get(model.name)
         if request.tools and not info.tools:
             return "no tool support"
-        if min_context and info.context_window <= min_context:
+        if min_context and info.context_window is not None and info.context_window <= min_context:
             return "context window too small"
         return None
 
@@ -244,7 +247,7 @@ class FallbackChain:
         elif isinstance(error, Transient):
             self.health.cool(model.name, TRANSIENT_COOLDOWN)
         elif isinstance(error, ContextTooLong):
-            return max(min_context, self.catalog.get(model.name).context_window)
+            return max(min_context, self.catalog.get(model.name).context_window or 0)
         elif isinstance(error, RequestTooLarge):
             pass  # the tier's TPM, not the model, is the limit: another model may take it
         return min_context

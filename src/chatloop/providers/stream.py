@@ -19,6 +19,7 @@ import uuid
 from typing import Any
 
 from chatloop.providers.base import ToolCall
+from chatloop.textsafe import text_safe
 
 
 def field_of(obj: Any, name: str) -> Any:
@@ -83,8 +84,9 @@ class ToolCallAccumulator:
         for slot in self._slots:
             if not slot["name"] and not slot["arguments"]:
                 continue
-            call_id = slot["id"] or f"call_{uuid.uuid4().hex[:24]}"
-            out.append(ToolCall(id=call_id, name=slot["name"], arguments=slot["arguments"] or "{}"))
+            call_id = text_safe(slot["id"]) or f"call_{uuid.uuid4().hex[:24]}"
+            arguments = text_safe(slot["arguments"]) or "{}"
+            out.append(ToolCall(id=call_id, name=text_safe(slot["name"]), arguments=arguments))
         return out
 
 

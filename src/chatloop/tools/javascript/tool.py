@@ -15,6 +15,7 @@ import math
 from typing import Any, ClassVar
 
 from chatloop.deadline import Deadline
+from chatloop.observability import redact
 from chatloop.tools.base import ToolResult
 from chatloop.tools.javascript.sandbox import JavaScriptSandbox
 
@@ -58,7 +59,7 @@ class ExecuteJavaScriptTool:
             return _failure("TimeoutError: no time left in this request to run code")
         result = await asyncio.to_thread(self.sandbox.run, code, timeout, not_after=deadline.at)
         return ToolResult(
-            content=result.content(),
+            content=redact(result.content()),
             ok=is_success(result.payload),
             error=result.payload.get("error"),
             duration_ms=result.duration_ms,

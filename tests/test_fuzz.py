@@ -1,0 +1,280 @@
+"""Property-based tests (hypothesis): whatever a client sends, a tool returns or a provider answers, the handler
+never raises, never answers 5xx for client input, and never exceeds its caps.
+
+Budgets are small so `make test` stays fast; `HYPOTHESIS_PROFILE=deep` runs ten times as many examples.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import AsyncIterator
+from typing import Any
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import app as lambda_app
+from chatloop.api.runtime import Runtime
+from chatloop.config import Settings
+from chatloop.engine.textfilter import TextCallFilter
+from chatloop.providers.base import ModelRequest, ModelResponse, StreamItem, TextDelta
+from chatloop.providers.chain import FallbackChain
+from chatloop.providers.errors import ModelError, classify, retry_after_from
+from chatloop.providers.textcalls import find_text_calls
+from chatloop.tools.base import ToolRegistry
+from chatloop.tools.javascript import ExecuteJavaScriptTool
+from tests.support.events import FakeContext, parse_sse, response_body, rest_event
+
+SCALE = 10 if os.environ.get("HYPOTHESIS_PROFILE") == "deep" else 1
+FAST = settings(
+    max_examples=120 * SCALE,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+)
+
+# Any code point, lone surrogates included: they are valid in JSON escapes and JavaScript strings.
+ANY_CHAR = st.characters(min_codepoint=0, max_codepoint=0x10FFFF, exclude_categories=())
+TEXT = st.text(ANY_CHAR, max_size=30)
+LEAF = (
+    st.none()
+    | st.booleans()
+    | st.integers(min_value=-(10**40), max_value=10**40)
+    | st.floats(allow_nan=False, allow_infinity=False)
+    | TEXT
+)
+JSON = st.recursive(
+    LEAF, lambda inner: st.lists(inner, max_size=4) | st.dictionaries(TEXT, inner, max_size=4), max_leaves=12
+)
+ROLE = st.sampled_from(["user", "assistant", "system", "developer", "tool"]) | JSON
+MESSAGE = st.fixed_dictionaries(
+    {"role": ROLE},
+    optional={
+        "content": TEXT | JSON,
+        "tool_calls": JSON
+        | st.lists(
+            st.fixed_dictionaries(
+                {
+                    "id": TEXT,
+                    "type": st.just("function"),
+                    "function": st.fixed_dictionaries({"name": TEXT, "arguments": TEXT | JSON}),
+                }
+            ),
+            max_size=2,
+        ),
+        "tool_call_id": TEXT | JSON,
+        "name": TEXT | JSON,
+    },
+)
+COMMON = {
+    "stream": st.booleans() | JSON,
+    "temperature": st.floats(allow_nan=False) | JSON,
+    "top_p": st.floats(allow_nan=False) | JSON,
+    "max_tokens": st.integers() | JSON,
+    "parallel_tool_calls": st.booleans() | JSON,
+    "tool_choice": st.sampled_from(["auto", "none", "required"]) | JSON,
+}
+CHAT_BODY = st.fixed_dictionaries(
+    {"messages": st.lists(MESSAGE, max_size=4) | JSON},
+    optional={
+        **COMMON,
+        "tools": st.lists(TEXT, max_size=2) | JSON,
+        "model": TEXT | JSON,
+        "max_iterations": st.integers() | JSON,
+    },
+)
+OPENAI_BODY = st.fixed_dictionaries(
+    {"messages": st.lists(MESSAGE, max_size=4) | JSON},
+    optional={
+        **COMMON,
+        "model": TEXT | JSON,
+        "tools": JSON
+        | st.lists(
+            st.fixed_dictionaries(
+                {
+                    "type": st.just("function"),
+                    "function": st.fixed_dictionaries(
+                        {"name": TEXT}, optional={"parameters": JSON, "description": TEXT}
+                    ),
+                }
+            ),
+            max_size=2,
+        ),
+        "stream_options": JSON,
+        "max_completion_tokens": st.integers() | JSON,
+    },
+)
+
+
+class EchoModel:
+    """Answers at once with the last user message: whatever the client sent comes back through every renderer."""
+
+    name = "scripted:echo"
+
+    async def stream(self, request: ModelRequest) -> AsyncIterator[StreamItem]:
+        last = next((m for m in reversed(request.messages) if m["role"] == "user"), {"content": ""})
+        text = f"echo: {last['content']}"
+        yield TextDelta(text)
+        yield ModelResponse(self.name, content=text, finish_reason="stop")
+
+
+@pytest.fixture(scope="module")
+def echo_runtime(sandbox):
+    runtime = Runtime(
+        Settings(),
+        chain=FallbackChain([EchoModel()]),
+        registry=ToolRegistry([ExecuteJavaScriptTool(sandbox)]),
+    )
+    saved = lambda_app.app.state.runtime
+    lambda_app.app.state.runtime = runtime
+    yield runtime
+    lambda_app.app.state.runtime = saved
+
+
+def check_response(response: dict[str, Any], path: str) -> None:
+    status, body = response["statusCode"], response_body(response)
+    assert status < 500, body
+    assert len(json.dumps(response)) <= 6_000_000
+    assert "Traceback" not in body and "site-packages" not in body
+    body.encode("utf-8")
+    content_type = {k.lower(): v for k, v in (response.get("headers") or {}).items()}.get("content-type", "")
+    if "text/event-stream" not in content_type:
+        json.loads(body)
+    elif path == "/chat":
+        assert parse_sse(body)[-1][0] == "done"
+    else:
+        assert body.rstrip().endswith("data: [DONE]")
+
+
+@FAST
+@given(body=CHAT_BODY)
+def test_chat_survives_any_body(echo_runtime, body):
+    response = lambda_app.handler(rest_event("POST", "/chat", json.dumps(body)), FakeContext())
+    check_response(response, "/chat")
+
+
+@FAST
+@given(body=OPENAI_BODY)
+def test_chat_completions_survives_any_body(echo_runtime, body):
+    response = lambda_app.handler(rest_event("POST", "/v1/chat/completions", json.dumps(body)), FakeContext())
+    check_response(response, "/v1/chat/completions")
+
+
+@settings(max_examples=60 * SCALE, deadline=None)
+@given(raw=st.binary(max_size=200))
+def test_any_bytes_are_a_clear_4xx(echo_runtime, raw):
+    response = lambda_app.handler(rest_event("POST", "/chat", raw), FakeContext())
+    assert 400 <= response["statusCode"] < 500 or response["statusCode"] == 200
+    json.loads(response_body(response))
+
+
+# --- what code in the sandbox can return -----------------------------------------------------------------
+JS_STRING = TEXT.map(json.dumps)  # ASCII with \\uXXXX escapes: lone surrogates reach JavaScript as such
+JS_ATOM = (
+    st.sampled_from(
+        [
+            "1",
+            "null",
+            "undefined",
+            "NaN",
+            "-Infinity",
+            "2n ** 70n",
+            "new Date(0)",
+            "Symbol('s')",
+            "() => 1",
+            "new Map([[1, 2]])",
+            "new Set([1])",
+            "new Uint8Array(3)",
+            "new Error('e')",
+            "/re/g",
+        ]
+    )
+    | JS_STRING
+    | st.integers(min_value=-(10**20), max_value=10**20).map(str)
+)
+JS_VALUE = st.recursive(
+    JS_ATOM,
+    lambda inner: (
+        st.lists(inner, max_size=4).map(lambda xs: "[" + ", ".join(xs) + "]")
+        | st.lists(st.tuples(JS_STRING, inner), max_size=3).map(
+            lambda kv: "({" + ", ".join(f"{k}: {v}" for k, v in kv) + "})"
+        )
+    ),
+    max_leaves=10,
+)
+WRAPPERS = st.sampled_from(
+    [
+        "{v}",
+        "(() => {{ Object.prototype.toJSON = function () {{ return {v} }}; return {{a: [1, {{b: 2}}]}} }})()",
+        "(() => {{ const o = {{v: {v}}}; Object.defineProperty(o, 'g', {{get() {{ throw new Error('getter') }}, enumerable: true}}); return o }})()",
+        "(() => {{ const o = {{v: {v}}}; o.self = o; return o }})()",
+        "'x'.repeat(70000) + String({v})",
+        "(() => {{ throw {v} }})()",
+        "(() => {{ console.log({v}); console.log('y'.repeat(70000)); return {v} }})()",
+        "(async () => {{ await null; return {v} }})()",
+    ]
+)
+
+
+@settings(max_examples=40 * SCALE, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(wrapper=WRAPPERS, value=JS_VALUE)
+def test_whatever_code_returns_is_a_capped_well_formed_tool_message(sandbox, wrapper, value):
+    result = sandbox.run(wrapper.format(v=value), 5)
+    content = result.content()
+    assert len(content.encode("utf-8")) <= 16 * 1024
+    payload = json.loads(content)
+    assert isinstance(payload.get("error"), str) or "result" in payload
+    assert isinstance(payload["output"], str)
+
+
+# --- what providers answer --------------------------------------------------------------------------------
+@FAST
+@given(
+    status=st.none() | st.integers(100, 599),
+    body=JSON | TEXT,
+    headers=st.dictionaries(TEXT, TEXT, max_size=4),
+)
+def test_any_provider_error_is_classified(status, body, headers):
+    error = classify(status, body, headers, model="groq:any")
+    assert isinstance(error, ModelError) and isinstance(error.message, str) and isinstance(error.kind, str)
+    wait = retry_after_from(headers, error.message)
+    assert wait is None or wait >= 0
+
+
+# --- model-written text ---------------------------------------------------------------------------------
+CALLISH = st.sampled_from(
+    [
+        "<tool_call>",
+        "</tool_call>",
+        "<|python_tag|>",
+        "<function=",
+        "```json\n",
+        "```",
+        '{"name": ',
+        '"arguments": ',
+        "{",
+        "}",
+        "[",
+        "]",
+        "\n",
+    ]
+)
+MODEL_TEXT = st.lists(CALLISH | TEXT, max_size=12).map("".join)
+
+
+@FAST
+@given(text=MODEL_TEXT)
+def test_the_text_call_parser_never_raises(text):
+    found = find_text_calls(text, {"execute_javascript": {"code"}})
+    assert found is None or (found.calls and all(c.parsed_arguments() is not None for c in found.calls))
+
+
+@FAST
+@given(pieces=st.lists(MODEL_TEXT, max_size=6), hold_json=st.booleans())
+def test_the_stream_filter_only_ever_shows_a_prefix_of_what_was_streamed(pieces, hold_json):
+    box = TextCallFilter(hold_json)
+    shown = "".join(box.feed(p) for p in pieces)
+    whole = "".join(pieces)
+    assert whole.startswith(shown)  # nothing shown that was not streamed, in order
+    assert shown + box.finish(whole) == whole  # judged an answer: everything held back comes out
