@@ -481,3 +481,13 @@ def test_waiting_for_a_slot_counts_against_the_deadline():
         assert box.run("1 + 1", 5.0, not_after=time.monotonic() + 5).payload["result"] == 2
     finally:
         box.close()
+
+
+@pytest.mark.parametrize(
+    "code",
+    ["40 + 2 // " + "x" * 100_000, "const s = '" + "é" * 40_000 + "'; s.length === 40000 ? 42 : s.length"],
+    ids=["100 KB of ASCII", "80 KB of UTF-8"],
+)
+def test_code_longer_than_the_shared_buffer_still_runs(sandbox, code):
+    """Code reaches the worker through a 64 KiB shared buffer; longer code comes as a message instead."""
+    assert run(sandbox, code, timeout=5).payload["result"] == 42
