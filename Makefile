@@ -40,8 +40,8 @@ $(STAMP): requirements.txt requirements-dev.txt
 	$(BIN)/pip install --quiet --disable-pip-version-check -r requirements.txt -r requirements-dev.txt
 	@touch $@
 
-test: install ## run the whole test suite (installs first if needed)
-	$(BIN)/python -m pytest
+test: install ## run the whole test suite (installs first if needed); FAST=1 skips the slow suites (CI runs all)
+	$(BIN)/python -m pytest $(if $(FAST),-m "not slow")
 
 lint: install ## ruff (lint + format), mypy (--strict on src/), cfn-lint on the SAM template and its translation
 	$(BIN)/ruff check src tests scripts bench

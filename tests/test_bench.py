@@ -5,9 +5,12 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parent.parent
 
 
+@pytest.mark.slow
 def test_bench_smoke_run(tmp_path):
     subprocess.run(
         [sys.executable, "-m", "bench", "--quick", "--out", str(tmp_path)],

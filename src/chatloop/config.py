@@ -50,6 +50,8 @@ class Settings:
     """LAMBDA_SAFETY_MARGIN_SECONDS: kept back from the Lambda's remaining time."""
     max_body_bytes: int = 1024 * 1024
     """MAX_BODY_BYTES: larger request bodies get a 413."""
+    sse_heartbeat_seconds: float = 10.0
+    """SSE_HEARTBEAT_SECONDS: a streamed response sends a ``: ping`` comment after this long without bytes."""
     max_json_depth: int = 64
     """MAX_JSON_DEPTH: a body nested deeper (lists and objects) gets a 400."""
     max_messages: int = 2000

@@ -34,6 +34,8 @@ class Reply:
     cut_after: int | None = None
     """Close the connection after this many chunks, without ending the chunked body."""
     delay: float = 0.0
+    chunk_delay: float = 0.0
+    """Seconds between streamed chunks: a model that is slow to finish, not slow to start."""
 
 
 def error(
@@ -174,6 +176,7 @@ class FakeLLM:
                         self.connection.shutdown(2)
                         return
                     self._write(f"data: {json.dumps(chunk)}\n\n".encode())
+                    time.sleep(reply.chunk_delay)
                 self._write(b"data: [DONE]\n\n")
                 self.wfile.write(b"0\r\n\r\n")
 

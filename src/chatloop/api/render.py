@@ -9,6 +9,8 @@ Usage::
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import json
 import time
 from collections.abc import AsyncIterator
@@ -48,6 +50,39 @@ class JSONBody(JSONResponse):
 
 def sse(event: Event) -> bytes:
     return f"event: {event.name}\ndata: {_dumps(event.data)}\n\n".encode()
+
+
+HEARTBEAT = b": ping\n\n"
+"""An SSE comment: clients ignore it; proxies and API Gateway's idle timeout see bytes flowing."""
+
+
+async def with_heartbeats(chunks: AsyncIterator[bytes], every: float) -> AsyncIterator[bytes]:
+    """``chunks``, plus a ``: ping`` comment whenever nothing was sent for ``every`` seconds (a long model call or
+    tool run), so no idle timeout closes a healthy turn.
+
+    The next chunk is awaited as a task and never cancelled by a heartbeat: a timeout that cancelled it would
+    cancel whatever the turn was doing at that moment."""
+    iterator = aiter(chunks)
+    pending: asyncio.Future[bytes] | None = None
+    try:
+        while True:
+            if pending is None:
+                pending = asyncio.ensure_future(anext(iterator))
+            done, _ = await asyncio.wait({pending}, timeout=every)
+            if not done:
+                yield HEARTBEAT
+                continue
+            step, pending = pending, None
+            try:
+                chunk = step.result()
+            except StopAsyncIteration:
+                return
+            yield chunk
+    finally:
+        if pending is not None:  # the client went away (or the response was closed) mid-wait: stop the turn
+            pending.cancel()
+            with contextlib.suppress(BaseException):
+                await pending
 
 
 INTERNAL_ERROR = {"code": "internal_error", "message": "internal error while sending the response"}

@@ -16,15 +16,23 @@ from pydantic import BaseModel, ValidationError
 from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
 
+from chatloop.api.adapter import invocation_from
 from chatloop.api.errors import RequestError, from_validation
 from chatloop.api.limits import check_message_count, parse_json_body
-from chatloop.api.render import JSONBody, chat_summary, openai_chunks, openai_completion, sse_stream
+from chatloop.api.render import (
+    JSONBody,
+    chat_summary,
+    openai_chunks,
+    openai_completion,
+    sse_stream,
+    with_heartbeats,
+)
 from chatloop.api.runtime import Runtime, UnknownModel
 from chatloop.api.schemas import ChatBody, OpenAIChatBody
 from chatloop.deadline import Deadline
 from chatloop.engine import Event, EventType, TurnRequest, run_turn
 from chatloop.engine.messages import ConversationError, normalize_conversation
-from chatloop.observability import record_turn_metrics
+from chatloop.observability import logger, metrics, record_turn_metrics
 from chatloop.providers.base import ChatModel
 from chatloop.secrets import KeysUnavailable
 from chatloop.tools.base import ToolRegistry
@@ -64,11 +72,11 @@ def request_deadline(request: Request, runtime: Runtime) -> Deadline:
     """One deadline per request: the smaller of the Lambda's remaining time (less a margin) and the timeout."""
     seconds = runtime.settings.request_timeout_seconds
     context = request.scope.get("aws.context")
+    margin = runtime.settings.lambda_safety_margin_seconds
     if context is not None and hasattr(context, "get_remaining_time_in_millis"):
-        remaining = (
-            context.get_remaining_time_in_millis() / 1000 - runtime.settings.lambda_safety_margin_seconds
-        )
-        seconds = min(seconds, remaining)
+        seconds = min(seconds, context.get_remaining_time_in_millis() / 1000 - margin)
+    elif (invocation := invocation_from(request.headers)) is not None:  # stream mode, behind the Web Adapter
+        seconds = min(seconds, invocation.seconds_left() - margin)
     return Deadline.after(seconds)
 
 
@@ -76,6 +84,9 @@ def request_id(request: Request) -> str:
     event = request.scope.get("aws.event") or {}
     context = request.scope.get("aws.context")
     rid = (event.get("requestContext") or {}).get("requestId") or getattr(context, "aws_request_id", None)
+    if not rid and (invocation := invocation_from(request.headers)) is not None:
+        rid = invocation.request_id
+        logger.set_correlation_id(rid)  # no inject_lambda_context under the adapter: one invocation at a time
     return str(rid or uuid.uuid4())
 
 
@@ -100,7 +111,10 @@ async def observed(events: AsyncIterator[Event], request: Request, rid: str) -> 
             event = Event(EventType.DONE, {**event.data, "request_id": rid})
         seen.append(event)
         yield event
-    record_turn_metrics(seen, in_lambda="aws.context" in request.scope)
+    behind_adapter = invocation_from(request.headers) is not None
+    record_turn_metrics(seen, in_lambda="aws.context" in request.scope or behind_adapter)
+    if behind_adapter:  # no log_metrics decorator around a long-running server: flush per request
+        metrics.flush_metrics()
 
 
 async def collect(events: AsyncIterator[Event]) -> tuple[dict[str, Any], list[dict[str, Any]]]:
@@ -140,7 +154,7 @@ async def chat(request: Request) -> Response:
     )
     if body.stream:
         return StreamingResponse(
-            sse_stream(events),
+            with_heartbeats(sse_stream(events), runtime.settings.sse_heartbeat_seconds),
             media_type="text/event-stream",
             headers={"cache-control": "no-cache", "x-request-id": rid},
         )
@@ -204,7 +218,9 @@ async def chat_completions(request: Request) -> Response:
     if body.stream:
         include_usage = bool(body.stream_options and body.stream_options.include_usage)
         return StreamingResponse(
-            openai_chunks(events, rid, include_usage),
+            with_heartbeats(
+                openai_chunks(events, rid, include_usage), runtime.settings.sse_heartbeat_seconds
+            ),
             media_type="text/event-stream",
             headers={"cache-control": "no-cache", "x-request-id": rid},
         )

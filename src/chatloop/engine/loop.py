@@ -144,6 +144,7 @@ class _Turn:
                     else:
                         yield item
         except (GeneratorExit, asyncio.CancelledError):
+            self._log_end(StopReason.CLIENT_DISCONNECTED)  # no further model call or tool run starts
             raise
         except ModelError as exc:
             stop = StopReason.ALL_MODELS_FAILED if isinstance(exc, AllModelsFailed) else StopReason.ERROR

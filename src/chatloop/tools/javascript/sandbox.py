@@ -189,11 +189,19 @@ class JavaScriptSandbox:
         return child
 
     # --- running code ----------------------------------------------------------------------
-    def run(self, code: str, timeout: float = 5.0, *, not_after: float | None = None) -> SandboxResult:
+    def run(
+        self,
+        code: str,
+        timeout: float = 5.0,
+        *,
+        not_after: float | None = None,
+        stop: threading.Event | None = None,
+    ) -> SandboxResult:
         """Run ``code`` (blocking) and return its JSON-safe result. Never raises for what the code does.
 
         ``not_after`` (a ``time.monotonic()`` instant, the request's deadline) bounds the wait for a free slot too:
-        a run that cannot start in time is a ``SandboxBusyError``, never an overrun."""
+        a run that cannot start in time is a ``SandboxBusyError``, never an overrun. Setting ``stop`` (the client
+        went away) kills the run at once."""
         start = time.monotonic()
         wait = timeout if not_after is None else not_after - start - MIN_RUN_SECONDS
         if wait <= 0 or not self._slots.acquire(timeout=wait):
@@ -207,11 +215,13 @@ class JavaScriptSandbox:
         try:
             if not_after is not None:
                 timeout = min(timeout, not_after - time.monotonic())
-            return self._run_in_slot(code, timeout, start)
+            return self._run_in_slot(code, timeout, start, stop)
         finally:
             self._slots.release()
 
-    def _run_in_slot(self, code: str, timeout: float, start: float) -> SandboxResult:
+    def _run_in_slot(
+        self, code: str, timeout: float, start: float, stop: threading.Event | None
+    ) -> SandboxResult:
         child = self._take_spare() if self.prespawn else None
         prespawned = child is not None
         try:
@@ -221,7 +231,7 @@ class JavaScriptSandbox:
             error = f"SandboxError: could not start the sandbox ({type(exc).__name__})"
             return SandboxResult({"error": error, "output": ""}, _ms(start))
         try:
-            payload = self._execute(child.process, code, timeout)
+            payload = self._execute(child.process, code, timeout, stop)
         finally:
             # SIGKILL now, so nothing of the run goes on; reaping it and starting the next spare happen in the
             # background, after the result is in hand, instead of competing with this run for the CPU.
@@ -236,7 +246,9 @@ class JavaScriptSandbox:
         if self.prespawn:
             self._refill_spare_async()
 
-    def _execute(self, process: subprocess.Popen[bytes], code: str, timeout: float) -> dict[str, Any]:
+    def _execute(
+        self, process: subprocess.Popen[bytes], code: str, timeout: float, stop: threading.Event | None = None
+    ) -> dict[str, Any]:
         cpu = max(1, int(timeout) + 1)
         limits = [
             (resource.RLIMIT_DATA, self.memory_bytes),
@@ -255,7 +267,9 @@ class JavaScriptSandbox:
             if process.stdin is not None:  # always a pipe: Popen(stdin=PIPE)
                 process.stdin.write(token + b"\n" + code.encode("utf-8", "surrogatepass"))
                 process.stdin.close()
-        got = _read_until(process, token, deadline, limit=MAX_STREAM_BYTES, line_after=True)
+        got = _read_until(process, token, deadline, limit=MAX_STREAM_BYTES, line_after=True, stop=stop)
+        if got.stopped:
+            return {"error": "CancelledError: the run was stopped (the request ended)", "output": ""}
         if got.line is not None:
             return checked_frame(got.line)
         if got.overflow:
@@ -305,10 +319,21 @@ class _Read:
     line: bytes | None = None
     timed_out: bool = False
     overflow: bool = False
+    stopped: bool = False
+
+
+STOP_POLL_SECONDS = 0.05
+"""How often a run that can be stopped looks at its stop flag."""
 
 
 def _read_until(
-    process: subprocess.Popen[bytes], marker: bytes, deadline: float, *, limit: int, line_after: bool = False
+    process: subprocess.Popen[bytes],
+    marker: bytes,
+    deadline: float,
+    *,
+    limit: int,
+    line_after: bool = False,
+    stop: threading.Event | None = None,
 ) -> _Read:
     """Read stdout/stderr until ``marker`` (and, with ``line_after``, the rest of its line), EOF, the deadline,
     or ``limit`` bytes. Uses raw reads on the pipes so nothing is left buffered in Python."""
@@ -323,6 +348,11 @@ def _read_until(
             if left <= 0:
                 out.timed_out = True
                 return out
+            if stop is not None:
+                if stop.is_set():
+                    out.stopped = True
+                    return out
+                left = min(left, STOP_POLL_SECONDS)
             for key, _ in selector.select(timeout=left):
                 chunk = os.read(key.fd, 65536)
                 if not chunk:

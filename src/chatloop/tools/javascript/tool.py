@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import json
 import math
+import threading
 from typing import Any, ClassVar
 
 from chatloop.deadline import Deadline
@@ -57,7 +58,14 @@ class ExecuteJavaScriptTool:
         timeout = deadline.cap(timeout)
         if timeout <= 0.05:
             return _failure("TimeoutError: no time left in this request to run code")
-        result = await asyncio.to_thread(self.sandbox.run, code, timeout, not_after=deadline.at)
+        stop = threading.Event()
+        try:
+            result = await asyncio.to_thread(
+                self.sandbox.run, code, timeout, not_after=deadline.at, stop=stop
+            )
+        except asyncio.CancelledError:  # the turn was cancelled (the client went away): end the run now
+            stop.set()
+            raise
         return ToolResult(
             content=redact(result.content()),
             ok=is_success(result.payload),
