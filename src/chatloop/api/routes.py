@@ -16,7 +16,7 @@ from pydantic import BaseModel, ValidationError
 from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
 
-from chatloop.api.adapter import invocation_from
+from chatloop.api.adapter import Invocation, invocation_from
 from chatloop.api.errors import RequestError, from_validation
 from chatloop.api.limits import check_message_count, parse_json_body
 from chatloop.api.render import (
@@ -68,6 +68,14 @@ def conversation(messages: list[Any], max_messages: int) -> list[dict[str, Any]]
         raise RequestError(400, "invalid_messages", str(exc), param="messages") from None
 
 
+def invocation_of(request: Request) -> Invocation | None:
+    """The Lambda Web Adapter's invocation for this request (stream mode), parsed once per request."""
+    if "chatloop.invocation" not in request.scope:
+        request.scope["chatloop.invocation"] = invocation_from(request.headers)
+    invocation: Invocation | None = request.scope["chatloop.invocation"]
+    return invocation
+
+
 def request_deadline(request: Request, runtime: Runtime) -> Deadline:
     """One deadline per request: the smaller of the Lambda's remaining time (less a margin) and the timeout."""
     seconds = runtime.settings.request_timeout_seconds
@@ -75,7 +83,7 @@ def request_deadline(request: Request, runtime: Runtime) -> Deadline:
     margin = runtime.settings.lambda_safety_margin_seconds
     if context is not None and hasattr(context, "get_remaining_time_in_millis"):
         seconds = min(seconds, context.get_remaining_time_in_millis() / 1000 - margin)
-    elif (invocation := invocation_from(request.headers)) is not None:  # stream mode, behind the Web Adapter
+    elif (invocation := invocation_of(request)) is not None:  # stream mode, behind the Web Adapter
         seconds = min(seconds, invocation.seconds_left() - margin)
     return Deadline.after(seconds)
 
@@ -84,7 +92,7 @@ def request_id(request: Request) -> str:
     event = request.scope.get("aws.event") or {}
     context = request.scope.get("aws.context")
     rid = (event.get("requestContext") or {}).get("requestId") or getattr(context, "aws_request_id", None)
-    if not rid and (invocation := invocation_from(request.headers)) is not None:
+    if not rid and (invocation := invocation_of(request)) is not None:
         rid = invocation.request_id
         logger.set_correlation_id(rid)  # no inject_lambda_context under the adapter: one invocation at a time
     return str(rid or uuid.uuid4())
@@ -111,7 +119,7 @@ async def observed(events: AsyncIterator[Event], request: Request, rid: str) -> 
             event = Event(EventType.DONE, {**event.data, "request_id": rid})
         seen.append(event)
         yield event
-    behind_adapter = invocation_from(request.headers) is not None
+    behind_adapter = invocation_of(request) is not None
     record_turn_metrics(seen, in_lambda="aws.context" in request.scope or behind_adapter)
     if behind_adapter:  # no log_metrics decorator around a long-running server: flush per request
         metrics.flush_metrics()
