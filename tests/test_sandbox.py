@@ -13,6 +13,7 @@ import sys
 import tempfile
 import threading
 import time
+import uuid
 from pathlib import Path
 
 import pytest
@@ -21,6 +22,7 @@ from chatloop.deadline import Deadline
 from chatloop.tools.javascript import ExecuteJavaScriptTool, JavaScriptSandbox
 from chatloop.tools.javascript.sandbox import MAX_RESULT_CHARS, RUNNER
 from chatloop.tools.javascript.tool import clamp_timeout
+from tests.support.processes import children_of
 
 CANARY = "canary-8f3a1c5e-do-not-leak"
 KILL_MARGIN = 0.6  # generous for a loaded CI machine; the bench measures the real figure
@@ -39,22 +41,13 @@ def secret_in_parent_environment():
             os.environ[k] = v
 
 
-def own_children() -> set[int]:
-    """This test process's own child processes (every thread's), from /proc/self: nothing anyone else started."""
-    pids: set[int] = set()
-    for task in Path("/proc/self/task").iterdir():
-        with contextlib.suppress(OSError):  # a thread that ended meanwhile
-            pids.update(int(pid) for pid in (task / "children").read_text().split())
-    return pids
-
-
 def run(sandbox: JavaScriptSandbox, code: str, timeout: float = 3.0):
-    before = own_children()
+    before = children_of()
     result = sandbox.run(code, timeout)
     deadline = time.monotonic() + 2
     while True:  # the run's process is reaped in the background; a new spare may be starting meanwhile
         spare = sandbox._spare.process.pid if sandbox._spare else None
-        leftover = own_children() - before - {spare}
+        leftover = children_of() - before - {spare}
         if (not leftover and not sandbox._spare_starting) or time.monotonic() > deadline:
             break
         time.sleep(0.02)
@@ -208,9 +201,14 @@ def test_top_level_await_works_inside_any_expression(sandbox, code, expected):
     assert run(sandbox, code).payload["result"] == expected
 
 
-def tree_bytes(root: str) -> int:
+def sandbox_bytes(root: str, workdir: str) -> int:
+    """Bytes under ``root`` that a sandbox run could have written: its own working directory and any Deno cache
+    (the old runner's DENO_DIR was ``<tmp>/chatloop-deno-cache``). Other processes' files are not counted: a
+    concurrent build or `make run` writes to the same folder."""
     total = 0
     for folder, _, files in os.walk(root):
+        if "deno" not in folder.lower() and not folder.startswith(workdir):
+            continue
         for name in files:
             with contextlib.suppress(OSError):  # removed meanwhile
                 total += os.lstat(os.path.join(folder, name)).st_size
@@ -219,18 +217,18 @@ def tree_bytes(root: str) -> int:
 
 def test_imports_write_nothing_to_disk(sandbox):
     """The old runner let `import("data:...")` fill DENO_DIR under /tmp (~133 MB a run on Lambda's 512 MB)."""
+    nonce = uuid.uuid4().hex  # new module text every time: a cache cannot already hold it
     code = (
         "Promise.all(Array.from({length: 40}, (_, i) =>"
-        " import('data:text/javascript,export default ' + i + '; //' + 'x'.repeat(20000))))"
+        f" import('data:text/javascript,export default ' + i + '; // {nonce}' + 'x'.repeat(20000))))"
         ".then((modules) => modules.reduce((sum, m) => sum + m.default, 0))"
     )
-    before = tree_bytes(tempfile.gettempdir())
+    before = sandbox_bytes(tempfile.gettempdir(), sandbox.workdir)
     for _ in range(3):
         assert run(sandbox, code, timeout=8).payload["result"] == sum(range(40))
-    grown = tree_bytes(tempfile.gettempdir()) - before
-    assert grown <= 1024 * 1024, (
-        f"the temporary folder grew by {grown} bytes in 3 runs"
-    )  # the old runner: 6.4 MB
+    grown = sandbox_bytes(tempfile.gettempdir(), sandbox.workdir) - before
+    assert grown <= 1024 * 1024, f"the sandbox wrote {grown} bytes in 3 runs"  # the old runner: 6.4 MB
+    assert not Path(sandbox.env["DENO_DIR"]).exists()
 
 
 # --- attacks: secrets, files, network, processes ------------------------------------------------

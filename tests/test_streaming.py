@@ -22,6 +22,7 @@ import httpx
 import pytest
 
 from tests.support.fake_llm import FakeLLM, Reply, text, tool_calls
+from tests.support.processes import children_of
 
 pytestmark = pytest.mark.slow  # each test starts a server through run.sh
 
@@ -103,15 +104,6 @@ def adapter_headers(seconds_left: float, request_id: str | None = None) -> dict[
 
 def ask(content: str) -> dict:
     return {"messages": [{"role": "user", "content": content}], "stream": True}
-
-
-def children_of(pid: int) -> set[int]:
-    """The child processes of a process this test started (the server): its sandbox runs."""
-    pids: set[int] = set()
-    for task in Path(f"/proc/{pid}/task").iterdir():
-        with contextlib.suppress(OSError):
-            pids.update(int(p) for p in (task / "children").read_text().split())
-    return pids
 
 
 @pytest.fixture
