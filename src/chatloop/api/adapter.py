@@ -31,7 +31,6 @@ class Invocation:
     """When Lambda stops the invocation, in Unix milliseconds."""
     request_id: str
     """API Gateway's request id when there is one (the correlation id), else Lambda's."""
-    lambda_request_id: str
 
     def seconds_left(self) -> float:
         return self.deadline_ms / 1000 - time.time()
@@ -43,9 +42,8 @@ def invocation_from(headers: Mapping[str, str]) -> Invocation | None:
     deadline = context.get("deadline")
     if not isinstance(deadline, int) or isinstance(deadline, bool) or deadline <= 0:
         return None
-    lambda_id = str(context.get("request_id") or "")
     gateway_id = _json_object(headers.get(REQUEST_CONTEXT_HEADER)).get("requestId")
-    return Invocation(deadline, str(gateway_id or lambda_id or ""), lambda_id)
+    return Invocation(deadline, str(gateway_id or context.get("request_id") or ""))
 
 
 def _json_object(text: str | None) -> dict[str, Any]:

@@ -18,7 +18,8 @@ from __future__ import annotations
 
 import re
 
-_TAG = re.compile(r"<tool_call>|<\|python_tag\|>|<\s*function\s*=", re.IGNORECASE)
+from chatloop.providers.textcalls import TAG_START
+
 _TAG_PARTIAL = re.compile(
     r"<(?:t(?:o(?:o(?:l(?:_(?:c(?:a(?:l(?:l)?)?)?)?)?)?)?)?"
     r"|\|(?:p(?:y(?:t(?:h(?:o(?:n(?:_(?:t(?:a(?:g(?:\|)?)?)?)?)?)?)?)?)?)?)?"
@@ -80,7 +81,7 @@ class TextCallFilter:
         rest = pending[j:]
         char = rest[0]
         if char == "<":
-            if _TAG.match(rest):
+            if TAG_START.match(rest):
                 return "call", 1
             return ("maybe", 1) if _TAG_PARTIAL.fullmatch(rest) else ("no", 1)
         if char in "{[" and not (self.released + pending[:j]).strip():

@@ -40,8 +40,8 @@ from chatloop.providers.base import ToolCall
 ToolKeys = Mapping[str, set[str]]
 """Offered tool name -> the argument names its schema declares."""
 
-TAG_OPENERS = ("<tool_call>", "<|python_tag|>", "<function=")
-"""Tags that only ever start a call written as text: never part of an answer."""
+TAG_START = re.compile(r"<tool_call>|<\|python_tag\|>|<\s*function\s*=", re.IGNORECASE)
+"""Tags that only ever start a call written as text, never part of an answer (the stream filter holds from them)."""
 
 _HERMES = re.compile(r"<tool_call>\s*(.*?)\s*(?:</tool_call>|$)", re.DOTALL)
 _PYTHON_TAG = re.compile(r"<\|python_tag\|>")
