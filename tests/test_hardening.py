@@ -17,13 +17,13 @@ from chatloop.api import create_app
 from chatloop.api.runtime import Runtime
 from chatloop.config import Settings
 from chatloop.deadline import Deadline
-from chatloop.engine import Event, EventType
+from chatloop.engine import Event, EventType, TurnRequest, run_turn
 from chatloop.observability import register_secret
-from chatloop.providers.base import ModelRequest
+from chatloop.providers.base import ModelRequest, ModelResponse, ToolCall
 from chatloop.providers.catalog import Catalog
 from chatloop.providers.chain import FallbackChain
 from chatloop.providers.factory import build_model
-from chatloop.tools.base import ToolRegistry
+from chatloop.tools.base import ToolRegistry, ToolResult
 from chatloop.tools.javascript import ExecuteJavaScriptTool
 from tests.support.events import FakeContext, parse_sse, response_body, rest_event
 from tests.support.fake_llm import FakeLLM, Reply, error, text, tool_calls
@@ -267,3 +267,31 @@ def test_health_answers_while_a_heavy_request_runs(upstream, sandbox):
     finally:
         server.should_exit = True
         thread.join(timeout=5)
+
+
+# --- every tool's message is capped, not only execute_javascript's -------------------------------------------
+class FloodingTool:
+    name = "flood"
+    description = "Returns far too much."
+    parameters = {"type": "object", "properties": {}}
+
+    async def run(self, arguments, deadline):
+        return ToolResult(content=json.dumps({"result": "é" * 100_000}), ok=True)
+
+
+async def test_any_tools_message_to_the_model_is_at_most_16_kib():
+    from tests.support.models import ScriptedModel
+
+    def script(request, n):
+        if n == 1:
+            return ModelResponse(
+                "", tool_calls=[ToolCall("call_flood", "flood", "{}")], finish_reason="tool_calls"
+            )
+        return ModelResponse("", content="done", finish_reason="stop")
+
+    model = ScriptedModel(script)
+    turn = TurnRequest(messages=[{"role": "user", "content": "flood me"}])
+    events = [e async for e in run_turn(turn, model, ToolRegistry([FloodingTool()]), Deadline.after(10))]
+    tool_message = next(m for m in model.requests[1].messages if m["role"] == "tool")
+    assert len(tool_message["content"].encode()) <= 16 * 1024
+    assert events[-1].data["message"]["content"] == "done"

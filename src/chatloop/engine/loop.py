@@ -50,7 +50,7 @@ from chatloop.providers.base import (
     ToolCall,
 )
 from chatloop.providers.errors import AllModelsFailed, DeadlineExceeded, ModelError, Transient
-from chatloop.tools.base import ToolRegistry, ToolResult
+from chatloop.tools.base import ToolRegistry, ToolResult, cap_tool_message
 
 MIN_CALL_SECONDS = 0.5
 """Below this, no model call is started: the turn answers with the fallback text."""
@@ -414,7 +414,11 @@ class _Turn:
         if tool is None:  # plan_batch only lets offered, registered tools run: a bug if reached
             raise LookupError(f"tool {call.name!r} is not registered")
         try:
-            return await tool.run(call.parsed_arguments() or {}, deadline)
+            result = await tool.run(call.parsed_arguments() or {}, deadline)
+            result.content = cap_tool_message(
+                result.content
+            )  # whatever the tool, the model gets at most 16 KiB
+            return result
         except Exception as exc:  # a tool must never take the turn down with it
             logger.exception("tool failed", extra={"tool": call.name})
             message = f"{type(exc).__name__}: tool failed"

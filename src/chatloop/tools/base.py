@@ -75,6 +75,19 @@ MAX_TOOL_MESSAGE_BYTES = 16 * 1024
 """A tool message sent to the model is at most this long (UTF-8, as serialised), whatever the tool returned."""
 
 
+def cap_tool_message(content: str, limit: int = MAX_TOOL_MESSAGE_BYTES) -> str:
+    """Any tool's message, at most ``limit`` bytes (UTF-8): the engine applies it to every tool result, whatever the
+    tool; a JSON tool fits its own payload first (``fit_tool_message``), so this only cuts what a tool left too long.
+
+    >>> len(cap_tool_message("é" * 20_000).encode()) <= 16 * 1024
+    True
+    """
+    if len(content.encode()) <= limit:
+        return content
+    note = f"… [cut: the tool's message was {len(content.encode())} bytes]"
+    return content.encode()[: limit - len(note.encode())].decode("utf-8", "ignore") + note
+
+
 def fit_tool_message(payload: dict[str, Any], limit: int = MAX_TOOL_MESSAGE_BYTES) -> str:
     """``payload`` as JSON of at most ``limit`` bytes: the console ``output`` is cut first, then the ``result``
     (as its JSON text), then the ``error``; each cut field ends with "…" and a ``<field>_truncated`` flag says so.
