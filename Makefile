@@ -1,5 +1,5 @@
 # chatloop: `make help` lists the targets. Every AWS target honours AWS_ENDPOINT_URL and AWS_REGION, and STACK /
-# FUNCTION can be overridden: make deploy-lambda-fast STACK=chatloop-dev
+# MODE / FUNCTION can be overridden: make deploy-lambda-fast STACK=chatloop-dev MODE=buffered
 SHELL := /bin/bash
 .DEFAULT_GOAL := help
 
@@ -11,8 +11,11 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
 STACK ?= chatloop
-FUNCTION ?= $(STACK)-chat
-LOG_GROUP ?= /aws/lambda/$(FUNCTION)
+# The template's ResponseMode: stream (the default) or buffered. Each mode has its own function (template.yaml);
+# both log to one group, so `make logs` is the same in either.
+MODE ?= stream
+FUNCTION ?= $(STACK)-chat$(if $(filter buffered,$(MODE)),-buffered)
+LOG_GROUP ?= /aws/lambda/$(STACK)-chat
 AWS_REGION ?= $(or $(AWS_DEFAULT_REGION),us-east-1)
 ARCH ?= arm64
 SINCE ?= 10m
@@ -50,23 +53,25 @@ lint: install ## ruff (lint + format), mypy (--strict on src/), cfn-lint on the 
 	$(BIN)/mypy tests bench scripts
 	$(BIN)/cfn-lint template.yaml
 	$(BIN)/python scripts/translate_template.py template.yaml build/template.cfn.json
-	@# W2001/W3005: SAM itself resolves the usage-plan parameters and adds DependsOn when it translates.
-	$(BIN)/cfn-lint --ignore-checks W2001 W3005 -- build/template.cfn.json
+	@# W2001/W3005: SAM itself resolves the usage-plan parameters and adds DependsOn when it translates;
+	@# W1028: SAM wraps a conditional function's integrations in an Fn::If on the condition its API already has.
+	$(BIN)/cfn-lint --ignore-checks W2001 W3005 W1028 -- build/template.cfn.json
 
 build: install ## build/layer.zip (packages + Deno for ARCH) and build/function.zip (src/), no Docker
 	$(BIN)/python scripts/package.py all --arch $(ARCH)
 
-deploy: build ## deploy the whole stack (needs DEPLOY_BUCKET and SECRET_ARN; PARAMS for more overrides)
+deploy: build ## deploy the whole stack (needs DEPLOY_BUCKET and SECRET_ARN; MODE=stream|buffered; PARAMS for more)
 	@test -n "$(DEPLOY_BUCKET)" || { echo "set DEPLOY_BUCKET=<an S3 bucket for the build artefacts>"; exit 1; }
+	@case "$(MODE)" in stream|buffered) ;; *) echo "MODE must be stream or buffered, not '$(MODE)'"; exit 1;; esac
 	@test -n "$(SECRET_ARN)" || { echo "set SECRET_ARN=<the provider keys secret's ARN> (see make secret)"; exit 1; }
 	$(AWS) cloudformation package --template-file template.yaml --s3-bucket $(DEPLOY_BUCKET) \
 	  --s3-prefix $(STACK) --output-template-file build/packaged.yaml
 	$(AWS) cloudformation deploy --template-file build/packaged.yaml --stack-name $(STACK) \
 	  --capabilities CAPABILITY_IAM CAPABILITY_AUTO_EXPAND --no-fail-on-empty-changeset \
-	  --parameter-overrides ProviderKeysSecretArn=$(SECRET_ARN) Architecture=$(ARCH) $(PARAMS)
+	  --parameter-overrides ProviderKeysSecretArn=$(SECRET_ARN) Architecture=$(ARCH) ResponseMode=$(MODE) $(PARAMS)
 	$(AWS) cloudformation describe-stacks --stack-name $(STACK) --query 'Stacks[0].Outputs' --output table
 
-deploy-lambda-fast: install ## zip src/ only, update the function's code, wait, print the new CodeSha256
+deploy-lambda-fast: install ## zip src/ (run.sh included), update MODE's function, wait, print the new CodeSha256
 	@$(BIN)/python scripts/package.py function >/dev/null
 	@$(AWS) lambda update-function-code --function-name $(FUNCTION) --zip-file fileb://build/function.zip \
 	  --query CodeSha256 --output text > build/.code-sha256

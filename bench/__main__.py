@@ -23,6 +23,7 @@ from bench import (
     report,
     sandbox,
     scenarios,
+    streaming,
     textcalls,
     throughput,
 )
@@ -50,6 +51,7 @@ def main() -> int:
         ("handler", lambda: handler.measure(2 if quick else 30, js_tool)),
         ("throughput", lambda: throughput.measure(0.5 if quick else 5.0)),
         ("textcalls", lambda: textcalls.measure(3 if quick else 50)),
+        ("streaming", lambda: streaming.measure(3 if quick else 15)),
     ]
     results: dict[str, Any] = {}
     for name, step in steps:

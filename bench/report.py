@@ -164,4 +164,20 @@ def report(results: dict, quick: bool) -> str:
         f"{x['filter_us_per_delta']:.1f} µs per delta).",
         "",
     ]
+    m = results["streaming"]
+    lines += [
+        "## 7. Response modes: stream (run.sh under the Web Adapter's contract) vs buffered (Mangum)",
+        "",
+        f"The same turn, a model writing its answer in pieces over {m['model_writes_ms']:.0f} ms (median ms):",
+        "",
+        "| mode | first SSE event | whole turn |",
+        "|---|---|---|",
+        f"| stream | {m['stream_first_event_ms']:.0f} | {m['stream_total_ms']:.0f} |",
+        f"| buffered (the first byte is the last) | {m['buffered_first_byte_ms']:.0f} | {m['buffered_total_ms']:.0f} |",
+        "",
+        f"Stream mode's cold start: `run.sh` to the readiness path's first 200, **{m['run_sh_ready_ms']:.0f} ms** "
+        f"(uvicorn and `import app`), next to buffered mode's `import app` of {c['app_ms']:.0f} ms in section 4. "
+        "On Lambda the adapter's own start comes on top.",
+        "",
+    ]
     return "\n".join(lines)

@@ -27,9 +27,10 @@ class NoManagedPolicies:
 
 
 def placeholders(template: dict) -> dict:
-    """Local CodeUri / ContentUri paths become S3 placeholders, as `package` would make them."""
-    for resource in template.get("Resources", {}).values():
-        props = resource.get("Properties", {})
+    """Local CodeUri / ContentUri paths become S3 placeholders, as `package` would make them (Globals included)."""
+    sections = [r.get("Properties", {}) for r in template.get("Resources", {}).values()]
+    sections += template.get("Globals", {}).values()
+    for props in sections:
         for key in ("CodeUri", "ContentUri"):
             if isinstance(props.get(key), str) and not props[key].startswith("s3://"):
                 props[key] = f"s3://placeholder-bucket/{props[key].strip('/')}.zip"

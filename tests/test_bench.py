@@ -27,6 +27,7 @@ def test_bench_smoke_run(tmp_path):
         "## 4. Cold start",
         "## 5. Fallback",
         "## 6. Tool calls written as text",
+        "## 7. Response modes",
     ):
         assert section in report
     row = next(line for line in report.splitlines() if line.startswith("| compound interest |"))
@@ -35,3 +36,8 @@ def test_bench_smoke_run(tmp_path):
     assert int(calls[1]) > 2  # the baseline needs more
     assert (tmp_path / "scenarios.png").stat().st_size > 10_000
     assert "held back **0 characters**" in report  # a plain answer's first delta is never delayed
+    stream = next(line for line in report.splitlines() if line.startswith("| stream |"))
+    buffered = next(line for line in report.splitlines() if line.startswith("| buffered"))
+    first_event, _ = map(int, re.findall(r"\| (\d+)", stream))
+    first_byte, last_byte = map(int, re.findall(r"\| (\d+)", buffered))
+    assert first_event < first_byte / 2 and first_byte == last_byte  # streamed: the first event comes early

@@ -18,6 +18,8 @@ from cfnlint.decode import cfn_yaml
 from moto.server import ThreadedMotoServer
 from scripts.package import code_sha256, unzipped_size
 
+from tests.support.cfn import resolve
+
 ROOT = Path(__file__).resolve().parent.parent
 BIN = ROOT / ".venv" / "bin"
 
@@ -32,6 +34,13 @@ def run(*args: str, env: dict | None = None, check: bool = True) -> subprocess.C
 
 
 # --- the template ----------------------------------------------------------------------------------
+# What SAM's own output trips (the Makefile's lint target ignores the same): W2001/W3005, SAM resolves the usage
+# plan's parameters and adds DependsOn itself; W1028, SAM wraps a conditional function's integrations in an Fn::If
+# on the condition its API already has.
+TRANSLATION_WARNINGS = ("W2001", "W3005", "W1028")
+MODES = [("stream", "arm64"), ("stream", "x86_64"), ("buffered", "arm64"), ("buffered", "x86_64")]
+
+
 @pytest.fixture(scope="module")
 def translated(tmp_path_factory) -> dict:
     target = tmp_path_factory.mktemp("cfn") / "template.json"
@@ -48,7 +57,9 @@ def test_template_and_its_translation_pass_cfn_lint(translated, tmp_path):
     assert run(str(BIN / "cfn-lint"), "template.yaml", check=False).returncode == 0
     path = tmp_path / "t.json"
     path.write_text(json.dumps(translated))
-    result = run(str(BIN / "cfn-lint"), "--ignore-checks", "W2001", "W3005", "--", str(path), check=False)
+    result = run(
+        str(BIN / "cfn-lint"), "--ignore-checks", *TRANSLATION_WARNINGS, "--", str(path), check=False
+    )
     assert result.returncode == 0, result.stdout
 
 
@@ -64,8 +75,7 @@ def test_translate_then_lint_catches_what_cfn_lint_alone_misses(tmp_path):
     result = run(
         str(BIN / "cfn-lint"),
         "--ignore-checks",
-        "W2001",
-        "W3005",
+        *TRANSLATION_WARNINGS,
         "--",
         str(tmp_path / "t.json"),
         check=False,
@@ -73,30 +83,151 @@ def test_translate_then_lint_catches_what_cfn_lint_alone_misses(tmp_path):
     assert result.returncode != 0 and "python3.99" in result.stdout
 
 
-def test_function_shape(template):
-    fn = template["Resources"]["ChatFunction"]["Properties"]
-    assert (fn["Runtime"], fn["Handler"], fn["CodeUri"]) == ("python3.12", "app.handler", "src/")
-    params = template["Parameters"]
+def deployed(translated: dict, mode: str, arch: str = "arm64") -> dict:
+    return resolve(translated, {"ResponseMode": mode, "Architecture": arch})
+
+
+def the_function(resources: dict) -> dict:
+    (function,) = [r["Properties"] for r in resources.values() if r["Type"] == "AWS::Lambda::Function"]
+    return function
+
+
+def integrations(resources: dict) -> list[dict]:
+    (api,) = [r["Properties"] for r in resources.values() if r["Type"] == "AWS::ApiGateway::RestApi"]
+    return [
+        method["x-amazon-apigateway-integration"]
+        for path in api["Body"]["paths"].values()
+        for method in path.values()
+    ]
+
+
+def test_function_shape(translated):
+    params = translated["Parameters"]
+    assert params["ResponseMode"]["Default"] == "stream"
     assert (
         params["Architecture"]["Default"] == "arm64" and "x86_64" in params["Architecture"]["AllowedValues"]
     )
     assert params["MemorySize"]["MinValue"] >= 1024 and params["MemorySize"]["Default"] >= 1024
     assert params["FunctionTimeoutSeconds"]["Default"] > params["RequestTimeoutSeconds"]["Default"]
-    assert fn["Layers"] == [{"Ref": "DependenciesLayer"}]
-    assert fn["LoggingConfig"]["LogFormat"] == "JSON"
-    env = fn["Environment"]["Variables"]
     assert (
-        fn["LoggingConfig"]["ApplicationLogLevel"] == env["POWERTOOLS_LOG_LEVEL"] == {"Ref": "LogLevel"}
-    )  # in step
-    assert {"MODEL_CHAIN", "MAX_ITERATIONS", "PROVIDER_KEYS_SECRET_ARN", "REQUEST_TIMEOUT_SECONDS"} <= set(
-        env
+        params["StreamFunctionTimeoutSeconds"]["Default"] > params["StreamRequestTimeoutSeconds"]["Default"]
     )
-    outputs = template["Outputs"]
-    assert {"ApiUrl", "FunctionName", "LogGroupName"} <= set(outputs)
+    for mode, arch in MODES:
+        resources = deployed(translated, mode, arch)["Resources"]
+        fn = the_function(resources)
+        assert fn["Runtime"] == "python3.12" and fn["Architectures"] == [{"Ref": "Architecture"}]
+        assert fn["FunctionName"] == {
+            "Fn::Sub": "${AWS::StackName}-chat" + ("" if mode == "stream" else "-buffered")
+        }
+        assert fn["Layers"][0]["Ref"].startswith("DependenciesLayer")  # SAM suffixes a layer version's id
+        assert fn["LoggingConfig"]["LogFormat"] == "JSON" and fn["LoggingConfig"]["LogGroup"] == {
+            "Ref": "ChatLogGroup"
+        }
+        env = fn["Environment"]["Variables"]
+        assert (
+            fn["LoggingConfig"]["ApplicationLogLevel"] == env["POWERTOOLS_LOG_LEVEL"] == {"Ref": "LogLevel"}
+        )
+        assert {
+            "MODEL_CHAIN",
+            "MAX_ITERATIONS",
+            "PROVIDER_KEYS_SECRET_ARN",
+            "REQUEST_TIMEOUT_SECONDS",
+        } <= set(env)
+        outputs = deployed(translated, mode, arch)["Outputs"]
+        assert {"ApiUrl", "ApiKeyId", "FunctionName", "LogGroupName", "ResponseMode"} <= set(outputs)
 
 
-def test_the_api_is_never_an_open_proxy(translated):
-    resources = translated["Resources"]
+@pytest.mark.parametrize("arch", ["arm64", "x86_64"])
+def test_stream_mode_serves_run_sh_under_the_web_adapter_and_streams_every_route(translated, arch):
+    """Stream mode as the Lambda Web Adapter documents it for a zip function (awslabs/aws-lambda-web-adapter,
+    docs/guide getting-started/zip-packages: the exec wrapper, run.sh as the handler, the public layer per
+    architecture) and API Gateway's streamed Lambda proxy integration (the API Gateway developer guide,
+    "Set up a Lambda proxy integration with payload response streaming": the 2021-11-15 response-streaming-
+    invocations URI and responseTransferMode STREAM)."""
+    template = deployed(translated, "stream", arch)
+    resources = template["Resources"]
+    fn = the_function(resources)
+    env = fn["Environment"]["Variables"]
+    assert fn["Handler"] == "run.sh"
+    assert (
+        env["AWS_LAMBDA_EXEC_WRAPPER"] == "/opt/bootstrap" and env["AWS_LWA_INVOKE_MODE"] == "response_stream"
+    )
+    assert env["AWS_LWA_READINESS_CHECK_PATH"] == "/health" and env["AWS_LWA_PORT"].isdigit()
+    layer = "LambdaAdapterLayerArm64" if arch == "arm64" else "LambdaAdapterLayerX86"
+    adapter = json.dumps(fn["Layers"][1:])
+    assert f"753240598075:layer:{layer}:${{WebAdapterLayerVersion}}" in adapter and len(fn["Layers"]) == 2
+    assert fn["Timeout"] == {"Ref": "StreamFunctionTimeoutSeconds"}
+    assert env["REQUEST_TIMEOUT_SECONDS"] == {"Ref": "StreamRequestTimeoutSeconds"}
+    assert (
+        translated["Parameters"]["StreamRequestTimeoutSeconds"]["Default"],
+        translated["Parameters"]["StreamFunctionTimeoutSeconds"]["Default"],
+    ) == (110, 120)
+    routes = integrations(resources)
+    assert len(routes) == 3
+    for integration in routes:  # /health too: the adapter answers every invocation in the streaming format
+        assert integration["responseTransferMode"] == "STREAM"
+        assert "/2021-11-15/functions/${ChatFunction.Arn}/response-streaming-invocations" in json.dumps(
+            integration["uri"]
+        )
+    url = {"Fn::Sub": "https://${ChatApi}.execute-api.${AWS::Region}.${AWS::URLSuffix}/${StageName}"}
+    assert template["Outputs"]["ApiUrl"]["Value"] == url
+
+
+def test_buffered_mode_is_the_mangum_handler_inside_api_gateways_29_seconds(translated):
+    for arch in ("arm64", "x86_64"):
+        resources = deployed(translated, "buffered", arch)["Resources"]
+        fn = the_function(resources)
+        env = fn["Environment"]["Variables"]
+        assert fn["Handler"] == "app.handler" and len(fn["Layers"]) == 1
+        assert not [name for name in env if name.startswith(("AWS_LWA_", "AWS_LAMBDA_EXEC_WRAPPER"))]
+        assert fn["Timeout"] == {"Ref": "FunctionTimeoutSeconds"}
+        assert env["REQUEST_TIMEOUT_SECONDS"] == {"Ref": "RequestTimeoutSeconds"}
+        assert translated["Parameters"]["RequestTimeoutSeconds"]["MaxValue"] < 29
+        for integration in integrations(resources):
+            assert "responseTransferMode" not in integration
+            assert "/2015-03-31/functions/${BufferedChatFunction.Arn}/invocations" in json.dumps(
+                integration["uri"]
+            )
+
+
+@pytest.mark.parametrize("mode", ["stream", "buffered"])
+def test_the_function_url_matches_the_mode(translated, mode):
+    template = resolve(translated, {"ResponseMode": mode, "EnableFunctionUrl": "true"})
+    url = template["Resources"]["ChatFunctionUrl"]["Properties"]
+    assert url["AuthType"] == "AWS_IAM"
+    assert url["InvokeMode"] == ("RESPONSE_STREAM" if mode == "stream" else "BUFFERED")
+    target = "ChatFunction" if mode == "stream" else "BufferedChatFunction"
+    assert url["TargetFunctionArn"] == {"Fn::GetAtt": [target, "Arn"]}
+    assert "ChatFunctionUrl" not in resolve(translated, {"ResponseMode": mode})["Resources"]
+
+
+@pytest.mark.parametrize(("mode", "arch"), MODES)
+def test_each_mode_as_deployed_passes_cfn_lint(translated, tmp_path, mode, arch):
+    path = tmp_path / f"{mode}-{arch}.json"
+    path.write_text(
+        json.dumps(
+            resolve(translated, {"ResponseMode": mode, "Architecture": arch, "EnableFunctionUrl": "true"})
+        )
+    )
+    result = run(
+        str(BIN / "cfn-lint"), "--ignore-checks", *TRANSLATION_WARNINGS, "--", str(path), check=False
+    )
+    assert result.returncode == 0, result.stdout
+
+
+def test_the_resolver_drops_what_a_false_condition_guards(translated):
+    """The helper the mode tests stand on: without it, both modes' functions would be "deployed" at once."""
+    kinds = [r["Type"] for r in translated["Resources"].values()]
+    assert kinds.count("AWS::Lambda::Function") == 2
+    for mode in ("stream", "buffered"):
+        kinds = [r["Type"] for r in deployed(translated, mode)["Resources"].values()]
+        assert kinds.count("AWS::Lambda::Function") == kinds.count("AWS::ApiGateway::RestApi") == 1
+        assert kinds.count("AWS::ApiGateway::ApiKey") == kinds.count("AWS::ApiGateway::UsagePlan") == 1
+
+
+@pytest.mark.parametrize("mode", ["stream", "buffered"])
+def test_the_api_is_never_an_open_proxy(translated, mode):
+    resources = deployed(translated, mode)["Resources"]
     api = next(r for r in resources.values() if r["Type"] == "AWS::ApiGateway::RestApi")
     methods = [m for path in api["Properties"]["Body"]["paths"].values() for m in path.values()]
     assert methods and all({"api_key": []} in m["security"] for m in methods)
@@ -104,16 +235,16 @@ def test_the_api_is_never_an_open_proxy(translated):
     assert (
         plan["Throttle"]["RateLimit"] > 0 and plan["Quota"]["Period"] == "DAY" and plan["Quota"]["Limit"] > 0
     )
-    url = next(r for r in resources.values() if r["Type"] == "AWS::Lambda::Url")
+    url = next(r for r in translated["Resources"].values() if r["Type"] == "AWS::Lambda::Url")
     assert url["Properties"]["AuthType"] == "AWS_IAM" and url["Condition"] == "CreateFunctionUrl"
 
 
-def test_log_retention_and_least_privilege_secret_access(translated):
-    resources = translated["Resources"]
+@pytest.mark.parametrize("mode", ["stream", "buffered"])
+def test_log_retention_and_least_privilege_secret_access(translated, mode):
+    resources = deployed(translated, mode)["Resources"]
     group = resources["ChatLogGroup"]["Properties"]
     assert group["RetentionInDays"] == {"Ref": "LogRetentionDays"}
-    assert resources["ChatFunction"]["Properties"]["LoggingConfig"]["LogGroup"] == {"Ref": "ChatLogGroup"}
-    role = resources["ChatFunctionRole"]["Properties"]
+    (role,) = [r["Properties"] for r in resources.values() if r["Type"] == "AWS::IAM::Role"]
     statements = [s for p in role.get("Policies", []) for s in p["PolicyDocument"]["Statement"]]
     secret_reads = [s for s in statements if "secretsmanager:GetSecretValue" in json.dumps(s["Action"])]
     assert secret_reads and all(
@@ -127,7 +258,7 @@ def test_the_sandbox_budget_follows_the_functions_memory(translated):
     which Lambda passes as AWS_LAMBDA_FUNCTION_MEMORY_SIZE: no second place to keep in step."""
     from chatloop.config import Settings
 
-    function = translated["Resources"]["ChatFunction"]["Properties"]
+    function = the_function(deployed(translated, "stream")["Resources"])
     assert function["EphemeralStorage"] == {"Size": 512}
     assert function["MemorySize"] == {"Ref": "MemorySize"}
     assert not {"JS_MAX_CONCURRENCY", "JS_MEMORY_MB"} & set(function["Environment"]["Variables"])
@@ -136,15 +267,16 @@ def test_the_sandbox_budget_follows_the_functions_memory(translated):
     assert settings.sandbox_concurrency() * settings.js_memory_mb <= minimum * settings.sandbox_memory_share
 
 
-def test_no_secret_value_in_template_or_samconfig():
+def test_no_secret_value_in_template_or_samconfig(translated):
     for name in ("template.yaml", "samconfig.toml"):
         text = (ROOT / name).read_text()
         assert not re.search(r"gsk_[A-Za-z0-9]{8,}|sk-[A-Za-z0-9]{8,}|AKIA[0-9A-Z]{16}", text), name
     template = cfn_yaml.load(str(ROOT / "template.yaml"))
     # keys never pass through the template: no parameter takes one, only the secret's ARN
     assert not [p for p in template["Parameters"] if re.search(r"api_?key|token|password", p, re.IGNORECASE)]
-    fn_env = template["Resources"]["ChatFunction"]["Properties"]["Environment"]
-    assert not {"GROQ_API_KEY", "OPENAI_API_KEY"} & set(fn_env["Variables"])
+    for mode in ("stream", "buffered"):
+        env = the_function(deployed(translated, mode)["Resources"])["Environment"]["Variables"]
+        assert not {"GROQ_API_KEY", "OPENAI_API_KEY"} & set(env)
 
 
 def test_every_environment_variable_is_documented():
@@ -201,10 +333,14 @@ def client(env: dict, service: str):
     )
 
 
-def test_deploy_lambda_fast_updates_the_code_and_prints_its_sha(moto, tmp_path):
+@pytest.mark.parametrize(
+    ("mode", "function"), [("stream", "chatloop-ops-chat"), ("buffered", "chatloop-ops-chat-buffered")]
+)
+def test_deploy_lambda_fast_updates_the_code_and_prints_its_sha(moto, tmp_path, mode, function):
+    """Each mode has its own function (template.yaml); MODE picks which one the fast deploy updates."""
     iam, lam = client(moto, "iam"), client(moto, "lambda")
     role = iam.create_role(
-        RoleName="chatloop-test-role",
+        RoleName=f"chatloop-test-role-{mode}",
         AssumeRolePolicyDocument=json.dumps(
             {
                 "Version": "2012-10-17",
@@ -222,20 +358,23 @@ def test_deploy_lambda_fast_updates_the_code_and_prints_its_sha(moto, tmp_path):
     with zipfile.ZipFile(seed, "w") as z:
         z.writestr("app.py", "def handler(event, context):\n    return {}\n")
     lam.create_function(
-        FunctionName="chatloop-ops-chat",
+        FunctionName=function,
         Runtime="python3.12",
         Role=role,
-        Handler="app.handler",
+        Handler="run.sh" if mode == "stream" else "app.handler",
         Code={"ZipFile": seed.read_bytes()},
         Architectures=["arm64"],
     )
-    result = run("make", "--no-print-directory", "deploy-lambda-fast", "STACK=chatloop-ops", env=moto)
+    result = run(
+        "make", "--no-print-directory", "deploy-lambda-fast", "STACK=chatloop-ops", f"MODE={mode}", env=moto
+    )
     printed = re.search(r"CodeSha256 (\S+)", result.stdout).group(1)
     assert printed == code_sha256(ROOT / "build" / "function.zip")
-    assert lam.get_function(FunctionName="chatloop-ops-chat")["Configuration"]["CodeSha256"] == printed
+    assert f"updated {function}:" in result.stdout
+    assert lam.get_function(FunctionName=function)["Configuration"]["CodeSha256"] == printed
     with zipfile.ZipFile(ROOT / "build" / "function.zip") as z:
         names = z.namelist()
-    assert "app.py" in names and "chatloop/tools/javascript/runner.js" in names
+    assert {"app.py", "run.sh", "chatloop/tools/javascript/runner.js"} <= set(names)
     assert not any(n.startswith(("tests/", "src/")) for n in names)
     if sys.version_info[:2] == (3, 12):  # bytecode is shipped when built by the runtime's Python
         with zipfile.ZipFile(ROOT / "build" / "function.zip") as z:

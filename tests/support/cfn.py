@@ -1,0 +1,76 @@
+"""What CloudFormation would create from a template for given parameter values: its conditions evaluated,
+conditional resources and outputs dropped, ``Fn::If`` branches chosen and ``AWS::NoValue`` removed.
+
+The SAM translation keeps every condition (CloudFormation resolves them at deploy time), so a test that asks
+"what does stream mode deploy?" resolves them first. Refs to parameters stay as they are, so the result is still
+a template cfn-lint can check.
+
+Usage::
+
+    deployed = resolve(translated, {"ResponseMode": "stream", "Architecture": "x86_64"})
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+_GONE = object()  # AWS::NoValue, or a branch of a false condition
+
+
+def resolve(template: dict[str, Any], parameters: dict[str, str]) -> dict[str, Any]:
+    values = {name: str(spec.get("Default", "")) for name, spec in template.get("Parameters", {}).items()}
+    values.update(parameters)
+    definitions = template.get("Conditions", {})
+    known: dict[str, bool] = {}
+
+    def condition(name: str) -> bool:
+        if name not in known:
+            known[name] = test(definitions[name])
+        return known[name]
+
+    def scalar(node: Any) -> str:
+        if isinstance(node, dict) and set(node) == {"Ref"} and node["Ref"] in values:
+            return values[node["Ref"]]
+        if isinstance(node, str):
+            return node
+        raise ValueError(f"cannot evaluate {node!r} in a condition")
+
+    def test(node: dict[str, Any]) -> bool:
+        (function, argument), *_ = node.items()
+        if function == "Condition":
+            return condition(argument)
+        if function == "Fn::Equals":
+            return scalar(argument[0]) == scalar(argument[1])
+        if function == "Fn::Not":
+            return not test(argument[0])
+        if function == "Fn::And":
+            return all(test(a) for a in argument)
+        if function == "Fn::Or":
+            return any(test(a) for a in argument)
+        raise ValueError(f"unknown condition function {function}")
+
+    def walk(node: Any) -> Any:
+        if isinstance(node, list):
+            return [w for w in map(walk, node) if w is not _GONE]
+        if not isinstance(node, dict):
+            return node
+        if node == {"Ref": "AWS::NoValue"}:
+            return _GONE
+        if set(node) == {"Fn::If"}:
+            name, when_true, when_false = node["Fn::If"]
+            return walk(when_true if condition(name) else when_false)
+        return {k: w for k, w in ((k, walk(v)) for k, v in node.items()) if w is not _GONE}
+
+    def kept(section: dict[str, Any]) -> dict[str, Any]:
+        out = {}
+        for name, item in section.items():
+            if "Condition" in item and not condition(item["Condition"]):
+                continue
+            out[name] = walk({k: v for k, v in item.items() if k != "Condition"})
+        return out
+
+    resolved = {k: v for k, v in template.items() if k not in {"Conditions", "Resources", "Outputs"}}
+    resolved["Resources"] = kept(template["Resources"])
+    if "Outputs" in template:
+        resolved["Outputs"] = kept(template["Outputs"])
+    return resolved
