@@ -16,6 +16,8 @@ _SURROGATE = re.compile("[\ud800-\udfff]")
 
 
 def text_safe(text: str) -> str:
+    if text.isascii():  # no surrogate can hide in ASCII, and checking that is far cheaper than the regex
+        return text
     return _SURROGATE.sub("\ufffd", text)
 
 
