@@ -9,6 +9,8 @@ PYTHON ?= $(shell for p in python3.12 $$(ls -d $$HOME/.pyenv/versions/3.12*/bin/
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
+# The JavaScript clients the tests drive (the Vercel AI SDK), pinned by tests/clients/package-lock.json.
+NODE_CLIENTS := tests/clients/node_modules/.installed
 
 STACK ?= chatloop
 # The template's ResponseMode: stream (the default) or buffered. Each mode has its own function (template.yaml);
@@ -34,7 +36,7 @@ AWS = $(BIN)/aws --region $(AWS_REGION) $(if $(AWS_ENDPOINT_URL),--endpoint-url 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-20s %s\n", $$1, $$2}'
 
-install: $(STAMP) ## create .venv and install runtime + dev requirements
+install: $(STAMP) $(NODE_CLIENTS) ## create .venv and install runtime + dev requirements (and the JS test clients)
 
 $(STAMP): requirements.txt requirements-dev.txt
 	@test -n "$(PYTHON)" || { echo "no Python >= 3.11 found"; exit 1; }
@@ -42,6 +44,11 @@ $(STAMP): requirements.txt requirements-dev.txt
 	$(BIN)/pip install --quiet --disable-pip-version-check --upgrade pip
 	$(BIN)/pip install --quiet --disable-pip-version-check -r requirements.txt -r requirements-dev.txt
 	@touch $@
+
+$(NODE_CLIENTS): tests/clients/package.json tests/clients/package-lock.json
+	@if command -v npm >/dev/null 2>&1; then \
+	  npm ci --prefix tests/clients --no-audit --no-fund --loglevel=error && touch $@; \
+	else echo "npm not found: the Vercel AI SDK client tests will be skipped"; fi
 
 test: install ## run the whole test suite (installs first if needed); FAST=1 skips the slow suites (CI runs all)
 	$(BIN)/python -m pytest $(if $(FAST),-m "not slow")

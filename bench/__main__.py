@@ -21,6 +21,7 @@ from bench import (
     handler,
     overhead,
     report,
+    responses,
     sandbox,
     scenarios,
     streaming,
@@ -52,6 +53,7 @@ def main() -> int:
         ("throughput", lambda: throughput.measure(0.5 if quick else 5.0)),
         ("textcalls", lambda: textcalls.measure(3 if quick else 50)),
         ("streaming", lambda: streaming.measure(3 if quick else 15)),
+        ("responses", lambda: responses.measure(2 if quick else 50)),
     ]
     results: dict[str, Any] = {}
     for name, step in steps:

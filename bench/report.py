@@ -180,4 +180,18 @@ def report(results: dict, quick: bool) -> str:
         "On Lambda the adapter's own start comes on top.",
         "",
     ]
+    r = results["responses"]
+    lines += [
+        "## 8. Responses API vs chat completions",
+        "",
+        "The same turn through the Lambda handler (an instant model, no tools), the two APIs alternating (median µs):",
+        "",
+        "| | chat completions | Responses API | ratio |",
+        "|---|---|---|---|",
+        f"| JSON | {r['chat_us']:.0f} | {r['responses_us']:.0f} | {r['ratio']:.3f} |",
+        f"| streamed | {r['chat_stream_us']:.0f} | {r['responses_stream_us']:.0f} | {r['stream_ratio']:.3f} |",
+        "",
+        f"Target: the extra renderer costs ≤ 5 % ({'met' if max(r['ratio'], r['stream_ratio']) <= 1.05 else 'MISSED'}).",
+        "",
+    ]
     return "\n".join(lines)

@@ -125,9 +125,7 @@ def test_chat_sse_ends_with_done(runtime):
 
 def test_openai_endpoint_through_the_handler(runtime):
     status, body, _ = invoke(
-        http_event(
-            "POST", "/v1/chat/completions", {"model": "no-such-model", "messages": chat_body()["messages"]}
-        )
+        http_event("POST", "/v1/chat/completions", {"model": "chatloop", "messages": chat_body()["messages"]})
     )
     data = json.loads(body)
     assert status == 200 and data["object"] == "chat.completion" and data["model"] == f"groq:{MODEL}"
@@ -135,6 +133,29 @@ def test_openai_endpoint_through_the_handler(runtime):
         data["choices"][0]["finish_reason"] == "stop"
         and "20789.28" in data["choices"][0]["message"]["content"]
     )
+
+
+@pytest.mark.parametrize("path", ["/v1/chat/completions", "/v1/responses"])
+def test_a_model_the_server_cannot_serve_is_a_404_naming_what_it_can(runtime, llm, path):
+    body = {"model": "gpt-4o-mini", "messages": chat_body()["messages"], "input": QUESTION}
+    if path == "/v1/responses":
+        body.pop("messages")
+    else:
+        body.pop("input")
+    status, raw, _ = invoke(http_event("POST", path, body))
+    error = json.loads(raw)["error"]
+    assert status == 404 and error["code"] == "model_not_found" and error["param"] == "model"
+    assert (
+        "'gpt-4o-mini'" in error["message"]
+        and f"groq:{MODEL}" in error["message"]
+        and "chatloop" in error["message"]
+    )
+    assert llm.requests == []  # no model call
+    runtime.settings = Settings(
+        model_chain=f"groq:{MODEL}", unknown_model_fallback=True
+    )  # the operator's opt-in
+    status, raw, _ = invoke(http_event("POST", path, body))
+    assert status == 200 and json.loads(raw)["model"] == f"groq:{MODEL}"  # names the model that answered
 
 
 def test_tool_choice_none_on_v1_offers_no_tool_at_all(runtime, llm):

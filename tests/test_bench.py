@@ -28,6 +28,7 @@ def test_bench_smoke_run(tmp_path):
         "## 5. Fallback",
         "## 6. Tool calls written as text",
         "## 7. Response modes",
+        "## 8. Responses API vs chat completions",
     ):
         assert section in report
     row = next(line for line in report.splitlines() if line.startswith("| compound interest |"))

@@ -3,13 +3,10 @@ non-streaming, streaming, and a client-defined tool that comes back as standard 
 
 from __future__ import annotations
 
-import asyncio
 import json
-import threading
 
 import openai
 import pytest
-import uvicorn
 
 from chatloop.api import create_app
 from chatloop.config import Settings
@@ -19,6 +16,7 @@ from chatloop.providers.demo import DemoModel
 from chatloop.tools.base import ToolRegistry
 from chatloop.tools.javascript import ExecuteJavaScriptTool
 from tests.support.models import ScriptedModel, call, tool_results
+from tests.support.server import Server
 
 WEATHER_TOOL = {
     "type": "function",
@@ -38,25 +36,6 @@ def weather_model(request, n):
             "", tool_calls=[call("get_weather", {"city": "Oslo"}, "call_w")], finish_reason="tool_calls"
         )
     return ModelResponse("", content=f"It is {results[-1]['temp']} degrees in Oslo.")
-
-
-class Server:
-    def __init__(self, app):
-        config = uvicorn.Config(app, host="127.0.0.1", port=0, log_level="warning", lifespan="off")
-        self.server = uvicorn.Server(config)
-        self.thread = threading.Thread(target=lambda: asyncio.run(self.server.serve()), daemon=True)
-
-    def __enter__(self):
-        self.thread.start()
-        while not self.server.started:
-            threading.Event().wait(0.01)
-        port = self.server.servers[0].sockets[0].getsockname()[1]
-        self.base_url = f"http://127.0.0.1:{port}/v1"
-        return self
-
-    def __exit__(self, *exc):
-        self.server.should_exit = True
-        self.thread.join(5)
 
 
 @pytest.fixture(scope="module")

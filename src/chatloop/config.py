@@ -66,6 +66,9 @@ class Settings:
     """MODEL_FIRST_CHUNK_TIMEOUT_SECONDS: a model that sends nothing for this long is skipped for the next one."""
     rate_limit_max_wait_seconds: float = 2.0
     """RATE_LIMIT_MAX_WAIT_SECONDS: the longest rate-limit wait the chain sleeps out (when no other model is left)."""
+    unknown_model_fallback: bool = False
+    """UNKNOWN_MODEL_FALLBACK: answer a /v1 request that names a model this server cannot serve with the default
+    chain (the response's ``model`` says which answered) instead of a 404 ``model_not_found``."""
     provider_keys_secret_arn: str = ""
     """PROVIDER_KEYS_SECRET_ARN: Secrets Manager secret (JSON with GROQ_API_KEY / OPENAI_API_KEY) read when the
     keys are not in the environment."""

@@ -37,6 +37,9 @@ def create_app(
         routes=[
             Route("/chat", routes.chat, methods=["POST"]),
             Route("/v1/chat/completions", routes.chat_completions, methods=["POST"]),
+            Route("/v1/responses", routes.responses, methods=["POST"]),
+            Route("/v1/models", routes.list_models, methods=["GET"]),
+            Route("/v1/models/{model_id:path}", routes.retrieve_model, methods=["GET"]),
             Route("/health", routes.health, methods=["GET"]),
         ],
         exception_handlers={

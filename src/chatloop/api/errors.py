@@ -18,28 +18,44 @@ from chatloop.observability import logger, redact
 
 OPENAI_TYPES = {
     400: "invalid_request_error",
-    404: "not_found_error",
+    404: "invalid_request_error",
     405: "invalid_request_error",
     413: "invalid_request_error",
+    429: "rate_limit_exceeded",
     500: "server_error",
     503: "service_unavailable",
 }
+"""OpenAI's error ``type`` per status; the status is what the ``openai`` SDK maps to its exception class
+(400 BadRequestError, 404 NotFoundError, 413 APIStatusError, 429 RateLimitError, 5xx InternalServerError)."""
 
 
 class RequestError(Exception):
-    def __init__(self, status: int, code: str, message: str, param: str | None = None):
+    def __init__(
+        self,
+        status: int,
+        code: str,
+        message: str,
+        param: str | None = None,
+        headers: dict[str, str] | None = None,
+    ):
         self.status, self.code, self.message, self.param = status, code, redact(message), param
+        self.headers = headers
         super().__init__(message)
 
 
 def error_response(
-    request: Request, status: int, code: str, message: str, param: str | None = None
+    request: Request,
+    status: int,
+    code: str,
+    message: str,
+    param: str | None = None,
+    headers: dict[str, str] | None = None,
 ) -> JSONResponse:
     if request.url.path.startswith("/v1/"):
         body = openai_error(message, code, OPENAI_TYPES.get(status, "invalid_request_error"), param)
     else:
         body = {"error": {"code": code, "message": message}}
-    return JSONBody(body, status_code=status)
+    return JSONBody(body, status_code=status, headers=headers)
 
 
 def from_validation(error: ValidationError) -> RequestError:
@@ -54,7 +70,7 @@ def from_validation(error: ValidationError) -> RequestError:
 async def on_request_error(request: Request, exc: Exception) -> JSONResponse:
     if not isinstance(exc, RequestError):  # registered for RequestError only
         raise exc
-    return error_response(request, exc.status, exc.code, exc.message, exc.param)
+    return error_response(request, exc.status, exc.code, exc.message, exc.param, exc.headers)
 
 
 async def on_http_error(request: Request, exc: Exception) -> JSONResponse:

@@ -14,6 +14,7 @@ import contextlib
 import json
 import time
 from collections.abc import AsyncIterator
+from dataclasses import dataclass
 from typing import Any
 
 from starlette.responses import JSONResponse
@@ -35,21 +36,26 @@ SUMMARY_FIELDS = (
 FINISH_REASONS = {"stop": "stop", "length": "length", "tool_calls": "tool_calls"}
 
 
-def _dumps(data: Any) -> str:
+def dumps(data: Any) -> str:
     # text_safe: a lone surrogate anywhere (it slipped past every edge) must not stop the response mid-way;
     # redact: no configured secret or key-shaped string leaves in any response, whatever produced it.
-    return redact(text_safe(json.dumps(data, ensure_ascii=False, separators=(",", ":"), default=str)))
+    return redact(dumps_unredacted(data))
+
+
+def dumps_unredacted(data: Any) -> str:
+    """``dumps`` before redaction, for a renderer that redacts each whole chunk once (several frames at a time)."""
+    return text_safe(json.dumps(data, ensure_ascii=False, separators=(",", ":"), default=str))
 
 
 class JSONBody(JSONResponse):
     """Starlette's JSONResponse, rendered so that it can always be encoded."""
 
     def render(self, content: Any) -> bytes:
-        return _dumps(content).encode()
+        return dumps(content).encode()
 
 
 def sse(event: Event) -> bytes:
-    return f"event: {event.name}\ndata: {_dumps(event.data)}\n\n".encode()
+    return f"event: {event.name}\ndata: {dumps(event.data)}\n\n".encode()
 
 
 HEARTBEAT = b": ping\n\n"
@@ -151,11 +157,11 @@ def openai_completion(done: dict[str, Any], request_id: str, created: int | None
             }
         ],
         "usage": done["usage"],
-        "x_chatloop": _extension(done),
+        "x_chatloop": extension(done),
     }
 
 
-def _extension(done: dict[str, Any]) -> dict[str, Any]:
+def extension(done: dict[str, Any]) -> dict[str, Any]:
     return {k: done.get(k) for k in ("stop_reason", "iterations", "tool_calls", "tool_counts", "request_id")}
 
 
@@ -182,18 +188,65 @@ async def openai_chunks(
         logger.exception("chat.completion.chunk stream failed")
         if not finished:
             error = openai_error(INTERNAL_ERROR["message"], "internal_error", "server_error")
-            yield f"data: {_dumps(error)}\n\n".encode()
+            yield f"data: {dumps(error)}\n\n".encode()
             yield DONE_LINE
+
+
+@dataclass(frozen=True)
+class ReplyText:
+    """Text of the reply, released once the decision on its model call says it is the answer."""
+
+    text: str
+    model: str
+
+
+@dataclass(frozen=True)
+class ReplyEnd:
+    """The turn's ``done`` summary: its message holds the reply's client tool calls, if any."""
+
+    done: dict[str, Any]
+
+
+@dataclass(frozen=True)
+class ReplyFailed:
+    """Every model failed: the ``error`` event's data. Nothing but the stream's end follows."""
+
+    error: dict[str, Any]
+
+
+async def final_reply(events: AsyncIterator[Event]) -> AsyncIterator[ReplyText | ReplyEnd | ReplyFailed]:
+    """The OpenAI APIs' view of a turn: only the final assistant message, as it becomes known.
+
+    Text is held per model call and released once the decision on that call says it is the answer (a call that
+    ends in tool calls, a reminder, or text discarded by a fallback releases nothing). Both OpenAI renderers
+    (chat completion chunks and Responses API events) are drawn from this one projection."""
+    model = "unknown"
+    pending: list[str] = []
+    failed = False
+    async for event in events:
+        data = event.data
+        if event.type is EventType.DELTA:
+            pending.append(data["content"])
+        elif event.type is EventType.MODEL_FALLBACK and data.get("discard_partial"):
+            pending.clear()
+        elif event.type is EventType.LLM_RESPONSE:
+            model = data["model"]
+        elif event.type is EventType.DECISION:
+            if data["action"] == "answer":
+                for text in pending:
+                    yield ReplyText(text, model)
+            pending.clear()
+        elif event.type is EventType.ERROR and data.get("code") == "all_models_failed":
+            failed = True
+            yield ReplyFailed(data)
+        elif event.type is EventType.DONE and not failed:
+            yield ReplyEnd(data)
 
 
 async def _openai_chunks(
     events: AsyncIterator[Event], request_id: str, include_usage: bool
 ) -> AsyncIterator[bytes]:
-    """``chat.completion.chunk`` SSE ending in ``data: [DONE]``.
-
-    The reply is the final assistant message, so text is held per model call and sent once the decision on that
-    call says it is the answer (a call that ends in tool calls, a reminder, or text discarded by a fallback sends
-    nothing)."""
+    """``chat.completion.chunk`` SSE ending in ``data: [DONE]``, over ``final_reply``."""
     created = int(time.time())
     base = {"id": f"chatcmpl-{request_id}", "object": "chat.completion.chunk", "created": created}
     model = "unknown"
@@ -205,31 +258,21 @@ async def _openai_chunks(
             "choices": [{"index": 0, "delta": delta, "finish_reason": finish}],
             **extra,
         }
-        return f"data: {_dumps(body)}\n\n".encode()
+        return f"data: {dumps(body)}\n\n".encode()
 
-    started = failed = False
-    pending: list[str] = []
-    async for event in events:
-        data = event.data
-        if event.type is EventType.DELTA:
-            pending.append(data["content"])
-        elif event.type is EventType.MODEL_FALLBACK and data.get("discard_partial"):
-            pending.clear()
-        elif event.type is EventType.LLM_RESPONSE:
-            model = data["model"]
-        elif event.type is EventType.DECISION:
-            if data["action"] == "answer" and pending:  # this call's text is the reply
-                if not started:
-                    yield chunk({"role": "assistant", "content": ""})
-                    started = True
-                for text in pending:
-                    yield chunk({"content": text})
-            pending.clear()
-        elif event.type is EventType.ERROR and data.get("code") == "all_models_failed":
-            error = openai_error(data["message"], "all_models_failed", "service_unavailable")
-            yield f"data: {_dumps(error)}\n\n".encode()
-            failed = True  # OpenAI clients raise on an error chunk: nothing else but [DONE] follows
-        elif event.type is EventType.DONE and not failed:
+    started = False
+    async for part in final_reply(events):
+        if isinstance(part, ReplyText):
+            model = part.model
+            if not started:
+                yield chunk({"role": "assistant", "content": ""})
+                started = True
+            yield chunk({"content": part.text})
+        elif isinstance(part, ReplyFailed):
+            error = openai_error(part.error["message"], "all_models_failed", "service_unavailable")
+            yield f"data: {dumps(error)}\n\n".encode()  # OpenAI clients raise on an error chunk
+        else:
+            data = part.done
             model = data["model"]
             message = openai_message(data)
             if not started:
@@ -239,7 +282,7 @@ async def _openai_chunks(
                 yield chunk({"tool_calls": calls})
             elif not started and message.get("content"):
                 yield chunk({"content": message["content"]})  # e.g. the fallback text
-            yield chunk({}, finish_reason(data["stop_reason"]), x_chatloop=_extension(data))
+            yield chunk({}, finish_reason(data["stop_reason"]), x_chatloop=extension(data))
             if include_usage:
-                yield f"data: {_dumps({**base, 'model': model, 'choices': [], 'usage': data['usage']})}\n\n".encode()
+                yield f"data: {dumps({**base, 'model': model, 'choices': [], 'usage': data['usage']})}\n\n".encode()
     yield DONE_LINE

@@ -8,6 +8,7 @@ Usage (tests and bench drive them through the app)::
 
 from __future__ import annotations
 
+import math
 import uuid
 from collections.abc import AsyncIterator
 from typing import Any
@@ -27,13 +28,14 @@ from chatloop.api.render import (
     sse_stream,
     with_heartbeats,
 )
-from chatloop.api.runtime import Runtime, UnknownModel
-from chatloop.api.schemas import ChatBody, OpenAIChatBody
+from chatloop.api.responses import conversation_of, echo_of, response_events, response_object
+from chatloop.api.runtime import CHAIN_ALIAS, Runtime, UnknownModel
+from chatloop.api.schemas import ChatBody, ClientTool, OpenAIChatBody, ResponseFormat, ResponsesBody
 from chatloop.deadline import Deadline
 from chatloop.engine import Event, EventType, TurnRequest, run_turn
 from chatloop.engine.messages import ConversationError, normalize_conversation
 from chatloop.observability import logger, metrics, record_turn_metrics
-from chatloop.providers.base import ChatModel
+from chatloop.providers.chain import FallbackChain
 from chatloop.secrets import KeysUnavailable
 from chatloop.tools.base import ToolRegistry
 
@@ -98,13 +100,80 @@ def request_id(request: Request) -> str:
     return str(rid or uuid.uuid4())
 
 
-def model_for(runtime: Runtime, requested: str | None, strict: bool) -> ChatModel:
+def model_for(runtime: Runtime, requested: str | None, strict: bool) -> FallbackChain:
     try:
         return runtime.model_for(requested, strict)
     except UnknownModel as exc:
         raise RequestError(400, "unknown_model", str(exc), param="model") from None
     except KeysUnavailable as exc:
         raise RequestError(503, "keys_unavailable", str(exc)) from None
+
+
+def openai_model_for(runtime: Runtime, requested: str | None) -> FallbackChain:
+    """The /v1 APIs' model: a model this server cannot serve is OpenAI's 404 ``model_not_found`` (listing what it
+    can serve), unless the operator chose the default chain for it (UNKNOWN_MODEL_FALLBACK)."""
+    try:
+        return runtime.model_for(requested, strict=not runtime.settings.unknown_model_fallback)
+    except UnknownModel as exc:
+        raise RequestError(404, "model_not_found", str(exc), param="model") from None
+    except KeysUnavailable as exc:
+        raise RequestError(503, "keys_unavailable", str(exc)) from None
+
+
+def structured_output(
+    runtime: Runtime, model: FallbackChain, requested: ResponseFormat | None, param: str
+) -> dict[str, Any] | None:
+    """The upstream ``response_format`` for a turn, never silently dropped: models of the chain that cannot honour
+    it are skipped for this request (a logged decision); when none can, a 400 ``unsupported_parameter``."""
+    response_format = requested.upstream() if requested else None
+    if response_format is None:
+        return None
+    kind = response_format["type"]
+    able = [m.name for m in model.models if runtime.catalog.get(m.name).honours(response_format)]
+    skipped = [m.name for m in model.models if m.name not in able]
+    logger.info(
+        f"Structured output decision: format={kind} models={','.join(able) or '-'} "
+        f"skipped={','.join(skipped) or '-'} reason={'supported' if able else 'unsupported'}",
+        extra={"structured_output": {"format": kind, "models": able, "skipped": skipped}},
+    )
+    if not able:
+        raise RequestError(
+            400,
+            "unsupported_parameter",
+            f"{param}: no model in the chain supports {kind} ({', '.join(skipped)}); "
+            "pick one whose catalog entry lists it in response_format",
+            param=param,
+        )
+    return response_format
+
+
+def checked_client_tools(runtime: Runtime, tools: list[ClientTool], choice: Any) -> list[dict[str, Any]]:
+    """The client's function tools as the model is offered them: none may take a built-in tool's name, and a
+    named ``tool_choice`` must name an offered tool."""
+    client_tools = [t.schema_for_model() for t in tools]
+    builtin = runtime.tool_names()
+    clash = sorted({t["function"]["name"] for t in client_tools} & set(builtin))
+    if clash:
+        raise RequestError(
+            400, "invalid_request", f"tools: {clash} clash with the server's built-in tools", "tools"
+        )
+    offered = set(builtin) | {t["function"]["name"] for t in client_tools}
+    if isinstance(choice, dict) and choice["function"]["name"] not in offered:
+        raise RequestError(
+            400, "invalid_request", "tool_choice names a tool that is not offered", "tool_choice"
+        )
+    return client_tools
+
+
+def failed_turn(errors: list[dict[str, Any]]) -> RequestError:
+    """Every model failed: 429 with ``retry-after`` while the whole chain cools down after rate limits, else 503."""
+    failure = next((e for e in errors if e.get("code") == "all_models_failed"), {})
+    detail = failure.get("message", "no model could answer")
+    retry_after = failure.get("retry_after")
+    if retry_after is not None:
+        seconds = str(max(1, math.ceil(retry_after)))
+        return RequestError(429, "rate_limit_exceeded", detail, headers={"retry-after": seconds})
+    return RequestError(503, "all_models_failed", detail)
 
 
 def named_choice(choice: Any) -> dict[str, Any] | str | None:
@@ -161,11 +230,7 @@ async def chat(request: Request) -> Response:
         run_turn(turn, model, registry, request_deadline(request, runtime), runtime.settings), request, rid
     )
     if body.stream:
-        return StreamingResponse(
-            with_heartbeats(sse_stream(events), runtime.settings.sse_heartbeat_seconds),
-            media_type="text/event-stream",
-            headers={"cache-control": "no-cache", "x-request-id": rid},
-        )
+        return event_stream(sse_stream(events), runtime, rid)
     done, _ = await collect(events)
     status = 503 if done["stop_reason"] == "all_models_failed" else 200
     return JSONBody(chat_summary(done), status_code=status, headers={"x-request-id": rid})
@@ -192,20 +257,10 @@ async def chat_completions(request: Request) -> Response:
     runtime = runtime_of(request)
     body: OpenAIChatBody = await read_body(request, OpenAIChatBody, runtime.settings.max_body_bytes)
     messages = conversation(body.messages, runtime.settings.max_messages)
-    client_tools = [t.schema_for_model() for t in body.tools or []]
-    builtin = runtime.tool_names()
-    clash = sorted({t["function"]["name"] for t in client_tools} & set(builtin))
-    if clash:
-        raise RequestError(
-            400, "invalid_request", f"tools: {clash} clash with the server's built-in tools", "tools"
-        )
     choice = named_choice(body.tool_choice)
-    offered = set(builtin) | {t["function"]["name"] for t in client_tools}
-    if isinstance(choice, dict) and choice["function"]["name"] not in offered:
-        raise RequestError(
-            400, "invalid_request", "tool_choice names a tool that is not offered", "tool_choice"
-        )
-    model = model_for(runtime, body.model, strict=False)
+    client_tools = checked_client_tools(runtime, body.tools or [], choice)
+    model = openai_model_for(runtime, body.model)
+    response_format = structured_output(runtime, model, body.response_format, "response_format")
     no_tools = choice == "none"
     turn = TurnRequest(
         messages=messages,
@@ -216,6 +271,7 @@ async def chat_completions(request: Request) -> Response:
         temperature=body.temperature,
         top_p=body.top_p,
         max_tokens=body.max_completion_tokens or body.max_tokens,
+        response_format=response_format,
     )
     rid = request_id(request)
     events = observed(
@@ -225,20 +281,100 @@ async def chat_completions(request: Request) -> Response:
     )
     if body.stream:
         include_usage = bool(body.stream_options and body.stream_options.include_usage)
-        return StreamingResponse(
-            with_heartbeats(
-                openai_chunks(events, rid, include_usage), runtime.settings.sse_heartbeat_seconds
-            ),
-            media_type="text/event-stream",
-            headers={"cache-control": "no-cache", "x-request-id": rid},
-        )
+        return event_stream(openai_chunks(events, rid, include_usage), runtime, rid)
     done, errors = await collect(events)
     if done["stop_reason"] == "all_models_failed":
-        detail = next(
-            (e["message"] for e in errors if e.get("code") == "all_models_failed"), "no model could answer"
-        )
-        raise RequestError(503, "all_models_failed", detail)
+        raise failed_turn(errors)
     return JSONBody(openai_completion(done, rid), headers={"x-request-id": rid})
+
+
+async def responses(request: Request) -> Response:
+    """OpenAI's Responses API, stateless: the same turn as chat completions, rendered as a ``response``."""
+    runtime = runtime_of(request)
+    body: ResponsesBody = await read_body(request, ResponsesBody, runtime.settings.max_body_bytes)
+    if body.previous_response_id is not None:
+        raise RequestError(
+            400,
+            "unsupported_parameter",
+            "previous_response_id: this server is stateless (store is not supported); "
+            "send the whole conversation as input items",
+            param="previous_response_id",
+        )
+    messages = conversation(conversation_of(body), runtime.settings.max_messages)
+    chat_choice: str | dict[str, Any] | None = None
+    if isinstance(body.tool_choice, str):
+        chat_choice = body.tool_choice
+    elif body.tool_choice is not None:  # the Responses API names a function flat; chat completions nest it
+        chat_choice = {"type": "function", "function": {"name": body.tool_choice.name}}
+    client_tools = checked_client_tools(runtime, [t.as_chat_tool() for t in body.tools or []], chat_choice)
+    model = openai_model_for(runtime, body.model)
+    try:
+        requested_format = body.text.format.as_response_format() if body.text and body.text.format else None
+    except ValueError as exc:
+        raise RequestError(400, "invalid_request", str(exc), param="text.format") from None
+    response_format = structured_output(runtime, model, requested_format, "text.format")
+    no_tools = chat_choice == "none"
+    turn = TurnRequest(
+        messages=messages,
+        tool_names=[] if no_tools else None,
+        client_tools=[] if no_tools else client_tools,
+        tool_choice=None if no_tools else chat_choice,
+        parallel_tool_calls=body.parallel_tool_calls,
+        temperature=body.temperature,
+        top_p=body.top_p,
+        max_tokens=body.max_output_tokens,
+        response_format=response_format,
+    )
+    rid = request_id(request)
+    echo = echo_of(body, model.name)
+    events = observed(
+        run_turn(turn, model, runtime.registry(), request_deadline(request, runtime), runtime.settings),
+        request,
+        rid,
+    )
+    if body.stream:
+        return event_stream(response_events(events, rid, echo), runtime, rid)
+    done, errors = await collect(events)
+    if done["stop_reason"] == "all_models_failed":
+        raise failed_turn(errors)
+    return JSONBody(response_object(done, rid, echo), headers={"x-request-id": rid})
+
+
+def event_stream(chunks: AsyncIterator[bytes], runtime: Runtime, rid: str) -> StreamingResponse:
+    return StreamingResponse(
+        with_heartbeats(chunks, runtime.settings.sse_heartbeat_seconds),
+        media_type="text/event-stream",
+        headers={"cache-control": "no-cache", "x-request-id": rid},
+    )
+
+
+def model_object(model_id: str) -> dict[str, Any]:
+    owner = "chatloop" if model_id == CHAIN_ALIAS else model_id.partition(":")[0]
+    return {"id": model_id, "object": "model", "created": 0, "owned_by": owner}
+
+
+async def list_models(request: Request) -> Response:
+    """The ids a client may pass as ``model``, in OpenAI's list shape (the chain's alias and entries first)."""
+    runtime = runtime_of(request)
+    try:
+        ids = runtime.available_models()
+    except KeysUnavailable as exc:
+        raise RequestError(503, "keys_unavailable", str(exc)) from None
+    return JSONBody({"object": "list", "data": [model_object(i) for i in ids]})
+
+
+async def retrieve_model(request: Request) -> Response:
+    runtime = runtime_of(request)
+    model_id = request.path_params["model_id"]
+    try:
+        ids = runtime.available_models()
+    except KeysUnavailable as exc:
+        raise RequestError(503, "keys_unavailable", str(exc)) from None
+    if model_id not in ids:
+        raise RequestError(
+            404, "model_not_found", f"unknown model {model_id!r}; available: {ids}", param="model"
+        )
+    return JSONBody(model_object(model_id))
 
 
 async def health(request: Request) -> Response:

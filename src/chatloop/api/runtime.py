@@ -11,10 +11,11 @@ Usage::
 
 from __future__ import annotations
 
+import os
 import threading
 from collections.abc import Callable
 
-from chatloop.config import Settings
+from chatloop.config import DEFAULT_MODEL_CHAIN, Settings
 from chatloop.providers.catalog import Catalog, split_entry
 from chatloop.providers.chain import FallbackChain
 from chatloop.providers.factory import build_chain, build_model
@@ -22,6 +23,8 @@ from chatloop.secrets import load_provider_keys
 from chatloop.tools.base import ToolRegistry
 
 BUILTIN_TOOLS = ("execute_javascript",)
+CHAIN_ALIAS = "chatloop"
+"""The model id that means "the configured chain, from its first entry" (what a client gets with no ``model``)."""
 
 
 class UnknownModel(ValueError):
@@ -76,8 +79,10 @@ class Runtime:
 
     def model_for(self, requested: str | None, strict: bool) -> FallbackChain:
         """The chain for one turn, started at ``requested`` when it names a chain entry or an available catalog
-        model. An unknown model is an error when ``strict`` (/chat), else the default chain (/v1)."""
+        model. A model this server cannot serve is an ``UnknownModel`` when ``strict``, else the default chain."""
         chain = self.chain()
+        if requested == CHAIN_ALIAS:
+            requested = None
         if not requested or requested in chain.entries():
             return chain.for_turn(start_at=requested)
         try:
@@ -94,16 +99,35 @@ class Runtime:
                     f"model {requested!r} is not available (decommissioned, or no key for its provider)"
                 )
         if strict:
-            raise UnknownModel(f"unknown model {requested!r}; configured: {chain.entries()}")
+            raise UnknownModel(f"unknown model {requested!r}; available: {self.available_models()}")
         return chain.for_turn()
 
+    def available_models(self) -> list[str]:
+        """Every id a client may pass as ``model``: the chain's alias, the chain's entries, then the catalog's other
+        models whose provider has a key here (tool-capable and not decommissioned)."""
+        entries = self.chain().entries()
+        keys = self.keys()
+        others = []
+        for name in self.catalog.models:
+            info = self.catalog.get(name)
+            provider = self.catalog.provider(info.provider)
+            if provider is None:
+                continue
+            usable = (
+                keys.get(info.provider)
+                if provider.key_required
+                else os.environ.get(provider.base_url_env or "")
+            )
+            if name not in entries and usable and info.tools and not info.decommissioned:
+                others.append(name)
+        return [CHAIN_ALIAS, *entries, *sorted(others)]
+
     def describe_chain(self) -> list[str]:
-        """The chain for /health, without reading any secret."""
+        """The chain for /health, without reading any secret: resolved when the keys are in the environment (or
+        there are none: the demo model), else as configured (the secret's keys decide at the first request)."""
+        if self._chain is None and not self.settings.provider_keys_secret_arn:
+            return self.chain().entries()
         if self._chain is not None:
             return self._chain.entries()
-        spec = self.settings.model_chain
-        return (
-            [e.strip() for e in spec.split(",") if e.strip()]
-            if spec
-            else ["(default; resolved on first request)"]
-        )
+        spec = self.settings.model_chain or DEFAULT_MODEL_CHAIN
+        return [e.strip() for e in spec.split(",") if e.strip()]

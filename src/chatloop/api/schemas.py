@@ -1,4 +1,4 @@
-"""Request bodies of /chat and /v1/chat/completions, validated with pydantic.
+"""Request bodies of /chat, /v1/chat/completions and /v1/responses, validated with pydantic.
 
 ``/chat`` rejects unknown fields (a typo such as ``max_iteration`` should not pass silently);
 ``/v1/chat/completions`` ignores them, as OpenAI clients send many optional fields.
@@ -13,7 +13,16 @@ from __future__ import annotations
 import re
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt, StrictStr, field_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    StrictBool,
+    StrictInt,
+    StrictStr,
+    field_validator,
+    model_validator,
+)
 
 # Each endpoint validates with one schema: build it on first use (cold start), not at import.
 LAZY = ConfigDict(defer_build=True)
@@ -93,11 +102,172 @@ class StreamOptions(BaseModel):
     include_usage: StrictBool = False
 
 
+class JSONSchemaFormat(BaseModel):
+    model_config = LAZY
+
+    name: Annotated[StrictStr, Field(pattern=r"^[A-Za-z0-9_-]{1,64}$")]
+    schema_: dict[str, Any] | None = Field(default=None, alias="schema")
+    description: StrictStr | None = None
+    strict: StrictBool | None = None
+
+
+class ResponseFormat(BaseModel):
+    """Chat completions' ``response_format``."""
+
+    model_config = LAZY
+
+    type: Literal["text", "json_object", "json_schema"]
+    json_schema: JSONSchemaFormat | None = None
+
+    @model_validator(mode="after")
+    def _schema_given(self) -> ResponseFormat:
+        if self.type == "json_schema" and self.json_schema is None:
+            raise ValueError("json_schema is required when type is json_schema")
+        return self
+
+    def upstream(self) -> dict[str, Any] | None:
+        """What the model is sent: None for plain text."""
+        if self.type == "text":
+            return None
+        if self.json_schema is None:
+            return {"type": self.type}
+        return {
+            "type": "json_schema",
+            "json_schema": self.json_schema.model_dump(by_alias=True, exclude_none=True),
+        }
+
+
 class OpenAIChatBody(_ChatFields):
     model_config = ConfigDict(extra="ignore", defer_build=True)
 
     tools: list[ClientTool] | None = None
+    response_format: ResponseFormat | None = None
     max_completion_tokens: MaxTokens | None = None
     stream: StrictBool = False
     stream_options: StreamOptions | None = None
     n: Annotated[StrictInt, Field(ge=1, le=1)] | None = None
+
+
+# --- /v1/responses --------------------------------------------------------------------------------
+class InputText(BaseModel):
+    model_config = LAZY
+
+    type: Literal["input_text", "output_text", "text"]
+    text: StrictStr
+
+
+class InputMessage(BaseModel):
+    """A ``message`` item (the ``type`` may be left out, as the SDKs' "easy input message" does)."""
+
+    model_config = LAZY
+
+    type: Literal["message"] = "message"
+    role: Literal["user", "assistant", "system", "developer"]
+    content: StrictStr | list[InputText]
+
+    def text(self) -> str:
+        return self.content if isinstance(self.content, str) else "".join(p.text for p in self.content)
+
+
+class FunctionCallItem(BaseModel):
+    model_config = LAZY
+
+    type: Literal["function_call"]
+    call_id: StrictStr
+    name: StrictStr
+    arguments: StrictStr
+
+
+class FunctionCallOutputItem(BaseModel):
+    model_config = LAZY
+
+    type: Literal["function_call_output"]
+    call_id: StrictStr
+    output: StrictStr | list[InputText]
+
+    def text(self) -> str:
+        return self.output if isinstance(self.output, str) else "".join(p.text for p in self.output)
+
+
+class ReasoningItem(BaseModel):
+    """A reasoning item a client sends back from an earlier response: it carries nothing this server needs."""
+
+    model_config = ConfigDict(extra="ignore", defer_build=True)
+
+    type: Literal["reasoning"]
+
+
+InputItem = Annotated[
+    InputMessage | FunctionCallItem | FunctionCallOutputItem | ReasoningItem,
+    Field(union_mode="left_to_right"),
+]
+
+
+class ResponsesFunctionTool(BaseModel):
+    model_config = LAZY
+
+    type: Literal["function"]
+    name: StrictStr
+    description: StrictStr | None = None
+    parameters: dict[str, Any] | None = None
+    strict: StrictBool | None = None
+
+    def as_chat_tool(self) -> ClientTool:
+        fields = self.model_dump(exclude={"type"}, exclude_none=True)
+        return ClientTool(type="function", function=ClientFunction(**fields))
+
+
+class ResponsesNamedChoice(BaseModel):
+    model_config = LAZY
+
+    type: Literal["function"]
+    name: StrictStr
+
+
+class TextFormat(BaseModel):
+    """``text.format``: the Responses API's flat form of ``response_format``."""
+
+    model_config = LAZY
+
+    type: Literal["text", "json_object", "json_schema"]
+    name: Annotated[StrictStr, Field(pattern=r"^[A-Za-z0-9_-]{1,64}$")] | None = None
+    schema_: dict[str, Any] | None = Field(default=None, alias="schema")
+    description: StrictStr | None = None
+    strict: StrictBool | None = None
+
+    def as_response_format(self) -> ResponseFormat:
+        if self.type != "json_schema":
+            return ResponseFormat(type=self.type)
+        if self.name is None or self.schema_ is None:
+            raise ValueError("text.format: a json_schema format needs a name and a schema")
+        spec = JSONSchemaFormat(
+            name=self.name, schema=self.schema_, description=self.description, strict=self.strict
+        )
+        return ResponseFormat(type="json_schema", json_schema=spec)
+
+
+class TextOptions(BaseModel):
+    model_config = ConfigDict(extra="ignore", defer_build=True)
+
+    format: TextFormat | None = None
+
+
+class ResponsesBody(BaseModel):
+    """``POST /v1/responses``, stateless. Unknown fields are ignored, as OpenAI clients send many."""
+
+    model_config = ConfigDict(extra="ignore", defer_build=True)
+
+    input: StrictStr | list[InputItem]
+    model: StrictStr | None = None
+    instructions: StrictStr | None = None
+    tools: list[ResponsesFunctionTool] | None = None
+    tool_choice: Literal["auto", "none", "required"] | ResponsesNamedChoice | None = None
+    parallel_tool_calls: StrictBool | None = None
+    max_output_tokens: MaxTokens | None = None
+    temperature: Temperature | None = None
+    top_p: TopP | None = None
+    text: TextOptions | None = None
+    stream: StrictBool = False
+    store: StrictBool | None = None
+    previous_response_id: StrictStr | None = None
+    metadata: dict[str, StrictStr] | None = None

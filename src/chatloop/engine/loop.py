@@ -260,6 +260,7 @@ class _Turn:
             temperature=r.temperature,
             top_p=r.top_p,
             max_tokens=r.max_tokens,
+            response_format=r.response_format,
         )
 
     def _after_timeout(self, offer: Offer) -> TurnEnd | None:

@@ -123,9 +123,10 @@ def error_event(exc: ModelError, **extra: Any) -> Event:
     """``error`` for a model failure (every attempt, when the whole chain failed)."""
     if isinstance(exc, AllModelsFailed):
         attempts = [{"model": a.model, "kind": a.kind, "message": a.message} for a in exc.attempts]
-        return Event(
-            EventType.ERROR, {"code": exc.kind, "message": exc.message, "attempts": attempts, **extra}
-        )
+        data = {"code": exc.kind, "message": exc.message, "attempts": attempts, **extra}
+        if exc.retry_after is not None:
+            data["retry_after"] = round(exc.retry_after, 1)
+        return Event(EventType.ERROR, data)
     return Event(EventType.ERROR, {"code": exc.kind, "message": exc.message, "model": exc.model, **extra})
 
 

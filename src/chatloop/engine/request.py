@@ -27,6 +27,9 @@ class TurnRequest:
     max_tokens: int | None = None
     max_iterations: int | None = None
     """Lowered to the server's MAX_ITERATIONS when larger."""
+    response_format: dict[str, Any] | None = None
+    """Structured output (``json_object`` / ``json_schema``), sent on every model call of the turn: any of them may
+    be the one that answers."""
 
     def client_tool_names(self) -> set[str]:
         return {t["function"]["name"] for t in self.client_tools}

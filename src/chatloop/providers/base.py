@@ -74,6 +74,8 @@ class ModelRequest:
     temperature: float | None = None
     top_p: float | None = None
     max_tokens: int | None = None
+    response_format: dict[str, Any] | None = None
+    """OpenAI's ``response_format`` (``json_object`` or ``json_schema``), for models whose catalog entry honours it."""
 
     def tool_names(self) -> list[str]:
         return [t["function"]["name"] for t in self.tools or []]

@@ -34,6 +34,13 @@ class ModelInfo:
     drop_params: tuple[str, ...] = ()
     max_tokens_param: str = "max_tokens"
     known: bool = True
+    response_formats: tuple[str, ...] = ()
+    """Structured-output types the model honours (``json_object``, ``json_schema``); none for a model not listed."""
+
+    def honours(self, response_format: dict[str, Any] | None) -> bool:
+        """Whether this model can be sent ``response_format`` (no format, or ``text``, is always fine)."""
+        kind = (response_format or {}).get("type", "text")
+        return kind == "text" or kind in self.response_formats
 
 
 @dataclass(frozen=True)
@@ -71,6 +78,7 @@ class Catalog:
             drop_params=tuple(raw.get("drop_params", ())),
             max_tokens_param=raw.get("max_tokens_param", "max_tokens"),
             known=f"{provider}:{model_id}" in self.models,
+            response_formats=tuple(raw.get("response_format", ())),
         )
 
     def provider(self, name: str) -> ProviderInfo | None:

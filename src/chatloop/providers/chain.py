@@ -62,14 +62,20 @@ class ChainHealth:
 
     cooldown_until: dict[str, float] = field(default_factory=dict)
     disabled: dict[str, str] = field(default_factory=dict)
+    rate_limited: set[str] = field(default_factory=set)
+    """Models whose current cooldown comes from a rate limit (not a transient or auth failure)."""
     clock: Callable[[], float] = time.monotonic
 
     def cooling(self, name: str) -> float:
         """Seconds until ``name`` may be called again (0 when it may be called now)."""
         return max(0.0, self.cooldown_until.get(name, 0.0) - self.clock())
 
-    def cool(self, name: str, seconds: float) -> None:
+    def cool(self, name: str, seconds: float, rate_limit: bool = False) -> None:
         self.cooldown_until[name] = max(self.cooldown_until.get(name, 0.0), self.clock() + seconds)
+        if rate_limit:
+            self.rate_limited.add(name)
+        else:
+            self.rate_limited.discard(name)
 
 
 class FallbackChain:
@@ -199,7 +205,16 @@ class FallbackChain:
                 self._learn(waited, exc, request, min_context)
                 failures.append(exc)
         detail = "; ".join([f"{e.model}: {e.kind}" for e in failures] + skipped) or "no model configured"
-        raise AllModelsFailed(f"every model in the chain failed ({detail})", failures)
+        raise AllModelsFailed(
+            f"every model in the chain failed ({detail})", failures, self._rate_limited_for()
+        )
+
+    def _rate_limited_for(self) -> float | None:
+        """Seconds until the first model may be called again, when every model is cooling down after a rate
+        limit (the client should come back then); None when any model failed for another reason."""
+        waits = [self.health.cooling(m.name) for m in self.models]
+        rate_limited = all(m.name in self.health.rate_limited for m in self.models)
+        return min(waits) if rate_limited and all(w > 0 for w in waits) else None
 
     # --- choosing -----------------------------------------------------------------------------
     def _order(self) -> list[ChatModel]:
@@ -219,6 +234,8 @@ class FallbackChain:
         info = self.catalog.get(model.name)
         if request.tools and not info.tools:
             return "no tool support"
+        if not info.honours(request.response_format):
+            return f"no {(request.response_format or {}).get('type')} support"
         if min_context and info.context_window is not None and info.context_window <= min_context:
             return "context window too small"
         return None
@@ -234,6 +251,7 @@ class FallbackChain:
             self.health.cool(
                 model.name,
                 error.retry_after if error.retry_after is not None else DEFAULT_RATE_LIMIT_COOLDOWN,
+                rate_limit=True,
             )
         elif isinstance(error, ModelGone):
             self.health.disabled[model.name] = error.message[:200]

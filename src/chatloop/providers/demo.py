@@ -1,8 +1,10 @@
 """The offline demo model (``demo:offline``): used when no API key is configured, always labelled as such.
 
 Deterministic: it turns simple calculation questions (compound interest, factorials, Fibonacci, plain
-arithmetic) into one ``execute_javascript`` call and answers from the result, so a new user sees the whole
-loop (real sandbox, real decision logs) without a key. It is not a language model.
+arithmetic, exact with BigInt for integers) into one ``execute_javascript`` call and answers from the result, so a
+new user sees the whole loop (real sandbox, real decision logs) without a key. It honours what a client asks for:
+``tool_choice`` (``required`` or a named function) gets a call to the client's tool with arguments valid for its
+schema, and ``response_format`` gets JSON valid for the schema. It is not a language model.
 
 Usage::
 
@@ -19,6 +21,7 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 from chatloop.providers.base import ModelRequest, ModelResponse, StreamItem, TextDelta, ToolCall, Usage
+from chatloop.providers.schema_values import Hints, value_for
 
 LABEL = "(offline demo model: set GROQ_API_KEY or OPENAI_API_KEY to use a real model)"
 
@@ -57,12 +60,21 @@ def calculation_for(question: str) -> tuple[str, str] | None:
         return code, f"The first {count} Fibonacci numbers are {{result}}."
     if m := _ARITHMETIC.search(question):
         expression = m.group(0).strip().replace("^", "**")
-        return expression, f"{expression.replace('**', '^')} = {{result}}"
+        return exact(expression), f"{expression.replace('**', '^')} = {{result}}"
     return None
+
+
+def exact(expression: str) -> str:
+    """Integer arithmetic in BigInt, so ``2**64`` is 18446744073709551616, not a float's 18446744073709552000;
+    an expression with a division or a decimal point stays in floating point."""
+    if re.search(r"[./]", expression):
+        return expression
+    return re.sub(r"\d+", lambda m: m.group(0) + "n", expression)
 
 
 class DemoModel:
     name = "demo:offline"
+    server_tools = frozenset({"execute_javascript"})
 
     async def stream(self, request: ModelRequest) -> AsyncIterator[StreamItem]:
         response = self._respond(request)
@@ -73,19 +85,11 @@ class DemoModel:
     def _respond(self, request: ModelRequest) -> ModelResponse:
         question, results = _current_turn(request.messages)
         plan = calculation_for(question)
+        if not results and (chosen := self._chosen_tool(request, question)) is not None:
+            return self._call(request, chosen, question)
         if results:
-            body = results[-1]
-            if "error" in body:
-                text = f"The calculation failed: {body['error']}."
-            else:
-                value = body.get("result")
-                if isinstance(value, dict):
-                    value = ", ".join(f"{k} = {v}" for k, v in value.items())
-                elif isinstance(value, list):
-                    value = ", ".join(str(v) for v in value)
-                template = plan[1] if plan else "The result is {result}."
-                text = template.format(result=value)
-            return self._answer(f"{text} {LABEL}")
+            text = self._from_result(results[-1], plan)
+            return self._answer(request, text, question, results[-1].get("result"))
         if plan and "execute_javascript" in request.tool_names():
             call = ToolCall(
                 id=f"call_demo_{len(request.messages)}",
@@ -96,21 +100,80 @@ class DemoModel:
                 model=self.name, tool_calls=[call], finish_reason="tool_calls", usage=_usage(request, 20)
             )
         if plan:
-            return self._answer(
-                f"I would calculate this with execute_javascript, but tools are off for this request. {LABEL}"
-            )
-        return self._answer(
+            text = "I would calculate this with execute_javascript, but tools are off for this request."
+            return self._answer(request, text, question)
+        text = (
             "I am the offline demo model: I can only answer simple calculations such as "
-            f'"$10,000 at 5% for 15 years", "5! and 10!", "fibonacci 10" or "(3 + 4) * 12". {LABEL}'
+            '"$10,000 at 5% for 15 years", "5! and 10!", "fibonacci 10" or "(3 + 4) * 12".'
+        )
+        return self._answer(request, text, question)
+
+    def _chosen_tool(self, request: ModelRequest, question: str) -> dict[str, Any] | None:
+        """The client tool ``tool_choice`` asks for: the named one, or for ``required`` the client tool the question
+        mentions (else the first). A calculation under ``required`` goes to execute_javascript as usual."""
+        choice = request.tool_choice
+        tools = {t["function"]["name"]: t["function"] for t in request.tools or []}
+        if isinstance(choice, dict):
+            named: dict[str, Any] | None = tools.get(choice.get("function", {}).get("name", ""))
+            return named
+        client = [f for n, f in tools.items() if n not in self.server_tools]
+        if (
+            choice != "required"
+            or not client
+            or (calculation_for(question) and "execute_javascript" in tools)
+        ):
+            return None
+        asked = set(re.findall(r"[a-z]{4,}", question.lower()))
+        mentioned = [f for f in client if asked & set(re.findall(r"[a-z]{4,}", f["name"].lower()))]
+        chosen: dict[str, Any] = (mentioned or client)[0]
+        return chosen
+
+    def _call(self, request: ModelRequest, function: dict[str, Any], question: str) -> ModelResponse:
+        if function["name"] == "execute_javascript":
+            plan = calculation_for(question)
+            arguments = {"code": plan[0] if plan else "'no calculation found in the question'"}
+        else:
+            arguments = value_for(function.get("parameters") or {"type": "object"}, Hints.from_text(question))
+        call = ToolCall(f"call_demo_{len(request.messages)}", function["name"], json.dumps(arguments))
+        return ModelResponse(
+            model=self.name, tool_calls=[call], finish_reason="tool_calls", usage=_usage(request, 20)
         )
 
-    def _answer(self, text: str) -> ModelResponse:
+    @staticmethod
+    def _from_result(body: dict[str, Any], plan: tuple[str, str] | None) -> str:
+        if "error" in body:
+            return f"The calculation failed: {body['error']}."
+        value = body.get("result")
+        if isinstance(value, dict):
+            value = ", ".join(f"{k} = {v}" for k, v in value.items())
+        elif isinstance(value, list):
+            value = ", ".join(str(v) for v in value)
+        template = plan[1] if plan else "The result is {result}."
+        return template.format(result=value)
+
+    def _answer(self, request: ModelRequest, text: str, question: str, result: Any = None) -> ModelResponse:
+        """Text with the demo's label, or JSON when the request asks for a response format."""
+        response_format = request.response_format or {}
+        if response_format.get("type") == "json_schema":
+            asked = Hints.from_text(question)
+            numbers = [float(result)] if _is_number(result) else asked.numbers
+            hints = Hints(words=asked.words, numbers=numbers, text=text)
+            content = json.dumps(value_for(response_format["json_schema"].get("schema") or {}, hints))
+        elif response_format.get("type") == "json_object":
+            content = json.dumps({"answer": text, "result": result, "model": self.name, "note": LABEL})
+        else:
+            content = f"{text} {LABEL}"
         return ModelResponse(
-            model=self.name,
-            content=text,
-            finish_reason="stop",
-            usage=Usage(0, len(text) // 4, len(text) // 4),
+            model=self.name, content=content, finish_reason="stop", usage=_usage(request, len(content) // 4)
         )
+
+
+def _is_number(value: Any) -> bool:
+    try:
+        float(value)
+    except (TypeError, ValueError):
+        return False
+    return not isinstance(value, bool)
 
 
 def _current_turn(messages: list[dict[str, Any]]) -> tuple[str, list[dict[str, Any]]]:
@@ -129,5 +192,7 @@ def _current_turn(messages: list[dict[str, Any]]) -> tuple[str, list[dict[str, A
 
 
 def _usage(request: ModelRequest, completion: int) -> Usage:
-    prompt = sum(len(str(m.get("content") or "")) for m in request.messages) // 4
+    """Estimated as real models count roughly: four characters a token, the tool schemas included."""
+    prompt = (len(json.dumps(request.messages)) + len(json.dumps(request.tools or []))) // 4
+    completion = max(1, completion)
     return Usage(prompt, completion, prompt + completion)

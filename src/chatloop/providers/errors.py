@@ -93,9 +93,11 @@ class AllModelsFailed(ModelError):
     kind = "all_models_failed"
     fallback = False
 
-    def __init__(self, message: str, attempts: list[ModelError]):
+    def __init__(self, message: str, attempts: list[ModelError], retry_after: float | None = None):
         super().__init__(message)
         self.attempts = attempts
+        self.retry_after = retry_after
+        """Set when every model is cooling down after a rate limit: seconds until the first may be called."""
 
 
 _DURATION = re.compile(

@@ -96,6 +96,8 @@ class SDKChatModel:
                 params[name] = value
         if request.max_tokens is not None:
             params[self.info.max_tokens_param] = request.max_tokens
+        if request.response_format is not None:
+            params["response_format"] = request.response_format
         return params
 
     async def stream(self, request: ModelRequest) -> AsyncIterator[StreamItem]:
@@ -174,7 +176,7 @@ def _untransformed(params: dict[str, Any]) -> dict[str, Any]:
     body as they are. Passed normally, the SDK walks them with its type-driven transform on the event loop: 11.3 s
     for a 29,000-message history here, during which nothing else (not even /health) is served. They are plain
     JSON already (normalised messages, checked schemas), which is all the transform would produce."""
-    bulky = {k: params.pop(k) for k in ("messages", "tools") if k in params}
+    bulky = {k: params.pop(k) for k in ("messages", "tools", "response_format") if k in params}
     return {**params, "messages": [], "extra_body": bulky}
 
 
