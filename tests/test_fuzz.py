@@ -106,6 +106,42 @@ OPENAI_BODY = st.fixed_dictionaries(
     },
 )
 
+INPUT_ITEM = st.fixed_dictionaries(
+    {
+        "type": st.sampled_from(
+            ["message", "function_call", "function_call_output", "reasoning", "item_reference"]
+        )
+    },
+    optional={
+        "role": ROLE,
+        "content": TEXT
+        | JSON
+        | st.lists(st.fixed_dictionaries({"type": st.just("input_text"), "text": TEXT})),
+        "call_id": TEXT | JSON,
+        "name": TEXT | JSON,
+        "arguments": TEXT | JSON,
+        "output": TEXT | JSON,
+    },
+) | st.fixed_dictionaries({"role": ROLE, "content": TEXT | JSON})
+RESPONSES_BODY = st.fixed_dictionaries(
+    {"input": TEXT | st.lists(INPUT_ITEM, max_size=4) | JSON},
+    optional={
+        "stream": st.booleans() | JSON,
+        "model": TEXT | JSON,
+        "instructions": TEXT | JSON,
+        "temperature": st.floats(allow_nan=False) | JSON,
+        "max_output_tokens": st.integers() | JSON,
+        "tool_choice": st.sampled_from(["auto", "none", "required"]) | JSON,
+        "tools": JSON
+        | st.lists(
+            st.fixed_dictionaries({"type": st.just("function"), "name": TEXT}, optional={"parameters": JSON}),
+            max_size=2,
+        ),
+        "text": JSON | st.fixed_dictionaries({"format": JSON}),
+        "previous_response_id": TEXT | JSON,
+    },
+)
+
 
 class EchoModel:
     """Answers at once with the last user message: whatever the client sent comes back through every renderer."""
@@ -143,6 +179,8 @@ def check_response(response: dict[str, Any], path: str) -> None:
         json.loads(body)
     elif path == "/chat":
         assert parse_sse(body)[-1][0] == "done"
+    elif path == "/v1/responses":
+        assert parse_sse(body)[-1][0] in {"response.completed", "response.incomplete", "response.failed"}
     else:
         assert body.rstrip().endswith("data: [DONE]")
 
@@ -159,6 +197,14 @@ def test_chat_survives_any_body(echo_runtime, body):
 def test_chat_completions_survives_any_body(echo_runtime, body):
     response = lambda_app.handler(rest_event("POST", "/v1/chat/completions", json.dumps(body)), FakeContext())
     check_response(response, "/v1/chat/completions")
+
+
+@FAST
+@given(body=RESPONSES_BODY)
+def test_responses_survives_any_body(echo_runtime, body):
+    body.setdefault("model", "chatloop")
+    response = lambda_app.handler(rest_event("POST", "/v1/responses", json.dumps(body)), FakeContext())
+    check_response(response, "/v1/responses")
 
 
 @settings(max_examples=60 * SCALE, deadline=None)
