@@ -17,6 +17,7 @@ from typing import Any
 from bench import (
     ROOT,
     cold_start,
+    context,
     fallback,
     handler,
     overhead,
@@ -54,6 +55,7 @@ def main() -> int:
         ("textcalls", lambda: textcalls.measure(3 if quick else 50)),
         ("streaming", lambda: streaming.measure(3 if quick else 15)),
         ("responses", lambda: responses.measure(2 if quick else 50)),
+        ("context", lambda: context.measure(2 if quick else 50)),
     ]
     results: dict[str, Any] = {}
     for name, step in steps:

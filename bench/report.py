@@ -194,4 +194,28 @@ def report(results: dict, quick: bool) -> str:
         f"Target: the extra renderer costs ≤ 5 % ({'met' if max(r['ratio'], r['stream_ratio']) <= 1.05 else 'MISSED'}).",
         "",
     ]
+    x = results["context"]
+    lines += [
+        "## 9. Context estimator",
+        "",
+        f"Cost: **{x['estimate_us']:.0f} µs** per model call for a {x['messages']}-message history (median; the "
+        "conversation is read once for every model of the chain).",
+        "",
+    ]
+    if x["rows"]:
+        lines += [
+            "Error against real counts (o200k_base via the gpt-tokenizer npm package; positive = overestimate, the "
+            "safe side). Cold: before the model has reported usage. Calibrated: after it reported usage for the same "
+            "conversation five exchanges earlier.",
+            "",
+            "| 100-message history | real tokens | cold estimate | cold error | calibrated error |",
+            "|---|---|---|---|---|",
+        ]
+        for kind, row in x["rows"].items():
+            lines.append(
+                f"| {kind} | {row['real']} | {row['cold']} | {row['cold_error']:+.0%} | {row['calibrated_error']:+.0%} |"
+            )
+        lines.append("")
+    else:
+        lines += ["(Real token counts need node and tests/clients/node_modules: `make install`.)", ""]
     return "\n".join(lines)

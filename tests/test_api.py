@@ -93,9 +93,9 @@ def test_chat_json_through_each_event_kind(runtime, llm, make, base64):
     )
     assert status == 200, body
     data = json.loads(body)
-    assert set(data) == set(
-        ["message", "stop_reason", "iterations", "tool_calls", "tool_counts", "usage", "model", "request_id"]
-    )
+    fields = "message stop_reason iterations tool_calls tool_counts usage model context request_id"
+    assert set(data) == set(fields.split())
+    assert data["context"]["action"] == "fits" and data["context"]["window"] == 131072
     assert "20789.28" in data["message"]["content"] and data["stop_reason"] == "stop"
     assert data["iterations"] == 2 and data["tool_counts"] == {"execute_javascript": 1}
     assert (

@@ -29,6 +29,7 @@ def test_bench_smoke_run(tmp_path):
         "## 6. Tool calls written as text",
         "## 7. Response modes",
         "## 8. Responses API vs chat completions",
+        "## 9. Context estimator",
     ):
         assert section in report
     row = next(line for line in report.splitlines() if line.startswith("| compound interest |"))
@@ -42,3 +43,11 @@ def test_bench_smoke_run(tmp_path):
     first_event, _ = map(int, re.findall(r"\| (\d+)", stream))
     first_byte, last_byte = map(int, re.findall(r"\| (\d+)", buffered))
     assert first_event < first_byte / 2 and first_byte == last_byte  # streamed: the first event comes early
+    estimator_rows = [
+        line
+        for line in report.splitlines()
+        if line.startswith("| ") and "history" not in line and "%" in line
+    ]
+    assert estimator_rows and all(
+        line.split("|")[4].strip().startswith("+") for line in estimator_rows
+    )  # cold: safe side

@@ -66,6 +66,9 @@ class Settings:
     """MODEL_FIRST_CHUNK_TIMEOUT_SECONDS: a model that sends nothing for this long is skipped for the next one."""
     rate_limit_max_wait_seconds: float = 2.0
     """RATE_LIMIT_MAX_WAIT_SECONDS: the longest rate-limit wait the chain sleeps out (when no other model is left)."""
+    model_catalog_file: str = ""
+    """MODEL_CATALOG_FILE: a JSON file in models.json's format merged over the packaged catalog (add a model, or
+    change a packaged model's context window, without a code change)."""
     unknown_model_fallback: bool = False
     """UNKNOWN_MODEL_FALLBACK: answer a /v1 request that names a model this server cannot serve with the default
     chain (the response's ``model`` says which answered) instead of a 404 ``model_not_found``."""

@@ -90,6 +90,17 @@ def log_decision(line: str, fields: dict[str, Any], content: dict[str, Any] | No
     logger.info(line, extra=extra)
 
 
+def log_context_decision(fit: Any, iteration: int) -> None:
+    """``Context decision: ...`` before each model call, greppable like the tool decisions: how the conversation
+    was fitted to the model's window (``fits``, ``skip`` smaller models, or ``trim`` old turns)."""
+    line = (
+        f"Context decision: iteration={iteration} action={fit.action} model={fit.model} "
+        f"estimatedTokens={fit.estimated_tokens} window={fit.window} trimmedMessages={fit.trimmed_messages} "
+        f"shortenedToolResults={fit.shortened_tool_results} skipped={','.join(fit.skipped) or '-'}"
+    )
+    logger.info(line, extra={"context": {"iteration": iteration, **fit.summary(), "model": fit.model}})
+
+
 def log_turn_end(
     stop_reason: str,
     converged: bool,

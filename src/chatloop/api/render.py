@@ -31,6 +31,7 @@ SUMMARY_FIELDS = (
     "tool_counts",
     "usage",
     "model",
+    "context",
     "request_id",
 )
 FINISH_REASONS = {"stop": "stop", "length": "length", "tool_calls": "tool_calls"}
@@ -162,7 +163,8 @@ def openai_completion(done: dict[str, Any], request_id: str, created: int | None
 
 
 def extension(done: dict[str, Any]) -> dict[str, Any]:
-    return {k: done.get(k) for k in ("stop_reason", "iterations", "tool_calls", "tool_counts", "request_id")}
+    keys = ("stop_reason", "iterations", "tool_calls", "tool_counts", "context", "request_id")
+    return {k: done.get(k) for k in keys}
 
 
 def openai_error(

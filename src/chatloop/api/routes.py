@@ -120,6 +120,24 @@ def openai_model_for(runtime: Runtime, requested: str | None) -> FallbackChain:
         raise RequestError(503, "keys_unavailable", str(exc)) from None
 
 
+def check_context(model: FallbackChain, messages: list[dict[str, Any]], max_tokens: int | None) -> None:
+    """A conversation whose system messages and latest user message alone exceed every model's window cannot be
+    answered however it is trimmed: a 413 now, no model call."""
+    last_user = max((i for i, m in enumerate(messages) if m["role"] == "user"), default=None)
+    if last_user is None:
+        return
+    essential = [m for m in messages[:last_user] if m["role"] == "system"] + [messages[last_user]]
+    holds, largest = model.can_hold(essential, max_tokens)
+    if not holds:
+        raise RequestError(
+            413,
+            "context_length_exceeded",
+            f"messages: the latest user message alone needs more than the largest context window in the chain "
+            f"({largest} tokens, the answer's reserve included); shorten it",
+            param="messages",
+        )
+
+
 def structured_output(
     runtime: Runtime, model: FallbackChain, requested: ResponseFormat | None, param: str
 ) -> dict[str, Any] | None:
@@ -214,6 +232,7 @@ async def chat(request: Request) -> Response:
     choice = named_choice(body.tool_choice)
     tool_names = tools_for_chat(runtime, body, choice)
     model = model_for(runtime, body.model, strict=True)
+    check_context(model, messages, body.max_tokens)
     turn = TurnRequest(
         messages=messages,
         tool_names=tool_names,
@@ -260,6 +279,7 @@ async def chat_completions(request: Request) -> Response:
     choice = named_choice(body.tool_choice)
     client_tools = checked_client_tools(runtime, body.tools or [], choice)
     model = openai_model_for(runtime, body.model)
+    check_context(model, messages, body.max_completion_tokens or body.max_tokens)
     response_format = structured_output(runtime, model, body.response_format, "response_format")
     no_tools = choice == "none"
     turn = TurnRequest(
@@ -308,6 +328,7 @@ async def responses(request: Request) -> Response:
         chat_choice = {"type": "function", "function": {"name": body.tool_choice.name}}
     client_tools = checked_client_tools(runtime, [t.as_chat_tool() for t in body.tools or []], chat_choice)
     model = openai_model_for(runtime, body.model)
+    check_context(model, messages, body.max_output_tokens)
     try:
         requested_format = body.text.format.as_response_format() if body.text and body.text.format else None
     except ValueError as exc:

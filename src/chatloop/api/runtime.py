@@ -41,7 +41,7 @@ class Runtime:
         keys_loader: Callable[[Settings], dict[str, str | None]] = load_provider_keys,
     ):
         self.settings = settings
-        self.catalog = Catalog.load()
+        self.catalog = Catalog.load(overlay=settings.model_catalog_file or None)
         self._chain = chain
         self._registry = registry
         self._keys: dict[str, str | None] | None = None

@@ -40,9 +40,10 @@ from chatloop.engine.record import TurnRecord, error_event, fallback_event, resp
 from chatloop.engine.request import TurnRequest
 from chatloop.engine.textcalls import Reply, read_text_calls
 from chatloop.engine.textfilter import TextCallFilter
-from chatloop.observability import log_decision, log_turn_end, logger
+from chatloop.observability import log_context_decision, log_decision, log_turn_end, logger
 from chatloop.providers.base import (
     ChatModel,
+    ContextFit,
     ModelFallback,
     ModelRequest,
     ModelResponse,
@@ -210,6 +211,10 @@ class _Turn:
                     yield fallback_event(item)
                     if item.discard_partial:
                         visible = TextCallFilter(hold_json=bool(request.tools))
+                elif isinstance(item, ContextFit):
+                    event = self._fitted(item)
+                    if event is not None:
+                        yield event
                 else:
                     response = item
         except (DeadlineExceeded, TimeoutError) as exc:
@@ -270,6 +275,18 @@ class _Turn:
             self._end_tool_use("deadline")
             return None
         return self._end_with_fallback(StopReason.DEADLINE)
+
+    def _fitted(self, fit: ContextFit) -> Event | None:
+        """Log how the conversation was fitted to the context window; a status event when it was trimmed or models
+        were passed over for it."""
+        self.record.context = fit
+        log_context_decision(fit, self.iteration)
+        if fit.action == "fits":
+            return None
+        return Event(
+            EventType.STATUS,
+            {"status": f"context_{fit.action}", "iteration": self.iteration, **fit.summary()},
+        )
 
     def _make_ids_unique(self, calls: list[ToolCall]) -> None:
         """Some OpenAI-compatible servers reuse ids (``call_0`` in every reply); a conversation with two calls of one

@@ -19,7 +19,7 @@ from typing import Any
 from chatloop.engine import prompts
 from chatloop.engine.events import Event, EventType, StopReason
 from chatloop.observability import log_fallback
-from chatloop.providers.base import ModelFallback, ModelResponse, ToolCall, Usage
+from chatloop.providers.base import ContextFit, ModelFallback, ModelResponse, ToolCall, Usage
 from chatloop.providers.errors import AllModelsFailed, ModelError
 from chatloop.providers.textcalls import TextCalls
 from chatloop.tools.base import ToolResult
@@ -34,6 +34,8 @@ class TurnRecord:
     """The ``provider:model`` of the latest response."""
     last_error: str | None = None
     last_result: str | None = None
+    context: ContextFit | None = None
+    """How the latest model call's conversation was fitted to its context window."""
 
     def response(self, response: ModelResponse) -> None:
         self.answered_by = response.model
@@ -85,6 +87,7 @@ class TurnRecord:
             "tool_counts": dict(tool_counts),
             "usage": self.usage.as_dict(),
             "model": self.answered_by or model,
+            "context": self.context.summary() if self.context else None,
         }
 
 

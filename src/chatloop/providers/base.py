@@ -99,6 +99,34 @@ class ModelFallback:
 
 
 @dataclass
+class ContextFit:
+    """How a chain fitted the conversation to its models' windows before calling one (a logged decision).
+
+    ``action``: ``fits`` (the first usable model holds it), ``skip`` (models too small for it were passed over),
+    ``trim`` (no model could hold it: old tool results were shortened and old turns dropped to fit the largest)."""
+
+    action: str
+    estimated_tokens: int
+    """For the model it fitted, the answer's reserve included."""
+    window: int | None
+    """That model's context window (None when the catalog does not know it)."""
+    model: str | None
+    skipped: list[str] = field(default_factory=list)
+    trimmed_messages: int = 0
+    shortened_tool_results: int = 0
+
+    def summary(self) -> dict[str, Any]:
+        return {
+            "action": self.action,
+            "trimmed_messages": self.trimmed_messages,
+            "shortened_tool_results": self.shortened_tool_results,
+            "estimated_tokens": self.estimated_tokens,
+            "window": self.window,
+            "skipped_models": self.skipped,
+        }
+
+
+@dataclass
 class ModelResponse:
     model: str
     """``provider:model`` that produced this message."""
@@ -108,7 +136,7 @@ class ModelResponse:
     usage: Usage | None = None
 
 
-StreamItem = TextDelta | ModelFallback | ModelResponse
+StreamItem = TextDelta | ModelFallback | ContextFit | ModelResponse
 
 
 @runtime_checkable

@@ -61,8 +61,10 @@ class Catalog:
     defaults: dict[str, Any] = field(default_factory=dict)
 
     @classmethod
-    def load(cls, path: Path = CATALOG_FILE) -> Catalog:
-        return _load(str(path))
+    def load(cls, path: Path = CATALOG_FILE, overlay: str | None = None) -> Catalog:
+        """The packaged catalog, with ``overlay`` (MODEL_CATALOG_FILE: a JSON file of the same format) merged over
+        it entry by entry: an operator adds a model, or changes one field of a packaged one, without a code change."""
+        return _load(str(path), overlay or None)
 
     def get(self, name: str) -> ModelInfo:
         provider, model_id = split_entry(name)
@@ -93,9 +95,38 @@ def split_entry(entry: str) -> tuple[str, str]:
     return provider.lower(), model_id
 
 
+class CatalogError(ValueError):
+    """MODEL_CATALOG_FILE cannot be read as a catalog."""
+
+
+def _overlaid(data: dict[str, Any], overlay: str) -> dict[str, Any]:
+    try:
+        extra = json.loads(Path(overlay).read_text())
+    except (OSError, ValueError) as exc:
+        raise CatalogError(f"MODEL_CATALOG_FILE {overlay}: {exc}") from None
+    if not isinstance(extra, dict) or not all(
+        isinstance(extra.get(k, {}), dict) for k in ("models", "providers")
+    ):
+        raise CatalogError(
+            f"MODEL_CATALOG_FILE {overlay}: expected an object with 'models' and/or 'providers'"
+        )
+    merged = dict(data)
+    for section in ("models", "providers", "defaults"):
+        if section == "defaults":
+            merged[section] = {**data.get(section, {}), **extra.get(section, {})}
+            continue
+        combined = dict(data.get(section, {}))
+        for name, entry in extra.get(section, {}).items():
+            combined[name] = {**combined.get(name, {}), **entry}
+        merged[section] = combined
+    return merged
+
+
 @lru_cache(maxsize=4)
-def _load(path: str) -> Catalog:
+def _load(path: str, overlay: str | None = None) -> Catalog:
     data = json.loads(Path(path).read_text())
+    if overlay:
+        data = _overlaid(data, overlay)
     providers = {
         name: ProviderInfo(
             name,

@@ -23,9 +23,11 @@ import json
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field, replace
+from typing import Any
 
 from chatloop.providers.base import (
     ChatModel,
+    ContextFit,
     ModelFallback,
     ModelRequest,
     ModelResponse,
@@ -33,6 +35,7 @@ from chatloop.providers.base import (
     TextDelta,
 )
 from chatloop.providers.catalog import Catalog
+from chatloop.providers.context import ANSWER_RESERVE_TOKENS, TokenEstimator, trim
 from chatloop.providers.errors import (
     AllModelsFailed,
     AuthFailed,
@@ -64,6 +67,8 @@ class ChainHealth:
     disabled: dict[str, str] = field(default_factory=dict)
     rate_limited: set[str] = field(default_factory=set)
     """Models whose current cooldown comes from a rate limit (not a transient or auth failure)."""
+    estimator: TokenEstimator = field(default_factory=TokenEstimator)
+    """Characters per token as each model has reported it: the context check's calibration."""
     clock: Callable[[], float] = time.monotonic
 
     def cooling(self, name: str) -> float:
@@ -97,6 +102,8 @@ class FallbackChain:
         self._sleep = sleep
         self._sticky: ChatModel | None = None
         self._failed_providers: set[str] = set()
+        self._needs: dict[str, int] = {}
+        """Per model, the tokens the current request needs of its window (set by ``stream``)."""
 
     @property
     def name(self) -> str:
@@ -122,6 +129,13 @@ class FallbackChain:
 
     # --- the ChatModel ------------------------------------------------------------------------
     async def stream(self, request: ModelRequest) -> AsyncIterator[StreamItem]:
+        request, fit = self._fit(request)
+        yield fit
+        self._needs = self.health.estimator.needs(request, [m.name for m in self.models])
+        if (
+            fit.action == "trim" and fit.model
+        ):  # trimmed as far as the policy goes: the largest window still tries
+            self._needs.pop(fit.model, None)
         failures: list[ModelError] = []
         skipped: list[str] = []
         min_context = 0
@@ -142,6 +156,8 @@ class FallbackChain:
                     async for item in model.stream(attempt):
                         if isinstance(item, TextDelta):
                             streamed = True
+                        elif isinstance(item, ModelResponse) and item.usage is not None:
+                            self.health.estimator.observe(model.name, attempt, item.usage.prompt_tokens)
                         yield item
                     self._sticky = model
                     return
@@ -209,6 +225,57 @@ class FallbackChain:
             f"every model in the chain failed ({detail})", failures, self._rate_limited_for()
         )
 
+    # --- the context window ------------------------------------------------------------------
+    def _fit(self, request: ModelRequest) -> tuple[ModelRequest, ContextFit]:
+        """Pass over models whose window cannot hold ``request``; when none can, trim it to fit the largest."""
+        self._needs = {}
+        candidates = [m for m in self._order() if not self._unusable(m, request, 0)] or self._order()
+        estimator = self.health.estimator
+        windows = {m.name: self.catalog.get(m.name).context_window for m in candidates}
+        needs = estimator.needs(request, [m.name for m in candidates])
+        holding = [
+            m for m in candidates if windows[m.name] is None or needs[m.name] <= (windows[m.name] or 0)
+        ]
+        if holding:
+            first = holding[0].name
+            skipped = [m.name for m in candidates[: candidates.index(holding[0])]]
+            action = "skip" if skipped else "fits"
+            return request, ContextFit(action, needs[first], windows[first], first, skipped)
+        target = max(candidates, key=lambda m: windows[m.name] or 0).name
+        window = windows[target] or 0
+
+        def fits(messages: list[dict[str, Any]]) -> bool:
+            return estimator.tokens(replace(request, messages=messages), target) <= window
+
+        trimmed = trim(request.messages, fits)
+        fitted = replace(request, messages=trimmed.messages)
+        skipped = [m.name for m in candidates if m.name != target]
+        fit = ContextFit(
+            "trim",
+            estimator.tokens(fitted, target),
+            window,
+            target,
+            skipped,
+            trimmed.dropped,
+            trimmed.shortened,
+        )
+        return fitted, fit
+
+    def can_hold(self, messages: list[dict[str, Any]], max_tokens: int | None) -> tuple[bool, int]:
+        """Whether any model of the chain could hold ``messages`` (whatever else the turn adds), and the largest
+        known window: a model whose window is unknown could."""
+        estimator = self.health.estimator
+        largest = 0
+        for model in self.models:
+            window = self.catalog.get(model.name).context_window
+            if window is None:
+                return True, largest
+            need = estimator.prompt_tokens(messages, None, model.name) + (max_tokens or ANSWER_RESERVE_TOKENS)
+            if need <= window:
+                return True, window
+            largest = max(largest, window)
+        return False, largest
+
     def _rate_limited_for(self) -> float | None:
         """Seconds until the first model may be called again, when every model is cooling down after a rate
         limit (the client should come back then); None when any model failed for another reason."""
@@ -238,6 +305,9 @@ class FallbackChain:
             return f"no {(request.response_format or {}).get('type')} support"
         if min_context and info.context_window is not None and info.context_window <= min_context:
             return "context window too small"
+        need = self._needs.get(model.name)
+        if need is not None and info.context_window is not None and need > info.context_window:
+            return f"context window too small ({need} estimated tokens > {info.context_window})"
         return None
 
     def _next_usable(
