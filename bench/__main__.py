@@ -20,6 +20,7 @@ from bench import (
     context,
     fallback,
     handler,
+    idempotency,
     overhead,
     report,
     responses,
@@ -56,6 +57,7 @@ def main() -> int:
         ("streaming", lambda: streaming.measure(3 if quick else 15)),
         ("responses", lambda: responses.measure(2 if quick else 50)),
         ("context", lambda: context.measure(2 if quick else 50)),
+        ("idempotency", lambda: idempotency.measure(2 if quick else 30, js_tool)),
     ]
     results: dict[str, Any] = {}
     for name, step in steps:

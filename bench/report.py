@@ -218,4 +218,13 @@ def report(results: dict, quick: bool) -> str:
         lines.append("")
     else:
         lines += ["(Real token counts need node and tests/clients/node_modules: `make install`.)", ""]
+    d = results["idempotency"]
+    lines += [
+        "## 10. Retried requests (Idempotency-Key)",
+        "",
+        f"A fresh turn (the warm calculation of section 2): **{d['fresh_ms']:.1f} ms**; the same request retried, "
+        f"replayed from its stored answer: **{d['replayed_ms']:.1f} ms** (medians over {d['turns']}; DynamoDB is moto "
+        "in-process, so this is the handler's own cost, not DynamoDB's network latency).",
+        "",
+    ]
     return "\n".join(lines)

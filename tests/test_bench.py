@@ -30,6 +30,7 @@ def test_bench_smoke_run(tmp_path):
         "## 7. Response modes",
         "## 8. Responses API vs chat completions",
         "## 9. Context estimator",
+        "## 10. Retried requests",
     ):
         assert section in report
     row = next(line for line in report.splitlines() if line.startswith("| compound interest |"))

@@ -240,17 +240,41 @@ def test_the_api_is_never_an_open_proxy(translated, mode):
 
 
 @pytest.mark.parametrize("mode", ["stream", "buffered"])
-def test_log_retention_and_least_privilege_secret_access(translated, mode):
+def test_log_retention_and_least_privilege(translated, mode):
     resources = deployed(translated, mode)["Resources"]
     group = resources["ChatLogGroup"]["Properties"]
     assert group["RetentionInDays"] == {"Ref": "LogRetentionDays"}
     (role,) = [r["Properties"] for r in resources.values() if r["Type"] == "AWS::IAM::Role"]
-    statements = [s for p in role.get("Policies", []) for s in p["PolicyDocument"]["Statement"]]
-    secret_reads = [s for s in statements if "secretsmanager:GetSecretValue" in json.dumps(s["Action"])]
-    assert secret_reads and all(
-        '{"Ref": "ProviderKeysSecretArn"}' in json.dumps(s["Resource"]) for s in secret_reads
-    )
-    assert "*" not in json.dumps([s["Resource"] for s in statements])
+    assert not role.get("Policies")  # nothing inline: what the function may do is the one managed policy
+    assert role["ManagedPolicyArns"] == [
+        "arn:aws:iam::aws:policy/service-role/AWSLambdaBasicExecutionRole",
+        {"Ref": "ChatFunctionPolicy"},
+    ]
+    statements = resources["ChatFunctionPolicy"]["Properties"]["PolicyDocument"]["Statement"]
+    grants = {tuple(s["Action"]): s["Resource"] for s in statements}
+    assert grants == {
+        ("secretsmanager:GetSecretValue",): {"Ref": "ProviderKeysSecretArn"},
+        ("dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:UpdateItem", "dynamodb:DeleteItem"): {
+            "Fn::GetAtt": ["IdempotencyTable", "Arn"]
+        },
+    }
+
+
+def test_the_idempotency_table_is_powertools_layout_with_ttl(translated):
+    resources = deployed(translated, "stream")["Resources"]
+    table = resources["IdempotencyTable"]["Properties"]
+    assert table["BillingMode"] == "PAY_PER_REQUEST"
+    assert table["KeySchema"] == [
+        {"AttributeName": "id", "KeyType": "HASH"}
+    ]  # DynamoDBPersistenceLayer's key_attr
+    assert table["TimeToLiveSpecification"] == {
+        "AttributeName": "expiration",
+        "Enabled": True,
+    }  # its expiry_attr
+    for mode in ("stream", "buffered"):
+        env = the_function(deployed(translated, mode)["Resources"])["Environment"]["Variables"]
+        assert env["IDEMPOTENCY_TABLE_NAME"] == {"Ref": "IdempotencyTable"}
+        assert env["IDEMPOTENCY_EXPIRY_SECONDS"] == {"Ref": "IdempotencyExpirySeconds"}
 
 
 def test_the_sandbox_budget_follows_the_functions_memory(translated):

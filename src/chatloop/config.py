@@ -75,6 +75,11 @@ class Settings:
     provider_keys_secret_arn: str = ""
     """PROVIDER_KEYS_SECRET_ARN: Secrets Manager secret (JSON with GROQ_API_KEY / OPENAI_API_KEY) read when the
     keys are not in the environment."""
+    idempotency_table_name: str = ""
+    """IDEMPOTENCY_TABLE_NAME: the DynamoDB table of Idempotency-Key records (the template creates it). Empty: the
+    header is ignored and every request runs."""
+    idempotency_expiry_seconds: int = 3600
+    """IDEMPOTENCY_EXPIRY_SECONDS: how long a stored answer is replayed for its key."""
     # --- sandbox --------------------------------------------------------------------------
     js_memory_mb: int = 256
     """JS_MEMORY_MB: RLIMIT_DATA of each Deno process."""

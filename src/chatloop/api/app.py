@@ -17,6 +17,7 @@ from starlette.routing import Route
 
 from chatloop.api import routes
 from chatloop.api.errors import RequestError, on_http_error, on_request_error, on_unexpected
+from chatloop.api.idempotency import idempotent
 from chatloop.api.runtime import Runtime
 from chatloop.config import Settings
 from chatloop.observability import logger
@@ -35,9 +36,9 @@ def create_app(
     settings = settings or Settings.from_env()
     app = Starlette(
         routes=[
-            Route("/chat", routes.chat, methods=["POST"]),
-            Route("/v1/chat/completions", routes.chat_completions, methods=["POST"]),
-            Route("/v1/responses", routes.responses, methods=["POST"]),
+            Route("/chat", idempotent(routes.chat), methods=["POST"]),
+            Route("/v1/chat/completions", idempotent(routes.chat_completions), methods=["POST"]),
+            Route("/v1/responses", idempotent(routes.responses), methods=["POST"]),
             Route("/v1/models", routes.list_models, methods=["GET"]),
             Route("/v1/models/{model_id:path}", routes.retrieve_model, methods=["GET"]),
             Route("/health", routes.health, methods=["GET"]),

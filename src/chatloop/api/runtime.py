@@ -15,6 +15,7 @@ import os
 import threading
 from collections.abc import Callable
 
+from chatloop.api.idempotency import Store
 from chatloop.config import DEFAULT_MODEL_CHAIN, Settings
 from chatloop.providers.catalog import Catalog, split_entry
 from chatloop.providers.chain import FallbackChain
@@ -47,6 +48,9 @@ class Runtime:
         self._keys: dict[str, str | None] | None = None
         self._keys_loader = keys_loader
         self._lock = threading.Lock()
+        self.idempotency: Store | None = None
+        if settings.idempotency_table_name:
+            self.idempotency = Store(settings.idempotency_table_name, settings.idempotency_expiry_seconds)
 
     def keys(self) -> dict[str, str | None]:
         if self._keys is None:

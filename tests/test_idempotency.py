@@ -1,0 +1,205 @@
+"""Retried requests answered once: Idempotency-Key through the real handler with real-shaped API Gateway events,
+Powertools Idempotency on DynamoDB (moto in-process, and one end-to-end run against a moto server), and a scripted
+model that counts its calls."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from collections.abc import Iterator
+from typing import Any
+
+import boto3
+import pytest
+from moto import mock_aws
+from moto.server import ThreadedMotoServer
+
+import app as lambda_app
+from chatloop.api.idempotency import REPLAYED_HEADER
+from chatloop.api.runtime import Runtime
+from chatloop.config import Settings
+from chatloop.providers.base import ModelResponse
+from chatloop.providers.chain import FallbackChain
+from chatloop.tools.base import ToolRegistry
+from tests.support.events import FakeContext, parse_sse, response_body, rest_event
+from tests.support.models import ScriptedModel
+
+TABLE = "chatloop-idempotency-test"
+
+
+def counting_model() -> ScriptedModel:
+    def answer(request, n):
+        return ModelResponse("", content=f"Answer number {n}.", finish_reason="stop")
+
+    return ScriptedModel(answer, name="scripted:counting")
+
+
+def create_table(endpoint: str | None = None) -> None:
+    """The template's table: a string ``id`` key, TTL on ``expiration``, on demand."""
+    client = boto3.client("dynamodb", region_name="us-east-1", endpoint_url=endpoint)
+    client.create_table(
+        TableName=TABLE,
+        KeySchema=[{"AttributeName": "id", "KeyType": "HASH"}],
+        AttributeDefinitions=[{"AttributeName": "id", "AttributeType": "S"}],
+        BillingMode="PAY_PER_REQUEST",
+    )
+    client.update_time_to_live(
+        TableName=TABLE, TimeToLiveSpecification={"Enabled": True, "AttributeName": "expiration"}
+    )
+
+
+FAKE_CREDENTIALS = {
+    "AWS_ACCESS_KEY_ID": "testing",
+    "AWS_SECRET_ACCESS_KEY": "testing",
+    "AWS_DEFAULT_REGION": "us-east-1",
+    "AWS_REGION": "us-east-1",
+}
+
+
+@pytest.fixture
+def aws(monkeypatch) -> Iterator[None]:
+    for name, value in FAKE_CREDENTIALS.items():
+        monkeypatch.setenv(name, value)
+    monkeypatch.delenv("AWS_ENDPOINT_URL", raising=False)
+    with mock_aws():
+        create_table()
+        yield
+
+
+def serve(table: str = TABLE) -> ScriptedModel:
+    model = counting_model()
+    lambda_app.app.state.runtime = Runtime(
+        Settings(idempotency_table_name=table), chain=FallbackChain([model]), registry=ToolRegistry()
+    )
+    return model
+
+
+def call(
+    body: dict[str, Any], key: str | None = "retry-1", api_key_id: str = "key-a"
+) -> tuple[int, str, dict[str, str]]:
+    event = rest_event("POST", "/chat", body)
+    if key is not None:
+        event["headers"]["Idempotency-Key"] = key
+        event["multiValueHeaders"]["Idempotency-Key"] = [key]
+    event["requestContext"]["identity"]["apiKeyId"] = api_key_id
+    response = lambda_app.handler(event, FakeContext())
+    headers = {k.lower(): v for k, v in (response.get("headers") or {}).items()}
+    return response["statusCode"], response_body(response), headers
+
+
+def ask(text: str = "hello", stream: bool = False) -> dict[str, Any]:
+    return {"messages": [{"role": "user", "content": text}], "stream": stream, "tools": []}
+
+
+def test_a_retry_gets_the_first_answer_and_no_model_call(aws):
+    model = serve()
+    first = call(ask())
+    again = call(ask())
+    assert first[0] == again[0] == 200 and model.calls == 1
+    assert again[1] == first[1] and "Answer number 1." in first[1]  # byte for byte
+    assert again[2][REPLAYED_HEADER] == "true" and REPLAYED_HEADER not in first[2]
+
+
+def test_a_retried_stream_replays_the_same_events(aws):
+    model = serve()
+    first = call(ask(stream=True))
+    again = call(ask(stream=True))
+    assert model.calls == 1 and again[2]["content-type"].startswith("text/event-stream")
+    events, replayed = parse_sse(first[1]), parse_sse(again[1])
+    assert [name for name, _ in replayed] == [name for name, _ in events] and replayed[-1][0] == "done"
+    assert replayed[-1][1]["message"]["content"] == "Answer number 1."
+
+
+def test_the_same_key_with_another_body_is_a_422(aws):
+    model = serve()
+    assert call(ask("hello"))[0] == 200
+    status, body, _ = call(ask("something else"))
+    assert (
+        status == 422 and json.loads(body)["error"]["code"] == "idempotency_key_reused" and model.calls == 1
+    )
+
+
+def test_the_same_key_while_the_first_still_runs_is_a_409_with_retry_after(aws):
+    model = serve()
+    store = lambda_app.app.state.runtime.idempotency
+    body = json.dumps(ask())
+    # The first request's record, as its still-running invocation left it.
+    data = {"key": "key-a|/chat|retry-1", "body": hashlib.sha256(body.encode()).hexdigest()}
+    store.layer().save_inprogress(data, 60_000)
+    status, raw, headers = call(ask())
+    assert status == 409 and json.loads(raw)["error"]["code"] == "request_in_progress"
+    assert 1 <= int(headers["retry-after"]) <= 30 and model.calls == 0
+
+
+def test_keys_are_scoped_to_the_caller(aws):
+    model = serve()
+    mine = call(ask(), api_key_id="key-a")
+    theirs = call(ask(), api_key_id="key-b")
+    assert model.calls == 2 and "Answer number 1." in mine[1] and "Answer number 2." in theirs[1]
+    assert REPLAYED_HEADER not in theirs[2]
+
+
+def test_no_key_is_todays_behaviour(aws):
+    model = serve()
+    call(ask(), key=None)
+    call(ask(), key=None)
+    assert model.calls == 2
+
+
+def test_a_failed_answer_is_not_stored(aws):
+    from chatloop.providers.errors import Transient
+
+    def down(request, n):
+        if n == 1:
+            raise Transient("upstream down", model="scripted:down")
+        return ModelResponse("", content="Back up.", finish_reason="stop")
+
+    model = ScriptedModel(down, name="scripted:down")
+    lambda_app.app.state.runtime = Runtime(
+        Settings(idempotency_table_name=TABLE), chain=FallbackChain([model]), registry=ToolRegistry()
+    )
+    assert call(ask())[0] == 503
+    lambda_app.app.state.runtime.chain().health.cooldown_until.clear()
+    status, body, _ = call(ask())  # the retry runs: a failure is nothing to replay
+    assert status == 200 and "Back up." in body and model.calls == 2
+
+
+def test_dynamodb_down_never_fails_the_chat(aws, capsys, caplog):
+    model = serve(table="no-such-table")
+    status, body, _ = call(ask())
+    assert status == 200 and "Answer number 1." in body and model.calls == 1
+    assert "idempotency store failed (ResourceNotFoundException)" in caplog.text
+    assert '"IdempotencyErrors":[1.0]' in capsys.readouterr().out  # counted, in the EMF the handler flushes
+
+
+def test_an_answer_too_large_for_dynamodb_is_not_stored(aws, monkeypatch):
+    import chatloop.api.idempotency as idempotency
+
+    monkeypatch.setattr(idempotency, "MAX_STORED_BYTES", 100)
+    model = serve()
+    call(ask())
+    call(ask())
+    assert model.calls == 2
+
+
+def test_end_to_end_against_a_moto_server(monkeypatch):
+    """The handler's own boto3 client, across HTTP, as on Lambda: AWS_ENDPOINT_URL is the only difference."""
+    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
+    server.start()
+    try:
+        host, port = server.get_host_and_port()
+        endpoint = f"http://{host}:{port}"
+        for name, value in {**FAKE_CREDENTIALS, "AWS_ENDPOINT_URL": endpoint}.items():
+            monkeypatch.setenv(name, value)
+        create_table(endpoint)
+        model = serve()
+        first = call(ask(stream=True), key="e2e-1")
+        again = call(ask(stream=True), key="e2e-1")
+        assert model.calls == 1 and again[1] == first[1] and again[2][REPLAYED_HEADER] == "true"
+        items = boto3.client("dynamodb", endpoint_url=endpoint).scan(TableName=TABLE)["Items"]
+        assert len(items) == 1 and items[0]["status"]["S"] == "COMPLETED" and "expiration" in items[0]
+        assert "e2e-1" not in json.dumps(items)  # the key is stored hashed
+    finally:
+        server.stop()
+        os.environ.pop("AWS_ENDPOINT_URL", None)
