@@ -31,7 +31,7 @@ PARAMS ?=
 export AWS_REGION FILTER
 AWS = $(BIN)/aws --region $(AWS_REGION) $(if $(AWS_ENDPOINT_URL),--endpoint-url $(AWS_ENDPOINT_URL))
 
-.PHONY: help install test lint build deploy deploy-lambda-fast logs logs-decisions secret invoke run bench clean
+.PHONY: help install test lint build deploy deploy-lambda-fast logs logs-decisions insights secret invoke run bench clean
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-20s %s\n", $$1, $$2}'
@@ -90,6 +90,9 @@ logs: install ## the function's log events of the last SINCE (10m), one per line
 
 logs-decisions: install ## only the 'Tool execution decision' lines
 	@$(BIN)/python scripts/logs.py --log-group $(LOG_GROUP) --since $(SINCE) --filter '"Tool execution decision"' $(if $(FOLLOW),--follow)
+
+insights: install ## the saved Logs Insights query "why did it stop calling tools?" over the last SINCE (10m)
+	@$(BIN)/python scripts/insights.py --log-group $(LOG_GROUP) --since $(SINCE)
 
 secret: install ## create or update the provider keys secret from GROQ_API_KEY / OPENAI_API_KEY in your environment
 	@$(BIN)/python scripts/secret.py --name $(STACK)/provider-keys

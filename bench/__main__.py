@@ -22,6 +22,7 @@ from bench import (
     handler,
     idempotency,
     overhead,
+    page,
     report,
     responses,
     sandbox,
@@ -58,6 +59,7 @@ def main() -> int:
         ("responses", lambda: responses.measure(2 if quick else 50)),
         ("context", lambda: context.measure(2 if quick else 50)),
         ("idempotency", lambda: idempotency.measure(2 if quick else 30, js_tool)),
+        ("page", lambda: page.measure(2 if quick else 15)),
     ]
     results: dict[str, Any] = {}
     for name, step in steps:

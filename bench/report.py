@@ -227,4 +227,19 @@ def report(results: dict, quick: bool) -> str:
         "in-process, so this is the handler's own cost, not DynamoDB's network latency).",
         "",
     ]
+    g = results["page"]
+    paint = (
+        f"**{g['first_paint_ms']:.0f} ms** median first contentful paint in Chromium from `make run`'s app on "
+        f"loopback (target ≤ 300 ms: {'met' if g['first_paint_ms'] <= 300 else 'MISSED'})"
+        if g["first_paint_ms"] is not None
+        else "first paint not measured: Chromium is not installed (apt-get install chromium)"
+    )
+    lines += [
+        "## 11. The chat page",
+        "",
+        f"- {paint}",
+        f"- Page weight, every file it loads (HTML, CSS, its script, marked and DOMPurify): **{g['weight_bytes'] / 1000:.0f} KB** "
+        f"uncompressed (target ≤ 150 KB: {'met' if g['weight_bytes'] <= 150_000 else 'MISSED'}), all served by the app",
+        "",
+    ]
     return "\n".join(lines)

@@ -394,3 +394,15 @@ def test_an_unreadable_secret_is_a_503_not_a_silent_demo(llm, sandbox):
     )
     code, body, _ = invoke(rest_event("POST", "/chat", chat_body(stream=False)))
     assert code == 503 and json.loads(body)["error"]["code"] == "keys_unavailable"
+
+
+def test_the_page_is_served_under_the_stage_behind_api_gateway(runtime):
+    """API Gateway serves the page at /prod/: its <base href> must make chat, static/app.js, ... resolve there."""
+    event = rest_event("GET", "/", None)
+    status, body, headers = invoke(event)
+    assert status == 200 and '<base href="/prod/">' in body
+    assert "script-src 'self'" in {k.lower(): v for k, v in headers.items()}["content-security-policy"]
+    status, body, _ = invoke(rest_event("GET", "/static/app.js", None))
+    assert status == 200 and "DOMPurify.sanitize" in body
+    assert invoke(rest_event("GET", "/static/../app.py", None))[0] == 404
+    assert invoke(rest_event("GET", "/static/page.py", None))[0] == 404  # only the page's own files

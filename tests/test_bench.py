@@ -31,6 +31,7 @@ def test_bench_smoke_run(tmp_path):
         "## 8. Responses API vs chat completions",
         "## 9. Context estimator",
         "## 10. Retried requests",
+        "## 11. The chat page",
     ):
         assert section in report
     row = next(line for line in report.splitlines() if line.startswith("| compound interest |"))

@@ -229,8 +229,14 @@ def test_the_resolver_drops_what_a_false_condition_guards(translated):
 def test_the_api_is_never_an_open_proxy(translated, mode):
     resources = deployed(translated, mode)["Resources"]
     api = next(r for r in resources.values() if r["Type"] == "AWS::ApiGateway::RestApi")
-    methods = [m for path in api["Properties"]["Body"]["paths"].values() for m in path.values()]
-    assert methods and all({"api_key": []} in m["security"] for m in methods)
+    open_routes = {
+        (path, method)
+        for path, methods in api["Properties"]["Body"]["paths"].items()
+        for method, spec in methods.items()
+        if {"api_key": []} not in spec.get("security", [])
+    }
+    # Only the page and its assets (files of the package, no model behind them) are served without the key.
+    assert open_routes == {("/", "get"), ("/static/{proxy+}", "get")}
     plan = next(r for r in resources.values() if r["Type"] == "AWS::ApiGateway::UsagePlan")["Properties"]
     assert (
         plan["Throttle"]["RateLimit"] > 0 and plan["Quota"]["Period"] == "DAY" and plan["Quota"]["Limit"] > 0
@@ -398,7 +404,9 @@ def test_deploy_lambda_fast_updates_the_code_and_prints_its_sha(moto, tmp_path, 
     assert lam.get_function(FunctionName=function)["Configuration"]["CodeSha256"] == printed
     with zipfile.ZipFile(ROOT / "build" / "function.zip") as z:
         names = z.namelist()
-    assert {"app.py", "run.sh", "chatloop/tools/javascript/runner.js"} <= set(names)
+    assert {"app.py", "run.sh", "chatloop/tools/javascript/runner.js", "chatloop/api/page/index.html"} <= set(
+        names
+    )
     assert not any(n.startswith(("tests/", "src/")) for n in names)
     if sys.version_info[:2] == (3, 12):  # bytecode is shipped when built by the runtime's Python
         with zipfile.ZipFile(ROOT / "build" / "function.zip") as z:

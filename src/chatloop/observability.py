@@ -143,6 +143,11 @@ def log_fallback(
     )
 
 
+def metric_safe(name: str) -> str:
+    """A model or reason as a metric name's suffix: ``groq:openai/gpt-oss-120b`` -> ``groq_openai_gpt-oss-120b``."""
+    return re.sub(r"[^A-Za-z0-9_.-]", "_", name)[:200]
+
+
 def record_turn_metrics(events: list[Any], in_lambda: bool) -> None:
     """CloudWatch metrics (EMF, flushed by the handler's ``log_metrics``) from one turn's events: iterations, tool executions, skipped tool calls, fallbacks, the stop reason and sandbox milliseconds.
     Outside Lambda nothing is recorded (nothing would flush it)."""
@@ -153,10 +158,29 @@ def record_turn_metrics(events: list[Any], in_lambda: bool) -> None:
         return
     metrics.add_metric(name="Iterations", unit=MetricUnit.Count, value=done["iterations"])
     metrics.add_metric(name="ToolExecutions", unit=MetricUnit.Count, value=sum(done["tool_counts"].values()))
-    skipped = sum(1 for c in done["tool_calls"] if c["status"] == "skipped")
-    metrics.add_metric(name="ToolCallsSkipped", unit=MetricUnit.Count, value=skipped)
-    fallbacks = sum(1 for e in events if e.name == "model_fallback")
-    metrics.add_metric(name="ModelFallbacks", unit=MetricUnit.Count, value=fallbacks)
+    skipped = [c.get("reason") or "unknown" for c in done["tool_calls"] if c["status"] == "skipped"]
+    metrics.add_metric(name="ToolCallsSkipped", unit=MetricUnit.Count, value=len(skipped))
+    for reason in set(skipped):  # why tool calls were not run, by reason (the dashboard's breakdown)
+        metrics.add_metric(
+            name=f"ToolCallsSkipped_{reason}", unit=MetricUnit.Count, value=skipped.count(reason)
+        )
+    fallbacks = [e.data for e in events if e.name == "model_fallback"]
+    metrics.add_metric(name="ModelFallbacks", unit=MetricUnit.Count, value=len(fallbacks))
+    for fallback in fallbacks:  # which models fail over, and why
+        metrics.add_metric(
+            name=f"FallbackFrom_{metric_safe(fallback['from'])}", unit=MetricUnit.Count, value=1
+        )
+        metrics.add_metric(
+            name=f"FallbackReason_{metric_safe(fallback['reason'])}", unit=MetricUnit.Count, value=1
+        )
+    sandbox_errors = sum(
+        1
+        for e in events
+        if e.name == "tool_call_result"
+        and e.data.get("name") == "execute_javascript"
+        and e.data["status"] == "error"
+    )
+    metrics.add_metric(name="SandboxErrors", unit=MetricUnit.Count, value=sandbox_errors)
     metrics.add_metric(name=f"Stop_{done['stop_reason']}", unit=MetricUnit.Count, value=1)
     for event in events:  # which models need text tool-call recovery, by format
         if event.name == "status" and event.data.get("status") == "text_tool_calls_recovered":

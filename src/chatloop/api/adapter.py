@@ -46,6 +46,15 @@ def invocation_from(headers: Mapping[str, str]) -> Invocation | None:
     return Invocation(deadline, str(gateway_id or context.get("request_id") or ""))
 
 
+def gateway_context(event: Mapping[str, Any] | None, headers: Mapping[str, str]) -> dict[str, Any]:
+    """API Gateway's request context (stage path, identity, ...): from the Lambda event in buffered mode (Mangum),
+    from the adapter's ``x-amzn-request-context`` header in stream mode, else empty (``make run``)."""
+    context = (event or {}).get("requestContext")
+    if isinstance(context, dict) and context:
+        return context
+    return _json_object(headers.get(REQUEST_CONTEXT_HEADER))
+
+
 def _json_object(text: str | None) -> dict[str, Any]:
     if not text or len(text) > 64 * 1024:
         return {}

@@ -15,7 +15,7 @@ from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
 from starlette.routing import Route
 
-from chatloop.api import routes
+from chatloop.api import page, routes
 from chatloop.api.errors import RequestError, on_http_error, on_request_error, on_unexpected
 from chatloop.api.idempotency import idempotent
 from chatloop.api.runtime import Runtime
@@ -42,6 +42,8 @@ def create_app(
             Route("/v1/models", routes.list_models, methods=["GET"]),
             Route("/v1/models/{model_id:path}", routes.retrieve_model, methods=["GET"]),
             Route("/health", routes.health, methods=["GET"]),
+            Route("/", page.page, methods=["GET"]),
+            Route("/static/{path:path}", page.asset, methods=["GET"]),
         ],
         exception_handlers={
             RequestError: on_request_error,

@@ -29,7 +29,7 @@ from anyio import to_thread
 from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
 
-from chatloop.api.adapter import REQUEST_CONTEXT_HEADER, invocation_from
+from chatloop.api.adapter import gateway_context, invocation_from
 from chatloop.api.errors import error_response
 from chatloop.observability import logger, metrics
 
@@ -71,15 +71,7 @@ class Store:
 
 def caller_of(request: Request) -> str:
     """Who is asking, as API Gateway or the Function URL established it: the scope of their keys."""
-    event = request.scope.get("aws.event") or {}
-    context = event.get("requestContext") or {}
-    if not context and (
-        raw := request.headers.get(REQUEST_CONTEXT_HEADER)
-    ):  # stream mode, behind the adapter
-        try:
-            context = json.loads(raw)
-        except ValueError:
-            context = {}
+    context = gateway_context(request.scope.get("aws.event"), request.headers)
     identity = context.get("identity") or {}
     iam = (context.get("authorizer") or {}).get("iam") or {}
     for who in (

@@ -207,6 +207,8 @@ async def observed(events: AsyncIterator[Event], request: Request, rid: str) -> 
         seen.append(event)
         yield event
     behind_adapter = invocation_of(request) is not None
+    if behind_adapter:  # the handler counts requests under Mangum; behind the adapter, the turn does
+        metrics.add_metric(name="Requests", unit="Count", value=1)
     record_turn_metrics(seen, in_lambda="aws.context" in request.scope or behind_adapter)
     if behind_adapter:  # no log_metrics decorator around a long-running server: flush per request
         metrics.flush_metrics()
