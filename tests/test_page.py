@@ -55,7 +55,7 @@ class SlowModel:
 
 class Gateway:
     """API Gateway in front of the app, as the page meets it: no x-api-key is a 403, and the key ``throttled`` is
-    over its usage plan (429). Bodies are API Gateway's own, not the app's."""
+    over its usage plan (429); ``expired`` is refused by an authorizer (401). Bodies are API Gateway's own."""
 
     def __init__(self, app: Any):
         self.app = app
@@ -63,9 +63,10 @@ class Gateway:
     async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
         if scope["type"] == "http" and scope["path"] == "/chat":
             key = dict(scope["headers"]).get(b"x-api-key")
-            status = 403 if key is None else 429 if key == b"throttled" else None
+            status = {None: 403, b"throttled": 429, b"expired": 401}.get(key)
             if status is not None:
-                body = json.dumps({"message": "Forbidden" if status == 403 else "Too Many Requests"}).encode()
+                reason = {401: "Unauthorized", 403: "Forbidden", 429: "Too Many Requests"}[status]
+                body = json.dumps({"message": reason}).encode()
                 await send(
                     {
                         "type": "http.response.start",
@@ -211,7 +212,11 @@ def test_html_in_a_model_reply_is_inert(page, slow):
 
 @pytest.mark.parametrize(
     ("key", "message"),
-    [("", "The API key was refused"), ("throttled", "Too many requests")],
+    [
+        ("", "The API key is missing or wrong"),
+        ("expired", "did not accept"),
+        ("throttled", "Too many requests"),
+    ],
 )
 def test_gateway_refusals_are_explained_and_the_question_is_kept(page, demo, key, message):
     page.goto(demo.root + "/")

@@ -14,8 +14,8 @@ const STOP_REASONS = {
   error: "Something went wrong on the server.",
 };
 const HTTP_ERRORS = {
-  401: "The API key is missing. Enter it under “API key”.",
-  403: "The API key was refused: check it under “API key”.",
+  401: "The API did not accept these credentials: check the key under “API key”.",
+  403: "The API key is missing or wrong: enter it under “API key”.",
   413: "This conversation is too long for the server. Start a new chat, or shorten the question.",
   429: "Too many requests: the API's usage limit was reached. Wait a moment, then send again.",
   503: "No model is available right now. Try again in a moment.",
