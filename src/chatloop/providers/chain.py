@@ -132,9 +132,8 @@ class FallbackChain:
         request, fit = self._fit(request)
         yield fit
         self._needs = self.health.estimator.needs(request, [m.name for m in self.models])
-        if (
-            fit.action == "trim" and fit.model
-        ):  # trimmed as far as the policy goes: the largest window still tries
+        if fit.action == "trim" and fit.model:
+            # Trimmed as far as the policy goes: the largest window is still tried (its own error may follow).
             self._needs.pop(fit.model, None)
         failures: list[ModelError] = []
         skipped: list[str] = []
@@ -243,11 +242,7 @@ class FallbackChain:
             return request, ContextFit(action, needs[first], windows[first], first, skipped)
         target = max(candidates, key=lambda m: windows[m.name] or 0).name
         window = windows[target] or 0
-
-        def fits(messages: list[dict[str, Any]]) -> bool:
-            return estimator.tokens(replace(request, messages=messages), target) <= window
-
-        trimmed = trim(request.messages, fits)
+        trimmed = trim(request.messages, estimator.fits_in(request, target, window))
         fitted = replace(request, messages=trimmed.messages)
         skipped = [m.name for m in candidates if m.name != target]
         fit = ContextFit(

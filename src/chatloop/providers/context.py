@@ -113,6 +113,27 @@ class TokenEstimator:
         reserve = request.max_tokens or ANSWER_RESERVE_TOKENS
         return {m: math.ceil(raw * self.scale.get(m, 1.0) * SAFETY) + reserve for m in models}
 
+    def fits_in(
+        self, request: ModelRequest, model: str, window: int
+    ) -> Callable[[list[dict[str, Any]]], bool]:
+        """A test of whether a version of ``request``'s conversation fits ``window`` (for ``trim``). Each message is
+        estimated once, however many versions are tried: a 2,000-message history is not read 700 times."""
+        scale = self.scale.get(model, 1.0) * SAFETY
+        fixed = (text_tokens(json.dumps(request.tools)) if request.tools else 0.0) + 3
+        reserve = request.max_tokens or ANSWER_RESERVE_TOKENS
+        known: dict[int, float] = {}
+
+        def cost(message: dict[str, Any]) -> float:
+            key = id(message)  # the versions share their message objects; an excerpt is a new one
+            if key not in known:
+                known[key] = message_tokens(message)
+            return known[key]
+
+        def fits(messages: list[dict[str, Any]]) -> bool:
+            return math.ceil((sum(cost(m) for m in messages) + fixed) * scale) + reserve <= window
+
+        return fits
+
     def observe(self, model: str, request: ModelRequest, prompt_tokens: int | None) -> None:
         """Learn from a model's reported ``prompt_tokens`` for ``request``."""
         raw = raw_tokens(request.messages, request.tools)
@@ -154,16 +175,23 @@ def trim(messages: list[dict[str, Any]], fits: Callable[[list[dict[str, Any]]], 
     if fits(excerpted + current):
         return Trimmed(excerpted + current, 0, shortened)
     turns = _turns(excerpted)
-    systems: list[dict[str, Any]] = []  # from dropped turns: every system message stays, in its order
-    dropped = 0
-    while turns:
-        first = turns.pop(0)
-        systems += [m for m in first if m["role"] == "system"]
-        dropped += sum(1 for m in first if m["role"] != "system")
-        candidate = systems + [m for turn in turns for m in turn] + current
-        if fits(candidate):
-            return Trimmed(candidate, dropped, shortened)
-    return Trimmed(systems + current, dropped, shortened)
+
+    def without(count: int) -> list[dict[str, Any]]:
+        """The conversation with its ``count`` oldest turns dropped, their system messages kept in order."""
+        systems = [m for turn in turns[:count] for m in turn if m["role"] == "system"]
+        return systems + [m for turn in turns[count:] for m in turn] + current
+
+    # Fewer turns always fit better: the fewest to drop is found by bisection, not one turn at a time.
+    low, high = 1, len(turns)
+    while low < high:
+        middle = (low + high) // 2
+        if fits(without(middle)):
+            high = middle
+        else:
+            low = middle + 1
+    kept = without(low)
+    dropped = sum(1 for turn in turns[:low] for m in turn if m["role"] != "system")
+    return Trimmed(kept, dropped, shortened)
 
 
 def _turns(messages: list[dict[str, Any]]) -> list[list[dict[str, Any]]]:
