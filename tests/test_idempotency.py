@@ -203,3 +203,24 @@ def test_end_to_end_against_a_moto_server(monkeypatch):
     finally:
         server.stop()
         os.environ.pop("AWS_ENDPOINT_URL", None)
+
+
+def test_a_stored_answer_holds_no_secret(aws):
+    from chatloop.observability import register_secret
+
+    secret = "gsk_idempotencyLeak0123456789"
+    register_secret(secret)
+
+    def leaky(request, n):
+        return ModelResponse("", content=f"The key is {secret}.", finish_reason="stop")
+
+    lambda_app.app.state.runtime = Runtime(
+        Settings(idempotency_table_name=TABLE),
+        chain=FallbackChain([ScriptedModel(leaky, name="scripted:leaky")]),
+        registry=ToolRegistry(),
+    )
+    status, body, _ = call(ask(stream=True), key="leak-1")
+    assert status == 200 and secret not in body
+    items = boto3.client("dynamodb", region_name="us-east-1").scan(TableName=TABLE)["Items"]
+    stored = json.dumps(items)
+    assert len(items) == 1 and secret not in stored and "[REDACTED]" in stored

@@ -149,6 +149,10 @@ def test_a_calculation_shows_its_tool_block_result_and_stop_reason(page, demo):
     assert "ok in" in tools.first.locator(".status").inner_text()
     assert "$20,789.28" in page.locator(".answer").inner_text()
     assert page.locator(".stop-reason").inner_text() == "stop: The model answered."
+    assert page.locator("#model option").all_inner_texts() == [
+        "the configured chain",
+        "demo:offline",
+    ]  # /v1/models
     assert (
         "demo:offline" in page.locator(".meta").inner_text()
         and "2 model calls" in page.locator(".meta").inner_text()
