@@ -9,8 +9,9 @@ PYTHON ?= $(shell for p in python3.12 $$(ls -d $$HOME/.pyenv/versions/3.12*/bin/
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
-# The JavaScript clients the tests drive (the Vercel AI SDK), pinned by tests/clients/package-lock.json.
-NODE_CLIENTS := tests/clients/node_modules/.installed
+# The JavaScript the tests and the bench drive (the Vercel AI SDK, gpt-tokenizer), pinned by package-lock.json and
+# installed at the root: node_modules stays out of tests/, and tests/clients/*.mjs find it by walking up.
+NODE_CLIENTS := node_modules/.installed
 
 STACK ?= chatloop
 # The template's ResponseMode: stream (the default) or buffered. Each mode has its own function (template.yaml);
@@ -45,9 +46,9 @@ $(STAMP): requirements.txt requirements-dev.txt
 	$(BIN)/pip install --quiet --disable-pip-version-check -r requirements.txt -r requirements-dev.txt
 	@touch $@
 
-$(NODE_CLIENTS): tests/clients/package.json tests/clients/package-lock.json
+$(NODE_CLIENTS): package.json package-lock.json
 	@if command -v npm >/dev/null 2>&1; then \
-	  npm ci --prefix tests/clients --no-audit --no-fund --loglevel=error && touch $@; \
+	  npm ci --no-audit --no-fund --loglevel=error && touch $@; \
 	else echo "npm not found: the Vercel AI SDK client tests will be skipped"; fi
 
 test: install ## run the whole test suite (installs first if needed); FAST=1 skips the slow suites (CI runs all)

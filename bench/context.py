@@ -84,7 +84,7 @@ def conversations() -> dict[str, list[dict[str, Any]]]:
 def real_counts(histories: list[list[dict[str, Any]]]) -> list[int] | None:
     node = shutil.which("node")
     script = ROOT / "tests" / "clients" / "count_tokens.mjs"
-    if node is None or not (ROOT / "tests" / "clients" / "node_modules" / "gpt-tokenizer").is_dir():
+    if node is None or not (ROOT / "node_modules" / "gpt-tokenizer").is_dir():
         return None
     done = subprocess.run(
         [node, str(script)],

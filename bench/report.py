@@ -217,7 +217,7 @@ def report(results: dict, quick: bool) -> str:
             )
         lines.append("")
     else:
-        lines += ["(Real token counts need node and tests/clients/node_modules: `make install`.)", ""]
+        lines += ["(Real token counts need node and node_modules: `make install`.)", ""]
     d = results["idempotency"]
     lines += [
         "## 10. Retried requests (Idempotency-Key)",

@@ -371,8 +371,8 @@ def ai_sdk(server: Server, scenario: str, model: str) -> dict[str, Any]:
     node = shutil.which("node")
     if node is None:
         pytest.skip("node is not installed: the Vercel AI SDK tests need it (apt-get install nodejs)")
-    if not (CLIENTS / "node_modules" / "ai").is_dir():
-        pytest.fail("tests/clients/node_modules is missing: `make install` runs npm ci there")
+    if not (CLIENTS.parent.parent / "node_modules" / "ai").is_dir():
+        pytest.fail("node_modules is missing: `make install` runs npm ci at the repository root")
     env = {"PATH": os.environ["PATH"], "CHATLOOP_BASE_URL": server.base_url, "CHATLOOP_MODEL": model}
     done = subprocess.run(
         [node, "ai_sdk.mjs", scenario], cwd=CLIENTS, env=env, capture_output=True, text=True, timeout=60
