@@ -100,22 +100,15 @@ def request_id(request: Request) -> str:
     return str(rid or uuid.uuid4())
 
 
-def model_for(runtime: Runtime, requested: str | None, strict: bool) -> FallbackChain:
+def model_for(runtime: Runtime, requested: str | None, *, openai: bool = False) -> FallbackChain:
+    """The turn's chain. A model this server cannot serve is a 400 ``unknown_model`` on /chat, and OpenAI's 404
+    ``model_not_found`` on /v1 (listing what it can serve) unless the operator chose the default chain for it
+    there (UNKNOWN_MODEL_FALLBACK)."""
     try:
-        return runtime.model_for(requested, strict)
+        return runtime.model_for(requested, strict=not (openai and runtime.settings.unknown_model_fallback))
     except UnknownModel as exc:
-        raise RequestError(400, "unknown_model", str(exc), param="model") from None
-    except KeysUnavailable as exc:
-        raise RequestError(503, "keys_unavailable", str(exc)) from None
-
-
-def openai_model_for(runtime: Runtime, requested: str | None) -> FallbackChain:
-    """The /v1 APIs' model: a model this server cannot serve is OpenAI's 404 ``model_not_found`` (listing what it
-    can serve), unless the operator chose the default chain for it (UNKNOWN_MODEL_FALLBACK)."""
-    try:
-        return runtime.model_for(requested, strict=not runtime.settings.unknown_model_fallback)
-    except UnknownModel as exc:
-        raise RequestError(404, "model_not_found", str(exc), param="model") from None
+        status, code = (404, "model_not_found") if openai else (400, "unknown_model")
+        raise RequestError(status, code, str(exc), param="model") from None
     except KeysUnavailable as exc:
         raise RequestError(503, "keys_unavailable", str(exc)) from None
 
@@ -233,7 +226,7 @@ async def chat(request: Request) -> Response:
     messages = conversation(body.messages, runtime.settings.max_messages)
     choice = named_choice(body.tool_choice)
     tool_names = tools_for_chat(runtime, body, choice)
-    model = model_for(runtime, body.model, strict=True)
+    model = model_for(runtime, body.model)
     check_context(model, messages, body.max_tokens)
     turn = TurnRequest(
         messages=messages,
@@ -280,7 +273,7 @@ async def chat_completions(request: Request) -> Response:
     messages = conversation(body.messages, runtime.settings.max_messages)
     choice = named_choice(body.tool_choice)
     client_tools = checked_client_tools(runtime, body.tools or [], choice)
-    model = openai_model_for(runtime, body.model)
+    model = model_for(runtime, body.model, openai=True)
     check_context(model, messages, body.max_completion_tokens or body.max_tokens)
     response_format = structured_output(runtime, model, body.response_format, "response_format")
     no_tools = choice == "none"
@@ -329,7 +322,7 @@ async def responses(request: Request) -> Response:
     elif body.tool_choice is not None:  # the Responses API names a function flat; chat completions nest it
         chat_choice = {"type": "function", "function": {"name": body.tool_choice.name}}
     client_tools = checked_client_tools(runtime, [t.as_chat_tool() for t in body.tools or []], chat_choice)
-    model = openai_model_for(runtime, body.model)
+    model = model_for(runtime, body.model, openai=True)
     check_context(model, messages, body.max_output_tokens)
     try:
         requested_format = body.text.format.as_response_format() if body.text and body.text.format else None
@@ -376,23 +369,22 @@ def model_object(model_id: str) -> dict[str, Any]:
     return {"id": model_id, "object": "model", "created": 0, "owned_by": owner}
 
 
-async def list_models(request: Request) -> Response:
-    """The ids a client may pass as ``model``, in OpenAI's list shape (the chain's alias and entries first)."""
-    runtime = runtime_of(request)
+def available_models(runtime: Runtime) -> list[str]:
     try:
-        ids = runtime.available_models()
+        return runtime.available_models()
     except KeysUnavailable as exc:
         raise RequestError(503, "keys_unavailable", str(exc)) from None
+
+
+async def list_models(request: Request) -> Response:
+    """The ids a client may pass as ``model``, in OpenAI's list shape (the chain's alias and entries first)."""
+    ids = available_models(runtime_of(request))
     return JSONBody({"object": "list", "data": [model_object(i) for i in ids]})
 
 
 async def retrieve_model(request: Request) -> Response:
-    runtime = runtime_of(request)
     model_id = request.path_params["model_id"]
-    try:
-        ids = runtime.available_models()
-    except KeysUnavailable as exc:
-        raise RequestError(503, "keys_unavailable", str(exc)) from None
+    ids = available_models(runtime_of(request))
     if model_id not in ids:
         raise RequestError(
             404, "model_not_found", f"unknown model {model_id!r}; available: {ids}", param="model"

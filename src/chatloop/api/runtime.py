@@ -11,7 +11,6 @@ Usage::
 
 from __future__ import annotations
 
-import os
 import threading
 from collections.abc import Callable
 
@@ -19,7 +18,7 @@ from chatloop.api.idempotency import Store
 from chatloop.config import DEFAULT_MODEL_CHAIN, Settings
 from chatloop.providers.catalog import Catalog, split_entry
 from chatloop.providers.chain import FallbackChain
-from chatloop.providers.factory import build_chain, build_model
+from chatloop.providers.factory import build_chain, build_model, provider_usable
 from chatloop.secrets import load_provider_keys
 from chatloop.tools.base import ToolRegistry
 
@@ -115,13 +114,7 @@ class Runtime:
         for name in self.catalog.models:
             info = self.catalog.get(name)
             provider = self.catalog.provider(info.provider)
-            if provider is None:
-                continue
-            usable = (
-                keys.get(info.provider)
-                if provider.key_required
-                else os.environ.get(provider.base_url_env or "")
-            )
+            usable = provider is not None and provider_usable(provider, keys)
             if name not in entries and usable and info.tools and not info.decommissioned:
                 others.append(name)
         return [CHAIN_ALIAS, *entries, *sorted(others)]
@@ -129,9 +122,7 @@ class Runtime:
     def describe_chain(self) -> list[str]:
         """The chain for /health, without reading any secret: resolved when the keys are in the environment (or
         there are none: the demo model), else as configured (the secret's keys decide at the first request)."""
-        if self._chain is None and not self.settings.provider_keys_secret_arn:
+        if self._chain is not None or not self.settings.provider_keys_secret_arn:
             return self.chain().entries()
-        if self._chain is not None:
-            return self._chain.entries()
         spec = self.settings.model_chain or DEFAULT_MODEL_CHAIN
         return [e.strip() for e in spec.split(",") if e.strip()]

@@ -129,12 +129,8 @@ class FallbackChain:
 
     # --- the ChatModel ------------------------------------------------------------------------
     async def stream(self, request: ModelRequest) -> AsyncIterator[StreamItem]:
-        request, fit = self._fit(request)
+        request, fit, self._needs = self._fit(request)
         yield fit
-        self._needs = self.health.estimator.needs(request, [m.name for m in self.models])
-        if fit.action == "trim" and fit.model:
-            # Trimmed as far as the policy goes: the largest window is still tried (its own error may follow).
-            self._needs.pop(fit.model, None)
         failures: list[ModelError] = []
         skipped: list[str] = []
         min_context = 0
@@ -225,13 +221,14 @@ class FallbackChain:
         )
 
     # --- the context window ------------------------------------------------------------------
-    def _fit(self, request: ModelRequest) -> tuple[ModelRequest, ContextFit]:
-        """Pass over models whose window cannot hold ``request``; when none can, trim it to fit the largest."""
+    def _fit(self, request: ModelRequest) -> tuple[ModelRequest, ContextFit, dict[str, int]]:
+        """Pass over models whose window cannot hold ``request``; when none can, trim it to fit the largest. Also
+        returns what the request sent needs of each model's window (the conversation is read once for all)."""
         self._needs = {}
         candidates = [m for m in self._order() if not self._unusable(m, request, 0)] or self._order()
         estimator = self.health.estimator
         windows = {m.name: self.catalog.get(m.name).context_window for m in candidates}
-        needs = estimator.needs(request, [m.name for m in candidates])
+        needs = estimator.needs(request, [m.name for m in self.models])
         holding = [
             m for m in candidates if windows[m.name] is None or needs[m.name] <= (windows[m.name] or 0)
         ]
@@ -239,22 +236,17 @@ class FallbackChain:
             first = holding[0].name
             skipped = [m.name for m in candidates[: candidates.index(holding[0])]]
             action = "skip" if skipped else "fits"
-            return request, ContextFit(action, needs[first], windows[first], first, skipped)
+            return request, ContextFit(action, needs[first], windows[first], first, skipped), needs
         target = max(candidates, key=lambda m: windows[m.name] or 0).name
         window = windows[target] or 0
         trimmed = trim(request.messages, estimator.fits_in(request, target, window))
         fitted = replace(request, messages=trimmed.messages)
+        needs = estimator.needs(fitted, [m.name for m in self.models])
         skipped = [m.name for m in candidates if m.name != target]
-        fit = ContextFit(
-            "trim",
-            estimator.tokens(fitted, target),
-            window,
-            target,
-            skipped,
-            trimmed.dropped,
-            trimmed.shortened,
-        )
-        return fitted, fit
+        fit = ContextFit("trim", needs[target], window, target, skipped, trimmed.dropped, trimmed.shortened)
+        # Trimmed as far as the policy goes: the largest window is still tried (its own error may follow).
+        needs.pop(target)
+        return fitted, fit, needs
 
     def can_hold(self, messages: list[dict[str, Any]], max_tokens: int | None) -> tuple[bool, int]:
         """Whether any model of the chain could hold ``messages`` (whatever else the turn adds), and the largest

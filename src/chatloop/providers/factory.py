@@ -18,7 +18,7 @@ from collections.abc import Mapping
 from chatloop.config import DEFAULT_MODEL_CHAIN, ConfigError, Settings
 from chatloop.observability import logger
 from chatloop.providers.base import ChatModel
-from chatloop.providers.catalog import Catalog, split_entry
+from chatloop.providers.catalog import Catalog, ProviderInfo, split_entry
 from chatloop.providers.chain import FallbackChain
 from chatloop.providers.demo import DemoModel
 from chatloop.providers.groq import GroqModel
@@ -27,6 +27,13 @@ from chatloop.providers.openai import OpenAIModel
 # ``local:`` is any OpenAI-compatible server at LOCAL_BASE_URL (llama-server --jinja, Ollama, vLLM), through the openai
 # SDK, beside OpenAI's own API in the same chain.
 ADAPTERS = {"groq": GroqModel, "openai": OpenAIModel, "local": OpenAIModel}
+
+
+def provider_usable(provider: ProviderInfo, keys: Mapping[str, str | None]) -> bool:
+    """A hosted provider needs its key; a self-hosted one (``key_required: false``) needs its base URL."""
+    if provider.key_required:
+        return bool(keys.get(provider.name))
+    return bool(os.environ.get(provider.base_url_env or ""))
 
 
 def build_model(
@@ -48,11 +55,9 @@ def build_model(
     if adapter is None or provider_info is None:
         logger.warning(f"model chain: skipping {info.name}: unknown provider {provider!r}")
         return None
-    if provider_info.key_required and not keys.get(provider):
-        logger.warning(f"model chain: skipping {info.name}: no {provider_info.key_env} configured")
-        return None
-    if not provider_info.key_required and not os.environ.get(provider_info.base_url_env or ""):
-        logger.warning(f"model chain: skipping {info.name}: no {provider_info.base_url_env} configured")
+    if not provider_usable(provider_info, keys):
+        missing = provider_info.key_env if provider_info.key_required else provider_info.base_url_env
+        logger.warning(f"model chain: skipping {info.name}: no {missing} configured")
         return None
     if not info.known:
         logger.info(f"model chain: {info.name} is not in the catalog; using conservative defaults")
