@@ -92,6 +92,26 @@ def test_malformed_bodies_are_clear_4xx_without_a_model_call(upstream, sandbox, 
     assert upstream.requests == []
 
 
+@pytest.mark.parametrize("name", ["", "../../etc/passwd", "<img src=x>", "a" * 65, "has space"])
+@pytest.mark.parametrize(
+    ("path", "tools"),
+    [
+        ("/v1/responses", lambda name: [{"type": "function", "name": name}]),
+        ("/v1/chat/completions", lambda name: [{"type": "function", "function": {"name": name}}]),
+    ],
+    ids=["responses", "chat-completions"],
+)
+def test_a_hostile_function_tool_name_is_a_400_on_both_openai_routes(upstream, sandbox, name, path, tools):
+    """Once a 500 on /v1/responses (its tool name went unchecked into the chat tool's validator)."""
+    use(sandbox)
+    key = "input" if path == "/v1/responses" else "messages"
+    value = "hi" if key == "input" else [{"role": "user", "content": "hi"}]
+    code, body, _ = invoke(path, json.dumps({key: value, "tools": tools(name)}))
+    error = json.loads(body)["error"]
+    assert code == 400 and error["param"].startswith("tools") and "1-64 letters" in error["message"], body
+    assert upstream.requests == []
+
+
 # --- lone surrogates: in the request, the model's output, a tool's result ----------------------------------
 def test_a_lone_surrogate_in_the_question_becomes_a_replacement_character(upstream, sandbox):
     use(sandbox)

@@ -14,19 +14,29 @@ import re
 from typing import Annotated, Any, Literal
 
 from pydantic import (
+    AfterValidator,
     BaseModel,
     ConfigDict,
     Field,
     StrictBool,
     StrictInt,
     StrictStr,
-    field_validator,
     model_validator,
 )
 
 # Each endpoint validates with one schema: build it on first use (cold start), not at import.
 LAZY = ConfigDict(defer_build=True)
 TOOL_NAME = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
+
+
+def _tool_name(value: str) -> str:
+    if not TOOL_NAME.match(value):
+        raise ValueError("must be 1-64 letters, digits, '_' or '-'")
+    return value
+
+
+ToolName = Annotated[StrictStr, AfterValidator(_tool_name)]
+"""A function tool's name, as OpenAI takes it: checked wherever a client names a tool (chat and Responses alike)."""
 
 
 class FunctionName(BaseModel):
@@ -73,17 +83,10 @@ class ChatBody(_ChatFields):
 class ClientFunction(BaseModel):
     model_config = LAZY
 
-    name: StrictStr
+    name: ToolName
     description: StrictStr | None = None
     parameters: dict[str, Any] | None = None
     strict: StrictBool | None = None
-
-    @field_validator("name")
-    @classmethod
-    def _name(cls, value: str) -> str:
-        if not TOOL_NAME.match(value):
-            raise ValueError("must be 1-64 letters, digits, '_' or '-'")
-        return value
 
 
 class ClientTool(BaseModel):
@@ -207,7 +210,7 @@ class ResponsesFunctionTool(BaseModel):
     model_config = LAZY
 
     type: Literal["function"]
-    name: StrictStr
+    name: ToolName
     description: StrictStr | None = None
     parameters: dict[str, Any] | None = None
     strict: StrictBool | None = None
