@@ -30,6 +30,7 @@ from bench import (
     streaming,
     textcalls,
     throughput,
+    ttft,
 )
 from chatloop.tools.javascript import ExecuteJavaScriptTool, JavaScriptSandbox
 
@@ -60,6 +61,7 @@ def main() -> int:
         ("context", lambda: context.measure(2 if quick else 50)),
         ("idempotency", lambda: idempotency.measure(2 if quick else 30, js_tool)),
         ("page", lambda: page.measure(2 if quick else 15)),
+        ("ttft", lambda: ttft.measure(2 if quick else 15)),
     ]
     results: dict[str, Any] = {}
     for name, step in steps:

@@ -242,4 +242,30 @@ def report(results: dict, quick: bool) -> str:
         f"uncompressed (target ≤ 150 KB: {'met' if g['weight_bytes'] <= 150_000 else 'MISSED'}), all served by the app",
         "",
     ]
+    lines += ttft_section(results["ttft"])
     return "\n".join(lines)
+
+
+def ttft_section(t: dict) -> list[str]:
+    """Time to first token on each route (bench/ttft.py): the server's added time over the model's first token."""
+    names = {"chat": "`/chat`", "chat_completions": "`/v1/chat/completions`", "responses": "`/v1/responses`"}
+    lines = [
+        "## 12. Time to first token",
+        "",
+        f"A streaming upstream (the groq SDK's wire, loopback) whose first token a client next to it sees after "
+        f"**{t['model_first_token_ms']:.0f} ms**, then writes for {t['model_writes_ms']:.0f} ms; each route streamed, "
+        f"median over {t['reps']} runs (ms):",
+        "",
+        "| route | client's first content delta | added over the model's first token |",
+        "|---|---|---|",
+    ]
+    for route, row in t["routes"].items():
+        lines.append(f"| {names.get(route, route)} | {row['first_delta_ms']:.0f} | {row['added_ms']:.0f} |")
+    same = t["spread_ms"] <= 20
+    lines += [
+        "",
+        f"Target: ≤ {t['target_ms']:.0f} ms added on every route ({'met' if t['met'] else 'MISSED'}), and the same on "
+        f"`/chat` and `/v1` (spread {t['spread_ms']:.0f} ms: {'met' if same else 'MISSED'}).",
+        "",
+    ]
+    return lines
