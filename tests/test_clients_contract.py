@@ -263,7 +263,7 @@ def test_the_ai_sdk_tool_choice_required_after_a_server_run(server, upstream, ma
     assert Interest.model_validate(result["clientCalls"][0]["input"]) == EXPECTED
     assert ran_javascript(sent_since(upstream, before))
     if api == "responses":  # the server's run is a hosted code interpreter call the SDK renders
-        assert result["hostedCalls"], result
+        assert result["hostedCalls"] == ["code_interpreter"], result
 
 
 # --- the server's runs as code_interpreter_call items ----------------------------------------------

@@ -209,7 +209,7 @@ def assert_streamed_as_written(timed: Timed, answer_from: int = 0) -> None:
 
 
 # --- plain answers --------------------------------------------------------------------------------
-@pytest.mark.parametrize("route", ["chat_completions", "responses"])
+@pytest.mark.parametrize("route", ["chat_completions", "responses", "chat"])
 def test_the_first_byte_goes_out_at_once_and_tokens_as_the_model_writes_them(server, upstream, route):
     upstream.script(GROQ_MODEL, slow(GROQ_MODEL))
     timed = STREAMS[route](server, "How much is 1000 at 5% for 15 years?")
@@ -233,7 +233,7 @@ def test_concatenated_deltas_equal_the_final_and_the_non_streamed_content(server
 
 
 # --- after a server tool run ----------------------------------------------------------------------
-@pytest.mark.parametrize("route", ["chat_completions", "responses"])
+@pytest.mark.parametrize("route", ["chat_completions", "responses", "chat"])
 def test_the_answer_after_a_server_tool_run_streams_as_it_comes(server, upstream, route):
     upstream.script(GROQ_MODEL, narrated_call(GROQ_MODEL), slow(GROQ_MODEL, delay=0.5))
     timed = STREAMS[route](server, "What is 1000 at 5% compounded yearly for 15 years?")
