@@ -592,3 +592,30 @@ def test_the_end_user_identifier_is_logged_or_forwarded(server, upstream, capfd,
         "user-4242" in (b.get("user"), b.get("safety_identifier")) for b in bodies
     )
     assert logged or forwarded
+
+
+# --- the offline demo model keeps the contract too -------------------------------------------------
+@pytest.fixture(scope="module")
+def demo(sandbox) -> Iterator[Server]:
+    from chatloop.tools.base import ToolRegistry
+    from chatloop.tools.javascript import ExecuteJavaScriptTool
+
+    settings = Settings()
+    runtime = Runtime(
+        settings, registry=ToolRegistry([ExecuteJavaScriptTool(sandbox)]), keys_loader=lambda s: {}
+    )
+    with Server(create_app(settings, runtime=runtime)) as served:
+        yield served
+
+
+@pytest.mark.parametrize("model_class", ["OpenAIChatModel", "OpenAIResponsesModel"])
+def test_pydantic_ai_tool_output_with_the_demo_model(demo, model_class):
+    import pydantic_ai.models.openai as models
+    from pydantic_ai import Agent, ToolOutput
+    from pydantic_ai.providers.openai import OpenAIProvider
+
+    provider = OpenAIProvider(base_url=demo.base_url, api_key="unused")
+    model = getattr(models, model_class)("demo:offline", provider=provider)
+    question = "calculate compound interest: $10,000 at 5% annually for 15 years"
+    result = Agent(model, output_type=ToolOutput(Interest)).run_sync(question)
+    assert result.output.total == 20789.28  # the sandbox's result, through the client's output tool
