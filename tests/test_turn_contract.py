@@ -7,9 +7,9 @@ import pytest
 
 from chatloop.engine import EventType
 from chatloop.providers.base import ModelRequest, ModelResponse
-from tests.support.models import call, js, last_result, offered
 from chatloop.tools.base import ToolRegistry
 from chatloop.tools.javascript import ExecuteJavaScriptTool
+from tests.support.models import call, js, last_result, offered
 from tests.test_engine import COMPOUND_CODE, ScriptedModel, drive
 
 
