@@ -28,7 +28,7 @@ from chatloop.api.render import (
     sse_stream,
     with_heartbeats,
 )
-from chatloop.api.responses import conversation_of, echo_of, response_events, response_object
+from chatloop.api.responses import collect_response, conversation_of, echo_of, response_events
 from chatloop.api.runtime import CHAIN_ALIAS, Runtime, UnknownModel
 from chatloop.api.schemas import ChatBody, ClientTool, OpenAIChatBody, ResponseFormat, ResponsesBody
 from chatloop.deadline import Deadline
@@ -350,10 +350,10 @@ async def responses(request: Request) -> Response:
     )
     if body.stream:
         return event_stream(response_events(events, rid, echo), runtime, rid)
-    done, errors = await collect(events)
-    if done["stop_reason"] == "all_models_failed":
+    response, errors = await collect_response(events, rid, echo)
+    if response["x_chatloop"]["stop_reason"] == "all_models_failed":
         raise failed_turn(errors)
-    return JSONBody(response_object(done, rid, echo), headers={"x-request-id": rid})
+    return JSONBody(response, headers={"x-request-id": rid})
 
 
 def event_stream(chunks: AsyncIterator[bytes], runtime: Runtime, rid: str) -> StreamingResponse:

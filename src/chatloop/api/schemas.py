@@ -192,6 +192,42 @@ class FunctionCallOutputItem(BaseModel):
         return self.output if isinstance(self.output, str) else "".join(p.text for p in self.output)
 
 
+class CodeInterpreterLogs(BaseModel):
+    model_config = ConfigDict(extra="ignore", defer_build=True)
+
+    type: Literal["logs"]
+    logs: StrictStr
+
+
+class CodeInterpreterImage(BaseModel):
+    model_config = ConfigDict(extra="ignore", defer_build=True)
+
+    type: Literal["image"]
+    url: StrictStr
+
+
+class CodeInterpreterCallItem(BaseModel):
+    """An ``execute_javascript`` run from an earlier response (OpenAI's ``code_interpreter_call``), sent back as
+    input: the model is given it as that earlier tool call and its result."""
+
+    model_config = ConfigDict(extra="ignore", defer_build=True)
+
+    type: Literal["code_interpreter_call"]
+    id: Annotated[StrictStr, Field(min_length=1, max_length=256)]
+    code: StrictStr | None = None
+    outputs: list[CodeInterpreterLogs | CodeInterpreterImage] | None = None
+
+    def call_id(self) -> str:
+        return self.id.removeprefix("ci_")
+
+    def logs(self) -> str:
+        """What the run returned, as the model saw it (an image output is described, not dropped)."""
+        parts = [
+            o.logs if isinstance(o, CodeInterpreterLogs) else f"[image: {o.url}]" for o in self.outputs or []
+        ]
+        return "".join(parts) or "(the run returned no output)"
+
+
 class ReasoningItem(BaseModel):
     """A reasoning item a client sends back from an earlier response: it carries nothing this server needs."""
 
@@ -201,7 +237,7 @@ class ReasoningItem(BaseModel):
 
 
 InputItem = Annotated[
-    InputMessage | FunctionCallItem | FunctionCallOutputItem | ReasoningItem,
+    InputMessage | FunctionCallItem | FunctionCallOutputItem | CodeInterpreterCallItem | ReasoningItem,
     Field(union_mode="left_to_right"),
 ]
 
