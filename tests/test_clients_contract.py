@@ -507,22 +507,32 @@ def test_max_output_tokens_reaches_the_model(server, upstream, api):
 
 @pytest.mark.parametrize("model", [f"groq:{LLAMA}", f"openai:{UNLISTED}"])
 @pytest.mark.parametrize("api", ["chat_completions", "responses"])
-def test_parallel_tool_calls_false_reaches_every_model(server, upstream, api, model):
-    """Also to a model the catalog does not mark parallel-capable (the unlisted one)."""
+def test_parallel_tool_calls_false_is_honoured(server, upstream, api, model):
+    """The model is sent ``parallel_tool_calls: false``, or a reply with two calls reaches the client as one. Also
+    for a model the catalog does not mark parallel-capable (the unlisted one). Here the model ignores the flag."""
+    two = [
+        ("call_a", "record_interest", EXPECTED.model_dump_json()),
+        ("call_b", "record_interest", EXPECTED.model_copy(update={"years": 20}).model_dump_json()),
+    ]
+    model_id = model.partition(":")[2]
+    upstream.script(model_id, tool_calls(model_id, two, groq=True))
     before = len(upstream.requests)
     if api == "chat_completions":
-        client_of(server).chat.completions.create(
+        completion = client_of(server).chat.completions.create(
             model=model,
             messages=[{"role": "user", "content": "hi"}],
             tools=[RECORD],
             parallel_tool_calls=False,
         )
+        calls = [c.function.name for c in completion.choices[0].message.tool_calls or []]
     else:
-        client_of(server).responses.create(
+        response = client_of(server).responses.create(
             model=model, input="hi", tools=[RESPONSES_RECORD], parallel_tool_calls=False
         )
+        calls = [item.name for item in response.output if item.type == "function_call"]
     bodies = sent_since(upstream, before)
-    assert bodies and all(b.get("parallel_tool_calls") is False for b in bodies), bodies
+    forwarded = bool(bodies) and all(b.get("parallel_tool_calls") is False for b in bodies)
+    assert forwarded or calls == ["record_interest"], (calls, [b.get("parallel_tool_calls") for b in bodies])
 
 
 def test_metadata_is_echoed(server):

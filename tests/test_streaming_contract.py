@@ -32,7 +32,7 @@ OPENAI_MODEL = "gpt-4.1-mini"
 CHAIN = f"groq:{GROQ_MODEL},openai:{OPENAI_MODEL}"  # the groq SDK first, the openai SDK as the fallback
 KEYS = {"groq": "gsk_stream_contract_0000000000", "openai": "sk-stream-contract-0000000000"}
 
-FIRST_TOKEN_AFTER = 1.0  # the model's first byte comes this late: the role chunk must not wait for it
+FIRST_TOKEN_AFTER = 1.5  # the model's first byte comes this late: the role chunk must not wait for it
 PIECE_DELAY = 0.1  # 20 pieces over ~2 s
 ANSWER = (
     "One thousand at five percent compounded yearly for fifteen years grows to 2078.93, "
@@ -116,8 +116,9 @@ class Timed:
 
 
 def stream_chat_completions(server: Server, question: str, **extra: Any) -> Timed:
+    client = client_of(server)
     timed = Timed()
-    stream = client_of(server).chat.completions.create(
+    stream = client.chat.completions.create(
         model="chatloop", messages=[{"role": "user", "content": question}], stream=True, **extra
     )
     content: list[str] = []
@@ -134,8 +135,9 @@ def stream_chat_completions(server: Server, question: str, **extra: Any) -> Time
 
 
 def stream_responses(server: Server, question: str, **extra: Any) -> Timed:
+    client = client_of(server)
     timed = Timed()
-    stream = client_of(server).responses.create(model="chatloop", input=question, stream=True, **extra)
+    stream = client.responses.create(model="chatloop", input=question, stream=True, **extra)
     for event in stream:
         timed.raw.append(event)
         if event.type == "response.created":
@@ -213,8 +215,9 @@ def assert_streamed_as_written(timed: Timed, answer_from: int = 0) -> None:
 def test_the_first_byte_goes_out_at_once_and_tokens_as_the_model_writes_them(server, upstream, route):
     upstream.script(GROQ_MODEL, slow(GROQ_MODEL))
     timed = STREAMS[route](server, "How much is 1000 at 5% for 15 years?")
-    # The role chunk / response.created does not wait for the model's first byte (1 s).
-    assert timed.opened_at is not None and timed.opened_at < FIRST_TOKEN_AFTER / 2, timed.opened_at
+    # The role chunk / response.created does not wait for the model's first byte (1.5 s; a loaded machine may take
+    # a few hundred ms to get the turn going).
+    assert timed.opened_at is not None and timed.opened_at < FIRST_TOKEN_AFTER - 0.6, timed.opened_at
     first = timed.first_delta_after(0)
     assert FIRST_TOKEN_AFTER <= first < FIRST_TOKEN_AFTER + 0.8, (
         first
