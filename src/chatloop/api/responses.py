@@ -98,8 +98,21 @@ def echo_of(body: ResponsesBody, model: str) -> dict[str, Any]:
         if choice is not None and not isinstance(choice, str)
         else choice or "auto",
         "tools": [t.model_dump(exclude_none=True) for t in body.tools or []],
-        "text": {"format": text_format or {"type": "text"}},
+        "text": {
+            "format": text_format or {"type": "text"},
+            "verbosity": body.text.verbosity if body.text else None,
+        },
         "metadata": body.metadata or {},
+        "truncation": body.truncation or "disabled",
+        "max_tool_calls": body.max_tool_calls,
+        "reasoning": {"effort": body.reasoning.effort if body.reasoning else None, "summary": None},
+        "user": body.user,
+        "safety_identifier": body.safety_identifier,
+        "prompt_cache_key": body.prompt_cache_key,
+        "service_tier": body.service_tier or "auto",
+        "top_logprobs": body.top_logprobs or 0,
+        "background": False,
+        "store": False,
     }
 
 

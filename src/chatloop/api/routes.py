@@ -113,9 +113,24 @@ def model_for(runtime: Runtime, requested: str | None, *, openai: bool = False) 
         raise RequestError(503, "keys_unavailable", str(exc)) from None
 
 
-def check_context(model: FallbackChain, messages: list[dict[str, Any]], max_tokens: int | None) -> None:
+def check_context(
+    model: FallbackChain, messages: list[dict[str, Any]], max_tokens: int | None, whole: bool = False
+) -> None:
     """A conversation whose system messages and latest user message alone exceed every model's window cannot be
-    answered however it is trimmed: a 413 now, no model call."""
+    answered however it is trimmed: a 413 now, no model call. With ``whole`` (trimming disabled), the whole
+    conversation must fit."""
+    if whole:
+        holds, largest = model.can_hold(messages, max_tokens)
+        if not holds:
+            raise RequestError(
+                413,
+                "context_length_exceeded",
+                f"input: the conversation needs more than the largest context window in the chain ({largest} "
+                "tokens, the answer's reserve included) and truncation is disabled; shorten it, or send "
+                'truncation: "auto" to let the server drop its oldest turns',
+                param="input",
+            )
+        return
     last_user = max((i for i, m in enumerate(messages) if m["role"] == "user"), default=None)
     if last_user is None:
         return
@@ -140,7 +155,8 @@ def structured_output(
     if response_format is None:
         return None
     kind = response_format["type"]
-    able = [m.name for m in model.models if runtime.catalog.get(m.name).honours(response_format)]
+    # A model whose catalog entry does not say is tried (its provider's refusal passes the turn to the next model).
+    able = [m.name for m in model.models if runtime.catalog.get(m.name).honours(response_format) is not False]
     skipped = [m.name for m in model.models if m.name not in able]
     logger.info(
         f"Structured output decision: format={kind} models={','.join(able) or '-'} "
@@ -156,6 +172,41 @@ def structured_output(
             param=param,
         )
     return response_format
+
+
+def model_params(runtime: Runtime, model: FallbackChain, requested: dict[str, Any]) -> dict[str, Any]:
+    """The sampling and output parameters a turn sends as they are (``stop``, ``seed``, ``reasoning_effort`` ...),
+    never silently dropped: models whose catalog entry does not take one are passed over for the request (a logged
+    decision); a parameter no model of the chain can take is a 400 ``unsupported_parameter`` naming it."""
+    for name in requested:
+        able = [m.name for m in model.models if runtime.catalog.get(m.name).takes(name) is not False]
+        skipped = [m.name for m in model.models if m.name not in able]
+        logger.info(
+            f"Parameter decision: param={name} models={','.join(able) or '-'} skipped={','.join(skipped) or '-'} "
+            f"reason={'supported' if able else 'unsupported'}",
+            extra={"parameter": {"param": name, "models": able, "skipped": skipped}},
+        )
+        if not able:
+            raise RequestError(
+                400,
+                "unsupported_parameter",
+                f"{name}: no model in the chain takes it ({', '.join(skipped)}); pick one whose catalog entry "
+                "lists it in params",
+                param=name,
+            )
+    return requested
+
+
+def refuse_unsupported(body: OpenAIChatBody | ResponsesBody) -> None:
+    """The first parameter this server cannot honour, as a 400 naming it (nothing is silently ignored)."""
+    refused = body.refusals()
+    if refused:
+        raise RequestError(400, "unsupported_parameter", str(refused[0]), param=refused[0].param)
+    if body.user or body.safety_identifier or body.metadata:  # honoured by being logged with the turn
+        logger.info(
+            "Request identity",
+            extra={"user": body.user, "safety_identifier": body.safety_identifier, "metadata": body.metadata},
+        )
 
 
 def checked_client_tools(runtime: Runtime, tools: list[ClientTool], choice: Any) -> list[dict[str, Any]]:
@@ -270,12 +321,14 @@ def tools_for_chat(runtime: Runtime, body: ChatBody, choice: Any) -> list[str]:
 async def chat_completions(request: Request) -> Response:
     runtime = runtime_of(request)
     body: OpenAIChatBody = await read_body(request, OpenAIChatBody, runtime.settings.max_body_bytes)
+    refuse_unsupported(body)
     messages = conversation(body.messages, runtime.settings.max_messages)
     choice = named_choice(body.tool_choice)
     client_tools = checked_client_tools(runtime, body.tools or [], choice)
     model = model_for(runtime, body.model, openai=True)
     check_context(model, messages, body.max_completion_tokens or body.max_tokens)
     response_format = structured_output(runtime, model, body.response_format, "response_format")
+    params = model_params(runtime, model, body.forwarded())
     no_tools = choice == "none"
     turn = TurnRequest(
         messages=messages,
@@ -287,6 +340,7 @@ async def chat_completions(request: Request) -> Response:
         top_p=body.top_p,
         max_tokens=body.max_completion_tokens or body.max_tokens,
         response_format=response_format,
+        model_params=params,
     )
     rid = request_id(request)
     events = observed(
@@ -307,14 +361,7 @@ async def responses(request: Request) -> Response:
     """OpenAI's Responses API, stateless: the same turn as chat completions, rendered as a ``response``."""
     runtime = runtime_of(request)
     body: ResponsesBody = await read_body(request, ResponsesBody, runtime.settings.max_body_bytes)
-    if body.previous_response_id is not None:
-        raise RequestError(
-            400,
-            "unsupported_parameter",
-            "previous_response_id: this server is stateless (store is not supported); "
-            "send the whole conversation as input items",
-            param="previous_response_id",
-        )
+    refuse_unsupported(body)
     messages = conversation(conversation_of(body), runtime.settings.max_messages)
     chat_choice: str | dict[str, Any] | None = None
     if isinstance(body.tool_choice, str):
@@ -323,12 +370,14 @@ async def responses(request: Request) -> Response:
         chat_choice = {"type": "function", "function": {"name": body.tool_choice.name}}
     client_tools = checked_client_tools(runtime, [t.as_chat_tool() for t in body.tools or []], chat_choice)
     model = model_for(runtime, body.model, openai=True)
-    check_context(model, messages, body.max_output_tokens)
+    trimming = body.truncation == "auto"  # OpenAI's default is "disabled": refuse what does not fit
+    check_context(model, messages, body.max_output_tokens, whole=not trimming)
     try:
         requested_format = body.text.format.as_response_format() if body.text and body.text.format else None
     except ValueError as exc:
         raise RequestError(400, "invalid_request", str(exc), param="text.format") from None
     response_format = structured_output(runtime, model, requested_format, "text.format")
+    params = model_params(runtime, model, body.forwarded())
     no_tools = chat_choice == "none"
     turn = TurnRequest(
         messages=messages,
@@ -340,6 +389,9 @@ async def responses(request: Request) -> Response:
         top_p=body.top_p,
         max_tokens=body.max_output_tokens,
         response_format=response_format,
+        model_params=params,
+        max_tool_calls=body.max_tool_calls,
+        allow_trimming=trimming,
     )
     rid = request_id(request)
     echo = echo_of(body, model.name)
