@@ -190,6 +190,31 @@ def test_responses_tool_choice_ends_with_a_function_call_item(server, upstream, 
     assert ran_javascript(sent_since(upstream, before))
 
 
+def test_a_streamed_required_turn_ends_with_the_client_call_after_the_servers_run(server, upstream):
+    with client_of(server).responses.stream(
+        model="chatloop", input=QUESTION, tools=[RESPONSES_RECORD], tool_choice="required"
+    ) as stream:
+        events = list(stream)
+        final = stream.get_final_response()
+    assert [item.type for item in final.output] == ["code_interpreter_call", "function_call"], final.output
+    assert Interest.model_validate_json(final.output[1].arguments) == EXPECTED
+    assert events[-1].type == "response.completed"
+    chunks = list(
+        client_of(server).chat.completions.create(
+            model="chatloop",
+            messages=[{"role": "user", "content": QUESTION}],
+            tools=[RECORD],
+            tool_choice="required",
+            stream=True,
+        )
+    )
+    names = [
+        c.function.name for k in chunks for c in (k.choices[0].delta.tool_calls if k.choices else None) or []
+    ]
+    finishes = [k.choices[0].finish_reason for k in chunks if k.choices and k.choices[0].finish_reason]
+    assert "record_interest" in names and finishes == ["tool_calls"], chunks
+
+
 @pytest.mark.parametrize("api", ["chat_completions", "responses"])
 def test_tool_choice_none_sends_no_tools(server, upstream, api):
     before = len(upstream.requests)

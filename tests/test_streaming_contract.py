@@ -248,6 +248,21 @@ def test_the_answer_after_a_server_tool_run_streams_as_it_comes(server, upstream
     assert len(bodies) == 2 and any(m["role"] == "tool" for m in bodies[1]["body"]["messages"])
 
 
+def test_the_responses_output_keeps_the_order_things_happened_in(server, upstream):
+    """The narration, the server's run (a code_interpreter_call item), then the answer's message after it."""
+    upstream.script(
+        GROQ_MODEL, narrated_call(GROQ_MODEL), text(GROQ_MODEL, "It grows to 2078.93.", groq=True)
+    )
+    timed = stream_responses(server, "What is 1000 at 5% compounded yearly for 15 years?")
+    output = timed.raw[-1].response.output
+    kinds = [item.type for item in output]
+    run = kinds.index("code_interpreter_call")
+    assert kinds[-1] == "message" and run < len(kinds) - 1, kinds
+    assert "2078.93" in message_text(output[run + 1 :]) and PROSE in message_text(output[:run]), kinds
+    added = [e.item.type for e in timed.raw if e.type == "response.output_item.added"]
+    assert added == kinds  # streamed in the same order
+
+
 @pytest.mark.parametrize("route", ["chat_completions", "responses", "chat"])
 def test_text_before_a_server_tool_call_is_part_of_the_answer(server, upstream, route):
     """ "Let me compute that." then the answer, joined by the seam: in the deltas, the final content and the
