@@ -664,3 +664,44 @@ def test_pydantic_ai_tool_output_with_the_demo_model(demo, model_class):
     question = "calculate compound interest: $10,000 at 5% annually for 15 years"
     result = Agent(model, output_type=ToolOutput(Interest)).run_sync(question)
     assert result.output.total == 20789.28  # the sandbox's result, through the client's output tool
+
+
+WEATHER_FUNCTION: dict[str, Any] = {
+    "name": "get_weather",
+    "description": "Current weather for a city",
+    "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]},
+}
+WEATHER: dict[str, Any] = {"type": "function", "function": WEATHER_FUNCTION}
+
+
+def demo_weather_call(demo: Server) -> list[dict[str, Any]]:
+    """A conversation where the demo model called the client's get_weather and the client answered it with a
+    result of its own shape (no ``result`` key), as the AI SDK's tools do."""
+    client = client_of(demo)
+    messages: list[dict[str, Any]] = [{"role": "user", "content": "What is the weather in Oslo?"}]
+    first = client.chat.completions.create(
+        model="demo:offline", messages=messages, tools=[WEATHER], tool_choice="required"
+    )
+    message = first.choices[0].message
+    assert message.tool_calls, message
+    result = {
+        "role": "tool",
+        "tool_call_id": message.tool_calls[0].id,
+        "content": '{"temp": 7, "city": "Oslo"}',
+    }
+    return [*messages, message.model_dump(exclude_none=True), result]
+
+
+def test_the_demo_model_quotes_a_client_tool_result_whatever_its_shape(demo):
+    completion = client_of(demo).chat.completions.create(
+        model="demo:offline", messages=demo_weather_call(demo), tools=[WEATHER]
+    )
+    content = completion.choices[0].message.content or ""
+    assert "7" in content and "None" not in content, content
+
+
+def test_the_demo_model_holds_tool_choice_after_tool_results(demo):
+    completion = client_of(demo).chat.completions.create(
+        model="demo:offline", messages=demo_weather_call(demo), tools=[WEATHER], tool_choice="required"
+    )
+    assert completion.choices[0].finish_reason == "tool_calls", completion.choices[0].message
