@@ -674,11 +674,11 @@ WEATHER_FUNCTION: dict[str, Any] = {
 WEATHER: dict[str, Any] = {"type": "function", "function": WEATHER_FUNCTION}
 
 
-def demo_weather_call(demo: Server) -> list[dict[str, Any]]:
+def demo_weather_call(demo: Server) -> list[Any]:
     """A conversation where the demo model called the client's get_weather and the client answered it with a
     result of its own shape (no ``result`` key), as the AI SDK's tools do."""
     client = client_of(demo)
-    messages: list[dict[str, Any]] = [{"role": "user", "content": "What is the weather in Oslo?"}]
+    messages: list[Any] = [{"role": "user", "content": "What is the weather in Oslo?"}]
     first = client.chat.completions.create(
         model="demo:offline", messages=messages, tools=[WEATHER], tool_choice="required"
     )
