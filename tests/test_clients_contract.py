@@ -671,7 +671,7 @@ WEATHER_FUNCTION: dict[str, Any] = {
     "description": "Current weather for a city",
     "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]},
 }
-WEATHER: dict[str, Any] = {"type": "function", "function": WEATHER_FUNCTION}
+WEATHER: Any = {"type": "function", "function": WEATHER_FUNCTION}
 
 
 def demo_weather_call(demo: Server) -> list[Any]:
