@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import math
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
+from functools import partial
 from typing import Any
 
 from pydantic import BaseModel, ValidationError
@@ -35,6 +36,7 @@ from chatloop.deadline import Deadline
 from chatloop.engine import Event, EventType, TurnRequest, run_turn
 from chatloop.engine.messages import ConversationError, normalize_conversation
 from chatloop.observability import logger, metrics, record_turn_metrics
+from chatloop.providers.catalog import ModelInfo
 from chatloop.providers.chain import FallbackChain
 from chatloop.secrets import KeysUnavailable
 from chatloop.tools.base import ToolRegistry
@@ -117,84 +119,82 @@ def check_context(
     model: FallbackChain, messages: list[dict[str, Any]], max_tokens: int | None, whole: bool = False
 ) -> None:
     """A conversation whose system messages and latest user message alone exceed every model's window cannot be
-    answered however it is trimmed: a 413 now, no model call. With ``whole`` (trimming disabled), the whole
-    conversation must fit."""
+    answered however it is trimmed: a 413 now, no model call. With ``whole`` (trimming disabled: the Responses API's
+    ``truncation: disabled``), the whole conversation must fit."""
     if whole:
-        holds, largest = model.can_hold(messages, max_tokens)
-        if not holds:
-            raise RequestError(
-                413,
-                "context_length_exceeded",
-                f"input: the conversation needs more than the largest context window in the chain ({largest} "
-                "tokens, the answer's reserve included) and truncation is disabled; shorten it, or send "
-                'truncation: "auto" to let the server drop its oldest turns',
-                param="input",
-            )
-        return
-    last_user = max((i for i, m in enumerate(messages) if m["role"] == "user"), default=None)
-    if last_user is None:
-        return
-    essential = [m for m in messages[:last_user] if m["role"] == "system"] + [messages[last_user]]
-    holds, largest = model.can_hold(essential, max_tokens)
+        needed, param = messages, "input"
+        what = "the conversation needs"
+        advice = (
+            'truncation is disabled; shorten it, or send truncation: "auto" to let the server drop old turns'
+        )
+    else:
+        last_user = max((i for i, m in enumerate(messages) if m["role"] == "user"), default=None)
+        if last_user is None:
+            return
+        needed = [m for m in messages[:last_user] if m["role"] == "system"] + [messages[last_user]]
+        param, what, advice = "messages", "the latest user message alone needs", "shorten it"
+    holds, largest = model.can_hold(needed, max_tokens)
     if not holds:
         raise RequestError(
             413,
             "context_length_exceeded",
-            f"messages: the latest user message alone needs more than the largest context window in the chain "
-            f"({largest} tokens, the answer's reserve included); shorten it",
-            param="messages",
+            f"{param}: {what} more than the largest context window in the chain ({largest} tokens, the answer's "
+            f"reserve included); {advice}",
+            param=param,
         )
 
 
 def structured_output(
     runtime: Runtime, model: FallbackChain, requested: ResponseFormat | None, param: str
 ) -> dict[str, Any] | None:
-    """The upstream ``response_format`` for a turn, never silently dropped: models of the chain that cannot honour
-    it are skipped for this request (a logged decision); when none can, a 400 ``unsupported_parameter``."""
+    """The upstream ``response_format`` for a turn, never silently dropped (see ``_some_model_takes``)."""
     response_format = requested.upstream() if requested else None
     if response_format is None:
         return None
     kind = response_format["type"]
-    # A model whose catalog entry does not say is tried (its provider's refusal passes the turn to the next model).
-    able = [m.name for m in model.models if runtime.catalog.get(m.name).honours(response_format) is not False]
-    skipped = [m.name for m in model.models if m.name not in able]
-    logger.info(
-        f"Structured output decision: format={kind} models={','.join(able) or '-'} "
-        f"skipped={','.join(skipped) or '-'} reason={'supported' if able else 'unsupported'}",
-        extra={"structured_output": {"format": kind, "models": able, "skipped": skipped}},
-    )
-    if not able:
-        raise RequestError(
-            400,
-            "unsupported_parameter",
-            f"{param}: no model in the chain supports {kind} ({', '.join(skipped)}); "
-            "pick one whose catalog entry lists it in response_format",
-            param=param,
-        )
+    honours = partial(ModelInfo.honours, response_format=response_format)
+    _some_model_takes(runtime, model, honours, "Structured output", f"format={kind}", param)
     return response_format
 
 
 def model_params(runtime: Runtime, model: FallbackChain, requested: dict[str, Any]) -> dict[str, Any]:
     """The sampling and output parameters a turn sends as they are (``stop``, ``seed``, ``reasoning_effort`` ...),
-    never silently dropped: models whose catalog entry does not take one are passed over for the request (a logged
-    decision); a parameter no model of the chain can take is a 400 ``unsupported_parameter`` naming it."""
+    never silently dropped (see ``_some_model_takes``)."""
     for name in requested:
-        able = [m.name for m in model.models if runtime.catalog.get(m.name).takes(name) is not False]
-        skipped = [m.name for m in model.models if m.name not in able]
-        logger.info(
-            f"Parameter decision: param={name} models={','.join(able) or '-'} skipped={','.join(skipped) or '-'} "
-            f"reason={'supported' if able else 'unsupported'}",
-            extra={"parameter": {"param": name, "models": able, "skipped": skipped}},
-        )
-        if not able:
-            raise RequestError(
-                400,
-                "unsupported_parameter",
-                f"{name}: no model in the chain takes it ({', '.join(skipped)}); pick one whose catalog entry "
-                "lists it in params",
-                param=name,
-            )
+        takes = partial(ModelInfo.takes, param=name)
+        _some_model_takes(runtime, model, takes, "Parameter", f"param={name}", name)
     return requested
+
+
+def _some_model_takes(
+    runtime: Runtime,
+    model: FallbackChain,
+    takes: Callable[[ModelInfo], bool | None],
+    decision: str,
+    subject: str,
+    param: str,
+) -> None:
+    """Which models of the chain can be sent something a request asks for: those whose catalog entry lists it, and
+    those whose entry does not say (they are tried; a provider's refusal passes the turn to the next model). The
+    others are passed over for the request, a logged decision. When none is left, a 400 ``unsupported_parameter``
+    naming ``param``, before any model call."""
+    able = [m.name for m in model.models if takes(runtime.catalog.get(m.name)) is not False]
+    skipped = [m.name for m in model.models if m.name not in able]
+    logger.info(
+        f"{decision} decision: {subject} models={','.join(able) or '-'} skipped={','.join(skipped) or '-'} "
+        f"reason={'supported' if able else 'unsupported'}",
+        extra={
+            "model_support": {"decision": decision, "subject": subject, "models": able, "skipped": skipped}
+        },
+    )
+    if not able:
+        raise RequestError(
+            400,
+            "unsupported_parameter",
+            f"{param}: no model in the chain supports {subject.partition('=')[2]} ({', '.join(skipped)}); pick one "
+            "whose catalog entry lists it",
+            param=param,
+        )
 
 
 def refuse_unsupported(body: OpenAIChatBody | ResponsesBody) -> None:
