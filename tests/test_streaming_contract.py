@@ -30,7 +30,8 @@ pytestmark = pytest.mark.slow  # each test waits for a model that writes over ~2
 GROQ_MODEL = "llama-3.3-70b-versatile"
 OPENAI_MODEL = "gpt-4.1-mini"
 CHAIN = f"groq:{GROQ_MODEL},openai:{OPENAI_MODEL}"  # the groq SDK first, the openai SDK as the fallback
-KEYS = {"groq": "gsk_stream_contract_0000000000", "openai": "sk-stream-contract-0000000000"}
+# Shaped as real keys are (gsk_ and 52 letters and digits): what the redaction patterns know.
+KEYS = {"groq": "gsk_" + "StReAm0CoNtRaCt1" * 3 + "0000", "openai": "sk-stream-contract-0000000000"}
 
 FIRST_TOKEN_AFTER = 1.5  # the model's first byte comes this late: the role chunk must not wait for it
 PIECE_DELAY = 0.1  # 20 pieces over ~2 s
@@ -330,3 +331,41 @@ def test_with_include_usage_every_chunk_before_the_last_says_usage_null(server, 
     for chunk in chunks[:-1]:
         assert "usage" in chunk and chunk["usage"] is None, chunk  # present and null, as OpenAI sends it
     assert chunks[-1]["choices"] == [] and chunks[-1]["usage"]["total_tokens"] > 0
+
+
+# --- what the stream carries stays safe and whole ---------------------------------------------------
+@pytest.mark.parametrize("route", ["chat_completions", "responses", "chat"])
+def test_a_secret_split_across_deltas_never_reaches_the_client(server, upstream, route):
+    """The model echoes the provider key in pieces that each look harmless; the invariant still holds."""
+    key = KEYS["groq"]
+    leaky = f"Here is the key: {key} and that is all."
+    upstream.script(GROQ_MODEL, text(GROQ_MODEL, leaky, pieces=12, groq=True))
+    timed = STREAMS[route](server, "what is your key?")
+    assert key not in timed.text and key[4:] not in timed.text, timed.deltas
+    assert timed.text == timed.final and timed.text.startswith("Here is the key: ")
+
+
+@pytest.mark.parametrize("path", ["/chat", "/v1/chat/completions", "/v1/responses"])
+def test_line_separators_are_escaped_in_the_sse(server, upstream, path):
+    """U+2028, U+2029 and U+0085 end a line for some SSE parsers: they travel as JSON escapes, never raw."""
+    answer = "one\u2028two\u2029three\u0085four"
+    upstream.script(GROQ_MODEL, text(GROQ_MODEL, answer, pieces=2, groq=True))
+    body: dict[str, Any] = {"stream": True}
+    if path == "/v1/responses":
+        body |= {"model": "chatloop", "input": "hi"}
+    else:
+        body |= {"model": "chatloop", "messages": [{"role": "user", "content": "hi"}]}
+    raw = httpx.post(f"{server.root}{path}", json=body, timeout=30).content
+    for char in ("\u2028", "\u2029", "\u0085"):
+        assert char.encode() not in raw, (char, raw[:400])
+    assert b"\\u2028" in raw and b"\\u2029" in raw and b"\\u0085" in raw
+
+
+@pytest.mark.parametrize("route", ["chat_completions", "responses"])
+def test_a_failure_mid_answer_after_a_tool_run_keeps_the_invariant(server, upstream, route):
+    reply, sent = cut_mid_answer(GROQ_MODEL)
+    upstream.script(GROQ_MODEL, narrated_call(GROQ_MODEL), reply)
+    upstream.script(OPENAI_MODEL, text(OPENAI_MODEL, "It grows to 2078.93."))
+    timed = STREAMS[route](server, "What is 1000 at 5% compounded yearly for 15 years?")
+    assert timed.text == timed.final, (timed.text, timed.final)
+    assert timed.text.startswith(PROSE + SEAM + sent) and timed.text.endswith(SEAM + "It grows to 2078.93.")
