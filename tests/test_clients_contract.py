@@ -705,3 +705,47 @@ def test_the_demo_model_holds_tool_choice_after_tool_results(demo):
         model="demo:offline", messages=demo_weather_call(demo), tools=[WEATHER], tool_choice="required"
     )
     assert completion.choices[0].finish_reason == "tool_calls", completion.choices[0].message
+
+
+# --- truncation: auto trims, disabled refuses --------------------------------------------------------
+@pytest.fixture
+def small_window(upstream, tmp_path, monkeypatch) -> Iterator[Server]:
+    """A chain of one model whose catalog entry (an operator's overlay) gives it a 3,000-token window."""
+    overlay = tmp_path / "models.json"
+    overlay.write_text(
+        json.dumps({"models": {"openai:tiny-window-1": {"context_window": 3000, "tools": True}}})
+    )
+    monkeypatch.setenv("OPENAI_BASE_URL", upstream.openai_base_url)
+    settings = Settings(model_chain="openai:tiny-window-1", model_catalog_file=str(overlay))
+    runtime = Runtime(settings, keys_loader=lambda s: dict(KEYS))
+    with Server(create_app(settings, runtime=runtime)) as served:
+        yield served
+
+
+def long_history() -> list[dict[str, str]]:
+    """About 6,000 tokens of earlier turns, then a short question: it fits only once old turns are dropped."""
+    turns = []
+    for n in range(30):
+        turns.append({"role": "user", "content": f"Question {n}: " + "tell me more about it. " * 35})
+        turns.append({"role": "assistant", "content": f"Answer {n}: " + "here is more about it. " * 35})
+    return [*turns, {"role": "user", "content": "hi"}]
+
+
+def test_truncation_disabled_refuses_what_does_not_fit(small_window, upstream):
+    before = len(upstream.requests)
+    with pytest.raises(openai.APIStatusError) as refused:
+        client_of(small_window).responses.create(
+            model="chatloop", input=long_history(), truncation="disabled"
+        )
+    assert refused.value.status_code in (400, 413) and "truncation" in refused.value.message
+    assert len(upstream.requests) == before  # no model call
+
+
+def test_truncation_auto_trims_and_says_so(small_window, upstream):
+    before = len(upstream.requests)
+    response = client_of(small_window).responses.create(
+        model="chatloop", input=long_history(), truncation="auto"
+    )
+    assert response.status == "completed" and response.truncation == "auto"
+    (sent,) = sent_since(upstream, before)
+    assert len(sent["messages"]) < len(long_history()) and sent["messages"][-1]["content"] == "hi"
