@@ -749,3 +749,48 @@ def test_truncation_auto_trims_and_says_so(small_window, upstream):
     assert response.status == "completed" and response.truncation == "auto"
     (sent,) = sent_since(upstream, before)
     assert len(sent["messages"]) < len(long_history()) and sent["messages"][-1]["content"] == "hi"
+
+
+# --- the catalog decides who takes a parameter; a model it is silent on is tried ------------------
+def serve(upstream: FakeLLM, chain: str, monkeypatch: pytest.MonkeyPatch) -> Server:
+    monkeypatch.setenv("GROQ_BASE_URL", upstream.groq_base_url)
+    monkeypatch.setenv("OPENAI_BASE_URL", upstream.openai_base_url)
+    settings = Settings(model_chain=chain, rate_limit_max_wait_seconds=0.0)
+    return Server(create_app(settings, runtime=Runtime(settings, keys_loader=lambda s: dict(KEYS))))
+
+
+def test_a_parameter_no_model_of_the_chain_takes_is_a_400_with_no_model_call(upstream, monkeypatch):
+    before = len(upstream.requests)
+    with (
+        serve(upstream, f"groq:{LLAMA},groq:{GPT_OSS}", monkeypatch) as server,  # neither takes logit_bias
+        pytest.raises(openai.BadRequestError) as refused,
+    ):
+        client_of(server).chat.completions.create(
+            model="chatloop", messages=[{"role": "user", "content": "hi"}], logit_bias={"1734": -100}
+        )
+    assert refused.value.code == "unsupported_parameter" and refused.value.param == "logit_bias"
+    assert len(upstream.requests) == before
+
+
+def test_a_model_that_does_not_take_a_parameter_is_passed_over(upstream, monkeypatch):
+    before = len(upstream.requests)
+    with serve(upstream, f"groq:{LLAMA},groq:{GPT_OSS}", monkeypatch) as server:  # only gpt-oss takes it
+        completion = client_of(server).chat.completions.create(
+            model="chatloop", messages=[{"role": "user", "content": "hi"}], reasoning_effort="low"
+        )
+    assert completion.model == f"groq:{GPT_OSS}"
+    bodies = sent_since(upstream, before)
+    assert [b["model"] for b in bodies] == [GPT_OSS] and bodies[0]["reasoning_effort"] == "low"
+
+
+def test_a_providers_rejection_of_a_parameter_moves_the_chain_on(upstream, monkeypatch):
+    rejection = error(400, "unsupported_parameter", "Unsupported parameter: 'seed'.", param="seed")
+    upstream.script(UNLISTED, rejection)
+    before = len(upstream.requests)
+    with serve(upstream, f"openai:{UNLISTED},groq:{GPT_OSS}", monkeypatch) as server:
+        completion = client_of(server).chat.completions.create(
+            model="chatloop", messages=[{"role": "user", "content": "hi"}], seed=7
+        )
+    assert completion.choices[0].message.content == "Hello from the wire."
+    bodies = sent_since(upstream, before)
+    assert [b["model"] for b in bodies] == [UNLISTED, GPT_OSS] and all(b["seed"] == 7 for b in bodies)
