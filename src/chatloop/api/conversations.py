@@ -1,0 +1,288 @@
+"""``/v1/conversations``: OpenAI's Conversations API over the conversation store, in OpenAI's shapes (openai-python
+``types/conversations/``): ``conversation``, ``conversation.deleted``, a ``list`` of items.
+
+Everything is the caller's own (``caller_of``): another caller's conversation or item is exactly a 404, as a
+missing one. A malformed id is a 400; a store that fails or does not answer within
+``CONVERSATION_STORE_TIMEOUT_SECONDS`` (and the request's deadline) is a 503.
+
+Usage (the routes, in api/app.py)::
+
+    POST   /v1/conversations                          {"items": [...], "metadata": {...}}
+    GET    /v1/conversations/{id}                     POST it {"metadata": {...}} to update; DELETE it
+    GET    /v1/conversations/{id}/items?order=asc&limit=20&after=msg_…
+    POST   /v1/conversations/{id}/items               {"items": [...]} (up to 20)
+    GET    /v1/conversations/{id}/items/{item_id}     DELETE it too
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from typing import Annotated, Any
+
+from pydantic import BaseModel, ConfigDict, Field, StrictStr
+from starlette.requests import Request
+from starlette.responses import Response
+
+from chatloop.api.caller import caller_of
+from chatloop.api.errors import RequestError
+from chatloop.api.render import JSONBody
+from chatloop.api.routes import read_body, request_deadline, runtime_of
+from chatloop.api.schemas import FunctionCallItem, FunctionCallOutputItem, InputItem, InputMessage
+from chatloop.deadline import Deadline
+from chatloop.observability import logger
+from chatloop.store import Item, PageQuery, StoreUnavailable, new_id
+from chatloop.store.service import ConversationStore, CursorNotFound
+
+MAX_ITEMS_AT_ONCE = 20
+"""OpenAI: "You may add up to 20 items at a time"."""
+CONVERSATION_ID = re.compile(r"^conv_[A-Za-z0-9]{1,128}$")
+ITEM_ID = re.compile(r"^[a-z]{2,8}_[A-Za-z0-9]{1,128}$")
+
+Metadata = Annotated[
+    dict[Annotated[StrictStr, Field(max_length=64)], Annotated[StrictStr, Field(max_length=512)]],
+    Field(max_length=16),
+]
+"""OpenAI's metadata: at most 16 pairs, keys of at most 64 characters, values of at most 512."""
+
+
+class ConversationCreate(BaseModel):
+    model_config = ConfigDict(extra="ignore", defer_build=True)
+
+    items: Annotated[list[InputItem], Field(max_length=MAX_ITEMS_AT_ONCE)] | None = None
+    metadata: Metadata | None = None
+
+
+class ConversationUpdate(BaseModel):
+    model_config = ConfigDict(extra="ignore", defer_build=True)
+
+    metadata: Metadata | None
+
+
+class ItemsCreate(BaseModel):
+    model_config = ConfigDict(extra="ignore", defer_build=True)
+
+    items: Annotated[list[InputItem], Field(min_length=1, max_length=MAX_ITEMS_AT_ONCE)]
+
+
+# --- items as a conversation holds them -----------------------------------------------------------
+def stored_items(items: Sequence[Any]) -> list[Item]:
+    """Input items as OpenAI's ``ConversationItem`` shapes, each with a new unguessable id (a client's own ``id`` is
+    not kept). A ``reasoning`` item carries nothing this server uses, and is refused rather than kept empty."""
+    stored = []
+    for index, item in enumerate(items):
+        if isinstance(item, InputMessage):
+            item_id = new_id("msg")
+            kind = "output_text" if item.role == "assistant" else "input_text"
+            part: dict[str, Any] = {"type": kind, "text": item.text()}
+            if kind == "output_text":
+                part["annotations"] = []
+            body: dict[str, Any] = {
+                "type": "message",
+                "id": item_id,
+                "role": item.role,
+                "status": "completed",
+                "content": [part],
+            }
+        elif isinstance(item, FunctionCallItem):
+            item_id = new_id("fc")
+            body = {
+                "type": "function_call",
+                "id": item_id,
+                "call_id": item.call_id,
+                "name": item.name,
+                "arguments": item.arguments,
+                "status": "completed",
+            }
+        elif isinstance(item, FunctionCallOutputItem):
+            item_id = new_id("fco")
+            body = {
+                "type": "function_call_output",
+                "id": item_id,
+                "call_id": item.call_id,
+                "output": item.text(),
+                "status": "completed",
+            }
+        else:
+            raise RequestError(
+                400,
+                "invalid_request",
+                f"items[{index}]: only message, function_call and function_call_output items are stored",
+                param=f"items[{index}]",
+            )
+        stored.append(Item(item_id, body))
+    return stored
+
+
+# --- the endpoints --------------------------------------------------------------------------------
+async def create_conversation(request: Request) -> Response:
+    store, owner, deadline = _context(request)
+    body = await read_body(request, ConversationCreate, runtime_of(request).settings.max_body_bytes)
+    items = stored_items(body.items or [])
+    with _store_errors():
+        conversation = await store.create_conversation(owner, body.metadata or {}, items, deadline)
+    return JSONBody(conversation.as_object())
+
+
+async def retrieve_conversation(request: Request) -> Response:
+    store, owner, deadline = _context(request)
+    conversation_id = _conversation_id(request)
+    with _store_errors():
+        conversation = await store.get_conversation(owner, conversation_id, deadline)
+    if conversation is None:
+        raise _not_found("conversation", conversation_id)
+    return JSONBody(conversation.as_object())
+
+
+async def update_conversation(request: Request) -> Response:
+    store, owner, deadline = _context(request)
+    conversation_id = _conversation_id(request)
+    body = await read_body(request, ConversationUpdate, runtime_of(request).settings.max_body_bytes)
+    with _store_errors():
+        conversation = await store.update_conversation(owner, conversation_id, body.metadata or {}, deadline)
+    if conversation is None:
+        raise _not_found("conversation", conversation_id)
+    return JSONBody(conversation.as_object())
+
+
+async def delete_conversation(request: Request) -> Response:
+    store, owner, deadline = _context(request)
+    conversation_id = _conversation_id(request)
+    with _store_errors():
+        deleted = await store.delete_conversation(owner, conversation_id, deadline)
+    if not deleted:
+        raise _not_found("conversation", conversation_id)
+    return JSONBody({"id": conversation_id, "object": "conversation.deleted", "deleted": True})
+
+
+async def list_items(request: Request) -> Response:
+    store, owner, deadline = _context(request)
+    conversation_id = _conversation_id(request)
+    query = page_query(request)
+    with _store_errors():
+        try:
+            page = await store.list_items(owner, conversation_id, query, deadline)
+        except CursorNotFound:
+            raise RequestError(
+                400, "invalid_request", f"after: no item {query.after!r} in this conversation", param="after"
+            ) from None
+    if page is None:
+        raise _not_found("conversation", conversation_id)
+    return JSONBody(page.as_object())
+
+
+async def create_items(request: Request) -> Response:
+    store, owner, deadline = _context(request)
+    conversation_id = _conversation_id(request)
+    _refuse_include(request)
+    body = await read_body(request, ItemsCreate, runtime_of(request).settings.max_body_bytes)
+    items = stored_items(body.items)
+    with _store_errors():
+        added = await store.append_items(owner, conversation_id, items, deadline)
+    if not added:
+        raise _not_found("conversation", conversation_id)
+    return JSONBody(
+        {
+            "object": "list",
+            "data": [item.body for item in items],
+            "first_id": items[0].id,
+            "last_id": items[-1].id,
+            "has_more": False,
+        }
+    )
+
+
+async def retrieve_item(request: Request) -> Response:
+    store, owner, deadline = _context(request)
+    conversation_id, item_id = _conversation_id(request), _item_id(request)
+    _refuse_include(request)
+    with _store_errors():
+        item = await store.get_item(owner, conversation_id, item_id, deadline)
+    if item is None:
+        raise _not_found("item", item_id)
+    return JSONBody(item.body)
+
+
+async def delete_item(request: Request) -> Response:
+    """OpenAI answers a deleted item with the conversation it was in."""
+    store, owner, deadline = _context(request)
+    conversation_id, item_id = _conversation_id(request), _item_id(request)
+    with _store_errors():
+        deleted = await store.delete_item(owner, conversation_id, item_id, deadline)
+        conversation = await store.get_conversation(owner, conversation_id, deadline) if deleted else None
+    if conversation is None:
+        raise _not_found("item", item_id)
+    return JSONBody(conversation.as_object())
+
+
+# --- shared steps ---------------------------------------------------------------------------------
+def _context(request: Request) -> tuple[ConversationStore, str, Deadline]:
+    owner = caller_of(request)
+    if owner is None:
+        raise RequestError(
+            401, "unauthenticated", "this request names no caller (no API key id or IAM identity)"
+        )
+    runtime = runtime_of(request)
+    deadline = request_deadline(request, runtime).earliest(
+        runtime.settings.conversation_store_timeout_seconds
+    )
+    return runtime.conversations(), owner, deadline
+
+
+def page_query(request: Request) -> PageQuery:
+    """``order`` (asc/desc, default desc), ``limit`` (1-100, default 20) and ``after`` (an item id): OpenAI's list
+    parameters, each checked (a 400 naming it)."""
+    params = request.query_params
+    order = params.get("order", "desc")
+    if order not in ("asc", "desc"):
+        raise RequestError(400, "invalid_request", "order: must be 'asc' or 'desc'", param="order")
+    raw_limit = params.get("limit", "20")
+    if not raw_limit.isdigit() or not 1 <= int(raw_limit) <= 100:
+        raise RequestError(400, "invalid_request", "limit: must be an integer from 1 to 100", param="limit")
+    after = params.get("after")
+    if after is not None and not ITEM_ID.match(after):
+        raise RequestError(400, "invalid_request", "after: not an item id", param="after")
+    _refuse_include(request)
+    return PageQuery(order="asc" if order == "asc" else "desc", limit=int(raw_limit), after=after)
+
+
+def _refuse_include(request: Request) -> None:
+    if [value for value in request.query_params.getlist("include") if value]:
+        raise RequestError(
+            400, "invalid_request", "include: no additional output data is kept for items", param="include"
+        )
+
+
+def _conversation_id(request: Request) -> str:
+    value = str(request.path_params["conversation_id"])
+    if not CONVERSATION_ID.match(value):
+        raise RequestError(
+            400, "invalid_request", "conversation_id: not a conversation id (conv_…)", param="conversation_id"
+        )
+    return value
+
+
+def _item_id(request: Request) -> str:
+    value = str(request.path_params["item_id"])
+    if not ITEM_ID.match(value):
+        raise RequestError(400, "invalid_request", "item_id: not an item id (msg_…)", param="item_id")
+    return value
+
+
+def _not_found(what: str, identifier: str) -> RequestError:
+    """The same answer for a missing, expired, deleted or another caller's record: nothing confirms it exists."""
+    return RequestError(404, "not_found", f"No {what} found with id '{identifier}'.")
+
+
+@contextmanager
+def _store_errors() -> Iterator[None]:
+    """``StoreUnavailable`` -> a 503 in OpenAI's error shape (logged with the store's reason, which names no
+    secret)."""
+    try:
+        yield
+    except StoreUnavailable as error:
+        logger.warning(f"conversation store unavailable: {error}")
+        raise RequestError(
+            503, "store_unavailable", "the conversation store is unavailable; try again shortly"
+        ) from None
