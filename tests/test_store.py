@@ -261,12 +261,16 @@ async def test_concurrent_appends_from_threads_lose_nothing(backends):
     """Threads, each with its own event loop: what several requests of one container (or processes) do."""
     store = backends.store()
     cid = (await store.create_conversation("alice", {}, [], soon())).id
-    batches = [[message(f"thread {w} item {i}") for i in range(3)] for w in range(6)]
+    batches = [[message(f"thread {w} item {i}") for i in range(12)] for w in range(6)]
     errors: list[BaseException] = []
 
     def writer(batch: list[Item]) -> None:
+        async def one_by_one() -> None:
+            for item in batch:
+                assert await store.append_items("alice", cid, [item], soon(30))
+
         try:
-            assert asyncio.run(store.append_items("alice", cid, batch, soon(30)))
+            asyncio.run(one_by_one())
         except BaseException as exc:
             errors.append(exc)
 
