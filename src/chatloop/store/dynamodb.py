@@ -375,21 +375,16 @@ class DynamoDBBackend:
             )
 
     def _delete_all(self, client: Any, records: Iterator[Attr]) -> None:
-        batch: list[Attr] = []
-        for record in records:
-            batch.append({"DeleteRequest": {"Key": {"pk": record["pk"], "sk": record["sk"]}}})
-            if len(batch) == 25:
-                self._batch_write(client, batch)
-                batch = []
-        if batch:
-            self._batch_write(client, batch)
-
-    def _batch_write(self, client: Any, requests: list[Attr]) -> None:
-        pending: dict[str, list[Attr]] = {self.table_name: requests}
-        for _ in range(5):
-            pending = client.batch_write_item(RequestItems=pending).get("UnprocessedItems") or {}
-            if not pending:
-                return
+        """Delete ``records`` (keys), 100 at a time: transactions, so the table needs no permission beyond
+        DeleteItem."""
+        keys = [{"pk": record["pk"], "sk": record["sk"]} for record in records]
+        for start in range(0, len(keys), TRANSACTION_ITEMS):
+            client.transact_write_items(
+                TransactItems=[
+                    {"Delete": {"TableName": self.table_name, "Key": key}}
+                    for key in keys[start : start + TRANSACTION_ITEMS]
+                ]
+            )
 
     @staticmethod
     def _conditional(call: Any, **request: Any) -> bool:
