@@ -261,3 +261,26 @@ def test_function_url_callers_are_their_iam_identities(lambda_store):
     assert status == 200
     assert invoke(as_user("ops", "GET", f"/v1/conversations/{created['id']}"))[0] == 200
     assert invoke(as_user("intern", "GET", f"/v1/conversations/{created['id']}"))[0] == 404
+
+
+# --- stream mode: the caller from the Web Adapter's request context header -----------------------
+def request_with(headers: dict[str, str]) -> Any:
+    from starlette.requests import Request
+
+    raw = [(k.encode(), v.encode()) for k, v in headers.items()]
+    return Request({"type": "http", "method": "GET", "path": "/", "headers": raw, "query_string": b""})
+
+
+def test_under_the_web_adapter_the_caller_is_the_gateways_identity():
+    from chatloop.api.caller import caller_of
+
+    lambda_context = json.dumps({"deadline": int(time.time() * 1000) + 30_000, "request_id": "r1"})
+    identity = json.dumps({"requestId": "g1", "identity": {"apiKeyId": "key-a", "apiKey": "secret-value"}})
+    established = {"x-amzn-lambda-context": lambda_context, "x-amzn-request-context": identity}
+    assert caller_of(request_with(established)) == "apikey:key-a"  # the key's id, never the key
+    # On Lambda, an x-api-key header with no identity behind it names nobody ...
+    assert caller_of(request_with({"x-amzn-lambda-context": lambda_context, "x-api-key": "k"})) is None
+    # ... while under `make run` it is the caller (hashed), and no header is the one local user.
+    local = caller_of(request_with({"x-api-key": "k"}))
+    assert local is not None and local.startswith("local:") and local[6:] != "k" and len(local) == 70
+    assert caller_of(request_with({})) == "local"
