@@ -23,7 +23,7 @@ ANSWER_TEXT = (
 
 
 def turn_items(n: int) -> list:
-    from chatloop.api.conversations import stored_items
+    from chatloop.api.conversation_items import stored_items
     from chatloop.api.schemas import InputMessage
 
     return stored_items(

@@ -17,11 +17,10 @@ Usage (the routes, in api/app.py)::
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Annotated, Any
+from typing import TYPE_CHECKING
 
-from pydantic import BaseModel, ConfigDict, Field, StrictStr
 from starlette.requests import Request
 from starlette.responses import Response
 
@@ -29,95 +28,23 @@ from chatloop.api.caller import caller_of
 from chatloop.api.errors import RequestError
 from chatloop.api.render import JSONBody
 from chatloop.api.routes import read_body, request_deadline, runtime_of
-from chatloop.api.schemas import FunctionCallItem, FunctionCallOutputItem, InputItem, InputMessage
-from chatloop.deadline import Deadline
 from chatloop.observability import logger
-from chatloop.store import Item, PageQuery, StoreUnavailable, new_id
-from chatloop.store.service import ConversationStore, CursorNotFound
 
-MAX_ITEMS_AT_ONCE = 20
-"""OpenAI: "You may add up to 20 items at a time"."""
+if TYPE_CHECKING:
+    from chatloop.deadline import Deadline
+    from chatloop.store.model import PageQuery
+    from chatloop.store.service import ConversationStore
+
+# The store, its values and the request bodies are imported by the first conversations request (cold start).
 CONVERSATION_ID = re.compile(r"^conv_[A-Za-z0-9]{1,128}$")
 ITEM_ID = re.compile(r"^[a-z]{2,8}_[A-Za-z0-9]{1,128}$")
-
-Metadata = Annotated[
-    dict[Annotated[StrictStr, Field(max_length=64)], Annotated[StrictStr, Field(max_length=512)]],
-    Field(max_length=16),
-]
-"""OpenAI's metadata: at most 16 pairs, keys of at most 64 characters, values of at most 512."""
-
-
-class ConversationCreate(BaseModel):
-    model_config = ConfigDict(extra="ignore", defer_build=True)
-
-    items: Annotated[list[InputItem], Field(max_length=MAX_ITEMS_AT_ONCE)] | None = None
-    metadata: Metadata | None = None
-
-
-class ConversationUpdate(BaseModel):
-    model_config = ConfigDict(extra="ignore", defer_build=True)
-
-    metadata: Metadata | None
-
-
-class ItemsCreate(BaseModel):
-    model_config = ConfigDict(extra="ignore", defer_build=True)
-
-    items: Annotated[list[InputItem], Field(min_length=1, max_length=MAX_ITEMS_AT_ONCE)]
-
-
-# --- items as a conversation holds them -----------------------------------------------------------
-def stored_items(items: Sequence[Any]) -> list[Item]:
-    """Input items as OpenAI's ``ConversationItem`` shapes, each with a new unguessable id (a client's own ``id`` is
-    not kept). A ``reasoning`` item carries nothing this server uses, and is refused rather than kept empty."""
-    stored = []
-    for index, item in enumerate(items):
-        if isinstance(item, InputMessage):
-            item_id = new_id("msg")
-            kind = "output_text" if item.role == "assistant" else "input_text"
-            part: dict[str, Any] = {"type": kind, "text": item.text()}
-            if kind == "output_text":
-                part["annotations"] = []
-            body: dict[str, Any] = {
-                "type": "message",
-                "id": item_id,
-                "role": item.role,
-                "status": "completed",
-                "content": [part],
-            }
-        elif isinstance(item, FunctionCallItem):
-            item_id = new_id("fc")
-            body = {
-                "type": "function_call",
-                "id": item_id,
-                "call_id": item.call_id,
-                "name": item.name,
-                "arguments": item.arguments,
-                "status": "completed",
-            }
-        elif isinstance(item, FunctionCallOutputItem):
-            item_id = new_id("fco")
-            body = {
-                "type": "function_call_output",
-                "id": item_id,
-                "call_id": item.call_id,
-                "output": item.text(),
-                "status": "completed",
-            }
-        else:
-            raise RequestError(
-                400,
-                "invalid_request",
-                f"items[{index}]: only message, function_call and function_call_output items are stored",
-                param=f"items[{index}]",
-            )
-        stored.append(Item(item_id, body))
-    return stored
 
 
 # --- the endpoints --------------------------------------------------------------------------------
 async def create_conversation(request: Request) -> Response:
     store, owner, deadline = _context(request)
+    from chatloop.api.conversation_items import ConversationCreate, stored_items
+
     body = await read_body(request, ConversationCreate, runtime_of(request).settings.max_body_bytes)
     items = stored_items(body.items or [])
     with _store_errors():
@@ -138,6 +65,8 @@ async def retrieve_conversation(request: Request) -> Response:
 async def update_conversation(request: Request) -> Response:
     store, owner, deadline = _context(request)
     conversation_id = _conversation_id(request)
+    from chatloop.api.conversation_items import ConversationUpdate
+
     body = await read_body(request, ConversationUpdate, runtime_of(request).settings.max_body_bytes)
     with _store_errors():
         conversation = await store.update_conversation(owner, conversation_id, body.metadata or {}, deadline)
@@ -157,6 +86,8 @@ async def delete_conversation(request: Request) -> Response:
 
 
 async def list_items(request: Request) -> Response:
+    from chatloop.store.service import CursorNotFound
+
     store, owner, deadline = _context(request)
     conversation_id = _conversation_id(request)
     query = page_query(request)
@@ -176,6 +107,8 @@ async def create_items(request: Request) -> Response:
     store, owner, deadline = _context(request)
     conversation_id = _conversation_id(request)
     _refuse_include(request)
+    from chatloop.api.conversation_items import ItemsCreate, stored_items
+
     body = await read_body(request, ItemsCreate, runtime_of(request).settings.max_body_bytes)
     items = stored_items(body.items)
     with _store_errors():
@@ -244,6 +177,8 @@ def page_query(request: Request) -> PageQuery:
     if after is not None and not ITEM_ID.match(after):
         raise RequestError(400, "invalid_request", "after: not an item id", param="after")
     _refuse_include(request)
+    from chatloop.store.model import PageQuery
+
     return PageQuery(order="asc" if order == "asc" else "desc", limit=int(raw_limit), after=after)
 
 
@@ -279,6 +214,8 @@ def _not_found(what: str, identifier: str) -> RequestError:
 def _store_errors() -> Iterator[None]:
     """``StoreUnavailable`` -> a 503 in OpenAI's error shape (logged with the store's reason, which names no
     secret)."""
+    from chatloop.store.model import StoreUnavailable
+
     try:
         yield
     except StoreUnavailable as error:

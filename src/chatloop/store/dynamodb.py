@@ -104,16 +104,22 @@ class DynamoDBBackend:
         pk = f"{owner}#{record_id}"
         with self._errors():
             client = self._client(timeout)
-            meta = self._meta(client, pk, now)
-            if meta is None:
-                return None
-            if "body" in meta:
-                body = _load(meta["body"]["B"])
-            else:
-                ref = meta["body_ref"]["S"]
-                records = self._query(client, pk, f"#body#{ref}#", f"#body#{ref}#~", True, None)
-                body = _load(b"".join(r["d"]["B"] for r in records))
-            return Record(meta["kind"]["S"], int(meta["created_at"]["N"]), int(meta["expires_at"]["N"]), body)
+            for _ in range(3):  # a body in parts replaced between the two reads: read the new one
+                meta = self._meta(client, pk, now)
+                if meta is None:
+                    return None
+                if "body" in meta:
+                    body = _load(meta["body"]["B"])
+                else:
+                    ref = meta["body_ref"]["S"]
+                    records = self._query(client, pk, f"#body#{ref}#", f"#body#{ref}#~", True, None)
+                    data = b"".join(r["d"]["B"] for r in records)
+                    if not data:
+                        continue
+                    body = _load(data)
+                kind, created_at = meta["kind"]["S"], int(meta["created_at"]["N"])
+                return Record(kind, created_at, int(meta["expires_at"]["N"]), body)
+            raise StoreUnavailable("the conversation store failed (a record's body kept changing)")
 
     def replace_body(
         self, owner: str, record_id: str, body: dict[str, Any], now: float, timeout: float

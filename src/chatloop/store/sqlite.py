@@ -96,6 +96,7 @@ class SQLiteBackend:
                 connection.executescript(SCHEMA)
             finally:
                 connection.close()
+            self.path.chmod(0o600)  # conversations are the user's: not readable by other local accounts
             self._ready = True
 
     # --- records ----------------------------------------------------------------------------------
