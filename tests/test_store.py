@@ -186,6 +186,27 @@ async def test_lists_honour_order_limit_and_after(backends):
         await store.list_items("alice", cid, PageQuery(after="msg_unknown"), soon())
 
 
+async def test_an_owner_lists_their_own_conversations_newest_first(backends):
+    store = backends.store()
+    mine = [await store.create_conversation("alice", {"n": str(i)}, [], soon()) for i in range(5)]
+    await store.create_conversation("bob", {"n": "bob's"}, [], soon())
+    listed = await store.list_conversations("alice", PageQuery(), soon())
+    assert [c.id for c in listed.data] == [c.id for c in reversed(mine)] and not listed.has_more
+    assert listed.data[0].body == mine[-1].as_object()
+    await store.update_conversation("alice", mine[3].id, {"n": "renamed"}, soon())
+    assert await store.delete_conversation("alice", mine[2].id, soon())
+    first = await store.list_conversations("alice", PageQuery(limit=2), soon())
+    assert [c.body["metadata"]["n"] for c in first.data] == ["4", "renamed"] and first.has_more
+    rest = await store.list_conversations("alice", PageQuery(limit=2, after=first.last_id), soon())
+    assert [c.id for c in rest.data] == [mine[1].id, mine[0].id] and not rest.has_more
+    oldest = await store.list_conversations("alice", PageQuery(order="asc", limit=1), soon())
+    assert oldest.data[0].id == mine[0].id
+    assert [
+        c.body["metadata"] for c in (await store.list_conversations("bob", PageQuery(), soon())).data
+    ] == [{"n": "bob's"}]
+    assert (await store.list_conversations("carol", PageQuery(), soon())).data == []
+
+
 async def test_an_item_is_read_and_deleted_by_id(backends):
     store = backends.store()
     items = [message("a"), message("b"), message("c")]
@@ -213,6 +234,7 @@ async def test_everything_expires_with_its_record_whether_or_not_it_was_swept(ba
     assert await store.list_items("alice", cid, PageQuery(), soon()) is None
     assert await store.get_item("alice", cid, item.id, soon()) is None
     assert await store.append_items("alice", cid, [message("late")], soon()) is False
+    assert (await store.list_conversations("alice", PageQuery(), soon())).data == []
     assert len(backends.raw_rows()) == len(rows)  # still there: nobody swept them, and they read as missing
 
 

@@ -100,6 +100,26 @@ class DynamoDBBackend:
                 ConditionExpression="attribute_not_exists(pk)",
             )
 
+    def ensure(self, owner: str, record_id: str, record: Record, timeout: float) -> None:
+        """An upsert: created with an empty list counter when absent; its expiry only ever moves later."""
+        with self._errors():
+            self._conditional(
+                self._client(timeout).update_item,
+                TableName=self.table_name,
+                Key=_key(f"{owner}#{record_id}", META),
+                UpdateExpression="SET kind = if_not_exists(kind, :kind), created_at = if_not_exists(created_at, "
+                ":created), #n = if_not_exists(#n, :zero), body = if_not_exists(body, :body), expires_at = :expires",
+                ConditionExpression="attribute_not_exists(pk) OR expires_at < :expires",
+                ExpressionAttributeNames={"#n": "next"},
+                ExpressionAttributeValues={
+                    ":kind": {"S": record.kind},
+                    ":created": {"N": str(record.created_at)},
+                    ":zero": {"N": "0"},
+                    ":body": {"B": _dump(record.body)},
+                    ":expires": {"N": str(record.expires_at)},
+                },
+            )
+
     def read(self, owner: str, record_id: str, now: float, timeout: float) -> Record | None:
         pk = f"{owner}#{record_id}"
         with self._errors():
@@ -466,9 +486,9 @@ def _body_records(pk: str, body: dict[str, Any], expires_at: int) -> tuple[list[
 
 def _list_records(pk: str, name: ListName, start: int, items: Sequence[Item], expires_at: int) -> list[Attr]:
     records: list[Attr] = []
-    ttl = {"N": str(expires_at)}
     for offset, item in enumerate(items):
         position = start + offset
+        ttl = {"N": str(item.expires_at or expires_at)}
         parts = _split(_dump(item.body))
         for i, part in enumerate(parts):
             records.append(

@@ -20,11 +20,12 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
 
-ListName = Literal["items", "input", "output", "events"]
+ListName = Literal["items", "input", "output", "events", "conversations"]
 """``items``: a conversation's items. ``input`` / ``output``: a response's input and output items. ``events``: a
-streamed response's events, at the position of their ``sequence_number``."""
+streamed response's events, at the position of their ``sequence_number``. ``conversations``: an owner's index of
+their conversations (each entry expiring with its conversation)."""
 Order = Literal["asc", "desc"]
-RecordKind = Literal["conversation", "response"]
+RecordKind = Literal["conversation", "response", "index"]
 ID_RANDOM_BYTES = 24
 """192 bits: an id is never guessed, and never collides."""
 
@@ -44,6 +45,8 @@ class Item:
 
     id: str
     body: dict[str, Any]
+    expires_at: int | None = field(default=None, compare=False)
+    """When this entry expires, if before its record (an index entry, with its conversation); None when read."""
 
 
 @dataclass(frozen=True)
@@ -137,6 +140,10 @@ class Backend(Protocol):
         lists: Mapping[ListName, Sequence[Item]],
         timeout: float,
     ) -> None: ...
+
+    def ensure(self, owner: str, record_id: str, record: Record, timeout: float) -> None:
+        """Create the record if it is not there; if it is, keep it, with the later of the two expiries."""
+        ...
 
     def read(self, owner: str, record_id: str, now: float, timeout: float) -> Record | None: ...
 

@@ -19,6 +19,7 @@ import hashlib
 import math
 import time
 from collections.abc import Callable, Sequence
+from dataclasses import replace
 from typing import Any, Literal, Protocol, TypeVar
 
 import anyio
@@ -59,6 +60,8 @@ class ConversationStore(Protocol):
     async def get_conversation(
         self, owner: str, conversation_id: str, deadline: Deadline
     ) -> Conversation | None: ...
+
+    async def list_conversations(self, owner: str, query: PageQuery, deadline: Deadline) -> Page: ...
 
     async def update_conversation(
         self, owner: str, conversation_id: str, metadata: dict[str, str], deadline: Deadline
@@ -141,8 +144,39 @@ class Store:
         record = self._new_record("conversation", {"metadata": dict(metadata)})
         conversation_id = new_id("conv")
         lists: dict[ListName, Sequence[Item]] = {"items": list(items)}
-        await self._run(deadline, self.backend.create, owner_key(owner), conversation_id, record, lists)
+        key = owner_key(owner)
+        await self._run(deadline, self.backend.create, key, conversation_id, record, lists)
+        # Then the owner's index (a conversation left out of it by a failure here is still theirs, by id).
+        index = Record("index", record.created_at, record.expires_at, {})
+        await self._run(deadline, self.backend.ensure, key, _index_id(key), index)
+        entry = Item(conversation_id, {"id": conversation_id}, expires_at=record.expires_at)
+        await self._run(
+            deadline, self.backend.append, key, _index_id(key), "conversations", [entry], time.time()
+        )
         return _conversation(conversation_id, record)
+
+    async def list_conversations(self, owner: str, query: PageQuery, deadline: Deadline) -> Page:
+        """The owner's conversations (``conversation`` objects), newest first by default; ``after`` is a
+        conversation id. Expired and deleted ones are not listed."""
+        key = owner_key(owner)
+        listed: list[Item] = []
+        has_more = False
+        after = query.after
+        while len(listed) < query.limit:  # skipping entries whose conversation went away meanwhile
+            page = await self._page(
+                owner, _index_id(key), "conversations", replace(query, after=after), deadline
+            )
+            if page is None:
+                break
+            for entry in page.data:
+                conversation = await self.get_conversation(owner, entry.id, deadline)
+                if conversation is not None and len(listed) < query.limit:
+                    listed.append(Item(entry.id, conversation.as_object()))
+            has_more = page.has_more
+            if not page.has_more or not page.data:
+                break
+            after = page.data[-1].id
+        return Page(listed, has_more=has_more)
 
     async def get_conversation(
         self, owner: str, conversation_id: str, deadline: Deadline
@@ -167,7 +201,18 @@ class Store:
     async def delete_conversation(self, owner: str, conversation_id: str, deadline: Deadline) -> bool:
         if await self._read(owner, conversation_id, "conversation", deadline) is None:
             return False
-        return await self._run(deadline, self.backend.delete, owner_key(owner), conversation_id, time.time())
+        key = owner_key(owner)
+        deleted = await self._run(deadline, self.backend.delete, key, conversation_id, time.time())
+        await self._run(
+            deadline,
+            self.backend.delete_child,
+            key,
+            _index_id(key),
+            "conversations",
+            conversation_id,
+            time.time(),
+        )
+        return deleted
 
     async def append_items(
         self, owner: str, conversation_id: str, items: Sequence[Item], deadline: Deadline
@@ -348,6 +393,11 @@ class Store:
             raise StoreUnavailable(
                 f"the conversation store did not answer within {remaining:.1f} s"
             ) from None
+
+
+def _index_id(key: str) -> str:
+    """The record holding an owner's list of conversations (one per owner, keyed by the owner's hash)."""
+    return f"idx_{key}"
 
 
 def _conversation(conversation_id: str, record: Record) -> Conversation:

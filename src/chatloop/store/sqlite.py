@@ -121,6 +121,14 @@ class SQLiteBackend:
                 )
         self._sweep_now_and_then(timeout)
 
+    def ensure(self, owner: str, record_id: str, record: Record, timeout: float) -> None:
+        with self._db(timeout, write=True) as db:
+            db.execute(
+                "INSERT INTO records (owner, id, kind, created_at, expires_at, body) VALUES (?, ?, ?, ?, ?, ?) "
+                "ON CONFLICT (id) DO UPDATE SET expires_at = MAX(expires_at, excluded.expires_at)",
+                (owner, record_id, record.kind, record.created_at, record.expires_at, _dump(record.body)),
+            )
+
     def read(self, owner: str, record_id: str, now: float, timeout: float) -> Record | None:
         with self._db(timeout) as db:
             row = db.execute(
@@ -262,7 +270,7 @@ class SQLiteBackend:
         db.executemany(
             "INSERT INTO children (record_id, list, position, item_id, body, expires_at) VALUES (?, ?, ?, ?, ?, ?)",
             [
-                (record_id, name, start + i, item.id, _dump(item.body), expires_at)
+                (record_id, name, start + i, item.id, _dump(item.body), item.expires_at or expires_at)
                 for i, item in enumerate(items)
             ],
         )
