@@ -4,6 +4,12 @@ Each iteration reads as its phases: **ask** the model (streaming its text), **de
 calls for (a pure ``decide()``, logged), then **act**: answer, execute the tool calls and go round again,
 or end tool use so the next call answers. Always ends with exactly one ``done`` event, whatever failed.
 
+Text reaches the client as the model writes it (after the text-call filter's hold), and all of it is the turn's
+answer: text a model writes before calling a tool ("Let me compute that.") stays, a ``seam`` delta (a blank line)
+separates one model call's text from the next, and a fallback text is shown as deltas too. So the concatenated
+``delta`` events always equal the content of the answer in ``done``, whatever happened in between (a model that
+failed mid-answer included: its text stays, the seam follows, then the next model's answer).
+
 Every phase is an async stream of ``Event``s that ends with its result, the way a ``ChatModel`` stream
 ends with its ``ModelResponse``: the asking phase with the response, an acting phase with a ``TurnEnd``
 when the turn is over. No phase hands results back through shared lists.
@@ -77,10 +83,12 @@ _GUARD_FOR_REASON = {
 
 @dataclass(frozen=True)
 class TurnEnd:
-    """The last item of a phase that ends the turn: why it stopped, and the assistant message it answers with."""
+    """The last item of a phase that ends the turn: why it stopped, the assistant message it answers with (its
+    content becomes what was shown), and text still to show (a fallback text, or an answer held back whole)."""
 
     stop: StopReason
     answer: dict[str, Any]
+    show: str = ""
 
 
 @dataclass(frozen=True)
@@ -120,7 +128,8 @@ class _Turn:
         enabled = tools.names() if request.tool_names is None else request.tool_names
         self.builtin = [n for n in enabled if tools.get(n) is not None]
         self.client_names = request.client_tool_names()
-        self.ledger = ToolLedger(budgets=dict(settings.tool_budgets))
+        self.ledger = ToolLedger(budgets=dict(settings.tool_budgets), max_runs=request.max_tool_calls)
+        self.client_required = request.requires_client_tool()
         self.messages = list(request.messages)
         if settings.system_prompt_guidance and JAVASCRIPT_TOOL in self.builtin:
             self.messages = prompts.with_guidance(self.messages)
@@ -132,6 +141,12 @@ class _Turn:
         self.reminders = 0
         self.nudges = 0
         self.call_ids = {c["id"] for m in self.messages for c in m.get("tool_calls") or []}
+        self.shown: list[str] = []
+        """Every piece of text sent as a ``delta``: the answer's content is their concatenation."""
+        self.new_segment = True
+        """The next text shown starts a new model call's text (a seam goes before it)."""
+        self.call_shown = False
+        """Whether the current model call has shown any text."""
 
     # --- the loop --------------------------------------------------------------------------
     async def run(self) -> AsyncIterator[Event]:
@@ -158,8 +173,16 @@ class _Turn:
                 {"code": "internal_error", "message": "internal error while running the turn"},
             )
         end = end or self._end_with_fallback(StopReason.ERROR)
-        if end.answer.get("content") or end.answer.get("tool_calls"):
-            yield Event(EventType.MESSAGE_COMPLETE, dict(end.answer))
+        if end.show:
+            self.new_segment = (
+                True  # a fallback text, or an answer held whole, is set off from any text before it
+            )
+            for piece in self._show(end.show):
+                yield piece
+        answer = {**end.answer, "content": "".join(self.shown)}
+        end = TurnEnd(end.stop, answer)
+        if answer["content"] or answer.get("tool_calls"):
+            yield Event(EventType.MESSAGE_COMPLETE, dict(answer))
         yield Event(EventType.DONE, self._summary(end))
         self._log_end(end.stop)
 
@@ -183,6 +206,7 @@ class _Turn:
             return
         response = reply.response
         self._make_ids_unique(response.tool_calls)
+        self._one_call_unless_parallel(response)
         plan = self.ledger.plan_batch(
             response.tool_calls, offered=set(offer.tools), client_tools=self.client_names
         )
@@ -198,6 +222,7 @@ class _Turn:
         request = self._model_request(offer.tools)
         visible = TextCallFilter(hold_json=bool(request.tools))
         streamed = False
+        self.new_segment, self.call_shown = True, False
         response: ModelResponse | None = None
         try:
             # The adapters bound their own calls; this bounds any ChatModel, so no model outlives the deadline.
@@ -206,11 +231,13 @@ class _Turn:
                     text = visible.feed(item.text)
                     if text:
                         streamed = True
-                        yield self._delta(text)
+                        for piece in self._show(text):
+                            yield piece
                 elif isinstance(item, ModelFallback):
                     yield fallback_event(item)
-                    if item.discard_partial:
+                    if item.discard_partial:  # the text shown stays; the next model's follows a seam
                         visible = TextCallFilter(hold_json=bool(request.tools))
+                        self.new_segment = True
                 elif isinstance(item, ContextFit):
                     event = self._fitted(item)
                     if event is not None:
@@ -219,7 +246,8 @@ class _Turn:
                     response = item
         except (DeadlineExceeded, TimeoutError) as exc:
             late = exc if isinstance(exc, DeadlineExceeded) else self._late()
-            # discard_partial: text this call already streamed is not part of the answer.
+            # The text this call already showed stays part of the answer (the client has it); what follows is
+            # set off by a seam.
             yield error_event(late, discard_partial=streamed)
             return
         if response is None:
@@ -227,7 +255,8 @@ class _Turn:
         reply = read_text_calls(response, request.tools)
         tail = visible.finish(response.content)
         if tail:
-            yield self._delta(tail)
+            for piece in self._show(tail):
+                yield piece
         self.record.response(response)
         yield response_event(response, self.iteration)
         if reply.text_calls:
@@ -235,23 +264,36 @@ class _Turn:
         yield reply
 
     def _offer(self) -> Offer:
-        """The tools offered to the next call, or none, with the guard (cap or deadline) that withheld them."""
+        """The tools offered to the next call, or none, with the guard (cap or deadline) that withheld them. When
+        the client's ``tool_choice`` requires one of its tools, its tools stay offered to the last call."""
+        last_call = sorted(self.client_names) if self.client_required else []
         if self.tools_ended:
-            return Offer([])
+            return Offer(last_call)
         available = self.ledger.offerable(self.builtin) + sorted(self.client_names)
         if not available:
             return Offer([])
         if self.iteration >= self.max_iterations:
-            return Offer([], StopReason.ITERATION_CAP)
+            return Offer(last_call, StopReason.ITERATION_CAP)
         if self.deadline.remaining() < self.settings.deadline_reserve_seconds + MIN_CALL_SECONDS:
-            return Offer([], StopReason.DEADLINE)
+            return Offer(last_call, StopReason.DEADLINE)
         return Offer(available)
+
+    def _tool_choice(self, offered: list[str]) -> str | dict[str, Any] | None:
+        """The client's ``tool_choice`` goes with the first call, and with the last call when it requires a client
+        tool; any other call chooses freely, so a forced server tool is not forced again every round (seed 001)."""
+        choice = self.request.tool_choice
+        if not offered or choice is None:
+            return None
+        last_call = self.client_required and (self.tools_ended or not set(offered) - self.client_names)
+        if self.iteration != 1 and not last_call:
+            return None
+        if isinstance(choice, dict) and choice.get("function", {}).get("name") not in offered:
+            return None
+        return choice
 
     def _model_request(self, offered: list[str]) -> ModelRequest:
         r = self.request
-        tool_choice = r.tool_choice if self.iteration == 1 and offered else None
-        if isinstance(tool_choice, dict) and tool_choice.get("function", {}).get("name") not in offered:
-            tool_choice = None
+        tool_choice = self._tool_choice(offered)
         # A call made while tools are offered must leave the reserve for the answer that follows.
         reserve = self.settings.deadline_reserve_seconds if offered else RENDER_MARGIN_SECONDS
         schemas = self.tools.schemas(n for n in offered if n not in self.client_names)
@@ -266,6 +308,8 @@ class _Turn:
             top_p=r.top_p,
             max_tokens=r.max_tokens,
             response_format=r.response_format,
+            params=dict(r.model_params),
+            allow_trimming=r.allow_trimming,
         )
 
     def _after_timeout(self, offer: Offer) -> TurnEnd | None:
@@ -326,6 +370,7 @@ class _Turn:
                 reminders_left=self.settings.legacy_syntax_reminders - self.reminders,
                 nudges_left=1 - self.nudges,
                 final_call_made=self.final_call_made,
+                client_tool_required=self.client_required,
             )
         )
 
@@ -365,9 +410,10 @@ class _Turn:
             if action is Action.FINAL_CALL:
                 self._end_tool_use(decision.reason)
             elif action is Action.ANSWER:
-                yield TurnEnd(
-                    self._answer_stop(response, offer), {"role": "assistant", "content": response.content}
-                )
+                # The answer is what was shown; a call whose text was all held back (it looked like a call as it
+                # came) shows its content now.
+                held = "" if self.call_shown else response.content
+                yield TurnEnd(self._answer_stop(response, offer), {"role": "assistant"}, held)
             else:  # Action.FALLBACK
                 guard = _GUARD_FOR_REASON.get(decision.reason)
                 yield self._end_with_fallback(self.guard or offer.withheld_by or guard or StopReason.ERROR)
@@ -382,9 +428,8 @@ class _Turn:
         client = plan.of(Disposition.CLIENT)
         self.record.skipped((p.call for p in plan.calls if p not in client), "client_tools_pending")
         calls = [p.call.to_message() for p in client]
-        return TurnEnd(
-            StopReason.TOOL_CALLS, {"role": "assistant", "content": response.content, "tool_calls": calls}
-        )
+        held = "" if self.call_shown else response.content
+        return TurnEnd(StopReason.TOOL_CALLS, {"role": "assistant", "tool_calls": calls}, held)
 
     def _remind(self, response: ModelResponse) -> Event:
         self.reminders += 1
@@ -401,7 +446,8 @@ class _Turn:
         self.tools_ended = reason
         self.final_call_made = True
         self.guard = self.guard or _GUARD_FOR_REASON.get(reason)
-        self.messages.append({"role": "system", "content": prompts.final_answer_note(reason)})
+        client_tools = sorted(self.client_names) if self.client_required else None
+        self.messages.append({"role": "system", "content": prompts.final_answer_note(reason, client_tools)})
 
     # --- execute ---------------------------------------------------------------------------
     async def _execute(self, response: ModelResponse, plan: BatchPlan) -> AsyncIterator[Event]:
@@ -491,8 +537,40 @@ class _Turn:
             self._end_tool_use(self.ledger.loop)
 
     # --- bookkeeping -----------------------------------------------------------------------
-    def _delta(self, text: str) -> Event:
-        return Event(EventType.DELTA, {"content": text, "iteration": self.iteration})
+    def _show(self, text: str) -> list[Event]:
+        """``text`` as ``delta`` events, after a seam when it starts a new model call's text."""
+        events = []
+        if self.new_segment:
+            self.new_segment = False
+            seam = _seam("".join(self.shown[-2:]))
+            if seam:
+                self.shown.append(seam)
+                events.append(
+                    Event(EventType.DELTA, {"content": seam, "iteration": self.iteration, "seam": True})
+                )
+        self.shown.append(text)
+        self.call_shown = True
+        events.append(Event(EventType.DELTA, {"content": text, "iteration": self.iteration}))
+        return events
+
+    def _one_call_unless_parallel(self, response: ModelResponse) -> None:
+        """``parallel_tool_calls: false``: a reply with several calls keeps its first; the rest are recorded as
+        skipped (a model may ignore the parameter, or not take it at all)."""
+        if self.request.parallel_tool_calls is not False or len(response.tool_calls) < 2:
+            return
+        extra = response.tool_calls[1:]
+        response.tool_calls = response.tool_calls[:1]
+        self.record.skipped(extra, "parallel_tool_calls_false")
+        logger.info(
+            f"Parallel tool calls decision: iteration={self.iteration} kept=1 dropped={len(extra)} "
+            "reason=parallel_tool_calls_false",
+            extra={
+                "parallel_tool_calls": {
+                    "kept": response.tool_calls[0].name,
+                    "dropped": [c.name for c in extra],
+                }
+            },
+        )
 
     def _late(self) -> DeadlineExceeded:
         return DeadlineExceeded(
@@ -500,7 +578,8 @@ class _Turn:
         )
 
     def _end_with_fallback(self, stop: StopReason) -> TurnEnd:
-        return TurnEnd(stop, self.record.fallback_message(stop, self.ledger.executions))
+        message = self.record.fallback_message(stop, self.ledger.executions)
+        return TurnEnd(stop, {"role": "assistant"}, message["content"])
 
     def _summary(self, end: TurnEnd) -> dict[str, Any]:
         return self.record.summary(
@@ -520,3 +599,10 @@ class _Turn:
             self.record.usage.as_dict(),
             self.record.answered_by,
         )
+
+
+def _seam(before: str) -> str:
+    """What separates two model calls' texts: a blank line, less the line breaks ``before`` already ends with."""
+    if not before or before.endswith("\n\n"):
+        return ""
+    return "\n" if before.endswith("\n") else "\n\n"

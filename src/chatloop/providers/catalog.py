@@ -34,13 +34,23 @@ class ModelInfo:
     drop_params: tuple[str, ...] = ()
     max_tokens_param: str = "max_tokens"
     known: bool = True
-    response_formats: tuple[str, ...] = ()
-    """Structured-output types the model honours (``json_object``, ``json_schema``); none for a model not listed."""
+    response_formats: tuple[str, ...] | None = None
+    """Structured-output types the model honours (``json_object``, ``json_schema``); None when the catalog does not
+    say (the model is tried: a provider that rejects the format makes the chain go on)."""
+    params: tuple[str, ...] | None = None
+    """Further request parameters the model takes (``stop``, ``seed``, ``reasoning_effort`` ...); None when the catalog
+    does not say (tried, like an unknown format)."""
 
-    def honours(self, response_format: dict[str, Any] | None) -> bool:
-        """Whether this model can be sent ``response_format`` (no format, or ``text``, is always fine)."""
+    def honours(self, response_format: dict[str, Any] | None) -> bool | None:
+        """Whether this model can be sent ``response_format`` (no format, or ``text``, is always fine); None: unknown."""
         kind = (response_format or {}).get("type", "text")
-        return kind == "text" or kind in self.response_formats
+        if kind == "text":
+            return True
+        return None if self.response_formats is None else kind in self.response_formats
+
+    def takes(self, param: str) -> bool | None:
+        """Whether this model takes the request parameter ``param``; None: the catalog does not say."""
+        return None if self.params is None else param in self.params
 
 
 @dataclass(frozen=True)
@@ -80,7 +90,8 @@ class Catalog:
             drop_params=tuple(raw.get("drop_params", ())),
             max_tokens_param=raw.get("max_tokens_param", "max_tokens"),
             known=f"{provider}:{model_id}" in self.models,
-            response_formats=tuple(raw.get("response_format", ())),
+            response_formats=tuple(raw["response_format"]) if "response_format" in raw else None,
+            params=tuple(raw["params"]) if "params" in raw else None,
         )
 
     def provider(self, name: str) -> ProviderInfo | None:

@@ -123,11 +123,9 @@ class Turn {
   }
 
   on_model_fallback(data) {
-    this.note(`${data.from} could not answer (${data.reason}); ${data.to ? `trying ${data.to}` : "no model left"}.`);
-    if (data.discard_partial) {
-      this.text = "";
-      this.render();
-    }
+    // Text already shown stays (it is part of the answer the server records); the next model's text follows a seam.
+    const cut = data.discard_partial ? " The text above was cut off." : "";
+    this.note(`${data.from} could not answer (${data.reason}); ${data.to ? `trying ${data.to}` : "no model left"}.${cut}`);
   }
 
   on_tool_call_start(data) {
