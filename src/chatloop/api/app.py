@@ -16,6 +16,7 @@ from starlette.exceptions import HTTPException
 from starlette.routing import Route
 
 from chatloop.api import conversations, page, routes
+from chatloop.api import stored as stored_responses
 from chatloop.api.errors import RequestError, on_http_error, on_request_error, on_unexpected
 from chatloop.api.idempotency import idempotent
 from chatloop.api.runtime import Runtime
@@ -39,6 +40,11 @@ def create_app(
             Route("/chat", idempotent(routes.chat), methods=["POST"]),
             Route("/v1/chat/completions", idempotent(routes.chat_completions), methods=["POST"]),
             Route("/v1/responses", idempotent(routes.responses), methods=["POST"]),
+            Route("/v1/responses/{response_id}", stored_responses.retrieve_response, methods=["GET"]),
+            Route("/v1/responses/{response_id}", stored_responses.delete_response, methods=["DELETE"]),
+            Route(
+                "/v1/responses/{response_id}/input_items", stored_responses.list_input_items, methods=["GET"]
+            ),
             Route("/v1/conversations", conversations.create_conversation, methods=["POST"]),
             Route(
                 "/v1/conversations/{conversation_id}", conversations.retrieve_conversation, methods=["GET"]

@@ -16,7 +16,13 @@ from typing import Annotated, Any
 from pydantic import BaseModel, ConfigDict, Field, StrictStr
 
 from chatloop.api.errors import RequestError
-from chatloop.api.schemas import FunctionCallItem, FunctionCallOutputItem, InputItem, InputMessage
+from chatloop.api.schemas import (
+    CodeInterpreterCallItem,
+    FunctionCallItem,
+    FunctionCallOutputItem,
+    InputItem,
+    InputMessage,
+)
 from chatloop.store.model import Item, new_id
 
 MAX_ITEMS_AT_ONCE = 20
@@ -85,11 +91,16 @@ def stored_items(items: Sequence[Any]) -> list[Item]:
                 "output": item.text(),
                 "status": "completed",
             }
+        elif isinstance(item, CodeInterpreterCallItem):  # a sandbox run, as the Responses API showed it
+            item_id = new_id("ci")
+            body = {**item.model_dump(exclude_none=True), "id": item_id, "container_id": "chatloop-sandbox"}
+            body.setdefault("status", "completed")
         else:
             raise RequestError(
                 400,
                 "invalid_request",
-                f"items[{index}]: only message, function_call and function_call_output items are stored",
+                f"items[{index}]: only message, function_call, function_call_output and code_interpreter_call "
+                "items are stored",
                 param=f"items[{index}]",
             )
         stored.append(Item(item_id, body))
