@@ -21,6 +21,7 @@ from chatloop.tools.base import ToolRegistry
 from chatloop.tools.javascript import ExecuteJavaScriptTool
 from tests.support.events import FakeContext, response_body, rest_event
 from tests.support.server import Server
+from tests.test_conversations import client
 
 
 class Recorder:
@@ -52,16 +53,6 @@ def server(tmp_path_factory, model, sandbox) -> Iterator[Server]:
     )
     with Server(create_app(settings, runtime=runtime)) as running:
         yield running
-
-
-def client(server: Server, key: str = "alice-key") -> openai.OpenAI:
-    return openai.OpenAI(
-        base_url=server.base_url,
-        api_key="unused",
-        max_retries=0,
-        timeout=30,
-        default_headers={"x-api-key": key},
-    )
 
 
 def test_a_response_is_stored_and_read_back(server):

@@ -42,56 +42,56 @@ ITEM_ID = re.compile(r"^[a-z]{2,8}_[A-Za-z0-9]{1,128}$")
 
 # --- the endpoints --------------------------------------------------------------------------------
 async def create_conversation(request: Request) -> Response:
-    store, owner, deadline = _context(request)
+    store, owner, deadline = store_context(request)
     from chatloop.api.conversation_items import ConversationCreate, stored_items
 
     body = await read_body(request, ConversationCreate, runtime_of(request).settings.max_body_bytes)
     items = stored_items(body.items or [])
-    with _store_errors():
+    with store_errors():
         conversation = await store.create_conversation(owner, body.metadata or {}, items, deadline)
     return JSONBody(conversation.as_object())
 
 
 async def retrieve_conversation(request: Request) -> Response:
-    store, owner, deadline = _context(request)
+    store, owner, deadline = store_context(request)
     conversation_id = _conversation_id(request)
-    with _store_errors():
+    with store_errors():
         conversation = await store.get_conversation(owner, conversation_id, deadline)
     if conversation is None:
-        raise _not_found("conversation", conversation_id)
+        raise not_found("conversation", conversation_id)
     return JSONBody(conversation.as_object())
 
 
 async def update_conversation(request: Request) -> Response:
-    store, owner, deadline = _context(request)
+    store, owner, deadline = store_context(request)
     conversation_id = _conversation_id(request)
     from chatloop.api.conversation_items import ConversationUpdate
 
     body = await read_body(request, ConversationUpdate, runtime_of(request).settings.max_body_bytes)
-    with _store_errors():
+    with store_errors():
         conversation = await store.update_conversation(owner, conversation_id, body.metadata or {}, deadline)
     if conversation is None:
-        raise _not_found("conversation", conversation_id)
+        raise not_found("conversation", conversation_id)
     return JSONBody(conversation.as_object())
 
 
 async def delete_conversation(request: Request) -> Response:
-    store, owner, deadline = _context(request)
+    store, owner, deadline = store_context(request)
     conversation_id = _conversation_id(request)
-    with _store_errors():
+    with store_errors():
         deleted = await store.delete_conversation(owner, conversation_id, deadline)
     if not deleted:
-        raise _not_found("conversation", conversation_id)
+        raise not_found("conversation", conversation_id)
     return JSONBody({"id": conversation_id, "object": "conversation.deleted", "deleted": True})
 
 
 async def list_items(request: Request) -> Response:
     from chatloop.store.service import CursorNotFound
 
-    store, owner, deadline = _context(request)
+    store, owner, deadline = store_context(request)
     conversation_id = _conversation_id(request)
     query = page_query(request)
-    with _store_errors():
+    with store_errors():
         try:
             page = await store.list_items(owner, conversation_id, query, deadline)
         except CursorNotFound:
@@ -99,22 +99,22 @@ async def list_items(request: Request) -> Response:
                 400, "invalid_request", f"after: no item {query.after!r} in this conversation", param="after"
             ) from None
     if page is None:
-        raise _not_found("conversation", conversation_id)
+        raise not_found("conversation", conversation_id)
     return JSONBody(page.as_object())
 
 
 async def create_items(request: Request) -> Response:
-    store, owner, deadline = _context(request)
+    store, owner, deadline = store_context(request)
     conversation_id = _conversation_id(request)
     _refuse_include(request)
     from chatloop.api.conversation_items import ItemsCreate, stored_items
 
     body = await read_body(request, ItemsCreate, runtime_of(request).settings.max_body_bytes)
     items = stored_items(body.items)
-    with _store_errors():
+    with store_errors():
         added = await store.append_items(owner, conversation_id, items, deadline)
     if not added:
-        raise _not_found("conversation", conversation_id)
+        raise not_found("conversation", conversation_id)
     return JSONBody(
         {
             "object": "list",
@@ -127,30 +127,30 @@ async def create_items(request: Request) -> Response:
 
 
 async def retrieve_item(request: Request) -> Response:
-    store, owner, deadline = _context(request)
+    store, owner, deadline = store_context(request)
     conversation_id, item_id = _conversation_id(request), _item_id(request)
     _refuse_include(request)
-    with _store_errors():
+    with store_errors():
         item = await store.get_item(owner, conversation_id, item_id, deadline)
     if item is None:
-        raise _not_found("item", item_id)
+        raise not_found("item", item_id)
     return JSONBody(item.body)
 
 
 async def delete_item(request: Request) -> Response:
     """OpenAI answers a deleted item with the conversation it was in."""
-    store, owner, deadline = _context(request)
+    store, owner, deadline = store_context(request)
     conversation_id, item_id = _conversation_id(request), _item_id(request)
-    with _store_errors():
+    with store_errors():
         deleted = await store.delete_item(owner, conversation_id, item_id, deadline)
         conversation = await store.get_conversation(owner, conversation_id, deadline) if deleted else None
     if conversation is None:
-        raise _not_found("item", item_id)
+        raise not_found("item", item_id)
     return JSONBody(conversation.as_object())
 
 
 # --- shared steps ---------------------------------------------------------------------------------
-def _context(request: Request) -> tuple[ConversationStore, str, Deadline]:
+def store_context(request: Request) -> tuple[ConversationStore, str, Deadline]:
     owner = caller_of(request)
     if owner is None:
         raise RequestError(
@@ -205,13 +205,13 @@ def _item_id(request: Request) -> str:
     return value
 
 
-def _not_found(what: str, identifier: str) -> RequestError:
+def not_found(what: str, identifier: str, param: str | None = None) -> RequestError:
     """The same answer for a missing, expired, deleted or another caller's record: nothing confirms it exists."""
-    return RequestError(404, "not_found", f"No {what} found with id '{identifier}'.")
+    return RequestError(404, "not_found", f"No {what} found with id '{identifier}'.", param=param)
 
 
 @contextmanager
-def _store_errors() -> Iterator[None]:
+def store_errors() -> Iterator[None]:
     """``StoreUnavailable`` -> a 503 in OpenAI's error shape (logged with the store's reason, which names no
     secret)."""
     from chatloop.store.model import StoreUnavailable

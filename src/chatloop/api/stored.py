@@ -21,8 +21,7 @@ Usage (the routes, in api/app.py)::
 from __future__ import annotations
 
 import re
-from collections.abc import AsyncIterator, Iterator
-from contextlib import contextmanager
+from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -30,6 +29,7 @@ from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
 
 from chatloop.api.caller import caller_of
+from chatloop.api.conversations import not_found, store_context, store_errors
 from chatloop.api.errors import RequestError
 from chatloop.api.render import JSONBody, dumps
 from chatloop.api.routes import request_deadline, runtime_of
@@ -151,7 +151,7 @@ def input_items(body: ResponsesBody) -> list[Item]:
 
 # --- the endpoints --------------------------------------------------------------------------------
 async def retrieve_response(request: Request) -> Response:
-    store, owner, deadline = _context(request)
+    store, owner, deadline = store_context(request)
     response_id = _checked(str(request.path_params["response_id"]))
     params = request.query_params
     if params.get("stream") == "true":
@@ -163,22 +163,22 @@ async def retrieve_response(request: Request) -> Response:
         with store_errors():
             events = await store.events_after(owner, response_id, int(after), deadline)
         if events is None:
-            raise _not_found(response_id)
+            raise not_found("response", response_id)
         return StreamingResponse(_replay([e.data for e in events]), media_type="text/event-stream")
     with store_errors():
         stored = await store.get_response(owner, response_id, deadline)
     if stored is None:
-        raise _not_found(response_id)
+        raise not_found("response", response_id)
     return JSONBody(stored.body)
 
 
 async def delete_response(request: Request) -> Response:
-    store, owner, deadline = _context(request)
+    store, owner, deadline = store_context(request)
     response_id = _checked(str(request.path_params["response_id"]))
     with store_errors():
         deleted = await store.delete_response(owner, response_id, deadline)
     if not deleted:
-        raise _not_found(response_id)
+        raise not_found("response", response_id)
     return JSONBody({"id": response_id, "object": "response.deleted", "deleted": True})
 
 
@@ -186,7 +186,7 @@ async def list_input_items(request: Request) -> Response:
     from chatloop.api.conversations import page_query
     from chatloop.store.service import CursorNotFound
 
-    store, owner, deadline = _context(request)
+    store, owner, deadline = store_context(request)
     response_id = _checked(str(request.path_params["response_id"]))
     query = page_query(request)
     with store_errors():
@@ -197,7 +197,7 @@ async def list_input_items(request: Request) -> Response:
                 400, "invalid_request", f"after: no item {query.after!r} in this response", param="after"
             ) from None
     if page is None:
-        raise _not_found(response_id)
+        raise not_found("response", response_id)
     return JSONBody(page.as_object())
 
 
@@ -218,7 +218,7 @@ async def _chain(store: ConversationStore, owner: str, response_id: str, deadlin
             )
         stored = await store.get_response(owner, current, deadline)
         if stored is None:
-            raise _not_found(current, param="previous_response_id")
+            raise not_found("response", current, param="previous_response_id")
         inputs = await _all(
             store.list_response_items, owner, current, "input", PageQuery("asc", PAGE), deadline
         )
@@ -236,7 +236,7 @@ async def _conversation_items(
     query = PageQuery("asc", PAGE)
     items = await _all(store.list_items, owner, conversation_id, query, deadline)
     if items is None:
-        raise _not_found(conversation_id, what="conversation", param="conversation")
+        raise not_found("conversation", conversation_id, param="conversation")
     return _as_items(items)
 
 
@@ -274,19 +274,6 @@ async def _replay(events: list[dict[str, Any]]) -> AsyncIterator[bytes]:
         yield f"event: {data['type']}\ndata: {dumps(data)}\n\n".encode()
 
 
-def _context(request: Request) -> tuple[ConversationStore, str, Deadline]:
-    owner = caller_of(request)
-    if owner is None:
-        raise RequestError(
-            401, "unauthenticated", "this request names no caller (no API key id or IAM identity)"
-        )
-    runtime = runtime_of(request)
-    deadline = request_deadline(request, runtime).earliest(
-        runtime.settings.conversation_store_timeout_seconds
-    )
-    return runtime.conversations(), owner, deadline
-
-
 def _checked(response_id: str) -> str:
     if not RESPONSE_ID.match(response_id):
         raise RequestError(
@@ -302,22 +289,3 @@ def _conversation_id(value: str | dict[str, Any]) -> str:
             400, "invalid_request", "conversation: not a conversation id (conv_…)", param="conversation"
         )
     return conversation_id
-
-
-def _not_found(identifier: str, what: str = "response", param: str | None = None) -> RequestError:
-    """The same answer for a missing, expired, deleted or another caller's record: nothing confirms it exists."""
-    return RequestError(404, "not_found", f"No {what} found with id '{identifier}'.", param=param)
-
-
-@contextmanager
-def store_errors() -> Iterator[None]:
-    """``StoreUnavailable`` while reading what a request needs: a 503 in OpenAI's shape, before any model call."""
-    from chatloop.store.model import StoreUnavailable
-
-    try:
-        yield
-    except StoreUnavailable as error:
-        logger.warning(f"conversation store unavailable: {error}")
-        raise RequestError(
-            503, "store_unavailable", "the response store is unavailable; try again shortly"
-        ) from None
