@@ -27,6 +27,7 @@ from bench import (
     responses,
     sandbox,
     scenarios,
+    store,
     streaming,
     textcalls,
     throughput,
@@ -60,6 +61,7 @@ def main() -> int:
         ("context", lambda: context.measure(2 if quick else 50)),
         ("idempotency", lambda: idempotency.measure(2 if quick else 30, js_tool)),
         ("page", lambda: page.measure(2 if quick else 15)),
+        ("store", lambda: store.measure(3 if quick else 50)),
     ]
     results: dict[str, Any] = {}
     for name, step in steps:

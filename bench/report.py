@@ -242,4 +242,33 @@ def report(results: dict, quick: bool) -> str:
         f"uncompressed (target ≤ 150 KB: {'met' if g['weight_bytes'] <= 150_000 else 'MISSED'}), all served by the app",
         "",
     ]
+    lines += _store_section(results["store"])
     return "\n".join(lines)
+
+
+def _store_section(s: dict) -> list[str]:
+    lines = [
+        "## 12. The conversation store",
+        "",
+        f"A turn's two items (a ~180-character question, a ~600-character answer) appended to a conversation of "
+        f"{s['history_messages']}+ messages, then the conversation read back (up to 100 items); medians over "
+        f"{s['reps']} turns. DynamoDB is moto in-process: the store's own cost, not DynamoDB's network latency.",
+        "",
+        "| backend | write a turn (ms) | read the conversation (ms) |",
+        "|---|---|---|",
+    ]
+    lines += [f"| {n} | {s[n]['write_ms']:.2f} | {s[n]['read_ms']:.2f} |" for n in ("sqlite", "dynamodb")]
+    lines += [
+        "",
+        "Request bytes of a `/v1/responses` turn: the whole history as input items, against naming the conversation "
+        "and sending only the new message.",
+        "",
+        "| messages | history resent | conversation id | saved |",
+        "|---|---|---|---|",
+    ]
+    lines += [
+        f"| {row['messages']:,} | {row['full_bytes']:,} | {row['by_id_bytes']:,} | {row['saved_bytes']:,} |"
+        for row in s["bytes"]
+    ]
+    lines.append("")
+    return lines

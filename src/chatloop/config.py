@@ -80,6 +80,20 @@ class Settings:
     header is ignored and every request runs."""
     idempotency_expiry_seconds: int = 3600
     """IDEMPOTENCY_EXPIRY_SECONDS: how long a stored answer is replayed for its key."""
+    # --- conversation store ---------------------------------------------------------------
+    conversation_table_name: str = ""
+    """CONVERSATION_TABLE_NAME: the DynamoDB table of conversations and stored responses (the template creates it).
+    Empty: the SQLite file at CONVERSATION_STORE_PATH."""
+    conversation_store_path: str = ""
+    """CONVERSATION_STORE_PATH: the SQLite file used when no table is named. Empty: ``chatloop/conversations.sqlite3``
+    under the user's data directory (``$XDG_DATA_HOME`` or ``~/.local/share``), or the temp directory when that is
+    not writable (as on Lambda)."""
+    conversation_ttl_seconds: int = 30 * 24 * 3600
+    """CONVERSATION_TTL_SECONDS: how long a conversation or stored response is kept after it was created (its items
+    with it); any positive value."""
+    conversation_store_timeout_seconds: float = 5.0
+    """CONVERSATION_STORE_TIMEOUT_SECONDS: the longest a request waits for the store (within its own deadline)
+    before it answers 503."""
     # --- sandbox --------------------------------------------------------------------------
     js_memory_mb: int = 256
     """JS_MEMORY_MB: RLIMIT_DATA of each Deno process."""
@@ -108,6 +122,11 @@ class Settings:
         """
         fits = max(1, int(self.function_memory_mb * self.sandbox_memory_share) // self.js_memory_mb)
         return min(self.js_max_concurrency, fits) if self.js_max_concurrency > 0 else fits
+
+    def store_path(self) -> str:
+        """The SQLite file of the embedded store: CONVERSATION_STORE_PATH, else under the user's data directory when
+        it is writable, else under the temp directory."""
+        return self.conversation_store_path or default_store_path()
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None) -> Settings:
@@ -140,6 +159,10 @@ class Settings:
                 f"JS_MEMORY_MB={self.js_memory_mb} does not fit SANDBOX_MEMORY_SHARE={self.sandbox_memory_share:g} "
                 f"of the function's {self.function_memory_mb} MB"
             )
+        if self.conversation_ttl_seconds <= 0 or self.conversation_store_timeout_seconds <= 0:
+            raise ConfigError(
+                "CONVERSATION_TTL_SECONDS and CONVERSATION_STORE_TIMEOUT_SECONDS must be positive"
+            )
         if self.request_timeout_seconds <= 0 or self.deadline_reserve_seconds < 0:
             raise ConfigError(
                 "REQUEST_TIMEOUT_SECONDS must be positive and DEADLINE_RESERVE_SECONDS not negative"
@@ -152,6 +175,26 @@ _ENV_NAMES = {"version": "APP_VERSION", "function_memory_mb": "AWS_LAMBDA_FUNCTI
 def env_name(field_name: str) -> str:
     """The environment variable a setting is read from: ``max_iterations`` -> ``MAX_ITERATIONS``."""
     return _ENV_NAMES.get(field_name, field_name.upper())
+
+
+def default_store_path(environ: Mapping[str, str] | None = None) -> str:
+    """``chatloop/conversations.sqlite3`` under ``$XDG_DATA_HOME`` (or ``~/.local/share``) when that can be written,
+    else under the temp directory (Lambda's home is read-only; ``/tmp`` is the function's own)."""
+    import tempfile
+    from pathlib import Path
+
+    env = os.environ if environ is None else environ
+    home = env.get("HOME", "")
+    data = env.get("XDG_DATA_HOME") or (str(Path(home) / ".local" / "share") if home else "")
+    if data:
+        folder = Path(data) / "chatloop"
+        try:
+            folder.mkdir(parents=True, exist_ok=True, mode=0o700)
+            if os.access(folder, os.W_OK):
+                return str(folder / "conversations.sqlite3")
+        except OSError:
+            pass
+    return str(Path(tempfile.gettempdir()) / "chatloop" / "conversations.sqlite3")
 
 
 def _parse(name: str, raw: str, kind: type) -> object:

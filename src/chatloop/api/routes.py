@@ -358,11 +358,15 @@ async def chat_completions(request: Request) -> Response:
 
 
 async def responses(request: Request) -> Response:
-    """OpenAI's Responses API, stateless: the same turn as chat completions, rendered as a ``response``."""
+    """OpenAI's Responses API: the same turn as chat completions, rendered as a ``response``; stored, and continued
+    from a stored response or a conversation, by ``api.stored``."""
+    from chatloop.api import stored  # the store and its schemas load with the first Responses request
+
     runtime = runtime_of(request)
     body: ResponsesBody = await read_body(request, ResponsesBody, runtime.settings.max_body_bytes)
     refuse_unsupported(body)
-    messages = conversation(conversation_of(body), runtime.settings.max_messages)
+    keeping = await stored.prepare(request, body)
+    messages = conversation(conversation_of(body, keeping.history), runtime.settings.max_messages)
     chat_choice: str | dict[str, Any] | None = None
     if isinstance(body.tool_choice, str):
         chat_choice = body.tool_choice
@@ -394,17 +398,22 @@ async def responses(request: Request) -> Response:
         allow_trimming=trimming,
     )
     rid = request_id(request)
-    echo = echo_of(body, model.name)
+    echo = echo_of(body, model.name, keeping.store is not None, keeping.conversation_id)
     events = observed(
         run_turn(turn, model, runtime.registry(), request_deadline(request, runtime), runtime.settings),
         request,
         rid,
     )
+
+    async def keep(response: dict[str, Any], sent: list[dict[str, Any]]) -> dict[str, Any]:
+        return await stored.save(keeping, request, body, response, sent)
+
     if body.stream:
-        return event_stream(response_events(events, rid, echo), runtime, rid)
+        return event_stream(response_events(events, rid, echo, keep), runtime, rid)
     response, errors = await collect_response(events, rid, echo)
     if response["x_chatloop"]["stop_reason"] == "all_models_failed":
         raise failed_turn(errors)
+    response = await keep(response, [])
     return JSONBody(response, headers={"x-request-id": rid})
 
 
