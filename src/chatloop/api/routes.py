@@ -17,7 +17,8 @@ from pydantic import BaseModel, ValidationError
 from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
 
-from chatloop.api.adapter import Invocation, invocation_from
+from chatloop.api import adapter
+from chatloop.api.adapter import Invocation
 from chatloop.api.errors import RequestError, from_validation
 from chatloop.api.limits import check_message_count, parse_json_body
 from chatloop.api.render import (
@@ -71,11 +72,8 @@ def conversation(messages: list[Any], max_messages: int) -> list[dict[str, Any]]
 
 
 def invocation_of(request: Request) -> Invocation | None:
-    """The Lambda Web Adapter's invocation for this request (stream mode), parsed once per request."""
-    if "chatloop.invocation" not in request.scope:
-        request.scope["chatloop.invocation"] = invocation_from(request.headers)
-    invocation: Invocation | None = request.scope["chatloop.invocation"]
-    return invocation
+    """The Lambda Web Adapter's invocation for this request (stream mode, only when the adapter sent it)."""
+    return adapter.invocation_of(request)
 
 
 def request_deadline(request: Request, runtime: Runtime) -> Deadline:
