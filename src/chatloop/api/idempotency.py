@@ -73,6 +73,7 @@ class Store:
         self.table_name = table_name
         self.expires_after_seconds = expires_after_seconds
         self._layers: dict[float, Any] = {}
+        self._session: Any = None
 
     def layer(self, budget: float = BUCKETS[-1]) -> Any:
         bucket = max((b for b in BUCKETS if b <= budget), default=None)
@@ -84,7 +85,13 @@ class Store:
                 IdempotencyConfig,
             )
 
-            layer = DynamoDBPersistenceLayer(table_name=self.table_name, boto_config=client_config(bucket))
+            if self._session is None:  # one session for every bucket: the service model is loaded once
+                import boto3
+
+                self._session = boto3.session.Session()
+            layer = DynamoDBPersistenceLayer(
+                table_name=self.table_name, boto_config=client_config(bucket), boto3_session=self._session
+            )
             config = IdempotencyConfig(
                 event_key_jmespath="key",
                 payload_validation_jmespath="body",
