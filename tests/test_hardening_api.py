@@ -207,6 +207,33 @@ def test_a_client_that_disconnects_releases_its_key_and_a_retry_runs(aws):
     assert parse_sse(again.text)[-1][1]["message"]["content"] == "Answer number 2." and model.calls == 2
 
 
+def test_a_failed_stream_is_not_stored_and_a_retry_runs(aws):
+    """A stream whose every model failed is a failure (its JSON form is a 503): a retry must run, not replay it."""
+    from chatloop.providers.errors import Transient
+
+    def down_once(request: Any, n: int) -> ModelResponse:
+        if n == 1:
+            raise Transient("upstream down", model="scripted:down")
+        return ModelResponse("", content="Back up.", finish_reason="stop")
+
+    model = ScriptedModel(down_once, name="scripted:down")
+    lambda_app.app.state.runtime = Runtime(
+        Settings(idempotency_table_name=TABLE), chain=FallbackChain([model]), registry=ToolRegistry()
+    )
+
+    def keyed() -> dict[str, Any]:
+        event = with_key(rest_event("POST", "/chat", ask(stream=True)))
+        event["requestContext"]["identity"]["apiKeyId"] = "key-a"
+        return event
+
+    failed = parse_sse(invoke(keyed())[1])
+    assert failed[-1][1]["stop_reason"] == "all_models_failed" and table_items() == []
+    lambda_app.app.state.runtime.chain().health.cooldown_until.clear()
+    status, body, headers = invoke(keyed())
+    assert status == 200 and REPLAYED_HEADER not in headers and model.calls == 2
+    assert parse_sse(body)[-1][1]["message"]["content"] == "Back up."
+
+
 # --- 3. tenancy: the strongest identity the event carries ------------------------------------------------
 def jwt_event(sub: str, iss: str = "https://cognito-idp.us-east-1.amazonaws.com/us-east-1_pool") -> dict:
     event = with_key(http_event("POST", "/chat", ask()))

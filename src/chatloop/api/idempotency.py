@@ -49,6 +49,9 @@ MAX_KEY_LENGTH = 255
 MAX_STORED_BYTES = 350_000
 """DynamoDB items are at most 400 KB; the record's other attributes need the rest."""
 REPLAYED_HEADER = "idempotent-replayed"
+STOP_REASON = "chatloop.stop_reason"
+"""Where the turn's stop reason is left in the request's scope (``routes.observed``): a streamed turn that ended
+with ``all_models_failed`` is a failure, as its JSON form (a 503) is, and is not stored."""
 Route = Callable[[Request], Awaitable[Response]]
 BUCKETS = (0.5, 1.0, 2.0, 4.0, 8.0)
 """Budgets (seconds, retries included) a DynamoDB call can be given: one client each, built on first use."""
@@ -305,7 +308,12 @@ class RecordedStream(Response):
                 seen.append(piece)
             yield piece
         self.finished = True
-        await _save(self.store, self.data, self.request, self, b"".join(seen))
+        if (
+            self.request.scope.get(STOP_REASON) == "all_models_failed"
+        ):  # nothing to replay: a retry runs again
+            await _release(self.store, self.data, self.request)
+        else:
+            await _save(self.store, self.data, self.request, self, b"".join(seen))
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         try:

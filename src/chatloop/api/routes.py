@@ -20,6 +20,7 @@ from starlette.responses import Response, StreamingResponse
 from chatloop.api import adapter
 from chatloop.api.adapter import Invocation
 from chatloop.api.errors import RequestError, from_validation
+from chatloop.api.idempotency import STOP_REASON
 from chatloop.api.limits import check_message_count, parse_json_body
 from chatloop.api.render import (
     JSONBody,
@@ -195,6 +196,7 @@ async def observed(events: AsyncIterator[Event], request: Request, rid: str) -> 
     async for event in events:
         if event.type is EventType.DONE:
             event = Event(EventType.DONE, {**event.data, "request_id": rid})
+            request.scope[STOP_REASON] = event.data.get("stop_reason")  # a failed stream is not stored
         seen.append(event)
         yield event
     behind_adapter = invocation_of(request) is not None
