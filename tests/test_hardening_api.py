@@ -36,7 +36,14 @@ from chatloop.config import Settings
 from chatloop.providers.base import ModelResponse, TextDelta, Usage
 from chatloop.providers.chain import FallbackChain
 from chatloop.tools.base import ToolRegistry
-from tests.support.events import FakeContext, http_event, parse_sse, response_body, rest_event
+from tests.support.events import (
+    FakeContext,
+    function_url_event,
+    http_event,
+    parse_sse,
+    response_body,
+    rest_event,
+)
 from tests.support.models import ScriptedModel
 from tests.support.server import Server
 from tests.test_idempotency import FAKE_CREDENTIALS, TABLE, ask, counting_model, create_table, serve
@@ -255,10 +262,43 @@ def http_authorizer_event(user: str) -> dict:
     return event
 
 
+def rest_authorizer_context_event(user: str) -> dict:
+    """A REST Lambda authorizer that names every user 'user' and tells them apart in its context."""
+    event = with_key(rest_event("POST", "/chat", ask()))
+    event["requestContext"]["authorizer"] = {"principalId": "user", "integrationLatency": 3, "userId": user}
+    return event
+
+
+def cognito_identity_pool_event(user: str) -> dict:
+    """A Function URL signed with a Cognito identity pool's credentials: every user assumes the same role."""
+    event = with_key(function_url_event("POST", "/chat", ask()))
+    event["requestContext"]["authorizer"]["iam"].update(
+        userArn="arn:aws:sts::123456789012:assumed-role/Cognito_Auth_Role/CognitoIdentityCredentials",
+        cognitoIdentity={
+            "amr": ["authenticated"],
+            "identityId": f"us-east-1:{user}",
+            "identityPoolId": "pool",
+        },
+    )
+    return event
+
+
 @pytest.mark.parametrize(
     "make",
-    [jwt_event, rest_authorizer_event, http_authorizer_event],
-    ids=["http-api-jwt", "rest-lambda-authorizer", "http-api-lambda-authorizer"],
+    [
+        jwt_event,
+        rest_authorizer_event,
+        http_authorizer_event,
+        rest_authorizer_context_event,
+        cognito_identity_pool_event,
+    ],
+    ids=[
+        "http-api-jwt",
+        "rest-lambda-authorizer",
+        "http-api-lambda-authorizer",
+        "rest-authorizer-context",
+        "cognito-identity-pool",
+    ],
 )
 def test_two_users_never_replay_each_others_answer(aws, make):
     model = serve()

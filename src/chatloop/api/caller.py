@@ -12,11 +12,15 @@ claims:
   ``apikey:<id>``           REST API key id (``requestContext.identity.apiKeyId``; never the key itself)
   ``iam:<arn>``             IAM caller: REST ``identity.userArn`` (else ``identity.caller``), HTTP API and
                             Function URL ``authorizer.iam.userArn`` (else ``callerId``)
+  ``cognito:<pool> <id>``   a Cognito identity pool's identity behind those IAM credentials (REST
+                            ``identity.cognitoIdentityId``, HTTP API ``authorizer.iam.cognitoIdentity``): its
+                            users share one role ARN
   ``jwt:<iss> <sub>``       HTTP API JWT authorizer (``authorizer.jwt.claims``) or a REST Cognito authorizer
                             (``authorizer.claims``): the subject with its issuer, so two pools never collide
   ``principal:<id>``        REST Lambda authorizer's ``authorizer.principalId``
-  ``lambda:<sha256>``       HTTP API Lambda authorizer's context (``authorizer.lambda``), hashed as canonical
-                            JSON (an authorizer that puts per-request values there only makes scopes narrower)
+  ``lambda:<sha256>``       a Lambda authorizer's context: HTTP API ``authorizer.lambda``, or the REST
+                            authorizer's other keys beside ``principalId`` (``integrationLatency`` aside), hashed
+                            as canonical JSON (per-request values there only make scopes narrower)
   ========================  ===========================================================================
 
   joined with ``|`` in that order (each value percent-escaped, so no value can forge a separator). Two requests
@@ -50,6 +54,8 @@ from starlette.requests import HTTPConnection
 from chatloop.api.adapter import from_adapter, gateway_context
 
 API_KEY_HEADER = "x-api-key"
+REST_AUTHORIZER_FIELDS = frozenset({"principalId", "integrationLatency", "claims", "scopes"})
+"""Keys of a REST ``requestContext.authorizer`` that are not a Lambda authorizer's own context."""
 
 
 def caller_of(request: HTTPConnection) -> str | None:
@@ -75,11 +81,20 @@ def identities(context: dict[str, Any]) -> list[tuple[str, str]]:
         found.append(("iam", _escape(arn)))
     if arn := _text(iam.get("userArn")) or _text(iam.get("callerId")):
         found.append(("iam", _escape(arn)))
+    pool = _object(iam.get("cognitoIdentity"))
+    cognito = (_text(identity.get("cognitoIdentityPoolId")), _text(identity.get("cognitoIdentityId")))
+    for pool_id, identity_id in (cognito, (_text(pool.get("identityPoolId")), _text(pool.get("identityId")))):
+        if identity_id:
+            found.append(("cognito", f"{_escape(pool_id)} {_escape(identity_id)}"))
     if subject := _text(jwt_claims.get("sub")):
         found.append(("jwt", f"{_escape(_text(jwt_claims.get('iss')))} {_escape(subject)}"))
     if principal := _text(authorizer.get("principalId")):
         found.append(("principal", _escape(principal)))
     lambda_context = authorizer.get("lambda")
+    if principal and not isinstance(
+        lambda_context, dict
+    ):  # a REST Lambda authorizer's context sits beside it
+        lambda_context = {k: v for k, v in authorizer.items() if k not in REST_AUTHORIZER_FIELDS}
     if isinstance(lambda_context, dict) and lambda_context:
         canonical = json.dumps(lambda_context, sort_keys=True, separators=(",", ":"), default=str)
         found.append(("lambda", _digest(canonical)))
