@@ -63,7 +63,7 @@ class Settings:
     # --- hardening, round 3 (api): dependencies inside the deadline, adapter trust ----------
     idempotency_timeout_seconds: float = 2.0
     """IDEMPOTENCY_TIMEOUT_SECONDS: the longest one idempotency store call may take, its retries included (never
-    more than a fifth of the request's remaining time); a store slower than that is a store failure."""
+    more than a fifth of the request's remaining time before the turn, half after it); a store slower than that is a store failure."""
     trust_adapter_headers: bool = False
     """TRUST_ADAPTER_HEADERS: read the Lambda Web Adapter's ``x-amzn-lambda-context`` / ``x-amzn-request-context``
     headers (deadline, request id, identity) on loopback requests. ``src/run.sh`` sets it when Lambda starts it

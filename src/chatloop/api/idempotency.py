@@ -12,8 +12,9 @@ record (in progress, then the stored response).
   is stored). A failure of DynamoDB never fails the chat: the request runs without deduplication, logged and
   counted (``IdempotencyErrors``).
 - Every DynamoDB call fits the request's deadline: at most IDEMPOTENCY_TIMEOUT_SECONDS and a fifth of the time
-  left, connect and read timeouts and retries included (one botocore client per budget bucket, built on first
-  use and kept for the container). A store that hangs degrades like one that refuses: a store failure.
+  left before the turn (half after it), connect and read timeouts and retries included (one botocore client per
+  budget bucket, built on first use and kept for the container). A store that hangs degrades like one that
+  refuses: a store failure.
 - A turn that ends without a stored answer (an error, a non-200, an answer too large, a client that went away)
   releases its in-progress record (deleted, as Powertools does on failure), so a retry with the same key runs
   instead of getting 409s until the record expires.
@@ -56,7 +57,10 @@ Route = Callable[[Request], Awaitable[Response]]
 BUCKETS = (0.5, 1.0, 2.0, 4.0, 8.0)
 """Budgets (seconds, retries included) a DynamoDB call can be given: one client each, built on first use."""
 STORE_SHARE = 0.2
-"""The largest share of a request's remaining time one store call may take."""
+"""The largest share of a request's remaining time one store call may take before the turn (the turn needs the
+rest)."""
+END_SHARE = 0.5
+"""... and after it (recording or releasing the answer), when what is left is the Lambda's safety margin."""
 RETRY_BACKOFF_SECONDS = 1.0
 """botocore's standard retry mode sleeps up to 1 s before its first retry (random x 2^0)."""
 
@@ -125,10 +129,11 @@ def client_config(budget: float) -> Any:
     )
 
 
-def budget_of(request: Request) -> float:
-    """Seconds one store call may take now: IDEMPOTENCY_TIMEOUT_SECONDS, and at most a fifth of the time left."""
+def budget_of(request: Request, share: float = STORE_SHARE) -> float:
+    """Seconds one store call may take now: IDEMPOTENCY_TIMEOUT_SECONDS, and at most ``share`` of the time left
+    (a fifth before the turn, half after it)."""
     limit: float = request.app.state.runtime.settings.idempotency_timeout_seconds
-    return min(limit, _remaining_ms(request) / 1000 * STORE_SHARE)
+    return min(limit, _remaining_ms(request) / 1000 * share)
 
 
 def idempotent(route: Route) -> Route:
@@ -255,7 +260,7 @@ async def _release(store: Store, data: dict[str, Any], request: Request) -> None
     the request is being cancelled (a client that went away) too."""
     with anyio.CancelScope(shield=True):
         try:
-            layer = store.layer(budget_of(request))
+            layer = store.layer(budget_of(request, END_SHARE))
             await to_thread.run_sync(layer.delete_record, data, RuntimeError("not completed"))
         except Exception as failure:
             _store_failed(failure)
@@ -279,7 +284,7 @@ async def _save(
     }
     with anyio.CancelScope(shield=True):
         try:
-            layer = store.layer(budget_of(request))
+            layer = store.layer(budget_of(request, END_SHARE))
             await to_thread.run_sync(layer.save_success, data, stored)
         except Exception as failure:
             _store_failed(failure)

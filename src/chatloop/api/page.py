@@ -44,7 +44,6 @@ MAX_BASE_SEGMENTS = 8
 def _headers(cache_control: str) -> dict[str, str]:
     return {
         "content-security-policy": CONTENT_SECURITY_POLICY,
-        "x-content-type-options": "nosniff",
         "referrer-policy": "no-referrer",
         "cache-control": cache_control,
     }
