@@ -408,6 +408,41 @@ def test_the_adapters_headers_are_read_where_the_adapter_sends_them():
     assert answer.status_code == 200 and answer.headers["x-request-id"] == rid
 
 
+def test_adapter_headers_from_a_peer_that_is_not_loopback_are_ignored():
+    """TRUST_ADAPTER_HEADERS alone is not enough: the adapter forwards over loopback, nothing else may pose as it."""
+    from chatloop.api.adapter import from_adapter, invocation_of
+
+    app = create_app(Settings(trust_adapter_headers=True), chain=FallbackChain([counting_model()]))
+    raw = [(k.encode(), v.encode()) for k, v in forged_headers(60, "rid-1", "k").items()]
+
+    def request(peer: str) -> Request:
+        return Request({"type": "http", "headers": raw, "app": app, "client": (peer, 40000)})
+
+    assert from_adapter(request("127.0.0.1")) and invocation_of(request("::1")) is not None
+    assert not from_adapter(request("203.0.113.9")) and invocation_of(request("10.0.0.7")) is None
+
+
+@pytest.mark.slow
+def test_run_sh_trusts_the_adapters_headers_only_when_lambda_started_it_under_the_adapter(tmp_path):
+    """run.sh outside Lambda (no runtime API): the same headers are a client's text, and ignored."""
+    from tests.support.adapter import MODEL, adapter_headers, run_sh
+    from tests.support.fake_llm import FakeLLM, text
+
+    answers = {}
+    with FakeLLM() as llm:
+        for where, runtime_api in (("lambda", "127.0.0.1:9001"), ("elsewhere", "")):
+            llm.script(MODEL, text(MODEL, "Hello.", groq=True))
+            with run_sh(llm, tmp_path, AWS_LAMBDA_RUNTIME_API=runtime_api) as served:
+                body = {"messages": [{"role": "user", "content": "hi"}], "stream": False}
+                headers = adapter_headers(60, f"rid-{where}")
+                answers[where] = httpx.post(f"{served.url}/chat", json=body, headers=headers, timeout=30)
+    assert answers["lambda"].headers["x-request-id"] == "rid-lambda"
+    assert (
+        answers["elsewhere"].status_code == 200
+        and answers["elsewhere"].headers["x-request-id"] != "rid-elsewhere"
+    )
+
+
 # --- 5. the page's base and nosniff everywhere -----------------------------------------------------------
 @pytest.mark.parametrize(
     "stage_path",
