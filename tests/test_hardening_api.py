@@ -160,6 +160,34 @@ def test_a_store_call_never_gets_more_than_a_fifth_of_the_time_left(monkeypatch)
     assert "Answer number 1." in body and elapsed < 3, elapsed
 
 
+@pytest.mark.slow
+def test_a_secrets_manager_that_hangs_is_a_503_within_seconds(monkeypatch):
+    """The provider keys' secret, read on the first request, is bounded too (SECRET_READ_SECONDS, 4 s)."""
+    import chatloop.secrets as secrets
+
+    with hanging_endpoint() as url:
+        for name, value in {**FAKE_CREDENTIALS, "AWS_ENDPOINT_URL": url}.items():
+            monkeypatch.setenv(name, value)
+        monkeypatch.setattr(secrets, "_provider", None, raising=False)  # built anew, at this endpoint
+        settings = Settings(
+            model_chain="groq:llama-3.3-70b-versatile",
+            provider_keys_secret_arn="arn:aws:secretsmanager:us-east-1:123456789012:secret:keys-AbCdEf",
+        )
+        lambda_app.app.state.runtime = Runtime(settings, registry=ToolRegistry())
+        result: dict[str, Any] = {}
+        started = time.monotonic()
+        worker = threading.Thread(
+            target=lambda: result.update(response=invoke(rest_event("POST", "/chat", ask()))), daemon=True
+        )
+        worker.start()
+        worker.join(15)  # today: botocore's defaults, minutes
+        elapsed = time.monotonic() - started
+        assert not worker.is_alive(), f"the request was still running after {elapsed:.1f} s"
+    status, body, _ = result["response"]
+    assert status == 503 and json.loads(body)["error"]["code"] == "keys_unavailable"
+    assert elapsed < secrets.SECRET_READ_SECONDS + 1.5, elapsed
+
+
 # --- 2. a client that goes away releases its key --------------------------------------------------------
 class SlowFirstModel:
     """Streams its first answer over ~5 s, then answers at once."""

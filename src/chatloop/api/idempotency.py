@@ -43,6 +43,7 @@ from starlette.types import Receive, Scope, Send
 from chatloop.api.adapter import invocation_of
 from chatloop.api.caller import caller_of
 from chatloop.api.errors import error_response
+from chatloop.aws import bounded_config
 from chatloop.observability import logger, metrics
 
 HEADER = "idempotency-key"
@@ -61,8 +62,6 @@ STORE_SHARE = 0.2
 rest)."""
 END_SHARE = 0.5
 """... and after it (recording or releasing the answer), when what is left is the Lambda's safety margin."""
-RETRY_BACKOFF_SECONDS = 1.0
-"""botocore's standard retry mode sleeps up to 1 s before its first retry (random x 2^0)."""
 
 
 class StoreTimeout(TimeoutError):
@@ -97,7 +96,7 @@ class Store:
 
                 self._session = boto3.session.Session()
             layer = DynamoDBPersistenceLayer(
-                table_name=self.table_name, boto_config=client_config(bucket), boto3_session=self._session
+                table_name=self.table_name, boto_config=bounded_config(bucket), boto3_session=self._session
             )
             config = IdempotencyConfig(
                 event_key_jmespath="key",
@@ -109,24 +108,6 @@ class Store:
             layer.configure(config, function_name="chatloop")
             self._layers[bucket] = layer
         return self._layers[bucket]
-
-
-def client_config(budget: float) -> Any:
-    """botocore settings whose worst case (every attempt connecting, then reading, to its timeout, plus the backoff
-    before a retry) is ``budget`` seconds: two attempts from 2 s up, else one.
-
-    >>> c = client_config(4.0); (c.retries["max_attempts"], c.connect_timeout, c.read_timeout)
-    (2, 0.6, 0.9)
-    """
-    from botocore.config import Config
-
-    attempts = 2 if budget >= 2 else 1
-    per_attempt = (budget - (attempts - 1) * RETRY_BACKOFF_SECONDS) / attempts
-    return Config(  # connecting includes the TLS handshake, slow on a cold, small function's CPU
-        connect_timeout=round(per_attempt * 0.4, 3),
-        read_timeout=round(per_attempt * 0.6, 3),
-        retries={"mode": "standard", "max_attempts": attempts},
-    )
 
 
 def budget_of(request: Request, share: float = STORE_SHARE) -> float:
