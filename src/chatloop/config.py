@@ -68,6 +68,9 @@ class Settings:
     """TRUST_ADAPTER_HEADERS: read the Lambda Web Adapter's ``x-amzn-lambda-context`` / ``x-amzn-request-context``
     headers (deadline, request id, identity) on loopback requests. ``src/run.sh`` sets it when Lambda starts it
     under the adapter; anywhere else a client could write those headers."""
+    lambda_function_name: str = ""
+    """AWS_LAMBDA_FUNCTION_NAME: set by Lambda in every execution environment. There a header alone never names a
+    caller (``api/caller.py``); unset, as in ``make run``, the ``x-api-key`` header does, hashed."""
     # --- models ---------------------------------------------------------------------------
     model_chain: str = ""
     """MODEL_CHAIN: comma-separated ``provider:model`` entries tried in order. Empty: the default chain
@@ -158,7 +161,11 @@ class Settings:
             )
 
 
-_ENV_NAMES = {"version": "APP_VERSION", "function_memory_mb": "AWS_LAMBDA_FUNCTION_MEMORY_SIZE"}
+_ENV_NAMES = {
+    "version": "APP_VERSION",
+    "function_memory_mb": "AWS_LAMBDA_FUNCTION_MEMORY_SIZE",
+    "lambda_function_name": "AWS_LAMBDA_FUNCTION_NAME",
+}
 
 
 def env_name(field_name: str) -> str:

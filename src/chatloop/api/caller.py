@@ -45,7 +45,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 from typing import Any
 from urllib.parse import quote
 
@@ -60,7 +59,7 @@ REST_AUTHORIZER_FIELDS = frozenset({"principalId", "integrationLatency", "claims
 
 def caller_of(request: HTTPConnection) -> str | None:
     """The caller's identity as one stable string (see the module docstring), or None when there is none."""
-    on_lambda = "aws.event" in request.scope or from_adapter(request) or _lambda_environment()
+    on_lambda = "aws.event" in request.scope or from_adapter(request) or _in_lambda(request)
     if not on_lambda:
         key = request.headers.get(API_KEY_HEADER)
         return f"local-key:{_digest(key)}" if key else None
@@ -101,9 +100,10 @@ def identities(context: dict[str, Any]) -> list[tuple[str, str]]:
     return list(dict.fromkeys(found))  # the same IAM caller named twice is one identity
 
 
-def _lambda_environment() -> bool:
-    # Set by Lambda in every execution environment: there, no header alone may name a caller.
-    return bool(os.environ.get("AWS_LAMBDA_FUNCTION_NAME"))
+def _in_lambda(request: HTTPConnection) -> bool:
+    # AWS_LAMBDA_FUNCTION_NAME is set by Lambda in every execution environment: there, no header names a caller.
+    runtime = getattr(request.app.state, "runtime", None)
+    return runtime is None or bool(runtime.settings.lambda_function_name)
 
 
 def _object(value: Any) -> dict[str, Any]:
