@@ -549,3 +549,49 @@ def test_a_4_mb_conversation_is_trimmed_not_refused():
     assert model.calls == 1 and 1 < len(sent) < len(messages)
     assert sent[-1]["content"] == "What was the first question?"
     assert json.loads(text)["choices"][0]["message"]["content"] == f"Saw {len(sent)} messages."
+
+
+def post_streamed(app: Any, headers: dict[str, str], chunks: int, size: int = 65_536) -> tuple[int, int]:
+    """POST /chat to the ASGI app with a body arriving in ``chunks`` pieces, as a chunked upload does: the status and
+    how many pieces the app read."""
+    read = 0
+
+    async def receive() -> dict[str, Any]:
+        nonlocal read
+        read += 1
+        return {"type": "http.request", "body": b" " * size, "more_body": read < chunks}
+
+    sent: list[dict[str, Any]] = []
+
+    async def send(message: dict[str, Any]) -> None:
+        sent.append(message)
+
+    scope = {
+        "type": "http",
+        "asgi": {"version": "3.0", "spec_version": "2.3"},
+        "http_version": "1.1",
+        "method": "POST",
+        "scheme": "http",
+        "path": "/chat",
+        "raw_path": b"/chat",
+        "root_path": "",
+        "query_string": b"",
+        "headers": [(k.lower().encode(), v.encode()) for k, v in headers.items()],
+        "client": ("127.0.0.1", 40000),
+        "server": ("127.0.0.1", 8000),
+    }
+    asyncio.run(app(scope, receive, send))
+    return sent[0]["status"], read
+
+
+@pytest.mark.parametrize("keyed", [False, True], ids=["plain", "idempotency-key"])
+def test_a_chunked_body_past_the_limit_is_refused_before_the_rest_is_read(aws, keyed):
+    """No content-length (a chunked upload, as uvicorn takes it under make run): 64 KiB pieces past a 100 KB limit are
+    a 413 after the second piece, not after the client's 50 MB."""
+    settings = Settings(max_body_bytes=100_000, idempotency_table_name=TABLE)
+    app = create_app(settings, chain=FallbackChain([counting_model()]), registry=ToolRegistry())
+    headers = {"content-type": "application/json", "x-api-key": "user-1"}
+    if keyed:
+        headers["idempotency-key"] = "big-1"
+    status, read = post_streamed(app, headers, chunks=800)
+    assert status == 413 and read == 2

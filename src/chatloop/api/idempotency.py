@@ -43,6 +43,7 @@ from starlette.types import Receive, Scope, Send
 from chatloop.api.adapter import invocation_of
 from chatloop.api.caller import caller_of
 from chatloop.api.errors import error_response
+from chatloop.api.limits import read_within
 from chatloop.aws import bounded_config
 from chatloop.observability import logger, metrics
 
@@ -134,7 +135,7 @@ def idempotent(route: Route) -> Route:
         if caller is None:  # never a shared scope: another caller could replay this answer
             logger.warning("idempotency: the request names no caller; answering without deduplication")
             return await route(request)
-        body = await request.body()
+        body = await read_within(request, request.app.state.runtime.settings.max_body_bytes)  # 413 past it
         data = {
             "key": f"{caller}|{request.url.path}|{key}",
             "body": hashlib.sha256(body).hexdigest(),

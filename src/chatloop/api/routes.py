@@ -21,7 +21,7 @@ from chatloop.api import adapter
 from chatloop.api.adapter import Invocation
 from chatloop.api.errors import RequestError, from_validation
 from chatloop.api.idempotency import STOP_REASON
-from chatloop.api.limits import check_message_count, parse_json_body
+from chatloop.api.limits import check_message_count, parse_json_body, read_within
 from chatloop.api.render import (
     JSONBody,
     chat_summary,
@@ -49,12 +49,7 @@ def runtime_of(request: Request) -> Runtime:
 
 # --- shared steps ---------------------------------------------------------------------------------
 async def read_body(request: Request, schema: type[BaseModel], limit: int) -> Any:
-    declared = request.headers.get("content-length")
-    if declared and declared.isdigit() and int(declared) > limit:
-        raise RequestError(413, "body_too_large", f"the body is larger than {limit} bytes")
-    raw = await request.body()
-    if len(raw) > limit:
-        raise RequestError(413, "body_too_large", f"the body is larger than {limit} bytes")
+    raw = await read_within(request, limit)
     data = parse_json_body(raw, runtime_of(request).settings.max_json_depth)
     if not isinstance(data, dict):
         raise RequestError(400, "invalid_request", "the body must be a JSON object")
