@@ -26,8 +26,13 @@ claims:
   joined with ``|`` in that order (each value percent-escaped, so no value can forge a separator). Two requests
   share a scope only if every identity they carry is the same. No identity at all: ``None`` - a header alone never
   names a caller on Lambda (``x-api-key`` is the client's own text; API Gateway's checked key is ``apiKeyId``).
-- **locally** (``make run``, no event, no trusted adapter, not on Lambda): ``local-key:<sha256>`` of the
-  ``x-api-key`` header (hashed: the raw key is never stored or logged), else ``None``.
+- **locally** (``make run``: no event, no trusted adapter, ``AWS_LAMBDA_FUNCTION_NAME`` unset):
+  ``local-key:<sha256>`` of the ``x-api-key`` header (hashed: the raw key is never stored or logged), else ``None``.
+
+The string is stable: the same identities give the same string in every container and process, so it can key
+stored state (its format is part of that contract: changing it orphans what was stored under the old one). An API
+key is one caller however many people use it; give people their own sign-in (JWT, Cognito, an authorizer) to keep
+them apart behind a shared key.
 
 ``None`` means "nobody we can tell apart": a caller of this function must refuse to guess - never put such a
 request in a shared scope. The idempotency layer runs it without deduplication (logged); a conversation store
