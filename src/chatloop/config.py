@@ -48,8 +48,10 @@ class Settings:
     """REQUEST_TIMEOUT_SECONDS: a request's whole budget (API Gateway's integration timeout is 29 s)."""
     lambda_safety_margin_seconds: float = 1.0
     """LAMBDA_SAFETY_MARGIN_SECONDS: kept back from the Lambda's remaining time."""
-    max_body_bytes: int = 1024 * 1024
-    """MAX_BODY_BYTES: larger request bodies get a 413."""
+    max_body_bytes: int = 6_000_000
+    """MAX_BODY_BYTES: larger request bodies get a 413. The default is what Lambda accepts (a 6 MB synchronous
+    request payload, the event's envelope included), so context fitting, not this limit, decides how much of a
+    long conversation is sent."""
     sse_heartbeat_seconds: float = 10.0
     """SSE_HEARTBEAT_SECONDS: a streamed response sends a ``: ping`` comment after this long without bytes."""
     max_json_depth: int = 64
@@ -58,6 +60,17 @@ class Settings:
     """MAX_MESSAGES: a conversation with more messages gets a 413."""
     api_base_path: str = "/"
     """API_BASE_PATH: path prefix stripped by Mangum (a custom domain's base path or a named HTTP API stage)."""
+    # --- hardening, round 3 (api): dependencies inside the deadline, adapter trust ----------
+    idempotency_timeout_seconds: float = 2.0
+    """IDEMPOTENCY_TIMEOUT_SECONDS: the longest one idempotency store call may take, its retries included (never
+    more than a fifth of the request's remaining time before the turn, half after it); a store slower than that is a store failure."""
+    trust_adapter_headers: bool = False
+    """TRUST_ADAPTER_HEADERS: read the Lambda Web Adapter's ``x-amzn-lambda-context`` / ``x-amzn-request-context``
+    headers (deadline, request id, identity) on loopback requests. ``src/run.sh`` sets it when Lambda starts it
+    under the adapter; anywhere else a client could write those headers."""
+    lambda_function_name: str = ""
+    """AWS_LAMBDA_FUNCTION_NAME: set by Lambda in every execution environment. There a header alone never names a
+    caller (``api/caller.py``); unset, as in ``make run``, the ``x-api-key`` header does, hashed."""
     # --- models ---------------------------------------------------------------------------
     model_chain: str = ""
     """MODEL_CHAIN: comma-separated ``provider:model`` entries tried in order. Empty: the default chain
@@ -163,13 +176,19 @@ class Settings:
             raise ConfigError(
                 "CONVERSATION_TTL_SECONDS and CONVERSATION_STORE_TIMEOUT_SECONDS must be positive"
             )
+        if self.idempotency_timeout_seconds <= 0:
+            raise ConfigError("IDEMPOTENCY_TIMEOUT_SECONDS must be positive")
         if self.request_timeout_seconds <= 0 or self.deadline_reserve_seconds < 0:
             raise ConfigError(
                 "REQUEST_TIMEOUT_SECONDS must be positive and DEADLINE_RESERVE_SECONDS not negative"
             )
 
 
-_ENV_NAMES = {"version": "APP_VERSION", "function_memory_mb": "AWS_LAMBDA_FUNCTION_MEMORY_SIZE"}
+_ENV_NAMES = {
+    "version": "APP_VERSION",
+    "function_memory_mb": "AWS_LAMBDA_FUNCTION_MEMORY_SIZE",
+    "lambda_function_name": "AWS_LAMBDA_FUNCTION_NAME",
+}
 
 
 def env_name(field_name: str) -> str:

@@ -13,12 +13,14 @@ from __future__ import annotations
 
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
+from starlette.middleware import Middleware
 from starlette.routing import Route
 
 from chatloop.api import conversations, page, routes
 from chatloop.api import stored as stored_responses
 from chatloop.api.errors import RequestError, on_http_error, on_request_error, on_unexpected
 from chatloop.api.idempotency import idempotent
+from chatloop.api.nosniff import NoSniff
 from chatloop.api.runtime import Runtime
 from chatloop.config import Settings
 from chatloop.observability import logger
@@ -76,6 +78,7 @@ def create_app(
             HTTPException: on_http_error,
             Exception: on_unexpected,
         },
+        middleware=[Middleware(NoSniff)],  # X-Content-Type-Options on every response
     )
     app.state.runtime = runtime or Runtime(settings, chain=chain, registry=registry)
     if chain is None and runtime is None:
