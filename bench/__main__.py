@@ -27,6 +27,7 @@ from bench import (
     responses,
     sandbox,
     scenarios,
+    store,
     streaming,
     textcalls,
     throughput,
@@ -61,6 +62,7 @@ def main() -> int:
         ("context", lambda: context.measure(2 if quick else 50)),
         ("idempotency", lambda: idempotency.measure(2 if quick else 30, js_tool)),
         ("page", lambda: page.measure(2 if quick else 15)),
+        ("store", lambda: store.measure(3 if quick else 50)),
         ("ttft", lambda: ttft.measure(2 if quick else 15)),
     ]
     results: dict[str, Any] = {}

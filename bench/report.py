@@ -242,8 +242,37 @@ def report(results: dict, quick: bool) -> str:
         f"uncompressed (target ≤ 150 KB: {'met' if g['weight_bytes'] <= 150_000 else 'MISSED'}), all served by the app",
         "",
     ]
+    lines += _store_section(results["store"])
     lines += ttft_section(results["ttft"])
     return "\n".join(lines)
+
+
+def _store_section(s: dict) -> list[str]:
+    lines = [
+        "## 12. The conversation store",
+        "",
+        f"A turn's two items (a ~180-character question, a ~600-character answer) appended to a conversation of "
+        f"{s['history_messages']}+ messages, then the conversation read back (up to 100 items); medians over "
+        f"{s['reps']} turns. DynamoDB is moto in-process: the store's own cost, not DynamoDB's network latency.",
+        "",
+        "| backend | write a turn (ms) | read the conversation (ms) |",
+        "|---|---|---|",
+    ]
+    lines += [f"| {n} | {s[n]['write_ms']:.2f} | {s[n]['read_ms']:.2f} |" for n in ("sqlite", "dynamodb")]
+    lines += [
+        "",
+        "Request bytes of a `/v1/responses` turn: the whole history as input items, against naming the conversation "
+        "and sending only the new message.",
+        "",
+        "| messages | history resent | conversation id | saved |",
+        "|---|---|---|---|",
+    ]
+    lines += [
+        f"| {row['messages']:,} | {row['full_bytes']:,} | {row['by_id_bytes']:,} | {row['saved_bytes']:,} |"
+        for row in s["bytes"]
+    ]
+    lines.append("")
+    return lines
 
 
 def ttft_section(t: dict) -> list[str]:
@@ -251,7 +280,7 @@ def ttft_section(t: dict) -> list[str]:
     names = {"chat": "`/chat`", "chat_completions": "`/v1/chat/completions`", "responses": "`/v1/responses`"}
     d = t["direct"]
     lines = [
-        "## 12. Time to first token",
+        "## 13. Time to first token",
         "",
         f"A streaming upstream (Groq's wire through the groq SDK, on loopback, in this process) that writes its first "
         f"token {t['model_first_token_ms']:.0f} ms after the request, then writes for {t['model_writes_ms']:.0f} ms. "

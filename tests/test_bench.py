@@ -32,7 +32,8 @@ def test_bench_smoke_run(tmp_path):
         "## 9. Context estimator",
         "## 10. Retried requests",
         "## 11. The chat page",
-        "## 12. Time to first token",
+        "## 12. The conversation store",
+        "## 13. Time to first token",
     ):
         assert section in report
     row = next(line for line in report.splitlines() if line.startswith("| compound interest |"))

@@ -279,10 +279,10 @@ def test_responses_parse_with_text_format(demo, scripted, upstream):
     assert sent["type"] == "json_schema" and sent["json_schema"]["schema"]["properties"].keys() >= {"total"}
 
 
-def test_responses_is_stateless_and_says_so(demo):
-    with pytest.raises(openai.BadRequestError) as raised:
+def test_continuing_from_a_response_that_was_never_stored_is_a_404(demo):
+    with pytest.raises(openai.NotFoundError) as raised:
         client_of(demo).responses.create(model="demo:offline", input="hi", previous_response_id="resp_1")
-    assert "stateless" in raised.value.message and raised.value.code == "unsupported_parameter"
+    assert "resp_1" in raised.value.message
 
 
 # --- structured output on chat completions --------------------------------------------------------

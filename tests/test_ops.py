@@ -263,6 +263,13 @@ def test_log_retention_and_least_privilege(translated, mode):
         ("dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:UpdateItem", "dynamodb:DeleteItem"): {
             "Fn::GetAtt": ["IdempotencyTable", "Arn"]
         },
+        (
+            "dynamodb:GetItem",
+            "dynamodb:PutItem",
+            "dynamodb:UpdateItem",
+            "dynamodb:DeleteItem",
+            "dynamodb:Query",
+        ): {"Fn::GetAtt": ["ConversationTable", "Arn"]},
     }
 
 
@@ -281,6 +288,29 @@ def test_the_idempotency_table_is_powertools_layout_with_ttl(translated):
         env = the_function(deployed(translated, mode)["Resources"])["Environment"]["Variables"]
         assert env["IDEMPOTENCY_TABLE_NAME"] == {"Ref": "IdempotencyTable"}
         assert env["IDEMPOTENCY_EXPIRY_SECONDS"] == {"Ref": "IdempotencyExpirySeconds"}
+
+
+def test_the_conversation_table_is_the_stores_and_the_policy_grants_what_it_calls(translated):
+    """The table as store/dynamodb.py creates it in tests, with TTL on the attribute it writes, in both modes; the
+    policy grants exactly the IAM actions of the calls the store makes (a transaction's Put / Delete need PutItem /
+    DeleteItem), so a new call without its grant, or a grant nothing uses, fails here."""
+    from chatloop.store import dynamodb
+
+    resources = deployed(translated, "stream")["Resources"]
+    table = resources["ConversationTable"]["Properties"]
+    assert {k: table[k] for k in dynamodb.TABLE_DEFINITION} == dynamodb.TABLE_DEFINITION
+    assert table["TimeToLiveSpecification"] == {"AttributeName": dynamodb.TTL_ATTRIBUTE, "Enabled": True}
+    assert "GlobalSecondaryIndexes" not in table  # every read is strongly consistent: the table only
+    for mode in ("stream", "buffered"):
+        env = the_function(deployed(translated, mode)["Resources"])["Environment"]["Variables"]
+        assert env["CONVERSATION_TABLE_NAME"] == {"Ref": "ConversationTable"}
+    source = Path(dynamodb.__file__).read_text()
+    calls = set(re.findall(r"client\.([a-z_]+)", source)) - {"create_table", "update_time_to_live"}
+    as_actions = {"transact_write_items": {"PutItem", "DeleteItem"}}
+    used = set().union(*(as_actions.get(c, {"".join(w.title() for w in c.split("_"))}) for c in calls))
+    statements = resources["ChatFunctionPolicy"]["Properties"]["PolicyDocument"]["Statement"]
+    (grant,) = [s for s in statements if s["Resource"] == {"Fn::GetAtt": ["ConversationTable", "Arn"]}]
+    assert {a.removeprefix("dynamodb:") for a in grant["Action"]} == used
 
 
 def test_the_sandbox_budget_follows_the_functions_memory(translated):

@@ -55,7 +55,10 @@ def error_response(
         body = openai_error(message, code, OPENAI_TYPES.get(status, "invalid_request_error"), param)
     else:
         body = {"error": {"code": code, "message": message}}
-    return JSONBody(body, status_code=status, headers=headers)
+    # Also set by the NoSniff middleware, which the 500 of an unhandled exception never passes through.
+    return JSONBody(
+        body, status_code=status, headers={**(headers or {}), "x-content-type-options": "nosniff"}
+    )
 
 
 def from_validation(error: ValidationError) -> RequestError:

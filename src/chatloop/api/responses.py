@@ -16,7 +16,7 @@ from __future__ import annotations
 import itertools
 import json
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from typing import Any
 
 from chatloop.api.render import INTERNAL_ERROR, dumps_unredacted, extension, held_secrets
@@ -35,16 +35,16 @@ INCOMPLETE = {"length": "max_output_tokens", "iteration_cap": "iteration_cap", "
 
 
 # --- input ----------------------------------------------------------------------------------------
-def conversation_of(body: ResponsesBody) -> list[dict[str, Any]]:
-    """The chat conversation for ``instructions`` and ``input``: ``developer`` is ``system``, consecutive
+def conversation_of(body: ResponsesBody, history: Sequence[Any] = ()) -> list[dict[str, Any]]:
+    """The chat conversation for ``instructions``, the earlier items a request continues from (``history``: a
+    previous response's chain, or a conversation's items) and ``input``: ``developer`` is ``system``, consecutive
     ``function_call`` items join the assistant message before them, ``function_call_output`` is a tool message,
     reasoning items carry nothing this server needs."""
     messages: list[dict[str, Any]] = []
     if body.instructions:
         messages.append({"role": "system", "content": body.instructions})
-    if isinstance(body.input, str):
-        return [*messages, {"role": "user", "content": body.input}]
-    for item in body.input:
+    current = [InputMessage(role="user", content=body.input)] if isinstance(body.input, str) else body.input
+    for item in [*history, *current]:
         if isinstance(item, InputMessage):
             role = "system" if item.role == "developer" else item.role
             messages.append({"role": role, "content": item.text()})
@@ -78,7 +78,9 @@ def conversation_of(body: ResponsesBody) -> list[dict[str, Any]]:
     return messages
 
 
-def echo_of(body: ResponsesBody, model: str) -> dict[str, Any]:
+def echo_of(
+    body: ResponsesBody, model: str, stored: bool = False, conversation: str | None = None
+) -> dict[str, Any]:
     """The request's settings, as a response object repeats them; ``model`` is the one the turn starts with (the
     finished response names the one that answered)."""
     text_format = (
@@ -112,7 +114,9 @@ def echo_of(body: ResponsesBody, model: str) -> dict[str, Any]:
         "service_tier": body.service_tier or "auto",
         "top_logprobs": body.top_logprobs or 0,
         "background": False,
-        "store": False,
+        "store": stored,
+        "previous_response_id": body.previous_response_id,
+        "conversation": {"id": conversation} if conversation else None,
     }
 
 
@@ -354,13 +358,17 @@ class _Events:
     """Numbers and frames Responses API stream events (``sequence_number`` from 0), and knows when the terminal
     one has been framed. Frames are not yet redacted: ``response_events`` redacts each chunk as a whole."""
 
-    def __init__(self) -> None:
+    def __init__(self, record: bool = False) -> None:
         self._numbers = itertools.count()
         self.ended = False
+        self.recorded: list[dict[str, Any]] | None = [] if record else None
+        """Every event's data, when the response is stored (a resumed stream replays them)."""
 
     def __call__(self, kind: str, **fields: Any) -> str:
         self.ended = self.ended or kind in TERMINAL
         data = {"type": kind, "sequence_number": next(self._numbers), **fields}
+        if self.recorded is not None:
+            self.recorded.append(data)
         return f"event: {kind}\ndata: {dumps_unredacted(data)}\n\n"
 
 
@@ -369,15 +377,20 @@ def _sealed(frames: str) -> bytes:
     return redact(frames).encode()
 
 
+Keep = Callable[[dict[str, Any], list[dict[str, Any]]], Awaitable[dict[str, Any]]]
+"""Stores a finished response (and its stream's events) and returns it as it should be shown."""
+
+
 async def response_events(
-    events: AsyncIterator[Event], request_id: str, echo: dict[str, Any]
+    events: AsyncIterator[Event], request_id: str, echo: dict[str, Any], keep: Keep | None = None
 ) -> AsyncIterator[bytes]:
     """The Responses API's event stream. It always ends with its terminal event: ``response.completed``,
-    ``response.incomplete`` or ``response.failed`` (after an ``error`` event when something broke mid-way)."""
-    emit = _Events()
+    ``response.incomplete`` or ``response.failed`` (after an ``error`` event when something broke mid-way). With
+    ``keep``, the finished response is stored before its terminal event goes out (read-after-write holds)."""
+    emit = _Events(record=keep is not None)
     created = int(time.time())
     try:
-        async for frames in _response_events(events, request_id, echo, emit, created):
+        async for frames in _response_events(events, request_id, echo, emit, created, keep):
             yield _sealed(frames)
     except Exception:
         logger.exception("response event stream failed")
@@ -391,7 +404,12 @@ async def response_events(
 
 
 async def _response_events(
-    events: AsyncIterator[Event], request_id: str, echo: dict[str, Any], emit: _Events, created: int
+    events: AsyncIterator[Event],
+    request_id: str,
+    echo: dict[str, Any],
+    emit: _Events,
+    created: int,
+    keep: Keep | None,
 ) -> AsyncIterator[str]:
     """The events, framed. ``response.created`` goes out at once; frames that become known together leave as one
     chunk (fewer writes through the heartbeat wrapper and the socket)."""
@@ -408,6 +426,11 @@ async def _response_events(
             frames = output.finish(event.data)
             final = response_object(event.data, request_id, echo, output.items, created)
             kind = "response.incomplete" if final["status"] == "incomplete" else "response.completed"
+            if keep is not None:
+                # The terminal event is stored as it will be sent: numbered next, with the rest.
+                number = len(emit.recorded or [])
+                terminal = {"type": kind, "sequence_number": number, "response": final}
+                final = await keep(final, [*(emit.recorded or []), terminal])
             yield "".join([*frames, emit(kind, response=final)])
             return
         frames = output.feed(event)

@@ -18,9 +18,11 @@ from pydantic import BaseModel, ValidationError
 from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
 
-from chatloop.api.adapter import Invocation, invocation_from
+from chatloop.api import adapter
+from chatloop.api.adapter import Invocation
 from chatloop.api.errors import RequestError, from_validation
-from chatloop.api.limits import check_message_count, parse_json_body
+from chatloop.api.idempotency import STOP_REASON
+from chatloop.api.limits import check_message_count, parse_json_body, read_within
 from chatloop.api.render import (
     JSONBody,
     chat_summary,
@@ -49,12 +51,7 @@ def runtime_of(request: Request) -> Runtime:
 
 # --- shared steps ---------------------------------------------------------------------------------
 async def read_body(request: Request, schema: type[BaseModel], limit: int) -> Any:
-    declared = request.headers.get("content-length")
-    if declared and declared.isdigit() and int(declared) > limit:
-        raise RequestError(413, "body_too_large", f"the body is larger than {limit} bytes")
-    raw = await request.body()
-    if len(raw) > limit:
-        raise RequestError(413, "body_too_large", f"the body is larger than {limit} bytes")
+    raw = await read_within(request, limit)
     data = parse_json_body(raw, runtime_of(request).settings.max_json_depth)
     if not isinstance(data, dict):
         raise RequestError(400, "invalid_request", "the body must be a JSON object")
@@ -73,11 +70,8 @@ def conversation(messages: list[Any], max_messages: int) -> list[dict[str, Any]]
 
 
 def invocation_of(request: Request) -> Invocation | None:
-    """The Lambda Web Adapter's invocation for this request (stream mode), parsed once per request."""
-    if "chatloop.invocation" not in request.scope:
-        request.scope["chatloop.invocation"] = invocation_from(request.headers)
-    invocation: Invocation | None = request.scope["chatloop.invocation"]
-    return invocation
+    """The Lambda Web Adapter's invocation for this request (stream mode, only when the adapter sent it)."""
+    return adapter.invocation_of(request)
 
 
 def request_deadline(request: Request, runtime: Runtime) -> Deadline:
@@ -248,6 +242,7 @@ async def observed(events: AsyncIterator[Event], request: Request, rid: str) -> 
     async for event in events:
         if event.type is EventType.DONE:
             event = Event(EventType.DONE, {**event.data, "request_id": rid})
+            request.scope[STOP_REASON] = event.data.get("stop_reason")  # a failed stream is not stored
         seen.append(event)
         yield event
     behind_adapter = invocation_of(request) is not None
@@ -358,11 +353,15 @@ async def chat_completions(request: Request) -> Response:
 
 
 async def responses(request: Request) -> Response:
-    """OpenAI's Responses API, stateless: the same turn as chat completions, rendered as a ``response``."""
+    """OpenAI's Responses API: the same turn as chat completions, rendered as a ``response``; stored, and continued
+    from a stored response or a conversation, by ``api.stored``."""
+    from chatloop.api import stored  # the store and its schemas load with the first Responses request
+
     runtime = runtime_of(request)
     body: ResponsesBody = await read_body(request, ResponsesBody, runtime.settings.max_body_bytes)
     refuse_unsupported(body)
-    messages = conversation(conversation_of(body), runtime.settings.max_messages)
+    keeping = await stored.prepare(request, body)
+    messages = conversation(conversation_of(body, keeping.history), runtime.settings.max_messages)
     chat_choice: str | dict[str, Any] | None = None
     if isinstance(body.tool_choice, str):
         chat_choice = body.tool_choice
@@ -394,17 +393,22 @@ async def responses(request: Request) -> Response:
         allow_trimming=trimming,
     )
     rid = request_id(request)
-    echo = echo_of(body, model.name)
+    echo = echo_of(body, model.name, keeping.store is not None, keeping.conversation_id)
     events = observed(
         run_turn(turn, model, runtime.registry(), request_deadline(request, runtime), runtime.settings),
         request,
         rid,
     )
+
+    async def keep(response: dict[str, Any], sent: list[dict[str, Any]]) -> dict[str, Any]:
+        return await stored.save(keeping, request, body, response, sent)
+
     if body.stream:
-        return event_stream(response_events(events, rid, echo), runtime, rid)
+        return event_stream(response_events(events, rid, echo, keep), runtime, rid)
     response, errors = await collect_response(events, rid, echo)
     if response["x_chatloop"]["stop_reason"] == "all_models_failed":
         raise failed_turn(errors)
+    response = await keep(response, [])
     return JSONBody(response, headers={"x-request-id": rid})
 
 

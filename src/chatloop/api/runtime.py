@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 from chatloop.api.idempotency import Store
 from chatloop.config import DEFAULT_MODEL_CHAIN, Settings
@@ -21,6 +22,9 @@ from chatloop.providers.chain import FallbackChain
 from chatloop.providers.factory import build_chain, build_model, provider_usable
 from chatloop.secrets import load_provider_keys
 from chatloop.tools.base import ToolRegistry
+
+if TYPE_CHECKING:
+    from chatloop.store.service import ConversationStore
 
 BUILTIN_TOOLS = ("execute_javascript",)
 CHAIN_ALIAS = "chatloop"
@@ -39,6 +43,7 @@ class Runtime:
         chain: FallbackChain | None = None,
         registry: ToolRegistry | None = None,
         keys_loader: Callable[[Settings], dict[str, str | None]] = load_provider_keys,
+        conversations: ConversationStore | None = None,
     ):
         self.settings = settings
         self.catalog = Catalog.load(overlay=settings.model_catalog_file or None)
@@ -47,6 +52,7 @@ class Runtime:
         self._keys: dict[str, str | None] | None = None
         self._keys_loader = keys_loader
         self._lock = threading.Lock()
+        self._conversations = conversations
         self.idempotency: Store | None = None
         if settings.idempotency_table_name:
             self.idempotency = Store(settings.idempotency_table_name, settings.idempotency_expiry_seconds)
@@ -75,6 +81,15 @@ class Runtime:
                 sandbox.warm()
                 self._registry = ToolRegistry([ExecuteJavaScriptTool(sandbox)])
             return self._registry
+
+    def conversations(self) -> ConversationStore:
+        """The conversation store (DynamoDB or the SQLite file), opened on first use: no I/O until it is needed."""
+        with self._lock:
+            if self._conversations is None:
+                from chatloop.store import open_store
+
+                self._conversations = open_store(self.settings)
+            return self._conversations
 
     def tool_names(self) -> list[str]:
         """The built-in tools, without starting the sandbox."""

@@ -200,10 +200,6 @@ class _OpenAIParams(BaseModel):
         refused = []
         if self.service_tier not in (None, "auto", "default"):
             refused.append(Unsupported("service_tier", "only 'auto' or 'default' (the provider's own tier)"))
-        if self.store:
-            refused.append(
-                Unsupported("store", "this server does not store responses yet; send store: false")
-            )
         if self.top_logprobs:
             refused.append(Unsupported("top_logprobs", "log probabilities are not relayed by this server"))
         return refused
@@ -230,6 +226,10 @@ class OpenAIChatBody(_OpenAIParams, _ChatFields):
 
     def refusals(self) -> list[Unsupported]:
         refused = super().refusals()
+        if self.store:
+            refused.append(
+                Unsupported("store", "stored chat completions are not kept; use the Responses API")
+            )
         if self.logprobs:
             refused.append(Unsupported("logprobs", "log probabilities are not relayed by this server"))
         if self.modalities not in (None, ["text"]):
@@ -440,14 +440,6 @@ class ResponsesBody(_OpenAIParams):
 
     def refusals(self) -> list[Unsupported]:
         refused = super().refusals()
-        stateful = (
-            "this server is stateless for now (it keeps no responses or conversations); "
-            "send the whole conversation as input"
-        )
-        if self.previous_response_id is not None:
-            refused.append(Unsupported("previous_response_id", stateful))
-        if self.conversation is not None:
-            refused.append(Unsupported("conversation", stateful))
         if self.background:
             refused.append(Unsupported("background", "background responses are not supported"))
         if self.prompt is not None:

@@ -1,0 +1,291 @@
+"""Stored responses: what ``/v1/responses`` keeps, the history a turn continues from, and the endpoints that read
+it back (OpenAI's shapes: openai-python ``types/responses/``).
+
+A response is stored when ``store`` is true, OpenAI's default, and the request names a caller (``caller_of``): its
+body, the items of its input, its output items and, for a streamed one, its events. A later request continues from
+it with ``previous_response_id`` (the model receives every earlier response's input and output, then the new input,
+following the chain back) or joins a ``conversation`` (the model receives the conversation's items; the turn's input
+and output are appended to it). Everything is the caller's own: another caller's response is exactly a 404.
+
+Reading state a request needs (the history) is done before any model call: a missing, deleted, expired or foreign
+id is a 404, a malformed one a 400, a store that fails a 503. Writing after the turn degrades instead: the answer
+still goes out, with ``store: false`` when it could not be kept (and a warning in the log).
+
+Usage (the routes, in api/app.py)::
+
+    GET    /v1/responses/{id}                   ?stream=true&starting_after=N replays a streamed one's events
+    DELETE /v1/responses/{id}
+    GET    /v1/responses/{id}/input_items       ?order=asc&limit=20&after=msg_…
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from starlette.requests import Request
+from starlette.responses import Response, StreamingResponse
+
+from chatloop.api.caller import caller_of
+from chatloop.api.conversations import not_found, store_context, store_errors
+from chatloop.api.errors import RequestError
+from chatloop.api.render import JSONBody, dumps
+from chatloop.api.routes import request_deadline, runtime_of
+from chatloop.api.schemas import InputItem, ReasoningItem, ResponsesBody
+from chatloop.observability import logger
+
+if TYPE_CHECKING:
+    from chatloop.deadline import Deadline
+    from chatloop.store.model import Item
+    from chatloop.store.service import ConversationStore
+
+RESPONSE_ID = re.compile(r"^resp_[A-Za-z0-9_-]{1,128}$")
+CONVERSATION_ID = re.compile(r"^conv_[A-Za-z0-9]{1,128}$")
+MAX_CHAIN = 100
+"""How many earlier responses a ``previous_response_id`` chain may follow back (each is two reads)."""
+PAGE = 100
+
+
+@dataclass
+class Keeping:
+    """What one ``/v1/responses`` request keeps and continues from: decided before the turn, used after it."""
+
+    store: ConversationStore | None
+    owner: str | None
+    deadline: Deadline | None
+    conversation_id: str | None = None
+    history: list[Any] = field(default_factory=list)
+    """The earlier items (input and output) the model is given before this request's input."""
+
+    @property
+    def enabled(self) -> bool:
+        return self.store is not None and self.owner is not None
+
+
+async def prepare(request: Request, body: ResponsesBody) -> Keeping:
+    """Decide whether this request is stored, and read the history it continues from (a 4xx or 503 before any
+    model call when that history cannot be had)."""
+    wants_history = body.previous_response_id is not None or body.conversation is not None
+    if body.previous_response_id is not None and body.conversation is not None:
+        raise RequestError(
+            400,
+            "invalid_request",
+            "previous_response_id and conversation cannot be used together",
+            param="previous_response_id",
+        )
+    if body.store is False and not wants_history:
+        return Keeping(None, None, None)
+    owner = caller_of(request)
+    if owner is None:
+        if body.store or wants_history:
+            raise RequestError(
+                401,
+                "unauthenticated",
+                "this request names no caller (no API key id or IAM identity) to keep it for",
+            )
+        return Keeping(None, None, None)  # store left to its default: nothing can be kept for nobody
+    runtime = runtime_of(request)
+    deadline = request_deadline(request, runtime).earliest(
+        runtime.settings.conversation_store_timeout_seconds
+    )
+    keeping = Keeping(runtime.conversations() if body.store is not False else None, owner, deadline)
+    store = runtime.conversations()
+    with store_errors():
+        if body.previous_response_id is not None:
+            keeping.history = await _chain(store, owner, _checked(body.previous_response_id), deadline)
+        elif body.conversation is not None:
+            keeping.conversation_id = _conversation_id(body.conversation)
+            keeping.history = await _conversation_items(store, owner, keeping.conversation_id, deadline)
+    return keeping
+
+
+async def save(
+    keeping: Keeping,
+    request: Request,
+    body: ResponsesBody,
+    response: dict[str, Any],
+    events: list[dict[str, Any]],
+) -> dict[str, Any]:
+    """Keep the finished ``response`` (and a streamed one's ``events``); append the turn to its conversation.
+    Returns the response as it should be shown: ``store: false`` when it could not be kept."""
+    from chatloop.store.model import Item, StoredEvent, StoreUnavailable
+
+    if keeping.owner is None or (keeping.store is None and keeping.conversation_id is None):
+        return response
+    runtime = runtime_of(request)
+    store = runtime.conversations()
+    deadline = request_deadline(request, runtime).earliest(
+        runtime.settings.conversation_store_timeout_seconds
+    )
+    inputs = input_items(body)
+    outputs = [Item(str(o["id"]), o) for o in response["output"]]
+    try:
+        if keeping.conversation_id is not None:
+            await store.append_items(keeping.owner, keeping.conversation_id, [*inputs, *outputs], deadline)
+        if keeping.store is not None:
+            await store.create_response(keeping.owner, response, inputs, deadline)
+            await store.update_response(keeping.owner, response["id"], response, outputs, deadline)
+            if events:
+                stored = [StoredEvent(int(e["sequence_number"]), e) for e in events]
+                await store.append_events(keeping.owner, response["id"], stored, deadline)
+    except StoreUnavailable as error:
+        logger.warning(f"response {response['id']} not stored: {error}")
+        return {**response, "store": False}
+    return response
+
+
+def input_items(body: ResponsesBody) -> list[Item]:
+    """This request's input as stored items (each with a new id): what ``input_items`` lists for it."""
+    from chatloop.api.conversation_items import stored_items
+    from chatloop.api.schemas import InputMessage
+
+    items: list[Any] = (
+        [InputMessage(role="user", content=body.input)]
+        if isinstance(body.input, str)
+        else [i for i in body.input if not isinstance(i, ReasoningItem)]
+    )
+    return stored_items(items)
+
+
+# --- the endpoints --------------------------------------------------------------------------------
+async def retrieve_response(request: Request) -> Response:
+    store, owner, deadline = store_context(request)
+    response_id = _checked(str(request.path_params["response_id"]))
+    params = request.query_params
+    if params.get("stream") == "true":
+        after = params.get("starting_after", "-1")
+        if not after.lstrip("-").isdigit():
+            raise RequestError(
+                400, "invalid_request", "starting_after: must be an integer", param="starting_after"
+            )
+        with store_errors():
+            events = await store.events_after(owner, response_id, int(after), deadline)
+        if events is None:
+            raise not_found("response", response_id)
+        return StreamingResponse(_replay([e.data for e in events]), media_type="text/event-stream")
+    with store_errors():
+        stored = await store.get_response(owner, response_id, deadline)
+    if stored is None:
+        raise not_found("response", response_id)
+    return JSONBody(stored.body)
+
+
+async def delete_response(request: Request) -> Response:
+    store, owner, deadline = store_context(request)
+    response_id = _checked(str(request.path_params["response_id"]))
+    with store_errors():
+        deleted = await store.delete_response(owner, response_id, deadline)
+    if not deleted:
+        raise not_found("response", response_id)
+    return JSONBody({"id": response_id, "object": "response.deleted", "deleted": True})
+
+
+async def list_input_items(request: Request) -> Response:
+    from chatloop.api.conversations import page_query
+    from chatloop.store.service import CursorNotFound
+
+    store, owner, deadline = store_context(request)
+    response_id = _checked(str(request.path_params["response_id"]))
+    query = page_query(request)
+    with store_errors():
+        try:
+            page = await store.list_response_items(owner, response_id, "input", query, deadline)
+        except CursorNotFound:
+            raise RequestError(
+                400, "invalid_request", f"after: no item {query.after!r} in this response", param="after"
+            ) from None
+    if page is None:
+        raise not_found("response", response_id)
+    return JSONBody(page.as_object())
+
+
+# --- shared steps ---------------------------------------------------------------------------------
+async def _chain(store: ConversationStore, owner: str, response_id: str, deadline: Deadline) -> list[Any]:
+    """Every earlier response's input and output items, oldest first, following ``previous_response_id`` back."""
+    from chatloop.store.model import PageQuery
+
+    turns: list[list[dict[str, Any]]] = []
+    current: str | None = response_id
+    while current is not None:
+        if len(turns) >= MAX_CHAIN:
+            raise RequestError(
+                400,
+                "invalid_request",
+                f"previous_response_id: the chain is longer than {MAX_CHAIN} responses; start a conversation",
+                param="previous_response_id",
+            )
+        stored = await store.get_response(owner, current, deadline)
+        if stored is None:
+            raise not_found("response", current, param="previous_response_id")
+        inputs = await _all(
+            store.list_response_items, owner, current, "input", PageQuery("asc", PAGE), deadline
+        )
+        turns.append([*inputs, *stored.body.get("output", [])])
+        previous = stored.body.get("previous_response_id")
+        current = previous if isinstance(previous, str) else None
+    return _as_items([item for turn in reversed(turns) for item in turn])
+
+
+async def _conversation_items(
+    store: ConversationStore, owner: str, conversation_id: str, deadline: Deadline
+) -> list[Any]:
+    from chatloop.store.model import PageQuery
+
+    query = PageQuery("asc", PAGE)
+    items = await _all(store.list_items, owner, conversation_id, query, deadline)
+    if items is None:
+        raise not_found("conversation", conversation_id, param="conversation")
+    return _as_items(items)
+
+
+async def _all(read: Any, owner: str, record_id: str, *args: Any) -> list[dict[str, Any]]:
+    """Every item of a list, page after page (``read`` is a store method taking ``query`` before ``deadline``)."""
+    from dataclasses import replace
+
+    *which, query, deadline = args
+    bodies: list[dict[str, Any]] = []
+    while True:
+        page = await read(owner, record_id, *which, query, deadline)
+        if page is None:
+            return None  # type: ignore[return-value]  # the record is not there (the caller says 404)
+        bodies += [item.body for item in page.data]
+        if not page.has_more:
+            return bodies
+        query = replace(query, after=page.last_id)
+
+
+def _as_items(bodies: list[dict[str, Any]]) -> list[Any]:
+    """Stored item bodies as the input items the request schema reads (so they become messages like any input)."""
+    from pydantic import TypeAdapter
+
+    return TypeAdapter(list[InputItem]).validate_python(
+        [
+            b
+            for b in bodies
+            if b.get("type") in ("message", "function_call", "function_call_output", "code_interpreter_call")
+        ]
+    )
+
+
+async def _replay(events: list[dict[str, Any]]) -> AsyncIterator[bytes]:
+    for data in events:
+        yield f"event: {data['type']}\ndata: {dumps(data)}\n\n".encode()
+
+
+def _checked(response_id: str) -> str:
+    if not RESPONSE_ID.match(response_id):
+        raise RequestError(
+            400, "invalid_request", "response_id: not a response id (resp_…)", param="response_id"
+        )
+    return response_id
+
+
+def _conversation_id(value: str | dict[str, Any]) -> str:
+    conversation_id = value.get("id") if isinstance(value, dict) else value
+    if not isinstance(conversation_id, str) or not CONVERSATION_ID.match(conversation_id):
+        raise RequestError(
+            400, "invalid_request", "conversation: not a conversation id (conv_…)", param="conversation"
+        )
+    return conversation_id
