@@ -112,11 +112,19 @@ def upstream() -> Iterator[FakeLLM]:
 
 
 @pytest.fixture(scope="module")
-def server(upstream, sandbox) -> Iterator[Server]:
+def store_path(tmp_path_factory) -> str:
+    """Where this module's servers keep stored responses and conversations (never the developer's data dir)."""
+    return str(tmp_path_factory.mktemp("store") / "contract.sqlite3")
+
+
+@pytest.fixture(scope="module")
+def server(upstream, sandbox, store_path) -> Iterator[Server]:
     from chatloop.tools.base import ToolRegistry
     from chatloop.tools.javascript import ExecuteJavaScriptTool
 
-    settings = Settings(model_chain=CHAIN, rate_limit_max_wait_seconds=0.0)
+    settings = Settings(
+        model_chain=CHAIN, rate_limit_max_wait_seconds=0.0, conversation_store_path=store_path
+    )
     runtime = Runtime(
         settings, registry=ToolRegistry([ExecuteJavaScriptTool(sandbox)]), keys_loader=lambda s: dict(KEYS)
     )
@@ -503,10 +511,7 @@ def test_a_responses_parameter_is_honoured_or_refused(server, upstream, name):
 
 
 REFUSED = [
-    ("responses", "store", {"store": True}),
     ("responses", "background", {"background": True}),
-    ("responses", "conversation", {"conversation": "conv_123"}),
-    ("responses", "previous_response_id", {"previous_response_id": "resp_123"}),
     ("responses", "prompt", {"prompt": {"id": "pmpt_123", "version": "2"}}),
     ("responses", "frobnicate", {"frobnicate": 1}),  # an unknown field, on either API
     ("chat_completions", "frobnicate", {"frobnicate": 1}),
@@ -525,6 +530,49 @@ def test_what_cannot_be_honoured_is_a_400_naming_it(server, upstream, api, name,
 def test_store_false_is_not_refused(server):
     response = client_of(server).responses.create(model="chatloop", input="hi", store=False)
     assert response.status == "completed" and response.store is False
+    with pytest.raises(openai.NotFoundError):
+        client_of(server).responses.retrieve(response.id)  # not kept
+
+
+# store, previous_response_id and conversation (issue #26) are honoured: each does what it says, and an id that
+# names nothing is a 404 before any model call, never a 200 that silently ignores it.
+def test_store_true_keeps_the_response(server):
+    response = client_of(server).responses.create(model="chatloop", input=QUESTION, store=True)
+    assert response.store is True
+    kept = client_of(server).responses.retrieve(response.id)
+    assert kept.output_text == response.output_text == ANSWER
+    assert [item.type for item in kept.output] == ["code_interpreter_call", "message"]
+
+
+def test_previous_response_id_continues_from_the_stored_turn(server, upstream):
+    first = client_of(server).responses.create(model="chatloop", input=QUESTION)
+    before = len(upstream.requests)
+    client_of(server).responses.create(
+        model="chatloop", input="And what did you run?", previous_response_id=first.id
+    )
+    messages = sent_since(upstream, before)[0]["messages"]
+    assert any(m["role"] == "user" and m["content"] == QUESTION for m in messages)
+    calls = [c for m in messages if m["role"] == "assistant" for c in m.get("tool_calls") or []]
+    assert [json.loads(c["function"]["arguments"])["code"] for c in calls] == [
+        CODE
+    ]  # the earlier run, replayed
+
+
+def test_a_conversation_carries_the_history(server, upstream):
+    conversation = client_of(server).conversations.create()
+    client_of(server).responses.create(model="chatloop", input=QUESTION, conversation=conversation.id)
+    before = len(upstream.requests)
+    client_of(server).responses.create(model="chatloop", input="Thanks!", conversation=conversation.id)
+    messages = sent_since(upstream, before)[0]["messages"]
+    assert [m["content"] for m in messages if m["role"] == "user"] == [QUESTION, "Thanks!"]
+
+
+@pytest.mark.parametrize("params", [{"previous_response_id": "resp_123"}, {"conversation": "conv_123"}])
+def test_an_id_that_names_nothing_is_a_404_with_no_model_call(server, upstream, params):
+    before = len(upstream.requests)
+    with pytest.raises(openai.NotFoundError):
+        client_of(server).responses.create(model="chatloop", input="hi", extra_body=params)
+    assert len(upstream.requests) == before
 
 
 @pytest.mark.parametrize("api", ["chat_completions", "responses"])
@@ -641,11 +689,11 @@ def test_the_end_user_identifier_is_logged_or_forwarded(server, upstream, caplog
 
 # --- the offline demo model keeps the contract too -------------------------------------------------
 @pytest.fixture(scope="module")
-def demo(sandbox) -> Iterator[Server]:
+def demo(sandbox, store_path) -> Iterator[Server]:
     from chatloop.tools.base import ToolRegistry
     from chatloop.tools.javascript import ExecuteJavaScriptTool
 
-    settings = Settings()
+    settings = Settings(conversation_store_path=store_path)
     runtime = Runtime(
         settings, registry=ToolRegistry([ExecuteJavaScriptTool(sandbox)]), keys_loader=lambda s: {}
     )
@@ -709,14 +757,18 @@ def test_the_demo_model_holds_tool_choice_after_tool_results(demo):
 
 # --- truncation: auto trims, disabled refuses --------------------------------------------------------
 @pytest.fixture
-def small_window(upstream, tmp_path, monkeypatch) -> Iterator[Server]:
+def small_window(upstream, tmp_path, monkeypatch, store_path) -> Iterator[Server]:
     """A chain of one model whose catalog entry (an operator's overlay) gives it a 3,000-token window."""
     overlay = tmp_path / "models.json"
     overlay.write_text(
         json.dumps({"models": {"openai:tiny-window-1": {"context_window": 3000, "tools": True}}})
     )
     monkeypatch.setenv("OPENAI_BASE_URL", upstream.openai_base_url)
-    settings = Settings(model_chain="openai:tiny-window-1", model_catalog_file=str(overlay))
+    settings = Settings(
+        model_chain="openai:tiny-window-1",
+        model_catalog_file=str(overlay),
+        conversation_store_path=store_path,
+    )
     runtime = Runtime(settings, keys_loader=lambda s: dict(KEYS))
     with Server(create_app(settings, runtime=runtime)) as served:
         yield served
@@ -752,17 +804,23 @@ def test_truncation_auto_trims_and_says_so(small_window, upstream):
 
 
 # --- the catalog decides who takes a parameter; a model it is silent on is tried ------------------
-def serve(upstream: FakeLLM, chain: str, monkeypatch: pytest.MonkeyPatch) -> Server:
+def serve(upstream: FakeLLM, chain: str, monkeypatch: pytest.MonkeyPatch, store_path: str) -> Server:
     monkeypatch.setenv("GROQ_BASE_URL", upstream.groq_base_url)
     monkeypatch.setenv("OPENAI_BASE_URL", upstream.openai_base_url)
-    settings = Settings(model_chain=chain, rate_limit_max_wait_seconds=0.0)
+    settings = Settings(
+        model_chain=chain, rate_limit_max_wait_seconds=0.0, conversation_store_path=store_path
+    )
     return Server(create_app(settings, runtime=Runtime(settings, keys_loader=lambda s: dict(KEYS))))
 
 
-def test_a_parameter_no_model_of_the_chain_takes_is_a_400_with_no_model_call(upstream, monkeypatch):
+def test_a_parameter_no_model_of_the_chain_takes_is_a_400_with_no_model_call(
+    upstream, monkeypatch, store_path
+):
     before = len(upstream.requests)
     with (
-        serve(upstream, f"groq:{LLAMA},groq:{GPT_OSS}", monkeypatch) as server,  # neither takes logit_bias
+        serve(
+            upstream, f"groq:{LLAMA},groq:{GPT_OSS}", monkeypatch, store_path
+        ) as server,  # neither takes logit_bias
         pytest.raises(openai.BadRequestError) as refused,
     ):
         client_of(server).chat.completions.create(
@@ -772,9 +830,11 @@ def test_a_parameter_no_model_of_the_chain_takes_is_a_400_with_no_model_call(ups
     assert len(upstream.requests) == before
 
 
-def test_a_model_that_does_not_take_a_parameter_is_passed_over(upstream, monkeypatch):
+def test_a_model_that_does_not_take_a_parameter_is_passed_over(upstream, monkeypatch, store_path):
     before = len(upstream.requests)
-    with serve(upstream, f"groq:{LLAMA},groq:{GPT_OSS}", monkeypatch) as server:  # only gpt-oss takes it
+    with serve(
+        upstream, f"groq:{LLAMA},groq:{GPT_OSS}", monkeypatch, store_path
+    ) as server:  # only gpt-oss takes it
         completion = client_of(server).chat.completions.create(
             model="chatloop", messages=[{"role": "user", "content": "hi"}], reasoning_effort="low"
         )
@@ -783,11 +843,11 @@ def test_a_model_that_does_not_take_a_parameter_is_passed_over(upstream, monkeyp
     assert [b["model"] for b in bodies] == [GPT_OSS] and bodies[0]["reasoning_effort"] == "low"
 
 
-def test_a_providers_rejection_of_a_parameter_moves_the_chain_on(upstream, monkeypatch):
+def test_a_providers_rejection_of_a_parameter_moves_the_chain_on(upstream, monkeypatch, store_path):
     rejection = error(400, "unsupported_parameter", "Unsupported parameter: 'seed'.", param="seed")
     upstream.script(UNLISTED, rejection)
     before = len(upstream.requests)
-    with serve(upstream, f"openai:{UNLISTED},groq:{GPT_OSS}", monkeypatch) as server:
+    with serve(upstream, f"openai:{UNLISTED},groq:{GPT_OSS}", monkeypatch, store_path) as server:
         completion = client_of(server).chat.completions.create(
             model="chatloop", messages=[{"role": "user", "content": "hi"}], seed=7
         )

@@ -66,11 +66,15 @@ def upstream(monkeypatch) -> Iterator[FakeLLM]:
 
 
 @pytest.fixture
-def server(upstream, sandbox) -> Iterator[Server]:
+def server(upstream, sandbox, tmp_path) -> Iterator[Server]:
     from chatloop.tools.base import ToolRegistry
     from chatloop.tools.javascript import ExecuteJavaScriptTool
 
-    settings = Settings(model_chain=CHAIN, rate_limit_max_wait_seconds=0.0)
+    settings = Settings(
+        model_chain=CHAIN,
+        rate_limit_max_wait_seconds=0.0,
+        conversation_store_path=str(tmp_path / "store.sqlite3"),
+    )
     runtime = Runtime(
         settings, registry=ToolRegistry([ExecuteJavaScriptTool(sandbox)]), keys_loader=lambda s: dict(KEYS)
     )
