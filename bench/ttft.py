@@ -16,6 +16,7 @@ from __future__ import annotations
 import json
 import os
 import sys
+import tempfile
 import time
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -102,11 +103,12 @@ def measure(reps: int) -> dict:
     question = [{"role": "user", "content": "hi"}]
     first: dict[str, list[float]] = {"direct": [], **{route: [] for route in ROUTES}}
     added: dict[str, list[float]] = {"direct": [], **{route: [] for route in ROUTES}}
-    with FakeLLM() as llm:
+    with FakeLLM() as llm, tempfile.TemporaryDirectory() as tmp:
         llm.default = slow_answer
         os.environ["GROQ_BASE_URL"] = llm.groq_base_url
         try:
-            settings = Settings(model_chain=f"groq:{MODEL}")
+            # Responses are stored by default (as OpenAI does): here in a scratch store, not the user's data dir.
+            settings = Settings(model_chain=f"groq:{MODEL}", conversation_store_path=f"{tmp}/store.sqlite3")
             runtime = Runtime(
                 settings, registry=ToolRegistry(), keys_loader=lambda s: {"groq": "gsk_bench_ttft_0000000000"}
             )
