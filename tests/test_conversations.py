@@ -264,11 +264,18 @@ def test_function_url_callers_are_their_iam_identities(lambda_store):
 
 
 # --- stream mode: the caller from the Web Adapter's request context header -----------------------
-def request_with(headers: dict[str, str]) -> Any:
+def request_with(headers: dict[str, str], trusted_adapter: bool = False) -> Any:
+    """A request as the app sees it over loopback; ``trusted_adapter``: the process runs under the Web Adapter
+    (run.sh sets TRUST_ADAPTER_HEADERS), so its ``x-amzn-*`` headers are the adapter's."""
     from starlette.requests import Request
 
+    app = create_app(
+        Settings(trust_adapter_headers=trusted_adapter),
+        runtime=runtime_for(Settings(trust_adapter_headers=trusted_adapter)),
+    )
     raw = [(k.encode(), v.encode()) for k, v in headers.items()]
-    return Request({"type": "http", "method": "GET", "path": "/", "headers": raw, "query_string": b""})
+    scope = {"type": "http", "method": "GET", "path": "/", "headers": raw, "query_string": b"", "app": app}
+    return Request({**scope, "client": ("127.0.0.1", 5000)})
 
 
 def test_under_the_web_adapter_the_caller_is_the_gateways_identity():
@@ -277,10 +284,15 @@ def test_under_the_web_adapter_the_caller_is_the_gateways_identity():
     lambda_context = json.dumps({"deadline": int(time.time() * 1000) + 30_000, "request_id": "r1"})
     identity = json.dumps({"requestId": "g1", "identity": {"apiKeyId": "key-a", "apiKey": "secret-value"}})
     established = {"x-amzn-lambda-context": lambda_context, "x-amzn-request-context": identity}
-    assert caller_of(request_with(established)) == "apikey:key-a"  # the key's id, never the key
-    # On Lambda, an x-api-key header with no identity behind it names nobody ...
-    assert caller_of(request_with({"x-amzn-lambda-context": lambda_context, "x-api-key": "k"})) is None
-    # ... while under `make run` it is the caller (hashed), and no header is the one local user.
+    assert (
+        caller_of(request_with(established, trusted_adapter=True)) == "apikey:key-a"
+    )  # the key's id, never the key
+    # Under the adapter, an x-api-key header with no identity behind it names nobody ...
+    headers = {"x-amzn-lambda-context": lambda_context, "x-api-key": "k"}
+    assert caller_of(request_with(headers, trusted_adapter=True)) is None
+    # ... while under `make run` it is the caller (hashed), and no header is the one local user; the adapter's
+    # headers, written by a client there, name nobody.
     local = caller_of(request_with({"x-api-key": "k"}))
-    assert local is not None and local.startswith("local:") and local[6:] != "k" and len(local) == 70
+    assert local is not None and local.startswith("local-key:") and local[10:] != "k"
+    assert caller_of(request_with(established)) == "local"
     assert caller_of(request_with({})) == "local"

@@ -48,6 +48,7 @@ def create_app(
                 "/v1/responses/{response_id}/input_items", stored_responses.list_input_items, methods=["GET"]
             ),
             Route("/v1/conversations", conversations.create_conversation, methods=["POST"]),
+            Route("/v1/conversations", conversations.list_conversations, methods=["GET"]),
             Route(
                 "/v1/conversations/{conversation_id}", conversations.retrieve_conversation, methods=["GET"]
             ),

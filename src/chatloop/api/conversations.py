@@ -52,6 +52,16 @@ async def create_conversation(request: Request) -> Response:
     return JSONBody(conversation.as_object())
 
 
+async def list_conversations(request: Request) -> Response:
+    """The caller's conversations, newest first (``order``, ``limit``, ``after`` a conversation id): not part of
+    OpenAI's API, which lists none; the chat page lists them."""
+    store, owner, deadline = store_context(request)
+    query = page_query(request, CONVERSATION_ID)
+    with store_errors():
+        page = await store.list_conversations(owner, query, deadline)
+    return JSONBody(page.as_object())
+
+
 async def retrieve_conversation(request: Request) -> Response:
     store, owner, deadline = store_context(request)
     conversation_id = _conversation_id(request)
@@ -163,7 +173,7 @@ def store_context(request: Request) -> tuple[ConversationStore, str, Deadline]:
     return runtime.conversations(), owner, deadline
 
 
-def page_query(request: Request) -> PageQuery:
+def page_query(request: Request, ids: re.Pattern[str] | None = None) -> PageQuery:
     """``order`` (asc/desc, default desc), ``limit`` (1-100, default 20) and ``after`` (an item id): OpenAI's list
     parameters, each checked (a 400 naming it)."""
     params = request.query_params
@@ -174,7 +184,7 @@ def page_query(request: Request) -> PageQuery:
     if not raw_limit.isdigit() or not 1 <= int(raw_limit) <= 100:
         raise RequestError(400, "invalid_request", "limit: must be an integer from 1 to 100", param="limit")
     after = params.get("after")
-    if after is not None and not ITEM_ID.match(after):
+    if after is not None and not (ids or ITEM_ID).match(after):
         raise RequestError(400, "invalid_request", "after: not an item id", param="after")
     _refuse_include(request)
     from chatloop.store.model import PageQuery

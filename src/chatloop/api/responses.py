@@ -44,7 +44,13 @@ def conversation_of(body: ResponsesBody, history: Sequence[Any] = ()) -> list[di
     if body.instructions:
         messages.append({"role": "system", "content": body.instructions})
     current = [InputMessage(role="user", content=body.input)] if isinstance(body.input, str) else body.input
-    for item in [*history, *current]:
+    return messages + messages_of([*history, *current])
+
+
+def messages_of(items: Sequence[Any]) -> list[dict[str, Any]]:
+    """Input items (a request's, or stored ones read back) as chat messages."""
+    messages: list[dict[str, Any]] = []
+    for item in items:
         if isinstance(item, InputMessage):
             role = "system" if item.role == "developer" else item.role
             messages.append({"role": role, "content": item.text()})

@@ -269,7 +269,14 @@ async def collect(events: AsyncIterator[Event]) -> tuple[dict[str, Any], list[di
 async def chat(request: Request) -> Response:
     runtime = runtime_of(request)
     body: ChatBody = await read_body(request, ChatBody, runtime.settings.max_body_bytes)
-    messages = conversation(body.messages, runtime.settings.max_messages)
+    thread = None
+    if body.conversation is not None:
+        from chatloop.api import stored
+
+        thread = await stored.chat_thread(request, body.conversation, body.messages)
+    messages = conversation(
+        [*(thread.history if thread else []), *body.messages], runtime.settings.max_messages
+    )
     choice = named_choice(body.tool_choice)
     tool_names = tools_for_chat(runtime, body, choice)
     model = model_for(runtime, body.model)
@@ -289,6 +296,13 @@ async def chat(request: Request) -> Response:
     events = observed(
         run_turn(turn, model, registry, request_deadline(request, runtime), runtime.settings), request, rid
     )
+    if thread is not None:  # a stored conversation's turn runs to its end even when the client goes away
+        from chatloop.api import stored
+
+        async def keep(seen: list[Event]) -> None:
+            await stored.save_chat_turn(request, thread, body.messages, seen)
+
+        events = stored.run_to_the_end(events, keep)
     if body.stream:
         return event_stream(sse_stream(events), runtime, rid)
     done, _ = await collect(events)

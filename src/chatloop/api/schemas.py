@@ -78,6 +78,8 @@ class ChatBody(_ChatFields):
     tools: list[StrictStr] | None = None
     max_iterations: Annotated[StrictInt, Field(ge=1, le=100)] | None = None
     stream: StrictBool = True
+    conversation: StrictStr | None = None
+    """A stored conversation to continue (``conv_…``): ``messages`` then holds only the new message(s)."""
 
 
 class ClientFunction(BaseModel):

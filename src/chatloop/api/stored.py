@@ -20,8 +20,9 @@ Usage (the routes, in api/app.py)::
 
 from __future__ import annotations
 
+import asyncio
 import re
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -34,6 +35,7 @@ from chatloop.api.errors import RequestError
 from chatloop.api.render import JSONBody, dumps
 from chatloop.api.routes import request_deadline, runtime_of
 from chatloop.api.schemas import InputItem, ReasoningItem, ResponsesBody
+from chatloop.engine.events import Event, EventType
 from chatloop.observability import logger
 
 if TYPE_CHECKING:
@@ -289,3 +291,97 @@ def _conversation_id(value: str | dict[str, Any]) -> str:
             400, "invalid_request", "conversation: not a conversation id (conv_…)", param="conversation"
         )
     return conversation_id
+
+
+# --- /chat in a conversation ------------------------------------------------------------------------
+@dataclass
+class ChatThread:
+    """A ``/chat`` turn inside a stored conversation: whose it is, and the messages that came before it."""
+
+    owner: str
+    conversation_id: str
+    history: list[dict[str, Any]]
+
+
+async def chat_thread(request: Request, conversation: str, new: list[Any]) -> ChatThread:
+    """The conversation a ``/chat`` request continues (a 4xx or 503 before any model call when it cannot be had).
+    With a conversation the client sends only what is new: user (or system) messages."""
+    from chatloop.api.responses import messages_of
+
+    if any(not isinstance(m, dict) or m.get("role") not in ("user", "system") for m in new):
+        raise RequestError(
+            400,
+            "invalid_messages",
+            "messages: with a conversation, send only the new user message(s); the earlier turns are on the server",
+            param="messages",
+        )
+    store, owner, deadline = store_context(request)
+    conversation_id = _conversation_id(conversation)
+    with store_errors():
+        items = await _conversation_items(store, owner, conversation_id, deadline)
+    return ChatThread(owner, conversation_id, messages_of(items))
+
+
+def run_to_the_end(
+    events: AsyncIterator[Event], finish: Callable[[list[Event]], Awaitable[None]]
+) -> AsyncIterator[Event]:
+    """``events``, run as a task of their own that a client going away does not cancel: a turn of a stored
+    conversation finishes (within its deadline) and ``finish`` stores it, so a page reloaded mid-answer finds the
+    answer. The returned iterator only reads what the task produces."""
+    queue: asyncio.Queue[Event | None] = asyncio.Queue()
+
+    async def pump() -> None:
+        seen: list[Event] = []
+        try:
+            async for event in events:
+                seen.append(event)
+                queue.put_nowait(event)
+        finally:
+            queue.put_nowait(None)
+        await finish(seen)
+
+    task = asyncio.get_running_loop().create_task(pump())
+    _RUNNING.add(task)  # a strong reference until it is done: the event loop keeps only weak ones
+    task.add_done_callback(_RUNNING.discard)
+
+    async def read() -> AsyncIterator[Event]:
+        while (event := await queue.get()) is not None:
+            yield event
+
+    return read()
+
+
+_RUNNING: set[asyncio.Task[None]] = set()
+
+
+async def save_chat_turn(
+    request: Request, thread: ChatThread, new: list[dict[str, Any]], events: list[Event]
+) -> None:
+    """Append the turn to its conversation: the new messages, each sandbox run (a ``code_interpreter_call`` item,
+    as the Responses API shows it) and the answer. A turn every model failed leaves the conversation as it was (a
+    retry sends the same message again); a store that fails is logged, the answer was already sent."""
+    from chatloop.api.conversation_items import stored_items
+    from chatloop.api.responses import ResponseOutput, _Events
+    from chatloop.api.schemas import InputMessage
+    from chatloop.store.model import Item, StoreUnavailable, new_id
+
+    done = next((e.data for e in events if e.type is EventType.DONE), None)
+    if done is None or done["stop_reason"] in ("all_models_failed", "error"):
+        return
+    output = ResponseOutput(new_id("turn").removeprefix("turn_"), _Events())
+    for event in events:
+        if event.type is not EventType.DONE:
+            output.feed(event)
+    output.finish({"message": {}})
+    inputs = stored_items([InputMessage(role=m["role"], content=m["content"]) for m in new])
+    outputs = [Item(str(i["id"]), i) for i in output.items]
+    runtime = runtime_of(request)
+    deadline = request_deadline(request, runtime).earliest(
+        runtime.settings.conversation_store_timeout_seconds
+    )
+    try:
+        await runtime.conversations().append_items(
+            thread.owner, thread.conversation_id, [*inputs, *outputs], deadline
+        )
+    except StoreUnavailable as error:
+        logger.warning(f"conversation {thread.conversation_id}: the turn was not stored: {error}")

@@ -320,15 +320,10 @@ class DynamoDBBackend:
             client = self._clients.get(budget)
             if client is None:
                 import boto3
-                from botocore.config import Config
 
-                attempts = 1 if budget < 2 else 2
-                config = Config(
-                    connect_timeout=min(2.0, budget / attempts),
-                    read_timeout=budget / attempts,
-                    retries={"total_max_attempts": attempts, "mode": "standard"},
-                )
-                client = boto3.session.Session().client("dynamodb", config=config)
+                from chatloop.aws import bounded_config
+
+                client = boto3.session.Session().client("dynamodb", config=bounded_config(budget))
                 self._clients[budget] = client
             return client
 
