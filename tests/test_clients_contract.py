@@ -281,14 +281,17 @@ def run_node(script: str, *args: str, env: dict[str, str]) -> dict[str, Any]:
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize("mode", ["generate", "stream"])
 @pytest.mark.parametrize("api", ["responses", "chat"])
 @pytest.mark.parametrize("major", ["6", "7"])
-def test_the_ai_sdk_tool_choice_required_after_a_server_run(server, upstream, major, api):
+def test_the_ai_sdk_tool_choice_required_after_a_server_run(server, upstream, major, api, mode):
+    """generateText and streamText (which parses every streamed event, the server run's among them)."""
     before = len(upstream.requests)
     result = run_node(
         "tool_choice.mjs",
         major,
         api,
+        mode,
         env={"CHATLOOP_BASE_URL": server.base_url, "CHATLOOP_MODEL": "chatloop"},
     )
     assert result["finishReason"] == "tool-calls", result
