@@ -336,9 +336,9 @@ def run_to_the_end(
             async for event in events:
                 seen.append(event)
                 queue.put_nowait(event)
+            await finish(seen)  # before the stream ends: a client that reads the conversation next finds the turn
         finally:
             queue.put_nowait(None)
-        await finish(seen)
 
     task = asyncio.get_running_loop().create_task(pump())
     _RUNNING.add(task)  # a strong reference until it is done: the event loop keeps only weak ones
