@@ -4,7 +4,10 @@ real Lambda handler with REST events of two API key ids (each sees only its own)
 
 from __future__ import annotations
 
+import asyncio
 import json
+import threading
+import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -36,6 +39,12 @@ class Recorder:
         self.seen.append(request.messages)
         users = [m["content"] for m in request.messages if m["role"] == "user"]
         text = f"I have {len(users)} question(s); the last: {users[-1]}"
+        if "slowly" in users[-1]:  # word by word, as a model that takes its time
+            for word in text.split(" "):
+                await asyncio.sleep(0.2)
+                yield TextDelta(word + " ")
+            yield ModelResponse(self.name, content=text + " ", finish_reason="stop")
+            return
         yield TextDelta(text)
         yield ModelResponse(self.name, content=text, finish_reason="stop")
 
@@ -169,3 +178,44 @@ def test_the_handler_keeps_each_api_keys_responses_apart(tmp_path, sandbox):
         ]
     finally:
         lambda_app.app.state.runtime = saved
+
+
+def test_a_running_stored_response_can_be_followed_live_from_another_connection(server):
+    alice = client(server)
+    first_events: list = []
+    started = threading.Event()
+
+    def original() -> None:
+        with alice.responses.stream(model="chatloop", input="answer slowly now") as stream:
+            for event in stream:
+                first_events.append(event)
+                if event.type == "response.output_text.delta":
+                    started.set()
+
+    reader = threading.Thread(target=original)
+    reader.start()
+    assert started.wait(10)
+    response_id = first_events[0].response.id
+    followed = list(client(server).responses.retrieve(response_id, stream=True, starting_after=1))
+    reader.join(20)
+    assert followed[0].sequence_number == 2 and followed[-1].type == "response.completed"
+    assert [e.sequence_number for e in followed] == [e.sequence_number for e in first_events[2:]]
+
+
+def test_a_stored_response_whose_client_left_is_finished_and_stored(server):
+    alice = client(server)
+    with alice.responses.create(model="chatloop", input="tell me slowly", stream=True) as stream:
+        for event in stream:
+            if event.type == "response.created":
+                response_id = event.response.id
+            if event.type == "response.output_text.delta":
+                break  # the first words arrived: the client leaves
+    deadline = time.monotonic() + 10
+    while True:
+        try:
+            done = alice.responses.retrieve(response_id)
+            break
+        except openai.NotFoundError:
+            assert time.monotonic() < deadline
+            time.sleep(0.2)
+    assert done.status == "completed" and done.output_text.startswith("I have")
