@@ -219,3 +219,46 @@ def test_a_stored_response_whose_client_left_is_finished_and_stored(server):
             assert time.monotonic() < deadline
             time.sleep(0.2)
     assert done.status == "completed" and done.output_text.startswith("I have")
+
+
+@pytest.mark.parametrize("failure", ["hangs", "down"])
+def test_a_store_that_fails_is_a_503_for_state_and_no_answer_is_lost_without_it(tmp_path, sandbox, failure):
+    from chatloop.store import Store
+    from chatloop.store.sqlite import SQLiteBackend
+
+    class Hanging(SQLiteBackend):  # every read and write waits past the store's timeout
+        def read(self, *args: Any, **kwargs: Any) -> Any:
+            time.sleep(5)
+
+        def page(self, *args: Any, **kwargs: Any) -> Any:
+            time.sleep(5)
+
+        def create(self, *args: Any, **kwargs: Any) -> Any:
+            time.sleep(5)
+
+    if failure == "hangs":
+        store = Store(Hanging(tmp_path / "r.sqlite3"), 3600)
+    else:
+        (tmp_path / "file").write_text("a file where a directory should be")
+        store = Store(SQLiteBackend(tmp_path / "file" / "r.sqlite3"), 3600)
+    recorder = Recorder()
+    settings = Settings(conversation_store_timeout_seconds=0.5)
+    runtime = Runtime(
+        settings,
+        chain=FallbackChain([recorder]),
+        registry=ToolRegistry([ExecuteJavaScriptTool(sandbox)]),
+        conversations=store,
+    )
+    with Server(create_app(settings, runtime=runtime)) as running:
+        alice = client(running)
+        started = time.monotonic()
+        with pytest.raises(openai.InternalServerError) as raised:
+            alice.responses.create(model="chatloop", input="go on", previous_response_id="resp_" + "1" * 40)
+        assert raised.value.status_code == 503 and time.monotonic() - started < 2.0
+        with pytest.raises(openai.InternalServerError):
+            alice.responses.create(model="chatloop", input="go on", conversation="conv_" + "1" * 48)
+        assert recorder.seen == []  # no model call for a turn whose history cannot be read
+        answered = alice.responses.create(model="chatloop", input="a stateless question")
+        assert (
+            answered.output_text.startswith("I have 1") and answered.store is False
+        )  # it says it was not kept
