@@ -262,3 +262,41 @@ def test_a_store_that_fails_is_a_503_for_state_and_no_answer_is_lost_without_it(
         assert (
             answered.output_text.startswith("I have 1") and answered.store is False
         )  # it says it was not kept
+
+
+@pytest.mark.parametrize("how", ["previous_response_id", "conversation_id", "session"])
+def test_the_agents_sdk_continues_with_the_servers_state(server, model, how):
+    from agents import Agent, OpenAIConversationsSession, OpenAIResponsesModel, Runner, set_tracing_disabled
+
+    set_tracing_disabled(True)
+
+    async def run() -> list[str]:
+        client = openai.AsyncOpenAI(
+            base_url=server.base_url,
+            api_key="unused",
+            max_retries=0,
+            default_headers={"x-api-key": f"agents-{how}"},
+        )
+        agent = Agent(name="a", model=OpenAIResponsesModel(model="chatloop", openai_client=client))
+        answers = []
+        if how == "previous_response_id":
+            first = await Runner.run(agent, "one")
+            second = await Runner.run(agent, "two", previous_response_id=first.last_response_id)
+        elif how == "conversation_id":
+            conversation = await client.conversations.create()
+            first = await Runner.run(agent, "one", conversation_id=conversation.id)
+            second = await Runner.run(agent, "two", conversation_id=conversation.id)
+        else:
+            session = OpenAIConversationsSession(openai_client=client)
+            first = await Runner.run(agent, "one", session=session)
+            second = await Runner.run(agent, "two", session=session)
+        answers += [str(first.final_output), str(second.final_output)]
+        await client.close()
+        return answers
+
+    first, second = asyncio.run(run())
+    assert first == "I have 1 question(s); the last: one"
+    # The second turn sent only "two": the server gave the model the first turn too.
+    assert second == "I have 2 question(s); the last: two"
+    users = [m["content"] for m in model.seen[-1] if m["role"] == "user"]
+    assert users == ["one", "two"]
