@@ -271,6 +271,21 @@ def _store_section(s: dict) -> list[str]:
         f"| {row['messages']:,} | {row['full_bytes']:,} | {row['by_id_bytes']:,} | {row['saved_bytes']:,} |"
         for row in s["bytes"]
     ]
+    lines += [
+        "",
+        "A `/v1/responses` turn through the real handler (an instant model: the handler's own cost) after N earlier "
+        "messages: the history resent as input, against `previous_response_id` (the chain of stored responses "
+        "followed back, two reads each) and `conversation` (its items read, the turn appended); medians, ms.",
+        "",
+        "| backend | messages | history resent | previous_response_id | conversation |",
+        "|---|---|---|---|---|",
+    ]
+    for backend, rows in s.get("continued", {}).items():
+        lines += [
+            f"| {backend} | {r['messages']} | {r['resent_ms']:.1f} | {r['previous_response_id_ms']:.1f} "
+            f"| {r['conversation_ms']:.1f} |"
+            for r in rows
+        ]
     lines.append("")
     return lines
 

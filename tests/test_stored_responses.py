@@ -4,7 +4,10 @@ real Lambda handler with REST events of two API key ids (each sees only its own)
 
 from __future__ import annotations
 
+import asyncio
 import json
+import threading
+import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -36,6 +39,12 @@ class Recorder:
         self.seen.append(request.messages)
         users = [m["content"] for m in request.messages if m["role"] == "user"]
         text = f"I have {len(users)} question(s); the last: {users[-1]}"
+        if "slowly" in users[-1]:  # word by word, as a model that takes its time
+            for word in text.split(" "):
+                await asyncio.sleep(0.2)
+                yield TextDelta(word + " ")
+            yield ModelResponse(self.name, content=text + " ", finish_reason="stop")
+            return
         yield TextDelta(text)
         yield ModelResponse(self.name, content=text, finish_reason="stop")
 
@@ -169,3 +178,125 @@ def test_the_handler_keeps_each_api_keys_responses_apart(tmp_path, sandbox):
         ]
     finally:
         lambda_app.app.state.runtime = saved
+
+
+def test_a_running_stored_response_can_be_followed_live_from_another_connection(server):
+    alice = client(server)
+    first_events: list = []
+    started = threading.Event()
+
+    def original() -> None:
+        with alice.responses.stream(model="chatloop", input="answer slowly now") as stream:
+            for event in stream:
+                first_events.append(event)
+                if event.type == "response.output_text.delta":
+                    started.set()
+
+    reader = threading.Thread(target=original)
+    reader.start()
+    assert started.wait(10)
+    response_id = first_events[0].response.id
+    followed = list(client(server).responses.retrieve(response_id, stream=True, starting_after=1))
+    reader.join(20)
+    assert followed[0].sequence_number == 2 and followed[-1].type == "response.completed"
+    assert [e.sequence_number for e in followed] == [e.sequence_number for e in first_events[2:]]
+
+
+def test_a_stored_response_whose_client_left_is_finished_and_stored(server):
+    alice = client(server)
+    with alice.responses.create(model="chatloop", input="tell me slowly", stream=True) as stream:
+        for event in stream:
+            if event.type == "response.created":
+                response_id = event.response.id
+            if event.type == "response.output_text.delta":
+                break  # the first words arrived: the client leaves
+    deadline = time.monotonic() + 10
+    while True:
+        try:
+            done = alice.responses.retrieve(response_id)
+            break
+        except openai.NotFoundError:
+            assert time.monotonic() < deadline
+            time.sleep(0.2)
+    assert done.status == "completed" and done.output_text.startswith("I have")
+
+
+@pytest.mark.parametrize("failure", ["hangs", "down"])
+def test_a_store_that_fails_is_a_503_for_state_and_no_answer_is_lost_without_it(tmp_path, sandbox, failure):
+    from chatloop.store import Store
+    from chatloop.store.sqlite import SQLiteBackend
+
+    class Hanging(SQLiteBackend):  # every read and write waits past the store's timeout
+        def read(self, *args: Any, **kwargs: Any) -> Any:
+            time.sleep(5)
+
+        def page(self, *args: Any, **kwargs: Any) -> Any:
+            time.sleep(5)
+
+        def create(self, *args: Any, **kwargs: Any) -> Any:
+            time.sleep(5)
+
+    if failure == "hangs":
+        store = Store(Hanging(tmp_path / "r.sqlite3"), 3600)
+    else:
+        (tmp_path / "file").write_text("a file where a directory should be")
+        store = Store(SQLiteBackend(tmp_path / "file" / "r.sqlite3"), 3600)
+    recorder = Recorder()
+    settings = Settings(conversation_store_timeout_seconds=0.5)
+    runtime = Runtime(
+        settings,
+        chain=FallbackChain([recorder]),
+        registry=ToolRegistry([ExecuteJavaScriptTool(sandbox)]),
+        conversations=store,
+    )
+    with Server(create_app(settings, runtime=runtime)) as running:
+        alice = client(running)
+        started = time.monotonic()
+        with pytest.raises(openai.InternalServerError) as raised:
+            alice.responses.create(model="chatloop", input="go on", previous_response_id="resp_" + "1" * 40)
+        assert raised.value.status_code == 503 and time.monotonic() - started < 2.0
+        with pytest.raises(openai.InternalServerError):
+            alice.responses.create(model="chatloop", input="go on", conversation="conv_" + "1" * 48)
+        assert recorder.seen == []  # no model call for a turn whose history cannot be read
+        answered = alice.responses.create(model="chatloop", input="a stateless question")
+        assert (
+            answered.output_text.startswith("I have 1") and answered.store is False
+        )  # it says it was not kept
+
+
+@pytest.mark.parametrize("how", ["previous_response_id", "conversation_id", "session"])
+def test_the_agents_sdk_continues_with_the_servers_state(server, model, how):
+    from agents import Agent, OpenAIConversationsSession, OpenAIResponsesModel, Runner, set_tracing_disabled
+
+    set_tracing_disabled(True)
+
+    async def run() -> list[str]:
+        client = openai.AsyncOpenAI(
+            base_url=server.base_url,
+            api_key="unused",
+            max_retries=0,
+            default_headers={"x-api-key": f"agents-{how}"},
+        )
+        agent = Agent(name="a", model=OpenAIResponsesModel(model="chatloop", openai_client=client))
+        answers = []
+        if how == "previous_response_id":
+            first = await Runner.run(agent, "one")
+            second = await Runner.run(agent, "two", previous_response_id=first.last_response_id)
+        elif how == "conversation_id":
+            conversation = await client.conversations.create()
+            first = await Runner.run(agent, "one", conversation_id=conversation.id)
+            second = await Runner.run(agent, "two", conversation_id=conversation.id)
+        else:
+            session = OpenAIConversationsSession(openai_client=client)
+            first = await Runner.run(agent, "one", session=session)
+            second = await Runner.run(agent, "two", session=session)
+        answers += [str(first.final_output), str(second.final_output)]
+        await client.close()
+        return answers
+
+    first, second = asyncio.run(run())
+    assert first == "I have 1 question(s); the last: one"
+    # The second turn sent only "two": the server gave the model the first turn too.
+    assert second == "I have 2 question(s); the last: two"
+    users = [m["content"] for m in model.seen[-1] if m["role"] == "user"]
+    assert users == ["one", "two"]

@@ -364,17 +364,23 @@ class _Events:
     """Numbers and frames Responses API stream events (``sequence_number`` from 0), and knows when the terminal
     one has been framed. Frames are not yet redacted: ``response_events`` redacts each chunk as a whole."""
 
-    def __init__(self, record: bool = False) -> None:
+    def __init__(
+        self, record: bool = False, listener: Callable[[dict[str, Any]], None] | None = None
+    ) -> None:
         self._numbers = itertools.count()
         self.ended = False
         self.recorded: list[dict[str, Any]] | None = [] if record else None
         """Every event's data, when the response is stored (a resumed stream replays them)."""
+        self.listener = listener
+        """Told of every event as it is framed (a client following the stream live)."""
 
     def __call__(self, kind: str, **fields: Any) -> str:
         self.ended = self.ended or kind in TERMINAL
         data = {"type": kind, "sequence_number": next(self._numbers), **fields}
         if self.recorded is not None:
             self.recorded.append(data)
+        if self.listener is not None:
+            self.listener(data)
         return f"event: {kind}\ndata: {dumps_unredacted(data)}\n\n"
 
 
@@ -388,12 +394,16 @@ Keep = Callable[[dict[str, Any], list[dict[str, Any]]], Awaitable[dict[str, Any]
 
 
 async def response_events(
-    events: AsyncIterator[Event], request_id: str, echo: dict[str, Any], keep: Keep | None = None
+    events: AsyncIterator[Event],
+    request_id: str,
+    echo: dict[str, Any],
+    keep: Keep | None = None,
+    listener: Callable[[dict[str, Any]], None] | None = None,
 ) -> AsyncIterator[bytes]:
     """The Responses API's event stream. It always ends with its terminal event: ``response.completed``,
     ``response.incomplete`` or ``response.failed`` (after an ``error`` event when something broke mid-way). With
     ``keep``, the finished response is stored before its terminal event goes out (read-after-write holds)."""
-    emit = _Events(record=keep is not None)
+    emit = _Events(record=keep is not None, listener=listener)
     created = int(time.time())
     try:
         async for frames in _response_events(events, request_id, echo, emit, created, keep):

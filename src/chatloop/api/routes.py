@@ -417,8 +417,14 @@ async def responses(request: Request) -> Response:
     async def keep(response: dict[str, Any], sent: list[dict[str, Any]]) -> dict[str, Any]:
         return await stored.save(keeping, request, body, response, sent)
 
+    if body.stream and keeping.store is not None and keeping.owner is not None:
+        # Stored: the turn runs to its end if the client goes away, and can be followed live meanwhile.
+        def chunks(listener: Callable[[dict[str, Any]], None]) -> AsyncIterator[bytes]:
+            return response_events(events, rid, echo, keep, listener)
+
+        return event_stream(stored.followable(f"resp_{rid}", keeping.owner, chunks), runtime, rid)
     if body.stream:
-        return event_stream(response_events(events, rid, echo, keep), runtime, rid)
+        return event_stream(response_events(events, rid, echo), runtime, rid)
     response, errors = await collect_response(events, rid, echo)
     if response["x_chatloop"]["stop_reason"] == "all_models_failed":
         raise failed_turn(errors)

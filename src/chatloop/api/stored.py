@@ -22,9 +22,9 @@ from __future__ import annotations
 
 import asyncio
 import re
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
@@ -162,6 +162,9 @@ async def retrieve_response(request: Request) -> Response:
             raise RequestError(
                 400, "invalid_request", "starting_after: must be an integer", param="starting_after"
             )
+        live = LIVE.get(response_id)
+        if live is not None and live.owner == owner:  # still running here: follow it as it goes
+            return StreamingResponse(_replay(live.after(int(after))), media_type="text/event-stream")
         with store_errors():
             events = await store.events_after(owner, response_id, int(after), deadline)
         if events is None:
@@ -271,7 +274,11 @@ def _as_items(bodies: list[dict[str, Any]]) -> list[Any]:
     )
 
 
-async def _replay(events: list[dict[str, Any]]) -> AsyncIterator[bytes]:
+async def _replay(events: Iterable[dict[str, Any]] | AsyncIterator[dict[str, Any]]) -> AsyncIterator[bytes]:
+    if isinstance(events, AsyncIterator):
+        async for data in events:
+            yield f"event: {data['type']}\ndata: {dumps(data)}\n\n".encode()
+        return
     for data in events:
         yield f"event: {data['type']}\ndata: {dumps(data)}\n\n".encode()
 
@@ -322,33 +329,80 @@ async def chat_thread(request: Request, conversation: str, new: list[Any]) -> Ch
     return ChatThread(owner, conversation_id, messages_of(items))
 
 
+T = TypeVar("T")
+
+
 def run_to_the_end(
-    events: AsyncIterator[Event], finish: Callable[[list[Event]], Awaitable[None]]
-) -> AsyncIterator[Event]:
-    """``events``, run as a task of their own that a client going away does not cancel: a turn of a stored
-    conversation finishes (within its deadline) and ``finish`` stores it, so a page reloaded mid-answer finds the
-    answer. The returned iterator only reads what the task produces."""
-    queue: asyncio.Queue[Event | None] = asyncio.Queue()
+    items: AsyncIterator[T], finish: Callable[[list[T]], Awaitable[None]] | None = None
+) -> AsyncIterator[T]:
+    """``items`` (a turn's events, or a stream's bytes), produced by a task of their own that a client going away
+    does not cancel: a stored turn finishes (within its deadline) and ``finish`` stores it before the stream ends,
+    so a client that reloads, or reads the record next, finds the answer. The returned iterator only reads what the
+    task produces."""
+    queue: asyncio.Queue[tuple[T] | None] = asyncio.Queue()
 
     async def pump() -> None:
-        seen: list[Event] = []
+        seen: list[T] = []
         try:
-            async for event in events:
-                seen.append(event)
-                queue.put_nowait(event)
+            async for item in items:
+                seen.append(item)
+                queue.put_nowait((item,))
+            if finish is not None:
+                await finish(
+                    seen
+                )  # before the stream ends: a client that reads the record next finds the turn
         finally:
             queue.put_nowait(None)
-        await finish(seen)
 
     task = asyncio.get_running_loop().create_task(pump())
     _RUNNING.add(task)  # a strong reference until it is done: the event loop keeps only weak ones
     task.add_done_callback(_RUNNING.discard)
 
-    async def read() -> AsyncIterator[Event]:
-        while (event := await queue.get()) is not None:
-            yield event
+    async def read() -> AsyncIterator[T]:
+        while (item := await queue.get()) is not None:
+            yield item[0]
 
     return read()
+
+
+class LiveStream:
+    """A stored streamed response while its turn runs in this container: the events sent so far, for a client that
+    resumes it (``GET /v1/responses/{id}?stream=true&starting_after=N``) before it is stored whole."""
+
+    def __init__(self, owner: str) -> None:
+        self.owner = owner
+        self.events: list[dict[str, Any]] = []
+        self.ended = False
+        self._changed = asyncio.Condition()
+
+    def add(self, data: dict[str, Any]) -> None:
+        self.events.append(data)
+        asyncio.get_running_loop().create_task(self._notify())
+
+    async def end(self) -> None:
+        self.ended = True
+        await self._notify()
+
+    async def _notify(self) -> None:
+        async with self._changed:
+            self._changed.notify_all()
+
+    async def after(self, number: int) -> AsyncIterator[dict[str, Any]]:
+        """Every event after ``number``, then each new one as it is sent, until the response's last."""
+        sent = number + 1
+        while True:
+            while sent < len(self.events):
+                yield self.events[sent]
+                sent += 1
+            if self.ended:
+                return
+            async with self._changed:
+                while not self.ended and len(self.events) <= sent:
+                    await self._changed.wait()
+
+
+LIVE: dict[str, LiveStream] = {}
+"""Stored streamed responses whose turn is running in this container, by response id."""
 
 
 _RUNNING: set[asyncio.Task[None]] = set()
@@ -385,3 +439,24 @@ async def save_chat_turn(
         )
     except StoreUnavailable as error:
         logger.warning(f"conversation {thread.conversation_id}: the turn was not stored: {error}")
+
+
+def followable(
+    response_id: str,
+    owner: str,
+    chunks: Callable[[Callable[[dict[str, Any]], None]], AsyncIterator[bytes]],
+) -> AsyncIterator[bytes]:
+    """A stored response's stream: registered in ``LIVE`` while it runs (a resumed stream follows it), and run to its
+    end whether or not its own client stays."""
+    live = LiveStream(owner)
+    LIVE[response_id] = live
+
+    async def followed() -> AsyncIterator[bytes]:
+        try:
+            async for chunk in chunks(live.add):
+                yield chunk
+        finally:
+            LIVE.pop(response_id, None)
+            await live.end()
+
+    return run_to_the_end(followed())
