@@ -93,6 +93,15 @@ class Settings:
     (1024 when unset, as in ``make run``)."""
     js_prespawn: bool = True
     """JS_PRESPAWN: keep one Deno process started and waiting for code."""
+    # --- SnapStart (chatloop/snapstart.py) ------------------------------------------------
+    initialization_type: str = "on-demand"
+    """AWS_LAMBDA_INITIALIZATION_TYPE: set by Lambda (``on-demand``, ``provisioned-concurrency``, ``snap-start``).
+    Under ``snap-start`` the before-snapshot hook primes what a first turn needs into the snapshot."""
+    snapstart_before_checkpoint_path: str = ""
+    """AWS_LWA_SNAPSTART_BEFORE_CHECKPOINT_PATH: stream mode under SnapStart: the route the Lambda Web Adapter POSTs
+    to before the snapshot (the template sets it when EnableSnapStart is true). Empty: no such route."""
+    snapstart_after_restore_path: str = ""
+    """AWS_LWA_SNAPSTART_AFTER_RESTORE_PATH: the route the adapter POSTs to after a restore. Empty: no such route."""
     # --- observability --------------------------------------------------------------------
     log_content: bool = False
     """LOG_CONTENT: include message text and tool arguments in log lines."""
@@ -146,7 +155,13 @@ class Settings:
             )
 
 
-_ENV_NAMES = {"version": "APP_VERSION", "function_memory_mb": "AWS_LAMBDA_FUNCTION_MEMORY_SIZE"}
+_ENV_NAMES = {
+    "version": "APP_VERSION",
+    "function_memory_mb": "AWS_LAMBDA_FUNCTION_MEMORY_SIZE",
+    "initialization_type": "AWS_LAMBDA_INITIALIZATION_TYPE",
+    "snapstart_before_checkpoint_path": "AWS_LWA_SNAPSTART_BEFORE_CHECKPOINT_PATH",
+    "snapstart_after_restore_path": "AWS_LWA_SNAPSTART_AFTER_RESTORE_PATH",
+}
 
 
 def env_name(field_name: str) -> str:

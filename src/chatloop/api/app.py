@@ -15,6 +15,7 @@ from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
 from starlette.routing import Route
 
+from chatloop import snapstart
 from chatloop.api import page, routes
 from chatloop.api.errors import RequestError, on_http_error, on_request_error, on_unexpected
 from chatloop.api.idempotency import idempotent
@@ -44,6 +45,9 @@ def create_app(
             Route("/health", routes.health, methods=["GET"]),
             Route("/", page.page, methods=["GET"]),
             Route("/static/{path:path}", page.asset, methods=["GET"]),
+            *snapstart.hook_routes(
+                settings
+            ),  # stream mode under SnapStart: the Web Adapter's hooks (H1, #27)
         ],
         exception_handlers={
             RequestError: on_request_error,

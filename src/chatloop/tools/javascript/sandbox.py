@@ -28,8 +28,10 @@ import subprocess
 import tempfile
 import threading
 import time
+import weakref
 from dataclasses import dataclass, field
 from pathlib import Path
+from types import FrameType
 from typing import Any
 
 from chatloop.textsafe import text_safe, text_safe_value
@@ -109,8 +111,11 @@ class JavaScriptSandbox:
         self._lock = threading.Lock()
         self._spare: _Child | None = None
         self._spare_starting = False
+        self._refill: threading.Thread | None = None
+        self._suspended = _SUSPENDED.is_set()
         self._closed = False
         self.workdir = tempfile.mkdtemp(prefix="chatloop-js-")
+        _LIVE.add(self)
         # No writable state: DENO_DIR is a path that cannot exist (a file's child), so Deno keeps its module, transpile
         # and code caches in memory and writes nothing, whatever the code imports (data:, blob:); no run can see
         # another's artefacts. Deno runs fine without it (measured: same startup time).
@@ -139,10 +144,29 @@ class JavaScriptSandbox:
 
     def _refill_spare_async(self) -> None:
         with self._lock:
-            if self._spare is not None or self._spare_starting or self._closed:
+            if self._spare is not None or self._spare_starting or self._closed or self._suspended:
                 return
             self._spare_starting = True
-        threading.Thread(target=self._refill_spare, name="deno-spare", daemon=True).start()
+            self._refill = threading.Thread(target=self._refill_spare, name="deno-spare", daemon=True)
+            self._refill.start()
+
+    def suspend(self) -> None:
+        """No spare from now on, and none left: the spare is killed and a spare still starting is waited for (and
+        killed). For a SnapStart snapshot, which must hold no child process. Runs still work (cold) meanwhile."""
+        with self._lock:
+            self._suspended = True
+            refill, child, self._spare = self._refill, self._spare, None
+        if refill is not None:
+            refill.join(READY_TIMEOUT + 1)
+        if child is not None:
+            _kill(child.process)
+
+    def resume(self) -> None:
+        """Undo ``suspend()`` and start the spare (after a SnapStart restore)."""
+        with self._lock:
+            self._suspended = False
+        os.makedirs(self.workdir, exist_ok=True)  # a restored /tmp may not hold it
+        self.warm()
 
     def _refill_spare(self) -> None:
         try:
@@ -151,7 +175,7 @@ class JavaScriptSandbox:
             child = None
         with self._lock:
             self._spare_starting = False
-            if self._spare is None and child is not None and not self._closed:
+            if self._spare is None and child is not None and not self._closed and not self._suspended:
                 self._spare, child = child, None
         if child is not None:
             _kill(child.process)
@@ -303,13 +327,75 @@ class JavaScriptSandbox:
         }
 
     def close(self) -> None:
-        """Kill the spare; no new one is started after this (a run finishing in the background included)."""
+        """Kill the spare and remove the work directory; no new spare is started after this (a run finishing in the
+        background included)."""
         with self._lock:
             self._closed = True
             child, self._spare = self._spare, None
         if child is not None:
             _kill(child.process)
         shutil.rmtree(self.workdir, ignore_errors=True)
+        _LIVE.discard(self)
+
+
+# Every sandbox of this process, for what concerns them all: a SnapStart snapshot (no child process in it) and a
+# server stopped by a signal (no work directory left behind).
+_LIVE: weakref.WeakSet[JavaScriptSandbox] = weakref.WeakSet()
+_SUSPENDED = threading.Event()
+"""Set between ``suspend_all()`` and ``resume_all()``: a sandbox created meanwhile starts suspended."""
+
+
+def suspend_all() -> None:
+    """``suspend()`` every sandbox of this process, and those created until ``resume_all()``."""
+    _SUSPENDED.set()
+    for sandbox in list(_LIVE):
+        sandbox.suspend()
+
+
+def resume_all() -> None:
+    """``resume()`` every sandbox of this process: each starts its spare."""
+    _SUSPENDED.clear()
+    for sandbox in list(_LIVE):
+        sandbox.resume()
+
+
+def close_all() -> None:
+    """``close()`` every sandbox of this process: no child process, no work directory left."""
+    for sandbox in list(_LIVE):
+        sandbox.close()
+
+
+def close_all_on_signals(signals: tuple[int, ...] = (signal.SIGTERM, signal.SIGINT)) -> list[int]:
+    """Close every sandbox when the process is stopped by one of ``signals``, then die of that signal as before.
+
+    Only where nothing else handles the signal (its disposition is the default, or Python's KeyboardInterrupt for
+    SIGINT): a server that handles it (uvicorn shuts down gracefully, then re-raises it with the default action,
+    which skips ``atexit``) closes the sandboxes itself, from its shutdown. Call from the main thread. Returns the
+    signals it took over.
+
+    Usage::
+
+        close_all_on_signals()          # at import of the Lambda entry point
+    """
+    if threading.current_thread() is not threading.main_thread():
+        return []
+    taken = []
+    for number in signals:
+        previous = signal.getsignal(number)
+        if previous not in (signal.SIG_DFL, signal.default_int_handler):
+            continue
+
+        def on_signal(received: int, frame: FrameType | None, previous: Any = previous) -> None:
+            close_all()
+            signal.signal(received, previous)
+            if callable(previous):  # SIGINT: KeyboardInterrupt, as before
+                previous(received, frame)
+            else:
+                signal.raise_signal(received)
+
+        signal.signal(number, on_signal)
+        taken.append(number)
+    return taken
 
 
 @dataclass
