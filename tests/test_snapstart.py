@@ -155,7 +155,7 @@ def test_before_snapshot_leaves_no_process_key_or_client_and_after_restore_start
     )
     runtime.keys()
     runtime.chain()
-    box = runtime.registry().get("execute_javascript").sandbox  # type: ignore[union-attr]
+    box = runtime.registry().get("execute_javascript").sandbox
     try:
         box.warm()
         snapstart.before_snapshot(runtime)
@@ -166,7 +166,7 @@ def test_before_snapshot_leaves_no_process_key_or_client_and_after_restore_start
         assert box.run("6 * 7").payload["result"] == 42
         assert box._spare is None
         snapstart.after_restore(runtime)
-        box._refill.join(10)  # type: ignore[union-attr]
+        box._refill.join(10)
         assert box._spare is not None
     finally:
         sandbox_module.resume_all()
@@ -180,7 +180,7 @@ def test_the_snapshot_primes_the_sdks_of_the_configured_chain():
 
 
 def test_runtime_hooks_are_registered_only_where_the_runtime_provides_them(monkeypatch):
-    import snapshot_restore_py
+    import snapshot_restore_py  # type: ignore[import-untyped]
 
     runtime = Runtime(Settings())
     before = len(snapshot_restore_py.get_before_snapshot())

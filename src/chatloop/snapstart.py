@@ -38,6 +38,8 @@ from chatloop.config import DEFAULT_MODEL_CHAIN, ConfigError, Settings
 from chatloop.observability import logger
 
 if TYPE_CHECKING:
+    from collections.abc import Awaitable, Callable
+
     from starlette.requests import Request
     from starlette.responses import Response
     from starlette.routing import BaseRoute
@@ -134,7 +136,7 @@ def hook_routes(settings: Settings) -> list[BaseRoute]:
     """The adapter's hook routes (``POST``), only those configured."""
     from starlette.routing import Route
 
-    def endpoint(which: str):  # type: ignore[no-untyped-def]  # a Starlette endpoint
+    def endpoint(which: str) -> Callable[[Request], Awaitable[Response]]:
         async def hook(request: Request) -> Response:
             return run_hook(request, which)
 

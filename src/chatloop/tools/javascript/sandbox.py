@@ -1,10 +1,13 @@
-"""Run untrusted JavaScript in a fresh, permissionless Deno process, one process per execution.
+"""Run untrusted JavaScript in a permissionless Deno process, in a fresh Worker (its own isolate) for every run.
 
 The child gets no ``--allow-*`` flag, a minimal explicit environment, an empty working directory,
 its own process group and closed file descriptors. After it reports ready, ``prlimit`` caps its
-memory (RLIMIT_DATA), CPU time, open files and core size; a wall-clock deadline then kills the whole
-process group with SIGKILL. One spare process is kept started and waiting for code, so a call
-usually pays only write-code -> read-result.
+memory (RLIMIT_DATA), open files and core size, and before each run its CPU time (what it has used + the run's
+budget); a wall-clock deadline kills the whole process group with SIGKILL. A process that answered a run cleanly
+serves the next one (runner.js terminates each run's worker before it starts the next one's); a process whose run
+did not answer (a timeout, a crash, a flood, a stop) is killed and replaced. One spare process is kept started and
+waiting for code, so a call usually pays only write-code -> read-result (measured: ~8 ms of CPU a run, against
+~40 ms when every run had a process of its own).
 
 Usage::
 
@@ -210,6 +213,17 @@ class JavaScriptSandbox:
             raise RuntimeError(
                 f"the Deno runner did not start: {ready.stderr[-500:].decode(errors='replace')}"
             )
+        limits = [
+            (resource.RLIMIT_DATA, self.memory_bytes),
+            (resource.RLIMIT_NOFILE, 64),
+            (resource.RLIMIT_CORE, 0),
+        ]
+        try:
+            for which, value in limits:
+                resource.prlimit(process.pid, which, (value, value))
+        except (ProcessLookupError, OSError):
+            _kill(process)
+            raise RuntimeError("the Deno runner exited as it started") from None
         return child
 
     # --- running code ----------------------------------------------------------------------
@@ -254,16 +268,26 @@ class JavaScriptSandbox:
         except Exception as exc:
             error = f"SandboxError: could not start the sandbox ({type(exc).__name__})"
             return SandboxResult({"error": error, "output": ""}, _ms(start))
+        answered = False
         try:
-            payload = self._execute(child.process, code, timeout, stop)
+            payload, answered = self._execute(child.process, code, timeout, stop)
         finally:
-            # SIGKILL now, so nothing of the run goes on; reaping it and starting the next spare happen in the
-            # background, after the result is in hand, instead of competing with this run for the CPU.
-            _signal_group(child.process)
-            threading.Thread(
-                target=self._after_run, args=(child.process,), name="deno-reap", daemon=True
-            ).start()
+            if not (answered and self._keep(child)):
+                # SIGKILL now, so nothing of the run goes on; reaping it and starting the next spare happen in the
+                # background, after the result is in hand, instead of competing with this run for the CPU.
+                _signal_group(child.process)
+                threading.Thread(
+                    target=self._after_run, args=(child.process,), name="deno-reap", daemon=True
+                ).start()
         return SandboxResult(payload, _ms(start), prespawned)
+
+    def _keep(self, child: _Child) -> bool:
+        """Make a process that answered cleanly the spare, unless there is one (or no spare is wanted)."""
+        with self._lock:
+            if not self.prespawn or self._closed or self._suspended or self._spare is not None:
+                return False
+            self._spare = child
+            return True
 
     def _after_run(self, process: subprocess.Popen[bytes]) -> None:
         _kill(process)
@@ -272,30 +296,39 @@ class JavaScriptSandbox:
 
     def _execute(
         self, process: subprocess.Popen[bytes], code: str, timeout: float, stop: threading.Event | None = None
-    ) -> dict[str, Any]:
+    ) -> tuple[dict[str, Any], bool]:
+        """The run's payload, and whether the process answered cleanly (and may serve another run)."""
         cpu = max(1, int(timeout) + 1)
-        limits = [
-            (resource.RLIMIT_DATA, self.memory_bytes),
-            (resource.RLIMIT_CPU, cpu),
-            (resource.RLIMIT_NOFILE, 64),
-            (resource.RLIMIT_CORE, 0),
-        ]
         try:
-            for which, value in limits:
-                resource.prlimit(process.pid, which, (value, value))
+            # The soft limit only (SIGXCPU ends the process): the hard one is left as it is, so the next run can
+            # raise the soft one again without privileges.
+            _, hard = resource.prlimit(process.pid, resource.RLIMIT_CPU)
+            soft = _cpu_seconds(process.pid) + cpu
+            resource.prlimit(process.pid, resource.RLIMIT_CPU, (soft if hard < 0 else min(soft, hard), hard))
         except (ProcessLookupError, OSError):
-            return {"error": "SandboxError: the sandbox process exited before running the code", "output": ""}
+            error = {
+                "error": "SandboxError: the sandbox process exited before running the code",
+                "output": "",
+            }
+            return error, False
         token = secrets.token_hex(16).encode()
+        encoded = code.encode("utf-8", "surrogatepass")
         deadline = time.monotonic() + timeout
         with contextlib.suppress(BrokenPipeError, OSError):  # a dead process is reported by the read below
             if process.stdin is not None:  # always a pipe: Popen(stdin=PIPE)
-                process.stdin.write(token + b"\n" + code.encode("utf-8", "surrogatepass"))
-                process.stdin.close()
+                process.stdin.write(token + b" %d\n" % len(encoded) + encoded)
+                process.stdin.flush()
         got = _read_until(process, token, deadline, limit=MAX_STREAM_BYTES, line_after=True, stop=stop)
         if got.stopped:
-            return {"error": "CancelledError: the run was stopped (the request ended)", "output": ""}
+            return {"error": "CancelledError: the run was stopped (the request ended)", "output": ""}, False
         if got.line is not None:
-            return checked_frame(got.line)
+            return checked_frame(got.line), True
+        return self._failure(process, got, timeout, deadline, cpu), False
+
+    def _failure(
+        self, process: subprocess.Popen[bytes], got: _Read, timeout: float, deadline: float, cpu: int
+    ) -> dict[str, Any]:
+        """Why a run ended without a result frame."""
         if got.overflow:
             return {
                 "error": f"OutputLimitError: output exceeded {MAX_STREAM_BYTES // 1024} KiB",
@@ -463,6 +496,16 @@ def _read_until(
                             out.line = bytes(out.stdout[at + len(marker) : end])
                             return out
     return out
+
+
+_CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
+
+
+def _cpu_seconds(pid: int) -> int:
+    """CPU time (user + system, whole seconds rounded up) a process has used so far, from /proc."""
+    with open(f"/proc/{pid}/stat", "rb") as stat:
+        fields = stat.read().rsplit(b")", 1)[1].split()
+    return -(-(int(fields[11]) + int(fields[12])) // _CLOCK_TICKS)
 
 
 def _signal_group(process: subprocess.Popen[bytes]) -> None:
