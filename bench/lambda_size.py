@@ -86,9 +86,9 @@ import app
 out["import_ms"] = (time.perf_counter() - t) * 1000
 if mode == "restore":
     import chatloop.snapstart as snapstart
-    t = time.perf_counter(); snapstart.before_snapshot(); out["before_snapshot_ms"] = (time.perf_counter() - t) * 1000
+    t = time.perf_counter(); snapstart.before_snapshot(app.app.state.runtime); out["before_snapshot_ms"] = (time.perf_counter() - t) * 1000
     time.sleep(0.5)  # the snapshot is taken; a restore resumes here
-    t = time.perf_counter(); snapstart.after_restore(); out["after_restore_ms"] = (time.perf_counter() - t) * 1000
+    t = time.perf_counter(); snapstart.after_restore(app.app.state.runtime); out["after_restore_ms"] = (time.perf_counter() - t) * 1000
     out["first_turn_ms"] = out["after_restore_ms"] + turn()
 else:
     out["first_turn_ms"] = turn()
