@@ -11,6 +11,7 @@ import os
 import subprocess
 import sys
 import textwrap
+import time
 
 import pytest
 from mangum import Mangum
@@ -265,3 +266,35 @@ def test_hook_paths_must_be_dedicated_and_distinct(before, after):
     settings = Settings(snapstart_before_checkpoint_path=before, snapstart_after_restore_path=after)
     with pytest.raises(ConfigError):
         snapstart.check_hook_paths(settings)
+
+
+@pytest.mark.slow
+def test_stream_mode_runs_the_hooks_for_the_adapters_posts_and_refuses_invocations(tmp_path):
+    """`run.sh` as the Web Adapter starts it under SnapStart: its empty POSTs run the hooks (no Deno process after
+    the before-checkpoint one, the spare back after the after-restore one); a forwarded invocation is refused."""
+    from tests.support.adapter import adapter_headers, run_sh
+    from tests.support.processes import children_of
+
+    hooks = {
+        "AWS_LWA_SNAPSTART_BEFORE_CHECKPOINT_PATH": BEFORE,
+        "AWS_LWA_SNAPSTART_AFTER_RESTORE_PATH": AFTER,
+        "AWS_LAMBDA_INITIALIZATION_TYPE": "snap-start",
+    }
+    with FakeLLM() as llm:
+        llm.default = realistic
+        with run_sh(llm, tmp_path, **hooks) as served:
+            import httpx
+
+            for path in (BEFORE, AFTER):
+                refused = httpx.post(served.url + path, headers=adapter_headers(30), timeout=10)
+                assert refused.status_code == 403
+            assert httpx.post(served.url + BEFORE, timeout=30).status_code == 204
+            assert children_of(served.process.pid) == set()  # no sandbox process in the snapshot
+            assert httpx.post(served.url + AFTER, timeout=30).status_code == 204
+            deadline = time.monotonic() + 10
+            while not children_of(served.process.pid) and time.monotonic() < deadline:
+                time.sleep(0.05)
+            assert children_of(served.process.pid)  # the spare started after restore
+            body = {"messages": [{"role": "user", "content": "5!"}], "stream": False}
+            answer = httpx.post(f"{served.url}/chat", json=body, headers=adapter_headers(60), timeout=30)
+            assert answer.status_code == 200 and "120" in answer.text
