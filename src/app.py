@@ -32,12 +32,16 @@ snapstart.register_runtime_hooks(app.state.runtime)
 close_all_on_signals()  # where nothing else handles them (Lambda's runtime); uvicorn's shutdown is below
 
 
+_app_lifespan = app.router.lifespan_context
+
+
 @asynccontextmanager
-async def _closing_sandboxes(_: Any) -> AsyncIterator[None]:
-    """uvicorn's shutdown (SIGTERM/SIGINT): it re-raises the signal afterwards with the default action, which skips
-    ``atexit``, so the sandboxes are closed here."""
+async def _closing_sandboxes(asgi_app: Any) -> AsyncIterator[Any]:
+    """The app's own lifespan, then, at uvicorn's shutdown (SIGTERM/SIGINT), the sandboxes closed: uvicorn re-raises
+    the signal afterwards with the default action, which skips ``atexit``."""
     try:
-        yield
+        async with _app_lifespan(asgi_app) as state:
+            yield state
     finally:
         close_all()
 
