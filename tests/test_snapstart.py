@@ -178,6 +178,17 @@ def test_the_snapshot_primes_the_sdks_of_the_configured_chain():
     assert snapstart.sdk_modules(Settings(model_chain="groq:a,openai:b,groq:c")) == ["groq", "openai"]
     assert snapstart.sdk_modules(Settings(model_chain="local:m")) == ["openai"]
     assert snapstart.sdk_modules(Settings()) == ["groq", "openai"]  # the default chain
+    deployed = Settings(
+        model_chain="groq:a",
+        provider_keys_secret_arn="arn:aws:secretsmanager:us-east-1:123456789012:secret:keys",
+        idempotency_table_name="table",
+    )
+    assert snapstart.primed_modules(deployed) == [
+        "groq",
+        "aws_lambda_powertools.utilities.parameters",  # boto3 for the secret: imported, never called
+        "aws_lambda_powertools.utilities.idempotency",
+    ]
+    assert snapstart.primed_modules(Settings(model_chain="groq:a")) == ["groq"]
 
 
 def test_runtime_hooks_are_registered_only_where_the_runtime_provides_them(monkeypatch):

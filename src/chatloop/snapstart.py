@@ -6,7 +6,8 @@ must not be shared: no child process (the sandbox's spare Deno), no open connect
 fetched from the secret after restore, on the first request, never during init); and after each restore whatever
 must be unique per copy is renewed: ``random`` is re-seeded from the OS, and the sandbox's spare is started. What a
 first turn needs that can be frozen is prepared in the snapshot instead ("priming"): the provider SDKs of the
-configured chain are imported and the sandbox tool is built (without a process).
+configured chain (and boto3, when a secret or the idempotency table is configured) are imported and the sandbox tool
+is built (without a process).
 
 Both response modes reach the same two functions:
 
@@ -60,8 +61,10 @@ def before_snapshot(runtime: Runtime) -> None:
     from chatloop.tools.javascript import sandbox
 
     sandbox.suspend_all()  # first: the tool built below starts suspended, without a process
-    for module in sdk_modules(runtime.settings):
-        importlib.import_module(module)
+    for module in primed_modules(runtime.settings):
+        importlib.import_module(
+            module
+        )  # modules only: a client would hold connections or this copy's credentials
     runtime.registry()
     _forget_connections_and_keys(runtime)
     gc.collect()
@@ -81,6 +84,17 @@ def sdk_modules(settings: Settings) -> list[str]:
     spec = settings.model_chain or DEFAULT_MODEL_CHAIN
     providers = [entry.strip().partition(":")[0] for entry in spec.split(",") if entry.strip()]
     return list(dict.fromkeys(SDK_MODULES[p] for p in providers if p in SDK_MODULES))
+
+
+def primed_modules(settings: Settings) -> list[str]:
+    """What the first request after a restore would import, imported into the snapshot instead: the chain's SDKs,
+    and Powertools' Parameters (boto3, for the keys secret) and Idempotency when configured (~0.45 s at 512 MB)."""
+    modules = sdk_modules(settings)
+    if settings.provider_keys_secret_arn:
+        modules.append("aws_lambda_powertools.utilities.parameters")
+    if settings.idempotency_table_name:
+        modules.append("aws_lambda_powertools.utilities.idempotency")
+    return modules
 
 
 def _forget_connections_and_keys(runtime: Runtime) -> None:
