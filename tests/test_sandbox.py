@@ -502,12 +502,14 @@ def test_a_process_serves_run_after_run_and_nothing_of_one_run_reaches_the_next(
             "JSON.stringify = () => '{\"forged\": 1}'; setInterval(() => console.log('SECRET'), 1); 1"
         )
         assert box.run(leave, 3).payload["result"] == 1
+        wait_for_spare(box)
         assert box._spare is not None and box._spare.process.pid == pid  # the same process answers again
         seen = box.run(
             "[typeof globalThis.left, ({}).polluted, Math.random() === 4, JSON.stringify({a: 1}), "
             "typeof BroadcastChannel, typeof URL.createObjectURL]",
             3,
         )
+        wait_for_spare(box)
         assert seen.prespawned and box._spare.process.pid == pid
         assert seen.payload == {
             "result": ["undefined", None, False, '{"a":1}', "undefined", "undefined"],

@@ -9,9 +9,9 @@
 // of CPU; a worker, ~8 ms). A run that does not answer (a runaway, a memory bomb) has the whole process killed by
 // the parent at its deadline, and a new one started.
 //
-// Protocol (stdin/stdout): the runner writes "R\n" once its first worker is ready; then, for each run, the parent
+// Protocol (stdin/stdout): the runner writes "R\n" whenever a worker is ready for code; for each run, the parent
 // writes one line "<random token> <code length in bytes>\n" and the code (UTF-8); the runner writes exactly one
-// line "<token><json>\n". It exits when stdin closes.
+// line "<token><json>\n", then "R\n" once the next run's worker is ready. It exits when stdin closes.
 //
 // Result JSON: {"result": <json-safe value>, "output": "<console text>"} or {"error": "<Type>: <message>",
 // "output": "..."}. JSON-safe mapping of values (also documented in the README):
@@ -352,5 +352,7 @@ for (let frame = await nextFrame(); frame !== null; frame = await nextFrame()) {
   run.worker.terminate(); // nothing of this run goes on: its timers, its realm
   writeAll(encoder.encode(frame.token + frameLine(payload) + "\n"));
   next = startWorker(); // only now: no two runs' workers exist at once
+  await next.ready;
+  writeAll(encoder.encode("R\n")); // ready for the next run
 }
 exit(0);

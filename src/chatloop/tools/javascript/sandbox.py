@@ -94,6 +94,8 @@ class SandboxResult:
 class _Child:
     process: subprocess.Popen[bytes]
     started: float = field(default_factory=time.monotonic)
+    ready: bool = False
+    """It said "R" (its next worker is ready) and that was read already."""
 
 
 class JavaScriptSandbox:
@@ -270,7 +272,7 @@ class JavaScriptSandbox:
             return SandboxResult({"error": error, "output": ""}, _ms(start))
         answered = False
         try:
-            payload, answered = self._execute(child.process, code, timeout, stop)
+            payload, answered = self._execute(child, code, timeout, stop)
         finally:
             if not (answered and self._keep(child)):
                 # SIGKILL now, so nothing of the run goes on; reaping it and starting the next spare happen in the
@@ -282,12 +284,30 @@ class JavaScriptSandbox:
         return SandboxResult(payload, _ms(start), prespawned)
 
     def _keep(self, child: _Child) -> bool:
-        """Make a process that answered cleanly the spare, unless there is one (or no spare is wanted)."""
+        """Make a process that answered cleanly the spare once its next worker is ready (runner.js says "R" again),
+        unless there is a spare or one starting (or no spare is wanted)."""
         with self._lock:
             if not self.prespawn or self._closed or self._suspended or self._spare is not None:
                 return False
-            self._spare = child
+            if self._spare_starting:
+                return False
+            self._spare_starting = True
+            self._refill = threading.Thread(target=self._reuse, args=(child,), name="deno-reuse", daemon=True)
+            self._refill.start()
             return True
+
+    def _reuse(self, child: _Child) -> None:
+        if not child.ready:
+            got = _read_until(child.process, b"R\n", time.monotonic() + READY_TIMEOUT, limit=4096)
+            child.ready = got.stdout.startswith(b"R\n")
+        with self._lock:
+            self._spare_starting = False
+            keep = child.ready and self._spare is None and not self._closed and not self._suspended
+            if keep:
+                self._spare, child.ready = child, False
+        if not keep:
+            _kill(child.process)
+            self.warm()
 
     def _after_run(self, process: subprocess.Popen[bytes]) -> None:
         _kill(process)
@@ -295,9 +315,10 @@ class JavaScriptSandbox:
             self._refill_spare_async()
 
     def _execute(
-        self, process: subprocess.Popen[bytes], code: str, timeout: float, stop: threading.Event | None = None
+        self, child: _Child, code: str, timeout: float, stop: threading.Event | None = None
     ) -> tuple[dict[str, Any], bool]:
         """The run's payload, and whether the process answered cleanly (and may serve another run)."""
+        process = child.process
         cpu = max(1, int(timeout) + 1)
         try:
             # The soft limit only (SIGXCPU ends the process): the hard one is left as it is, so the next run can
@@ -322,6 +343,7 @@ class JavaScriptSandbox:
         if got.stopped:
             return {"error": "CancelledError: the run was stopped (the request ended)", "output": ""}, False
         if got.line is not None:
+            child.ready = got.rest.startswith(b"R\n")  # its next worker was ready before this read ended
             return checked_frame(got.line), True
         return self._failure(process, got, timeout, deadline, cpu), False
 
@@ -436,6 +458,8 @@ class _Read:
     stdout: bytearray = field(default_factory=bytearray)
     stderr: bytearray = field(default_factory=bytearray)
     line: bytes | None = None
+    rest: bytes = b""
+    """What came after the line, in the same reads."""
     timed_out: bool = False
     overflow: bool = False
     stopped: bool = False
@@ -494,6 +518,7 @@ def _read_until(
                         end = out.stdout.find(b"\n", at)
                         if end >= 0:
                             out.line = bytes(out.stdout[at + len(marker) : end])
+                            out.rest = bytes(out.stdout[end + 1 :])
                             return out
     return out
 
