@@ -94,9 +94,6 @@ class Settings:
     js_prespawn: bool = True
     """JS_PRESPAWN: keep one Deno process started and waiting for code."""
     # --- SnapStart (chatloop/snapstart.py) ------------------------------------------------
-    initialization_type: str = "on-demand"
-    """AWS_LAMBDA_INITIALIZATION_TYPE: set by Lambda (``on-demand``, ``provisioned-concurrency``, ``snap-start``).
-    Under ``snap-start`` the before-snapshot hook primes what a first turn needs into the snapshot."""
     snapstart_before_checkpoint_path: str = ""
     """AWS_LWA_SNAPSTART_BEFORE_CHECKPOINT_PATH: stream mode under SnapStart: the route the Lambda Web Adapter POSTs
     to before the snapshot (the template sets it when EnableSnapStart is true). Empty: no such route."""
@@ -158,7 +155,6 @@ class Settings:
 _ENV_NAMES = {
     "version": "APP_VERSION",
     "function_memory_mb": "AWS_LAMBDA_FUNCTION_MEMORY_SIZE",
-    "initialization_type": "AWS_LAMBDA_INITIALIZATION_TYPE",
     "snapstart_before_checkpoint_path": "AWS_LWA_SNAPSTART_BEFORE_CHECKPOINT_PATH",
     "snapstart_after_restore_path": "AWS_LWA_SNAPSTART_AFTER_RESTORE_PATH",
 }
