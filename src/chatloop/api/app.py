@@ -45,9 +45,8 @@ def create_app(
             Route("/health", routes.health, methods=["GET"]),
             Route("/", page.page, methods=["GET"]),
             Route("/static/{path:path}", page.asset, methods=["GET"]),
-            *snapstart.hook_routes(
-                settings
-            ),  # stream mode under SnapStart: the Web Adapter's hooks (H1, #27)
+            # stream mode under SnapStart: the Web Adapter's two hook routes, when configured (H1, #27)
+            *snapstart.hook_routes(settings),
         ],
         exception_handlers={
             RequestError: on_request_error,
