@@ -542,3 +542,19 @@ def test_the_cpu_limit_holds_for_each_run_of_a_long_lived_process():
             assert box.run(busy, 1.5).payload["result"] == "done"
     finally:
         box.close()
+
+
+def test_a_process_is_replaced_after_its_share_of_runs():
+    box = JavaScriptSandbox()
+    box.runs_per_process = 3
+    try:
+        wait_for_spare(box)
+        first = box._spare.process.pid
+        pids = []
+        for n in range(4):
+            assert box.run(f"{n} + 1", 3).payload["result"] == n + 1
+            wait_for_spare(box)
+            pids.append(box._spare.process.pid)
+        assert pids[:2] == [first, first] and pids[2] != first  # replaced after its third run
+    finally:
+        box.close()
