@@ -21,6 +21,7 @@ from bench import (
     fallback,
     handler,
     idempotency,
+    lambda_size,
     overhead,
     page,
     report,
@@ -62,6 +63,12 @@ def main() -> int:
         ("idempotency", lambda: idempotency.measure(2 if quick else 30, js_tool)),
         ("page", lambda: page.measure(2 if quick else 15)),
         ("store", lambda: store.measure(3 if quick else 50)),
+        (
+            "lambda_size",
+            lambda: lambda_size.measure(
+                1 if quick else 2, 2 if quick else 8, (512,) if quick else lambda_size.SIZES
+            ),
+        ),
     ]
     results: dict[str, Any] = {}
     for name, step in steps:
