@@ -1,0 +1,387 @@
+"""Issue 25's engine and provider regressions: bounded work in the demo model, client schemas checked at the edge,
+the demo only where it is the configured default, the demo's OpenAI contract, the operator catalog checked at
+start-up, text-call recovery held back in streams, the reminder branch, and answers that are answers."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+import tracemalloc
+
+import pytest
+
+import app as lambda_app
+from chatloop.api.runtime import Runtime
+from chatloop.config import Settings
+from chatloop.deadline import Deadline
+from chatloop.providers.base import ModelRequest, ModelResponse, TextDelta
+from chatloop.providers.demo import DemoModel, calculation_for
+from chatloop.providers.schema_values import Hints, value_for
+from chatloop.tools.base import ToolRegistry
+from chatloop.tools.javascript import ExecuteJavaScriptTool
+from tests.support.events import FakeContext, response_body, rest_event
+from tests.support.fake_llm import FakeLLM, text
+
+MODEL = "llama-3.3-70b-versatile"
+KEY = "gsk_test_key_0000000000"
+OUTPUT_BOUND = 256 * 1024
+"""Generous: no hostile schema makes the demo write more than this (its own cap is 64 KiB)."""
+
+
+@pytest.fixture
+def upstream(monkeypatch):
+    with FakeLLM() as server:
+        monkeypatch.setenv("GROQ_BASE_URL", server.groq_base_url)
+        yield server
+
+
+def with_keys(sandbox) -> Runtime:
+    """A deployment with a real (scripted) model and its key."""
+    runtime = Runtime(
+        Settings(model_chain=f"groq:{MODEL}"),
+        registry=ToolRegistry([ExecuteJavaScriptTool(sandbox)]),
+        keys_loader=lambda s: {"groq": KEY, "openai": None},
+    )
+    lambda_app.app.state.runtime = runtime
+    return runtime
+
+
+def without_keys(sandbox) -> Runtime:
+    """``make run`` with no key: the demo model is the chain."""
+    runtime = Runtime(
+        Settings(),
+        registry=ToolRegistry([ExecuteJavaScriptTool(sandbox)]),
+        keys_loader=lambda s: {"groq": None, "openai": None},
+    )
+    lambda_app.app.state.runtime = runtime
+    return runtime
+
+
+def invoke(path: str, body) -> tuple[int, str]:
+    response = lambda_app.handler(rest_event("POST", path, body), FakeContext(remaining_ms=28_000))
+    return response["statusCode"], response_body(response)
+
+
+def schema_request(path: str, where: str, schema: dict) -> dict:
+    """A request carrying ``schema`` as a function tool's parameters or as the structured-output format."""
+    tool_name = "fill"
+    if path == "/v1/responses":
+        body: dict = {"input": "Alice is 30 years old."}
+        if where == "tool":
+            body |= {
+                "tools": [{"type": "function", "name": tool_name, "parameters": schema}],
+                "tool_choice": "required",
+            }
+        else:
+            body["text"] = {"format": {"type": "json_schema", "name": "out", "schema": schema}}
+        return body
+    body = {"messages": [{"role": "user", "content": "Alice is 30 years old."}]}
+    if where == "tool":
+        tool = {"type": "function", "function": {"name": tool_name, "parameters": schema}}
+        body |= {"tools": [tool], "tool_choice": "required"}
+    else:
+        body["response_format"] = {"type": "json_schema", "json_schema": {"name": "out", "schema": schema}}
+    return body
+
+
+# --- 1. the demo's schema filler is bounded ---------------------------------------------------------------------
+def fan_out_cycle(width: int) -> dict:
+    """A recursive node with ``width`` children: legal JSON Schema, and width**depth values if filled naively."""
+    node = {"type": "object", "properties": {f"child{i}": {"$ref": "#/$defs/node"} for i in range(width)}}
+    return {"$defs": {"node": node}, "$ref": "#/$defs/node"}
+
+
+NESTED_ARRAYS = {
+    "type": "array",
+    "minItems": 10_000,
+    "items": {"type": "array", "minItems": 10_000, "items": {"type": "string", "minLength": 100_000}},
+}
+HOSTILE_SCHEMAS = {
+    "ref cycle with fan-out": fan_out_cycle(10),
+    "nested arrays of long strings": NESTED_ARRAYS,
+    "a billion items": {"type": "array", "minItems": 10**9, "items": {"type": "string", "minLength": 10**9}},
+    "string bounds": {"type": "array", "minItems": "10", "items": {"type": "string", "minLength": "5"}},
+    "infinite and NaN bounds": {
+        "type": "object",
+        "properties": {
+            "n": {"type": "number", "minimum": float("nan"), "maximum": float("inf")},
+            "i": {"type": "integer", "exclusiveMinimum": float("-inf"), "maximum": 10**400},
+        },
+    },
+    "wrong shapes": {
+        "allOf": [[1], "x", {"type": "object", "properties": ["a"], "enum": {"a": 1}}],
+        "type": {"not": "a type"},
+    },
+    "a ref that is not a string": {
+        "type": "object",
+        "properties": {"a": {"$ref": 5}, "b": {"$ref": "#/nowhere"}},
+    },
+    "a huge const, many times": {
+        "type": "array",
+        "minItems": 10_000,
+        "items": {"const": "x" * 100_000},
+    },
+}
+
+
+@pytest.mark.parametrize("schema", HOSTILE_SCHEMAS.values(), ids=HOSTILE_SCHEMAS.keys())
+async def test_the_demo_fills_any_schema_in_bounded_time_and_memory(schema):
+    """Once: minutes at 100 % CPU and up to ~2 GB for a cycle with fan-out or nested minItems, and a traceback
+    for a string or infinite bound. Bounded now: output, memory and time (generous bounds; numbers in make bench)."""
+    tracemalloc.start()
+    try:
+        value = await asyncio.wait_for(
+            asyncio.to_thread(value_for, schema, Hints.from_text("Alice is 30")), 20
+        )
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    size = len(json.dumps(value, allow_nan=False))  # valid JSON, whatever the bounds
+    assert size <= OUTPUT_BOUND and peak < 16 * 2**20
+
+
+def test_the_filler_still_fills_what_clients_send():
+    person = {
+        "type": "object",
+        "properties": {
+            "name": {"type": "string", "minLength": 2, "maxLength": 10},
+            "age": {"type": "integer", "minimum": 0, "exclusiveMaximum": 150},
+            "tags": {"type": "array", "items": {"type": "string"}, "minItems": 2, "maxItems": 3},
+            "score": {"type": "number", "exclusiveMinimum": 40.5},
+            "kind": {"enum": ["a", "b"]},
+        },
+    }
+    value = value_for(person, Hints.from_text("Alice is 30 years old"))
+    assert value == {"name": "Alice", "age": 30, "tags": ["Alice", "Alice"], "score": 41.5, "kind": "a"}
+    assert value_for({"type": "integer", "minimum": 7.5}, Hints()) == 8
+    assert value_for({"type": "integer", "maximum": 2.5}, Hints(numbers=[9.0])) == 2
+
+
+@pytest.mark.parametrize(
+    "question",
+    ["1 " * 100_000, "1" * 300_000 + "% a year for 3 years", "fibonacci " * 50_000, "9" * 5000 + "!"],
+    ids=[
+        "digits and spaces",
+        "a long number before a percent",
+        "fibonacci repeated",
+        "a 5,000-digit factorial",
+    ],
+)
+async def test_the_demo_reads_any_question_in_bounded_time(question):
+    """Once cubic: 2,000 "1 " took 7 s on the event loop, a longer question minutes; a 5,000-digit number raised."""
+    plan = await asyncio.wait_for(asyncio.to_thread(calculation_for, question), 10)
+    assert plan is None or len(plan[0]) < 5_000
+
+
+async def test_a_hostile_schema_through_the_demo_model_keeps_the_event_loop_free():
+    """The demo answers a cycle with fan-out while other work on the loop keeps its pace (heartbeats, /health)."""
+    tool = {"type": "function", "function": {"name": "fill", "parameters": fan_out_cycle(12)}}
+    request = ModelRequest(
+        messages=[{"role": "user", "content": "Alice is 30"}],
+        tools=[tool],
+        tool_choice="required",
+        deadline=Deadline.after(20),
+    )
+    gaps: list[float] = []
+
+    async def heartbeat() -> None:
+        last = time.perf_counter()
+        while True:
+            await asyncio.sleep(0.01)
+            now = time.perf_counter()
+            gaps.append(now - last)
+            last = now
+
+    beating = asyncio.create_task(heartbeat())
+    await asyncio.sleep(0.05)
+    items = [item async for item in DemoModel().stream(request)]
+    await asyncio.sleep(0.05)
+    beating.cancel()
+    response = items[-1]
+    assert isinstance(response, ModelResponse) and response.tool_calls[0].name == "fill"
+    assert len(response.tool_calls[0].arguments) <= OUTPUT_BOUND
+    assert max(gaps) < 1.0  # generous: the loop was never blocked for long
+
+
+# --- 2. client schemas are checked at the edge --------------------------------------------------------------------
+BAD_SCHEMAS = [
+    ({"type": "array", "minItems": "10"}, "minItems"),
+    ({"type": "array", "minItems": 10**9}, "minItems"),
+    (
+        {"type": "object", "properties": {"tags": {"type": "array", "maxItems": -1}}},
+        "properties.tags.maxItems",
+    ),
+    ({"type": "string", "minLength": 1.5}, "minLength"),
+    ({"type": "string", "minLength": 10, "maxLength": 2}, "minLength"),
+    ({"type": "number", "minimum": "0"}, "minimum"),
+    ({"type": "number", "maximum": float("inf")}, "maximum"),
+    ({"type": "number", "minimum": float("nan")}, "minimum"),
+    ({"type": "integer", "exclusiveMaximum": 10**400}, "exclusiveMaximum"),
+    ({"type": "number", "multipleOf": 0}, "multipleOf"),
+    ({"$defs": {"n": {"type": "string", "maxLength": True}}, "$ref": "#/$defs/n"}, "$defs.n.maxLength"),
+    ({"anyOf": [{"type": "string"}, {"type": "array", "minItems": None}]}, "anyOf[1].minItems"),
+    ({"type": "object", "properties": {"a": {"$ref": 5}}}, "properties.a.$ref"),
+    ({"type": "wizard"}, "type"),
+    ({"type": "object", "properties": ["a"]}, "properties"),
+]
+
+
+def raw_json(body: dict) -> str:
+    """The body as a client may send it: Python's reader takes NaN and Infinity, so the server sees them."""
+    return json.dumps(body, allow_nan=True)
+
+
+@pytest.mark.parametrize(("schema", "field"), BAD_SCHEMAS, ids=[f for _, f in BAD_SCHEMAS])
+@pytest.mark.parametrize("where", ["tool", "format"])
+@pytest.mark.parametrize("path", ["/v1/chat/completions", "/v1/responses"])
+def test_a_schema_with_unusable_bounds_is_a_400_naming_the_field(
+    upstream, sandbox, schema, field, where, path
+):
+    with_keys(sandbox)
+    upstream.script(MODEL, text(MODEL, "should not be asked", groq=True))
+    code, body = invoke(path, raw_json(schema_request(path, where, schema)))
+    assert code == 400, body
+    message = json.loads(body)["error"]["message"]
+    assert field in message and ("parameters" in message or "schema" in message), message
+    assert upstream.requests == []
+
+
+@pytest.mark.parametrize(
+    "schema",
+    [
+        fan_out_cycle(3),
+        {"type": "object", "properties": {"minimum": {"type": "string"}, "maxItems": {"type": "integer"}}},
+        {"type": "object", "properties": {"x": {"type": "number", "exclusiveMinimum": True, "minimum": 0}}},
+        {"type": "array", "items": {"type": "string", "enum": ["a"], "default": "a", "maxLength": 3.0}},
+    ],
+    ids=["legal recursion", "properties named like bounds", "draft-4 exclusive bounds", "integral floats"],
+)
+def test_legal_schemas_pass_the_edge(sandbox, schema):
+    without_keys(sandbox)
+    code, body = invoke("/v1/chat/completions", schema_request("/v1/chat/completions", "tool", schema))
+    assert code == 200, body
+    call = json.loads(body)["choices"][0]["message"]["tool_calls"][0]
+    assert call["function"]["name"] == "fill"
+
+
+@pytest.mark.parametrize("path", ["/v1/chat/completions", "/v1/responses"])
+@pytest.mark.parametrize("where", ["tool", "format"])
+def test_the_demo_answers_an_expensive_legal_schema_within_bounds(sandbox, path, where):
+    """Bounds the edge allows (10,000 items of 100,000 characters, nested) still cost the demo bounded work."""
+    without_keys(sandbox)
+    started = time.perf_counter()
+    code, body = invoke(path, schema_request(path, where, NESTED_ARRAYS))
+    assert code == 200, body
+    assert len(body) <= OUTPUT_BOUND and time.perf_counter() - started < 10
+
+
+# --- 3. the demo is the default with no key, never a model by name beside real keys -------------------------------
+@pytest.mark.parametrize("name", ["demo:offline", "DEMO:offline", "demo:anything"])
+@pytest.mark.parametrize(
+    ("path", "status"), [("/chat", 400), ("/v1/chat/completions", 404), ("/v1/responses", 404)]
+)
+def test_the_demo_is_not_selectable_by_name_beside_real_keys(upstream, sandbox, name, path, status):
+    with_keys(sandbox)
+    body = (
+        {"input": "What is 2+2?"}
+        if path == "/v1/responses"
+        else {"messages": [{"role": "user", "content": "What is 2+2?"}]}
+    )
+    if path == "/chat":
+        body["stream"] = False
+    code, text_body = invoke(path, json.dumps({**body, "model": name}))
+    assert code == status, text_body
+    assert "demo" not in json.dumps(json.loads(text_body)["error"]).split("available")[-1]
+    assert upstream.requests == []
+
+
+def test_the_demo_answers_where_it_is_the_default(sandbox):
+    without_keys(sandbox)
+    code, body = invoke(
+        "/v1/chat/completions",
+        json.dumps({"model": "demo:offline", "messages": [{"role": "user", "content": "What is 2+2?"}]}),
+    )
+    assert code == 200 and json.loads(body)["model"] == "demo:offline"
+
+
+# --- 4. the demo keeps OpenAI's contract ------------------------------------------------------------------------
+WEATHER = {
+    "type": "function",
+    "function": {
+        "name": "get_weather",
+        "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]},
+    },
+}
+JS = {"type": "function", "function": {"name": "execute_javascript", "parameters": {"type": "object"}}}
+
+
+def demo_reply(messages, **fields) -> ModelResponse:
+    async def run() -> ModelResponse:
+        request = ModelRequest(messages=messages, deadline=Deadline.after(10), **fields)
+        items = [item async for item in DemoModel().stream(request)]
+        assert all(isinstance(i, TextDelta) for i in items[:-1])
+        return items[-1]
+
+    return asyncio.run(run())
+
+
+ASKED_AND_ANSWERED = [
+    {"role": "user", "content": "What is the weather in Oslo?"},
+    {
+        "role": "assistant",
+        "content": None,
+        "tool_calls": [
+            {
+                "id": "c1",
+                "type": "function",
+                "function": {"name": "get_weather", "arguments": '{"city": "Oslo"}'},
+            }
+        ],
+    },
+    {"role": "tool", "tool_call_id": "c1", "name": "get_weather", "content": '{"temp": 12, "sky": "clear"}'},
+]
+
+
+@pytest.mark.parametrize(
+    "choice",
+    ["required", {"type": "function", "function": {"name": "get_weather"}}],
+    ids=["required", "named"],
+)
+def test_the_demo_honours_tool_choice_once_tool_results_follow(choice):
+    """Once: a forced choice was ignored as soon as a tool result followed the question."""
+    response = demo_reply(ASKED_AND_ANSWERED, tools=[WEATHER], tool_choice=choice)
+    assert [c.name for c in response.tool_calls] == ["get_weather"] and response.finish_reason == "tool_calls"
+
+
+def test_the_demo_honours_required_with_only_its_own_tool():
+    response = demo_reply([{"role": "user", "content": "Hello there"}], tools=[JS], tool_choice="required")
+    assert [c.name for c in response.tool_calls] == ["execute_javascript"]
+
+
+def test_the_demo_honours_tool_choice_none():
+    response = demo_reply([{"role": "user", "content": "What is 6 * 7?"}], tools=[JS], tool_choice="none")
+    assert response.tool_calls == [] and response.content
+
+
+@pytest.mark.parametrize(
+    ("content", "quoted"),
+    [
+        ('{"temp": 12, "sky": "clear"}', '{"temp": 12, "sky": "clear"}'),
+        ("sunny, 12 degrees", "sunny, 12 degrees"),
+        ("[1, 2, 3]", "1, 2, 3"),
+        ('{"error": "no such city"}', "no such city"),
+    ],
+    ids=["object without result", "plain text", "a list", "an error"],
+)
+def test_the_demo_quotes_a_client_tool_result_whatever_its_shape(content, quoted):
+    """Once: "The result is None." for any result without a ``result`` key."""
+    messages = [*ASKED_AND_ANSWERED[:2], {**ASKED_AND_ANSWERED[2], "content": content}]
+    response = demo_reply(messages, tools=[WEATHER])
+    assert quoted in response.content and "None" not in response.content
+
+
+def test_the_demo_honours_max_tokens():
+    response = demo_reply([{"role": "user", "content": "Hello there"}], max_tokens=5)
+    assert len(response.content) <= 20 and response.finish_reason == "length"
+    assert response.usage.completion_tokens <= 5
