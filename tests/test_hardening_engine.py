@@ -16,12 +16,14 @@ from chatloop.api.runtime import Runtime
 from chatloop.config import Settings
 from chatloop.deadline import Deadline
 from chatloop.providers.base import ModelRequest, ModelResponse, TextDelta
+from chatloop.providers.catalog import CatalogError
 from chatloop.providers.demo import DemoModel, calculation_for
 from chatloop.providers.schema_values import Hints, value_for
 from chatloop.tools.base import ToolRegistry
 from chatloop.tools.javascript import ExecuteJavaScriptTool
 from tests.support.events import FakeContext, response_body, rest_event
 from tests.support.fake_llm import FakeLLM, text
+from tests.support.models import ScriptedModel
 
 MODEL = "llama-3.3-70b-versatile"
 KEY = "gsk_test_key_0000000000"
@@ -385,3 +387,80 @@ def test_the_demo_honours_max_tokens():
     response = demo_reply([{"role": "user", "content": "Hello there"}], max_tokens=5)
     assert len(response.content) <= 20 and response.finish_reason == "length"
     assert response.usage.completion_tokens <= 5
+
+
+# --- 5. the operator catalog is checked at start-up ----------------------------------------------------------------
+@pytest.mark.parametrize(
+    ("overlay", "named"),
+    [
+        ('{"models": {"groq:x": {"context_window": NaN}}}', "models['groq:x'].context_window"),
+        ('{"models": {"groq:x": {"context_window": Infinity}}}', "models['groq:x'].context_window"),
+        ('{"models": {"groq:x": {"context_window": 1e999}}}', "models['groq:x'].context_window"),
+        ('{"models": {"groq:x": {"context_window": "131072"}}}', "models['groq:x'].context_window"),
+        ('{"models": {"groq:x": {"context_window": -5}}}', "models['groq:x'].context_window"),
+        ('{"models": {"groq:x": ["not", "an", "object"]}}', "models['groq:x']"),
+        ('{"models": {"groq:llama-3.3-70b-versatile": 42}}', "models['groq:llama-3.3-70b-versatile']"),
+        ('{"models": {"groq:x": {"tools": "yes"}}}', "models['groq:x'].tools"),
+        ('{"models": {"groq:x": {"response_format": "json_schema"}}}', "models['groq:x'].response_format"),
+        ('{"providers": {"groq": "gsk"}}', "providers['groq']"),
+        ('{"defaults": {"context_window": NaN}}', "defaults.context_window"),
+        ("[1, 2]", "the file"),
+    ],
+    ids=[
+        "NaN window",
+        "infinite window",
+        "overflowing window",
+        "string window",
+        "negative window",
+        "entry a list",
+        "packaged entry replaced by a number",
+        "flag a string",
+        "formats a string",
+        "provider a string",
+        "NaN default",
+        "not an object",
+    ],
+)
+def test_a_hostile_catalog_file_fails_at_start_naming_file_entry_and_field(tmp_path, overlay, named):
+    """Once: a NaN, infinite or string window made every request a 500; an entry that was not an object failed at
+    import without naming the file."""
+    path = tmp_path / "models.json"
+    path.write_text(overlay)
+    with pytest.raises(CatalogError) as raised:
+        Runtime(Settings(model_catalog_file=str(path)), keys_loader=lambda s: {"groq": KEY, "openai": None})
+    message = str(raised.value)
+    assert "MODEL_CATALOG_FILE" in message and str(path) in message and named in message, message
+
+
+def test_a_good_catalog_file_with_fields_the_checker_does_not_know_still_loads(tmp_path, upstream, sandbox):
+    path = tmp_path / "models.json"
+    path.write_text(
+        json.dumps({"models": {f"groq:{MODEL}": {"context_window": 8192.0, "some_future_field": {}}}})
+    )
+    runtime = with_keys(sandbox)
+    runtime.catalog = Runtime(Settings(model_catalog_file=str(path))).catalog
+    assert runtime.catalog.get(f"groq:{MODEL}").context_window == 8192
+
+
+# --- 8. the reminder branch ends after the final call ---------------------------------------------------------------
+async def drive(model, registry, question: str, **settings):
+    from chatloop.engine import EventType, TurnRequest, run_turn
+
+    request = TurnRequest(messages=[{"role": "user", "content": question}])
+    events = [e async for e in run_turn(request, model, registry, Deadline.after(30), Settings(**settings))]
+    assert [e.type for e in events].count(EventType.DONE) == 1 and events[-1].type is EventType.DONE
+    deltas = "".join(e.data["content"] for e in events if e.type is EventType.DELTA)
+    return events[-1].data, deltas
+
+
+async def test_a_model_that_quotes_a_tool_call_tag_in_prose_does_not_run_to_the_iteration_cap(sandbox):
+    """Once: every reply held a tag, so every reply was "legacy syntax" and the turn ran all 10 model calls."""
+    prose = "To call a tool, models like me write <tool_call> followed by JSON. Anything else?"
+    model = ScriptedModel(lambda request, n: ModelResponse("", content=prose), chunk=5)
+    done, deltas = await drive(
+        model, ToolRegistry([ExecuteJavaScriptTool(sandbox)]), "How do tool calls look?"
+    )
+    assert model.calls == 4  # the question, two reminders, the final call without tools
+    assert done["iterations"] == 4 and done["stop_reason"] != "iteration_cap"
+    assert done["message"]["content"].startswith("To call a tool, models like me write")
+    assert "<tool_call>" not in deltas and "<tool_call>" not in done["message"]["content"]
