@@ -168,11 +168,14 @@ class TextCallFilter:
     def _fence(rest: str) -> tuple[str, int]:
         if not rest.startswith("```"):
             return ("maybe", 1) if rest in ("`", "``") else ("no", 1)
+        if rest.startswith("````"):
+            return "no", 1  # a longer run: a fence may open at any of its last three backticks
         newline = rest.find("\n")
         if newline < 0:
             return "maybe", 1
         info = rest[3:newline].strip().lower()
-        return ("call", 1) if info in _FENCE_FOR_CALLS else ("no", newline)
+        # Another language: released, though its line is still read (a fence for calls may open later on it).
+        return ("call", 1) if info in _FENCE_FOR_CALLS else ("no", 3)
 
     def _json(self, at: int) -> str:
         """A ``{``/``[`` after some text: a call only if its JSON value ends the text. Held until the value closes;
