@@ -32,6 +32,9 @@ from chatloop.providers.textcalls import FORMATS, MAX_JSON_STARTS
 
 _FENCE_FOR_CALLS = {"", "json", "tool_call", "tool_code"}
 _JSON_MARK = re.compile(r'["\\{}\[\]]')
+_JSON_OPENING = re.compile(r'\{\s*(?:["}]|$)|\[\s*(?:[\[{"\-0-9tfnNI\]]|$)')
+"""How a JSON object or array can begin (strict JSON, and Python's NaN/Infinity); ``$``: not decided yet."""
+_NON_SPACE = re.compile(r"\S")
 _IDENTIFIER = re.compile(r"[A-Za-z_][\w.\-]*")
 _NAME_THEN_BRACE = re.compile(r"\s*\{")
 _TAGS = [f.opener for f in FORMATS if f.opener.kind == "tag"]
@@ -79,22 +82,34 @@ class TextCallFilter:
         self.tools = frozenset(tools)
         """The offered (or just withdrawn) tools' names, for the ``name{...}`` form."""
         self.fed = ""
-        self.released = ""
+        self.shown = 0
+        """How much of ``fed`` was released (it is always a prefix)."""
         self.holding = False
         self.spoke = False  # non-whitespace was released: the text no longer starts here
         self.braces_released = 0
         self.spans: dict[int, _JsonEnd] = {}
+        self.waiting: int | None = None
+        """Where a JSON value after some text began, while it is open: the next piece only advances its end."""
+
+    @property
+    def released(self) -> str:
+        return self.fed[: self.shown]
 
     def feed(self, text: str) -> str:
         """The part of ``text`` (and of what was held before) that can be shown now."""
-        self.fed += text
+        fed, self.fed = self.fed, ""
+        fed += text  # in place (the only reference): appending stays linear however long the reply
+        self.fed = fed
         if self.holding:
             return ""
-        pending = self.fed[len(self.released) :]
+        if self.waiting is not None and self._json(self.waiting) == "maybe":
+            return ""
+        self.waiting = None
+        pending = self.fed[self.shown :]
         cut, hold = self._scan(pending)
         self.holding = hold
         out = pending[:cut]
-        self.released += out
+        self.shown += len(out)
         self.spoke = self.spoke or bool(out.strip())
         self.braces_released += out.count("{") + out.count("[")
         return out
@@ -102,10 +117,11 @@ class TextCallFilter:
     def finish(self, content: str) -> str:
         """Once the response is judged: the rest of ``content`` that was streamed but not yet shown. Nothing
         comes out that the model did not stream, and nothing the client saw is contradicted."""
-        if not content.startswith(self.released):
+        released = self.released
+        if not content.startswith(released):
             return ""
-        rest = content[len(self.released) :]
-        return rest if self.fed.startswith(self.released + rest) else ""
+        rest = content[len(released) :]
+        return rest if self.fed.startswith(rest, self.shown) else ""
 
     def _scan(self, pending: str) -> tuple[int, bool]:
         """``(how much of pending may be shown, whether to hold everything after it)``."""
@@ -151,7 +167,10 @@ class TextCallFilter:
             return "call", 1  # the content starts with JSON: it may be a call in any of the JSON shapes
         if braces >= MAX_JSON_STARTS:
             return "no", 1  # the parser never reads a JSON call from here
-        return self._json(len(self.released) + j), 1
+        verdict = self._json(self.shown + j)
+        if verdict == "maybe":
+            self.waiting = self.shown + j  # released up to here; the next pieces only advance this value
+        return verdict, 1
 
     @staticmethod
     def _tag(rest: str) -> tuple[str, int]:
@@ -178,11 +197,19 @@ class TextCallFilter:
         return ("call", 1) if info in _FENCE_FOR_CALLS else ("no", 3)
 
     def _json(self, at: int) -> str:
-        """A ``{``/``[`` after some text: a call only if its JSON value ends the text. Held until the value closes;
-        released once anything but whitespace follows it."""
-        span = self.spans.setdefault(at, _JsonEnd(at))
+        """A ``{``/``[`` after some text: a call only if its JSON value ends the text. Released at once when what
+        follows the bracket cannot be JSON (``[see below]``, ``{x}``); else held until the value closes, and released
+        once anything but whitespace follows it."""
+        opening = _JSON_OPENING.match(self.fed, at)
+        if opening is None:
+            return "no"
+        if opening.end() == len(self.fed):
+            return "maybe"  # the next character decides
+        span = self.spans.get(at)
+        if span is None:
+            span = self.spans[at] = _JsonEnd(at)
         end = span.advance(self.fed)
-        if end is not None and self.fed[end:].strip():
+        if end is not None and _NON_SPACE.search(self.fed, end):
             return "no"
         return "maybe"
 
