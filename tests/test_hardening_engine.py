@@ -21,7 +21,7 @@ from chatloop.providers.demo import DemoModel, calculation_for
 from chatloop.providers.schema_values import Hints, value_for
 from chatloop.tools.base import ToolRegistry
 from chatloop.tools.javascript import ExecuteJavaScriptTool
-from tests.support.events import FakeContext, response_body, rest_event
+from tests.support.events import FakeContext, parse_sse, response_body, rest_event
 from tests.support.fake_llm import FakeLLM, text
 from tests.support.models import ScriptedModel
 
@@ -629,3 +629,35 @@ async def test_a_good_final_answer_is_released_whole(sandbox):
         model, ToolRegistry([ExecuteJavaScriptTool(sandbox)]), "6*7?", max_iterations=2
     )
     assert done["message"]["content"] == '{"answer": 42}' and deltas == '{"answer": 42}'
+
+
+LEAKED_ON_CHAT = {
+    "name_json": 'execute_javascript{"code": "6 * 7"}',
+    "flat_json, code first": 'Let me compute. {"code": "6 * 7", "name": "execute_javascript"}',
+    "json, arguments before name": 'Let me compute. {"arguments": {"code": "6 * 7"}, "name": "execute_javascript"}',
+}
+
+
+@pytest.mark.parametrize("written", LEAKED_ON_CHAT.values(), ids=LEAKED_ON_CHAT.keys())
+@pytest.mark.parametrize("path", ["/chat", "/v1/chat/completions"])
+def test_a_call_written_as_text_never_reaches_the_streamed_deltas(upstream, sandbox, written, path):
+    """Through the real handler and the groq SDK: the call is recovered and run, and no delta shows any of it."""
+    with_keys(sandbox)
+
+    def model(body: dict) -> object:
+        answered = any(m["role"] == "tool" for m in body["messages"])
+        return text(MODEL, "The answer is 42." if answered else written, pieces=9, groq=True)
+
+    upstream.default = model
+    request = {"messages": [{"role": "user", "content": "What is 6 * 7?"}], "stream": True}
+    code, body = invoke(path, json.dumps(request))
+    assert code == 200, body
+    if path == "/chat":
+        events = parse_sse(body)
+        deltas = "".join(d["content"] for name, d in events if name == "delta")
+        assert events[-1][1]["tool_counts"] == {"execute_javascript": 1}
+    else:
+        chunks = [json.loads(line[6:]) for line in body.splitlines() if line.startswith("data: {")]
+        deltas = "".join(c["choices"][0]["delta"].get("content") or "" for c in chunks if c.get("choices"))
+    assert "execute_javascript" not in deltas and "6 * 7" not in deltas and "{" not in deltas, deltas
+    assert deltas.endswith("The answer is 42.")
