@@ -322,8 +322,9 @@ def demo_reply(messages, **fields) -> ModelResponse:
     async def run() -> ModelResponse:
         request = ModelRequest(messages=messages, deadline=Deadline.after(10), **fields)
         items = [item async for item in DemoModel().stream(request)]
-        assert all(isinstance(i, TextDelta) for i in items[:-1])
-        return items[-1]
+        *deltas, response = items
+        assert all(isinstance(i, TextDelta) for i in deltas) and isinstance(response, ModelResponse)
+        return response
 
     return asyncio.run(run())
 
