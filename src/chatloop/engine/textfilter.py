@@ -35,6 +35,11 @@ _JSON_MARK = re.compile(r'["\\{}\[\]]')
 _JSON_OPENING = re.compile(r'\{\s*(?:["}]|$)|\[\s*(?:[\[{"\-0-9tfnNI\]]|$)')
 """How a JSON object or array can begin (strict JSON, and Python's NaN/Infinity); ``$``: not decided yet."""
 _NON_SPACE = re.compile(r"\S")
+_LT_AND_SPACES = re.compile(r"<\s*")
+_ANY_OPENER = re.compile(r"[<`{\[]")
+_TAG_OR_FENCE = re.compile(r"[<`]")
+_LOOKAHEAD = 256
+"""Characters read at a candidate for a tag, a fence's language line or a tool's name: all are short."""
 _IDENTIFIER = re.compile(r"[A-Za-z_][\w.\-]*")
 _NAME_THEN_BRACE = re.compile(r"\s*\{")
 _TAGS = [f.opener for f in FORMATS if f.opener.kind == "tag"]
@@ -128,7 +133,7 @@ class TextCallFilter:
         first = len(pending) - len(pending.lstrip())  # where the text starts, if nothing was shown yet
         starting = self.hold_json and not self.spoke and first < len(pending)
         if starting and pending[first] not in "<`{[":
-            verdict, _ = self._name(pending[first:])
+            verdict, _ = self._name(pending[first : first + _LOOKAHEAD])
             if verdict != "no":
                 return first, verdict == "call"
         i = 0
@@ -148,19 +153,17 @@ class TextCallFilter:
     def _next_candidate(self, text: str, start: int) -> int:
         """The next place a call could start: ``<`` and backticks always; ``{`` and ``[`` when the JSON forms are
         held."""
-        chars = "<`{[" if self.hold_json else "<`"
-        found = [at for at in (text.find(c, start) for c in chars) if at >= 0]
-        return min(found) if found else -1
+        found = (_ANY_OPENER if self.hold_json else _TAG_OR_FENCE).search(text, start)
+        return found.start() if found else -1
 
     def _at(self, pending: str, j: int, braces: int, at_start: bool) -> tuple[str, int]:
         """Whether a call starts at ``pending[j]`` (``call``), may start there once more text comes (``maybe``),
         or does not (``no``, with how far to skip)."""
-        rest = pending[j:]
-        char = rest[0]
+        char = pending[j]
         if char == "<":
-            return self._tag(rest)
+            return self._tag(pending, j)
         if char == "`":
-            return self._fence(rest)
+            return self._fence(pending, j)
         if not self.hold_json:
             return "no", 1
         if at_start:
@@ -173,26 +176,31 @@ class TextCallFilter:
         return verdict, 1
 
     @staticmethod
-    def _tag(rest: str) -> tuple[str, int]:
+    def _tag(pending: str, j: int) -> tuple[str, int]:
         for opener in _TAGS:
-            if opener.pattern is not None and opener.pattern.match(rest):
+            if opener.pattern is not None and opener.pattern.match(pending, j):
                 return "call", 1
-        if len(rest) <= 24:
-            squeezed = re.sub(r"\s+", "", rest).lower()
+        spaced = _LT_AND_SPACES.match(pending, j)  # ``<   function=`` is a tag too, however many spaces
+        after = spaced.end() if spaced else j + 1
+        if len(pending) - after <= 24:  # the rest may still grow into a tag
+            squeezed = "<" + re.sub(r"\s+", "", pending[after:]).lower()
             if any(opener.literal.lower().startswith(squeezed) for opener in _TAGS):
                 return "maybe", 1
         return "no", 1
 
     @staticmethod
-    def _fence(rest: str) -> tuple[str, int]:
+    def _fence(pending: str, j: int) -> tuple[str, int]:
+        rest = pending[j : j + 4]
         if not rest.startswith("```"):
             return ("maybe", 1) if rest in ("`", "``") else ("no", 1)
-        if rest.startswith("````"):
+        if rest == "````":
             return "no", 1  # a longer run: a fence may open at any of its last three backticks
-        newline = rest.find("\n")
+        newline = pending.find("\n", j, j + _LOOKAHEAD)
         if newline < 0:
-            return "maybe", 1
-        info = rest[3:newline].strip().lower()
+            if len(pending) - j < _LOOKAHEAD or not pending[j + 3 : j + _LOOKAHEAD].strip(" \t"):
+                return "maybe", 1  # the language line is not over (a long run of spaces may still end it)
+            return "no", 3
+        info = pending[j + 3 : newline].strip().lower()
         # Another language: released, though its line is still read (a fence for calls may open later on it).
         return ("call", 1) if info in _FENCE_FOR_CALLS else ("no", 3)
 
