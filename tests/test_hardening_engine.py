@@ -402,7 +402,7 @@ def test_the_demo_honours_max_tokens():
         ('{"models": {"groq:x": ["not", "an", "object"]}}', "models['groq:x']"),
         ('{"models": {"groq:llama-3.3-70b-versatile": 42}}', "models['groq:llama-3.3-70b-versatile']"),
         ('{"models": {"groq:x": {"tools": "yes"}}}', "models['groq:x'].tools"),
-        ('{"models": {"groq:x": {"response_format": "json_schema"}}}', "models['groq:x'].response_format"),
+        ('{"models": {"groq:x": {"drop_params": "temperature"}}}', "models['groq:x'].drop_params"),
         ('{"providers": {"groq": "gsk"}}', "providers['groq']"),
         ('{"defaults": {"context_window": NaN}}', "defaults.context_window"),
         ("[1, 2]", "the file"),
@@ -416,7 +416,7 @@ def test_the_demo_honours_max_tokens():
         "entry a list",
         "packaged entry replaced by a number",
         "flag a string",
-        "formats a string",
+        "dropped parameters a string",
         "provider a string",
         "NaN default",
         "not an object",
@@ -665,3 +665,13 @@ def test_a_call_written_as_text_never_reaches_the_streamed_deltas(upstream, sand
         deltas = "".join(c["choices"][0]["delta"].get("content") or "" for c in chunks if c.get("choices"))
     assert "execute_javascript" not in deltas and "6 * 7" not in deltas and "{" not in deltas, deltas
     assert deltas.endswith("The answer is 42.")
+
+
+async def test_words_before_a_pseudo_call_on_the_final_call_are_the_answer_as_streamed(sandbox, caplog):
+    written = 'The answer is 42. {"name": "execute_javascript", "arguments": {"code": "6 * 7"}}'
+    model = ScriptedModel(stubborn_after_withdrawal(written), chunk=4)
+    done, deltas = await drive(
+        model, ToolRegistry([ExecuteJavaScriptTool(sandbox)]), "6*7?", max_iterations=2
+    )
+    assert done["message"]["content"].strip() == "The answer is 42." and done["message"]["content"] == deltas
+    assert "reason=call_shaped" in caplog.text

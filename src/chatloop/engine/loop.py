@@ -226,7 +226,7 @@ class _Turn:
             return
         if response is None:
             raise Transient("the model stream ended without a response", model=self.model.name)
-        reply = self._read(response, request, offer)
+        reply = self._read(response, request, offer, visible.released)
         tail = visible.finish(response.content)
         if tail:
             yield self._delta(tail)
@@ -250,16 +250,18 @@ class _Turn:
         tools = request.tools or self._withdrawn(offer)
         return TextCallFilter(hold_json=bool(tools), tools=tool_keys(tools or []))
 
-    def _read(self, response: ModelResponse, request: ModelRequest, offer: Offer) -> Reply:
+    def _read(self, response: ModelResponse, request: ModelRequest, offer: Offer, shown: str) -> Reply:
         """The reply as the engine reads it: calls written as text recovered; on the final call, a text that is no
-        answer (a pseudo call, a tool error, the tools echoed) cut to the words before it, logged."""
+        answer (a pseudo call, a tool error, the tools echoed) cut to the words before it (as they were ``shown``,
+        so the answer is what was streamed), logged."""
         reply = read_text_calls(response, request.tools)
         withdrawn = self._withdrawn(offer)
         if withdrawn and not response.tool_calls:
             judged = judge_final(response.content, withdrawn, structured=bool(request.response_format))
             if judged.reason is not None:
                 logger.warning(describe(judged), extra={"iteration": self.iteration})
-                response.content = judged.content
+                same = judged.content and shown.strip() == judged.content
+                response.content = shown if same else judged.content
         return reply
 
     def _offer(self) -> Offer:

@@ -103,7 +103,7 @@ class CatalogError(ValueError):
 MAX_CONTEXT_WINDOW = 100_000_000
 """Tokens: a window beyond this is a typo (the largest models hold a few million)."""
 _FLAGS = ("tools", "parallel_tool_calls", "decommissioned")
-_STRING_LISTS = ("drop_params", "response_format")
+_STRING_LISTS = ("drop_params",)
 _PROVIDER_FLAGS = ("stream_usage", "tool_message_name", "key_required")
 
 
