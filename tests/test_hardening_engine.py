@@ -632,7 +632,8 @@ async def test_a_final_answer_that_is_no_answer_gets_the_fallback_text(sandbox, 
     answer = done["message"]["content"]
     assert final_text not in answer and "execute_javascript{" not in answer and '"error"' not in answer
     assert "Here's what I tried" in answer  # the fallback text: what happened, and what to do
-    assert final_text[:12] not in deltas and deltas.strip() in ("", answer.strip())
+    # The pseudo call never reaches the deltas; the fallback text streams like any answer, so they add up to it.
+    assert final_text not in deltas and "execute_javascript{" not in deltas and deltas == answer
     assert "Final answer check" in caplog.text
 
 
