@@ -21,6 +21,7 @@ from bench import (
     fallback,
     handler,
     idempotency,
+    lambda_size,
     overhead,
     page,
     report,
@@ -63,6 +64,12 @@ def main() -> int:
         ("idempotency", lambda: idempotency.measure(2 if quick else 30, js_tool)),
         ("page", lambda: page.measure(2 if quick else 15)),
         ("store", lambda: store.measure(3 if quick else 50)),
+        (
+            "lambda_size",
+            lambda: lambda_size.measure(
+                1 if quick else 2, 2 if quick else 8, (512,) if quick else lambda_size.SIZES
+            ),
+        ),
         ("ttft", lambda: ttft.measure(2 if quick else 15)),
     ]
     results: dict[str, Any] = {}

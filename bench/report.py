@@ -105,7 +105,7 @@ def report(results: dict, quick: bool) -> str:
     ]
     s = results["sandbox"]
     lines += [
-        "## 3. Sandbox (Deno, `--jitless`, rlimits, one process per run)",
+        "## 3. Sandbox (Deno, `--jitless`, rlimits, a fresh Worker per run in a reused process)",
         "",
         "| snippet | cold spawn median / p90 (ms) | pre-spawned median / p90 (ms) |",
         "|---|---|---|",
@@ -122,6 +122,22 @@ def report(results: dict, quick: bool) -> str:
         f"deadline. Peak RSS of a sandbox process: {s['peak_rss_mb']:.0f} MB.",
         "",
     ]
+    if "cpu_per_run" in s:
+        u = s["cpu_per_run"]
+        lines += [
+            "CPU per run (the compound snippet, sequential; the handler's side and every Deno process, the spare's "
+            "replacement included), one run at a time on this machine:",
+            "",
+            "| | CPU per run (ms) | wall per run (ms) |",
+            "|---|---|---|",
+            f"| pre-spawned (the answering process serves the next run) | {u['prespawned_cpu_ms']:.1f} | "
+            f"{u['prespawned_wall_ms']:.1f} |",
+            f"| cold (a process started for the run) | {u['cold_cpu_ms']:.1f} | {u['cold_wall_ms']:.1f} |",
+            "",
+            f"Target: pre-spawned CPU per run ≤ 15 ms ({'met' if u['prespawned_cpu_ms'] <= 15 else 'MISSED'}); "
+            "a process per run cost ~40 ms of CPU (measured before the change, same machine).",
+            "",
+        ]
     c = results["cold_start"]
     lambda_line = (
         f"- `import app` as on Lambda (bare python3.12 -I -B, only the built layer and function on sys.path, a read-only "
@@ -243,6 +259,8 @@ def report(results: dict, quick: bool) -> str:
         "",
     ]
     lines += _store_section(results["store"])
+    if "lambda_size" in results:
+        lines += lambda_size_section(results["lambda_size"])
     lines += ttft_section(results["ttft"])
     return "\n".join(lines)
 
@@ -290,12 +308,53 @@ def _store_section(s: dict) -> list[str]:
     return lines
 
 
+def _span(values: list[float], digits: int = 0) -> str:
+    low, high = min(values), max(values)
+    fmt = f"{{:.{digits}f}}"
+    return (
+        fmt.format(low)
+        if fmt.format(low) == fmt.format(high)
+        else f"{fmt.format(low)}\u2013{fmt.format(high)}"
+    )
+
+
+def lambda_size_section(x: dict) -> list[str]:
+    """Section 12: the built artefacts under a cgroup sized like each MemorySize, this branch vs the base commit."""
+    lines = ["## 13. Lambda-sized: the built artefacts at 512 / 1,024 / 1,769 MB", ""]
+    if "skipped" in x:
+        return [*lines, f"Skipped: {x['skipped']}.", ""]
+    lines += [
+        "`build/layer.zip` + `build/function.zip` as `scripts/package.py` builds them, `python3.12 -I` with only those "
+        "on `sys.path`, inside a cgroup (v1) whose CPU quota is MemorySize / 1,769 of one core and whose memory limit "
+        "is MemorySize; compound-interest turns through the real handler (REST API events, the groq SDK over loopback) "
+        f"against a model that takes {x['model_seconds'] * 1000:.0f} ms a call (two calls a turn; their time is "
+        f"excluded below). Ranges over the runs; in brackets the base commit {x['base_commit']} in the same run. "
+        "Restore: an init with `AWS_LAMBDA_INITIALIZATION_TYPE=snap-start` and the before-snapshot hooks, then the "
+        "after-restore hooks + the first turn (simulated in one process: no real restore's page faults).",
+        "",
+        "| MemorySize (vCPU) | `import app` | cold: import + first turn | after restore + first turn | warm overhead a "
+        "turn | peak RSS (handler + Deno) | GB-s a turn at 1 s a model call |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for size, row in x["sizes"].items():
+        here, base = row["here"], row["base"]
+        restore = _span(row["restore"]["first_turn_ms"]) + " ms" if "restore" in row else "—"
+        lines.append(
+            f"| {int(size):,} MB ({int(size) / 1769:.2f}) | {_span(here['import_ms'])} ms ({_span(base['import_ms'])}) "
+            f"| **{_span(here['cold_ms'])} ms** ({_span(base['cold_ms'])}) | {restore} "
+            f"| {_span(here['warm_overhead_ms'])} ms ({_span(base['warm_overhead_ms'])}) "
+            f"| {_span(here['peak_rss_mb'])} MB ({_span(base['peak_rss_mb'])}) | {row['gb_s_per_turn']:.2f} |"
+        )
+    lines.append("")
+    return lines
+
+
 def ttft_section(t: dict) -> list[str]:
     """Time to first token on each route (bench/ttft.py): the server's added time over the model's first token."""
     names = {"chat": "`/chat`", "chat_completions": "`/v1/chat/completions`", "responses": "`/v1/responses`"}
     d = t["direct"]
     lines = [
-        "## 13. Time to first token",
+        "## 14. Time to first token",
         "",
         f"A streaming upstream (Groq's wire through the groq SDK, on loopback, in this process) that writes its first "
         f"token {t['model_first_token_ms']:.0f} ms after the request, then writes for {t['model_writes_ms']:.0f} ms. "

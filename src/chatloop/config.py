@@ -120,6 +120,12 @@ class Settings:
     (1024 when unset, as in ``make run``)."""
     js_prespawn: bool = True
     """JS_PRESPAWN: keep one Deno process started and waiting for code."""
+    # --- SnapStart (chatloop/snapstart.py) ------------------------------------------------
+    snapstart_before_checkpoint_path: str = ""
+    """AWS_LWA_SNAPSTART_BEFORE_CHECKPOINT_PATH: stream mode under SnapStart: the route the Lambda Web Adapter POSTs
+    to before the snapshot (the template sets it when EnableSnapStart is true). Empty: no such route."""
+    snapstart_after_restore_path: str = ""
+    """AWS_LWA_SNAPSTART_AFTER_RESTORE_PATH: the route the adapter POSTs to after a restore. Empty: no such route."""
     # --- observability --------------------------------------------------------------------
     log_content: bool = False
     """LOG_CONTENT: include message text and tool arguments in log lines."""
@@ -188,6 +194,8 @@ _ENV_NAMES = {
     "version": "APP_VERSION",
     "function_memory_mb": "AWS_LAMBDA_FUNCTION_MEMORY_SIZE",
     "lambda_function_name": "AWS_LAMBDA_FUNCTION_NAME",
+    "snapstart_before_checkpoint_path": "AWS_LWA_SNAPSTART_BEFORE_CHECKPOINT_PATH",
+    "snapstart_after_restore_path": "AWS_LWA_SNAPSTART_AFTER_RESTORE_PATH",
 }
 
 

@@ -16,6 +16,7 @@ from starlette.exceptions import HTTPException
 from starlette.middleware import Middleware
 from starlette.routing import Route
 
+from chatloop import snapstart
 from chatloop.api import conversations, page, routes
 from chatloop.api import stored as stored_responses
 from chatloop.api.errors import RequestError, on_http_error, on_request_error, on_unexpected
@@ -73,6 +74,8 @@ def create_app(
             Route("/health", routes.health, methods=["GET"]),
             Route("/", page.page, methods=["GET"]),
             Route("/static/{path:path}", page.asset, methods=["GET"]),
+            # stream mode under SnapStart: the Web Adapter's two hook routes, when configured (H1, #27)
+            *snapstart.hook_routes(settings),
         ],
         exception_handlers={
             RequestError: on_request_error,

@@ -27,6 +27,7 @@ if TYPE_CHECKING:
     from chatloop.store.service import ConversationStore
 
 BUILTIN_TOOLS = ("execute_javascript",)
+DEMO_PROVIDER = "demo"
 CHAIN_ALIAS = "chatloop"
 """The model id that means "the configured chain, from its first entry" (what a client gets with no ``model``)."""
 
@@ -104,8 +105,10 @@ class Runtime:
         if not requested or requested in chain.entries():
             return chain.for_turn(start_at=requested)
         try:
-            split_entry(requested)
-            known = self.catalog.get(requested).known
+            provider, _ = split_entry(requested)
+            # The offline demo answers only where it is the configured chain (no key): beside real models it is
+            # not a model this server serves, and its work must not be a client's to start.
+            known = self.catalog.get(requested).known and provider != DEMO_PROVIDER
         except ValueError:
             known = False
         if known:

@@ -24,6 +24,8 @@ from pydantic import (
     model_validator,
 )
 
+from chatloop.api.schema_checks import check_schema
+
 # Each endpoint validates with one schema: build it on first use (cold start), not at import.
 LAZY = ConfigDict(defer_build=True)
 TOOL_NAME = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
@@ -37,6 +39,15 @@ def _tool_name(value: str) -> str:
 
 ToolName = Annotated[StrictStr, AfterValidator(_tool_name)]
 """A function tool's name, as OpenAI takes it: checked wherever a client names a tool (chat and Responses alike)."""
+
+
+def _client_schema(value: dict[str, Any]) -> dict[str, Any]:
+    check_schema(value)
+    return value
+
+
+ClientSchema = Annotated[dict[str, Any], AfterValidator(_client_schema)]
+"""A JSON schema a client sends (tool ``parameters``, a ``json_schema`` format): its bounds checked (schema_checks)."""
 
 
 class FunctionName(BaseModel):
@@ -87,7 +98,7 @@ class ClientFunction(BaseModel):
 
     name: ToolName
     description: StrictStr | None = None
-    parameters: dict[str, Any] | None = None
+    parameters: ClientSchema | None = None
     strict: StrictBool | None = None
 
 
@@ -113,7 +124,7 @@ class JSONSchemaFormat(BaseModel):
     model_config = LAZY
 
     name: Annotated[StrictStr, Field(pattern=r"^[A-Za-z0-9_-]{1,64}$")]
-    schema_: dict[str, Any] | None = Field(default=None, alias="schema")
+    schema_: ClientSchema | None = Field(default=None, alias="schema")
     description: StrictStr | None = None
     strict: StrictBool | None = None
 
@@ -344,7 +355,7 @@ class ResponsesFunctionTool(BaseModel):
     type: Literal["function"]
     name: ToolName
     description: StrictStr | None = None
-    parameters: dict[str, Any] | None = None
+    parameters: ClientSchema | None = None
     strict: StrictBool | None = None
 
     def as_chat_tool(self) -> ClientTool:
@@ -366,7 +377,7 @@ class TextFormat(BaseModel):
 
     type: Literal["text", "json_object", "json_schema"]
     name: Annotated[StrictStr, Field(pattern=r"^[A-Za-z0-9_-]{1,64}$")] | None = None
-    schema_: dict[str, Any] | None = Field(default=None, alias="schema")
+    schema_: ClientSchema | None = Field(default=None, alias="schema")
     description: StrictStr | None = None
     strict: StrictBool | None = None
 

@@ -32,6 +32,7 @@ from typing import Any
 from chatloop.config import Settings
 from chatloop.deadline import Deadline, until
 from chatloop.engine import prompts
+from chatloop.engine.answers import describe, judge_final
 from chatloop.engine.events import Event, EventType, StopReason
 from chatloop.engine.guards import (
     JAVASCRIPT_TOOL,
@@ -57,6 +58,7 @@ from chatloop.providers.base import (
     ToolCall,
 )
 from chatloop.providers.errors import AllModelsFailed, DeadlineExceeded, ModelError, Transient
+from chatloop.providers.textcalls import tool_keys
 from chatloop.tools.base import ToolRegistry, ToolResult, cap_tool_message
 
 MIN_CALL_SECONDS = 0.5
@@ -220,7 +222,7 @@ class _Turn:
         """One model call: its text as ``delta`` events (never a tool call written as text), fallbacks as they
         happen, then its ``Reply``. When the call runs out of time: an ``error`` event and no reply."""
         request = self._model_request(offer.tools)
-        visible = TextCallFilter(hold_json=bool(request.tools))
+        visible = self._text_filter(request, offer)
         streamed = False
         self.new_segment, self.call_shown = True, False
         response: ModelResponse | None = None
@@ -236,7 +238,7 @@ class _Turn:
                 elif isinstance(item, ModelFallback):
                     yield fallback_event(item)
                     if item.discard_partial:  # the text shown stays; the next model's follows a seam
-                        visible = TextCallFilter(hold_json=bool(request.tools))
+                        visible = self._text_filter(request, offer)
                         self.new_segment = True
                 elif isinstance(item, ContextFit):
                     event = self._fitted(item)
@@ -252,7 +254,7 @@ class _Turn:
             return
         if response is None:
             raise Transient("the model stream ended without a response", model=self.model.name)
-        reply = read_text_calls(response, request.tools)
+        reply = self._read(response, request, offer, visible.released)
         tail = visible.finish(response.content)
         if tail:
             for piece in self._show(tail):
@@ -262,6 +264,34 @@ class _Turn:
         if reply.text_calls:
             yield text_calls_event(reply.text_calls, self.iteration)
         yield reply
+
+    # --- what the user may be shown (text-call filter and the final answer check) -----------------
+    def _withdrawn(self, offer: Offer) -> list[dict[str, Any]]:
+        """The turn's tools when this call is made without them after tools were in play (a guard ended tool use,
+        or the tool that answered was withdrawn): the final, tool-less call. Empty otherwise."""
+        if offer.tools or not (self.iteration > 1 or self.final_call_made or offer.withheld_by):
+            return []
+        return self.tools.schemas(self.builtin) + list(self.request.client_tools)
+
+    def _text_filter(self, request: ModelRequest, offer: Offer) -> TextCallFilter:
+        """Holds back what may be a call written as text; on the final call, what may be one after tools were
+        withdrawn, until ``_read`` has judged it."""
+        tools = request.tools or self._withdrawn(offer)
+        return TextCallFilter(hold_json=bool(tools), tools=tool_keys(tools or []))
+
+    def _read(self, response: ModelResponse, request: ModelRequest, offer: Offer, shown: str) -> Reply:
+        """The reply as the engine reads it: calls written as text recovered; on the final call, a text that is no
+        answer (a pseudo call, a tool error, the tools echoed) cut to the words before it (as they were ``shown``,
+        so the answer is what was streamed), logged."""
+        reply = read_text_calls(response, request.tools)
+        withdrawn = self._withdrawn(offer)
+        if withdrawn and not response.tool_calls:
+            judged = judge_final(response.content, withdrawn, structured=bool(request.response_format))
+            if judged.reason is not None:
+                logger.warning(describe(judged), extra={"iteration": self.iteration})
+                same = judged.content and shown.strip() == judged.content
+                response.content = shown if same else judged.content
+        return reply
 
     def _offer(self) -> Offer:
         """The tools offered to the next call, or none, with the guard (cap or deadline) that withheld them. When

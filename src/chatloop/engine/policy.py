@@ -160,6 +160,10 @@ def decide(i: DecisionInput) -> Decision:
 
     if not i.has_tool_calls:
         if i.legacy_syntax:
+            if i.final_call_made:
+                # The call without tools was made and the model still wrote a tag (it may be quoting one in
+                # prose): what is left of its text is the answer; asking again would run the turn to the cap.
+                return answer_or_fallback("legacy_syntax")
             if not calls_left:
                 return made(Action.FALLBACK, "legacy_syntax")
             return made(Action.REMIND if i.reminders_left > 0 else Action.FINAL_CALL, "legacy_syntax")
