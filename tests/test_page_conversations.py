@@ -113,9 +113,11 @@ def test_a_reload_in_the_middle_of_an_answer_shows_that_answer(open_page, server
     pending = page.locator(".turn.pending .note")
     expect(pending).to_contain_text("being answered")
     expect(page.locator(".turn.user")).to_have_text([SLOW])
+    assert page.locator("#send").is_disabled()  # no new question before this one's answer is in
     answer = page.locator(".turn.assistant .answer")
     expect(answer).to_contain_text("word19", timeout=15_000)  # followed to its end, from the store
     expect(pending).to_have_count(0)
+    expect(page.locator("#send")).to_be_enabled()
     expect(page.locator(".turn.user")).to_have_count(1)
     assert answer.inner_text().startswith("Turn 1: answer slowly please")
     assert titles(page) == [SLOW[:59].rstrip() + "…"]  # named by the start of its first message

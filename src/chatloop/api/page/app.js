@@ -22,7 +22,7 @@ const HTTP_ERRORS = {
 };
 
 const $ = (id) => document.getElementById(id);
-const state = { history: [], controller: null, conversation: null, lastItem: null, opening: null };
+const state = { history: [], controller: null, conversation: null, lastItem: null, opening: null, waiting: null };
 
 function apiKey() {
   return $("api-key").value.trim();
@@ -456,6 +456,7 @@ function renderItems(items) {
 async function openConversation(id) {
   state.controller?.abort(); // a live turn of another conversation goes on on the server, and is kept there
   const opening = (state.opening = Symbol(id));
+  waitFor(null);
   setCurrent(id);
   state.history = [];
   state.lastItem = null;
@@ -510,6 +511,20 @@ async function awaitAnswer(id, after, replaced, until, opening) {
   const waiting = element("section", "turn assistant pending");
   waiting.append(element("p", "note", "This question is being answered"));
   $("log").append(waiting);
+  waitFor(opening); // no new question in this conversation before the answer is in it
+  try {
+    await pollAnswer(id, after, replaced, until, opening, waiting);
+  } finally {
+    if (state.waiting === opening) waitFor(null);
+  }
+}
+
+function waitFor(opening) {
+  state.waiting = opening;
+  $("send").disabled = opening !== null;
+}
+
+async function pollAnswer(id, after, replaced, until, opening, waiting) {
   while (Date.now() < until) {
     await new Promise((resolve) => setTimeout(resolve, POLL_MS));
     if (state.opening !== opening) return;
@@ -543,6 +558,7 @@ async function awaitAnswer(id, after, replaced, until, opening) {
 function startNewChat() {
   state.controller?.abort();
   state.opening = Symbol("new");
+  waitFor(null);
   state.history = [];
   state.lastItem = null;
   setCurrent(null);
@@ -617,6 +633,7 @@ function confirmDelete(row, id, buttons) {
 }
 
 function initConversations() {
+  state.opening = Symbol("page");
   $("show-conversations").addEventListener("click", () => {
     const shown = document.body.classList.toggle("show-conversations");
     $("show-conversations").setAttribute("aria-expanded", String(shown));
@@ -643,7 +660,7 @@ document.addEventListener("DOMContentLoaded", () => {
   $("ask").addEventListener("submit", (event) => {
     event.preventDefault();
     const question = $("question").value.trim();
-    if (!question || state.controller) return;
+    if (!question || state.controller || state.waiting) return;
     $("question").value = "";
     send(question);
   });
