@@ -96,9 +96,14 @@ def test_a_reload_after_a_turn_brings_back_the_conversation_its_tool_run_and_ans
     tool = page.locator("details.tool")
     assert tool.count() == 1 and tool.locator("strong").inner_text() == "execute_javascript"
     tool.locator("summary").click()
-    assert tool.locator("pre.code").inner_text() == "6 * 7" and "42" in tool.locator("pre.result").inner_text()
+    assert (
+        tool.locator("pre.code").inner_text() == "6 * 7" and "42" in tool.locator("pre.result").inner_text()
+    )
     assert "ok" in tool.locator(".status").inner_text()
-    assert page.locator("#conversation-list li[aria-current=true] .open").inner_text() == "compute six times seven"
+    assert (
+        page.locator("#conversation-list li[aria-current=true] .open").inner_text()
+        == "compute six times seven"
+    )
 
     ask(page, "one more")  # the reopened conversation goes on
     expect(page.locator(".turn.assistant .answer").nth(2)).to_contain_text("Turn 3: one more")
@@ -187,7 +192,9 @@ def test_another_browser_sees_the_same_keys_list_and_another_key_sees_nothing(op
         (403, {"message": "Forbidden"}, "The API key is missing or wrong"),
     ],
 )
-def test_store_refusals_are_explained_and_the_question_is_kept(open_page, server, model, status, body, message):
+def test_store_refusals_are_explained_and_the_question_is_kept(
+    open_page, server, model, status, body, message
+):
     page = open_page(server, "refused-key")
     page.route(
         re.compile(r"/v1/conversations(\?.*)?$"),

@@ -376,7 +376,8 @@ function refused(thread, status) {
 function lost(thread, what, user, turn) {
   // The stream broke, not the turn: the server finishes it and stores it, so the page waits for it there.
   const mark = thread && pendingOf(thread.id);
-  if (!mark) {
+  if (mark && !turn) clearPending(thread.id); // no answer began: the question may never have reached the server
+  if (!mark || !turn) {
     notice(`${what} What arrived is kept; send again to retry.`);
     return;
   }
