@@ -21,7 +21,7 @@ from chatloop.tools.base import ToolRegistry
 from chatloop.tools.javascript import ExecuteJavaScriptTool
 from tests.support.server import Server
 from tests.test_chat_conversations import Conversational
-from tests.test_page import ask, browser, expect, pytestmark  # noqa: F401 (the browser fixture, the Chromium skip)
+from tests.test_page import ROOT, ask, browser, expect, pytestmark  # noqa: F401 (the browser fixture, the Chromium skip)
 
 SLOW = "answer slowly please, " + " ".join(f"word{n}" for n in range(20))
 """The scripted model writes this answer a word at a time, 0.15 s apart: about three seconds."""
@@ -119,6 +119,9 @@ def test_a_reload_in_the_middle_of_an_answer_shows_that_answer(open_page, server
     expect(pending).to_contain_text("being answered")
     expect(page.locator(".turn.user")).to_have_text([SLOW])
     assert page.locator("#send").is_disabled()  # no new question before this one's answer is in
+    page.screenshot(
+        path=str(ROOT / "build" / "page-reloaded-mid-answer.png")
+    )  # a CI artefact, as build/page.png
     answer = page.locator(".turn.assistant .answer")
     expect(answer).to_contain_text("word19", timeout=15_000)  # followed to its end, from the store
     expect(pending).to_have_count(0)
@@ -128,6 +131,27 @@ def test_a_reload_in_the_middle_of_an_answer_shows_that_answer(open_page, server
     assert titles(page) == [SLOW[:59].rstrip() + "…"]  # named by the start of its first message
     ask(page, "and then")
     expect(page.locator(".turn.assistant .answer").nth(1)).to_contain_text("Turn 2: and then")
+    assert page.errors == []
+
+
+def test_a_connection_lost_mid_answer_is_followed_to_the_stored_answer(open_page, server):
+    page = open_page(server, "cut-key")
+
+    def cut(route: Any) -> None:
+        answer = (
+            route.fetch()
+        )  # the server answers (and stores) the whole turn; the page gets its first part only
+        text = answer.text()
+        route.fulfill(
+            status=200, content_type="text/event-stream", body=text[: text.index("event: delta") + 60]
+        )
+
+    page.route("**/chat", cut)
+    ask(page, "cut me off")
+    expect(page.locator("#notice")).to_contain_text("whole answer appears here")
+    expect(page.locator(".answer")).to_have_text("Turn 1: cut me off")  # the whole of it, from the store
+    expect(page.locator(".turn.user")).to_have_count(1)
+    expect(page.locator("#notice")).to_be_hidden()
     assert page.errors == []
 
 

@@ -649,6 +649,9 @@ function initConversations() {
     loadConversations();
     if (state.conversation && !state.controller) openConversation(state.conversation);
   });
+  document.addEventListener("visibilitychange", () => {
+    if (document.visibilityState === "visible") loadConversations(); // made or deleted in another window meanwhile
+  });
   loadConversations();
   const id = conversationInHash();
   if (id) openConversation(id);
