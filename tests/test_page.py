@@ -212,6 +212,12 @@ def test_html_in_a_model_reply_is_inert(page, slow):
         assert not any((h or "").lower().startswith("javascript:") for h in hrefs)
         page.wait_for_timeout(300)
         assert page.evaluate("window.pwned") is None and page.errors == []
+        page.reload()  # reopened from the store, it is rendered the same way
+        answer.wait_for()
+        assert answer.locator("img[onerror]").count() == 0 and answer.locator("script").count() == 0
+        assert "Look:" in answer.inner_text()
+        page.wait_for_timeout(300)
+        assert page.evaluate("window.pwned") is None and page.errors == []
     finally:
         model.reply = SlowModel().reply
 

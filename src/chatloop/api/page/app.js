@@ -582,7 +582,7 @@ async function loadConversations(more = false) {
     note.hidden = false;
     return;
   }
-  const rows = listed.data.map(conversationRow);
+  const rows = listed.data.filter((c) => CONVERSATION_ID.test(c.id)).map(conversationRow); // ids go into paths
   if (more) list.append(...rows);
   else list.replaceChildren(...rows);
   note.textContent = list.children.length ? "" : "No conversations yet: the first question starts one.";
