@@ -233,6 +233,43 @@ def test_store_refusals_are_explained_and_the_question_is_kept(
     assert len(model.seen) == calls and page.locator("#send").is_visible()
 
 
+def test_a_store_down_for_chat_is_explained_and_the_conversation_stays(open_page, server):
+    page = open_page(server, "chat-503-key")
+    ask(page, "first, stored")
+    expect(page.locator(".stop-reason")).to_have_count(1)
+    down = {
+        "error": {"type": "server_error", "code": "store_unavailable", "message": "the store is unavailable"}
+    }
+    page.route(
+        "**/chat",
+        lambda route: route.fulfill(status=503, content_type="application/json", body=json.dumps(down)),
+    )
+    ask(page, "second, refused")
+    expect(page.locator("#notice")).to_contain_text("conversation store is not answering")
+    assert page.input_value("#question") == "second, refused"
+    expect(page.locator(".turn.user")).to_have_text(["first, stored"])
+    assert titles(page) == ["first, stored"] and page.evaluate("location.hash").startswith("#conv_")
+
+
+def test_a_first_question_no_model_answered_leaves_no_empty_conversation(open_page, server):
+    page = open_page(server, "failed-key")
+    failed = {
+        "message": {"role": "assistant", "content": ""},
+        "stop_reason": "all_models_failed",
+        "model": None,
+        "iterations": 1,
+    }
+    body = f"event: done\ndata: {json.dumps(failed)}\n\n"
+    page.route(
+        "**/chat", lambda route: route.fulfill(status=200, content_type="text/event-stream", body=body)
+    )
+    ask(page, "nobody answers")
+    expect(page.locator(".stop-reason")).to_contain_text("all_models_failed")
+    expect(page.locator("#conversations-note")).to_contain_text("No conversations yet")
+    assert page.evaluate("location.hash") == ""
+    assert stored(server, "failed-key")[1]["data"] == []  # the conversation made for it was deleted
+
+
 def test_on_a_phone_the_list_is_behind_a_toggle(open_page, server):
     page = open_page(server, "phone-key", viewport=(375, 740))
     ask(page, "from the phone")

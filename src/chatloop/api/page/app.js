@@ -226,14 +226,15 @@ async function send(question) {
     });
     if (!response.ok) {
       let detail = "";
+      let code = "";
       try {
-        detail = (await response.json()).error?.message ?? "";
+        ({ message: detail = "", code = "" } = (await response.json()).error ?? {});
       } catch {
         // a gateway's error page is not JSON
       }
       const known = HTTP_ERRORS[response.status] ?? `The server answered ${response.status}.`;
       notice(detail && !HTTP_ERRORS[response.status] ? `${known} ${detail}` : known);
-      refused(thread, response.status);
+      refused(thread, response.status, code);
       user.remove();
       $("question").value = question; // nothing was lost: send it again when ready
       return;
@@ -252,10 +253,11 @@ async function send(question) {
       for (const [name, data] of events(buffer.slice(0, cut))) {
         turn.on(name, data);
         finished = finished || name === "done";
+        if (name === "done") thread.stopReason = data.stop_reason;
       }
       buffer = buffer.slice(cut + 2);
     }
-    if (finished) answered(thread.id);
+    if (finished) answered(thread);
     else lost(thread, "The connection ended before the answer finished.", user, turn);
   } catch (error) {
     if (error.name === "AbortError") turn?.note(thread ? STOPPED_IN_CONVERSATION : "Stopped.");
@@ -287,6 +289,7 @@ const STORE_ERRORS = {
   503: "The conversation store is not answering right now. Try again in a moment.",
 };
 const CONVERSATION_ID = /^conv_[A-Za-z0-9]{1,128}$/;
+const NOT_STORED = new Set(["all_models_failed", "error"]);
 
 class StoreError extends Error {
   constructor(message, status) {
@@ -362,9 +365,10 @@ async function conversationFor(question, signal) {
 const STOPPED_IN_CONVERSATION =
   "Stopped here. The server still finishes this answer and keeps it in the conversation: reopen it to read it.";
 
-function refused(thread, status) {
+function refused(thread, status, code) {
   // /chat refused the question: it is not in the conversation. A conversation made for it alone is not kept.
   clearPending(thread.id);
+  if (code === "store_unavailable") notice(STORE_ERRORS[503]);
   if (thread.created) forget(thread.id);
   else if (status === 404) {
     notice(STORE_ERRORS[404]);
@@ -385,9 +389,11 @@ function lost(thread, what, user, turn) {
   awaitAnswer(thread.id, mark.after, [user, turn?.box].filter(Boolean), mark.at + PENDING_WAIT_MS, state.opening);
 }
 
-function answered(id) {
-  clearPending(id);
-  noteLastItem(id);
+function answered(thread) {
+  // A turn every model failed is not stored (a retry sends the question again): a conversation made for it is not kept.
+  clearPending(thread.id);
+  if (NOT_STORED.has(thread.stopReason) && thread.created) forget(thread.id);
+  else noteLastItem(thread.id);
 }
 
 async function forget(id) {
