@@ -152,3 +152,36 @@ def test_a_turn_whose_client_went_away_still_ends_and_is_stored(server):
         time.sleep(0.2)
     answer = next(i for i in stored if i.get("role") == "assistant")
     assert json.dumps(answer).count("answer slowly please") == 1 and "Turn 1" in answer["content"][0]["text"]
+
+
+def test_only_the_caller_can_stop_a_running_turn_and_a_stopped_turn_is_not_stored(server):
+    import threading
+
+    alice, bob = http(server), http(server, "bob-key")
+    conversation = alice.post("/v1/conversations", json={}).json()
+    body = {
+        "conversation": conversation["id"],
+        "messages": [{"role": "user", "content": "answer slowly please"}],
+    }
+    started = threading.Event()
+
+    seen: list[str] = []
+
+    def read() -> None:
+        with http(server).stream("POST", "/chat", json=body) as response:
+            for line in response.iter_lines():
+                seen.append(line)
+                if line.startswith("event: delta"):
+                    started.set()
+
+    reader = threading.Thread(target=read)
+    reader.start()
+    assert started.wait(10)
+    assert bob.post("/chat/stop", json={"conversation": conversation["id"]}).json()["stopped"] is False
+    assert alice.post("/chat/stop", json={"conversation": conversation["id"]}).json()["stopped"] is True
+    reader.join(10)
+    assert not reader.is_alive()  # the stream ended when the turn was stopped, with its terminal event
+    assert [line for line in seen if line.startswith("event:")][-2:] == ["event: error", "event: done"]
+    time.sleep(0.5)
+    assert items(alice, conversation["id"]) == []  # not stored: the conversation is as it was
+    assert alice.post("/chat/stop", json={"conversation": conversation["id"]}).json()["stopped"] is False

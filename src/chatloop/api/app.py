@@ -41,6 +41,7 @@ def create_app(
     app = Starlette(
         routes=[
             Route("/chat", idempotent(routes.chat), methods=["POST"]),
+            Route("/chat/stop", stored_responses.stop_chat, methods=["POST"]),
             Route("/v1/chat/completions", idempotent(routes.chat_completions), methods=["POST"]),
             Route("/v1/responses", idempotent(routes.responses), methods=["POST"]),
             Route("/v1/responses/{response_id}", stored_responses.retrieve_response, methods=["GET"]),

@@ -120,11 +120,14 @@ async def sse_stream(events: AsyncIterator[Event]) -> AsyncIterator[bytes]:
             yield sse(Event(EventType.DONE, _failed_summary()))
 
 
-def _failed_summary() -> dict[str, Any]:
-    text = "I could not finish this answer because of an internal error. Please ask again."
+def _failed_summary(
+    text: str = "I could not finish this answer because of an internal error. Please ask again.",
+    stop_reason: str = "error",
+) -> dict[str, Any]:
+    """A ``done`` for a turn that did not end on its own (it failed, or was stopped)."""
     return {
         "message": {"role": "assistant", "content": text},
-        "stop_reason": "error",
+        "stop_reason": stop_reason,
         "iterations": 0,
         "tool_calls": [],
         "tool_counts": {},

@@ -302,7 +302,9 @@ async def chat(request: Request) -> Response:
         async def keep(seen: list[Event]) -> None:
             await stored.save_chat_turn(request, thread, body.messages, seen)
 
-        events = stored.run_to_the_end(events, keep)
+        events = stored.ended_when_stopped(
+            stored.run_to_the_end(events, keep, key=(thread.owner, thread.conversation_id))
+        )
     if body.stream:
         return event_stream(sse_stream(events), runtime, rid)
     done, _ = await collect(events)

@@ -93,6 +93,14 @@ class ChatBody(_ChatFields):
     """A stored conversation to continue (``conv_…``): ``messages`` then holds only the new message(s)."""
 
 
+class StopBody(BaseModel):
+    """``POST /chat/stop``: the conversation whose running turn to stop."""
+
+    model_config = ConfigDict(extra="forbid", defer_build=True)
+
+    conversation: StrictStr
+
+
 class ClientFunction(BaseModel):
     model_config = LAZY
 

@@ -333,7 +333,9 @@ T = TypeVar("T")
 
 
 def run_to_the_end(
-    items: AsyncIterator[T], finish: Callable[[list[T]], Awaitable[None]] | None = None
+    items: AsyncIterator[T],
+    finish: Callable[[list[T]], Awaitable[None]] | None = None,
+    key: tuple[str, str] | None = None,
 ) -> AsyncIterator[T]:
     """``items`` (a turn's events, or a stream's bytes), produced by a task of their own that a client going away
     does not cancel: a stored turn finishes (within its deadline) and ``finish`` stores it before the stream ends,
@@ -357,6 +359,9 @@ def run_to_the_end(
     task = asyncio.get_running_loop().create_task(pump())
     _RUNNING.add(task)  # a strong reference until it is done: the event loop keeps only weak ones
     task.add_done_callback(_RUNNING.discard)
+    if key is not None:  # the caller's running turn in a conversation: what POST /chat/stop cancels
+        TURNS[key] = task
+        task.add_done_callback(lambda done: TURNS.pop(key, None) if TURNS.get(key) is done else None)
 
     async def read() -> AsyncIterator[T]:
         while (item := await queue.get()) is not None:
@@ -405,7 +410,42 @@ LIVE: dict[str, LiveStream] = {}
 """Stored streamed responses whose turn is running in this container, by response id."""
 
 
+async def ended_when_stopped(events: AsyncIterator[Event]) -> AsyncIterator[Event]:
+    """``events``, closed with an ``error`` and a ``done`` when the turn was stopped (``POST /chat/stop``) before its
+    own ``done``: every stream ends with its terminal event."""
+    from chatloop.api.render import _failed_summary
+
+    done = False
+    async for event in events:
+        done = done or event.type is EventType.DONE
+        yield event
+    if not done:
+        yield Event(EventType.ERROR, {"code": "stopped", "message": "the turn was stopped by its client"})
+        yield Event(EventType.DONE, _failed_summary("Stopped.", "client_disconnected"))
+
+
 _RUNNING: set[asyncio.Task[None]] = set()
+TURNS: dict[tuple[str, str], asyncio.Task[None]] = {}
+"""Running ``/chat`` turns of stored conversations in this container, by (caller, conversation id)."""
+
+
+async def stop_chat(request: Request) -> Response:
+    """``POST /chat/stop {"conversation": "conv_…"}``: stop the caller's turn running in that conversation (the
+    page's Stop button). A stored conversation's turn outlives its client, so that a reload finds the answer; a Stop
+    is the one way to end it early. A stopped turn is not stored (the conversation stays as it was). ``stopped`` says
+    whether a turn was running here (behind a load balancer of several containers, the one that runs it)."""
+    from chatloop.api.routes import read_body
+    from chatloop.api.schemas import StopBody
+
+    body = await read_body(request, StopBody, runtime_of(request).settings.max_body_bytes)
+    _, owner, _ = store_context(request)
+    conversation_id = _conversation_id(body.conversation)
+    task = TURNS.get((owner, conversation_id))
+    running = task is not None and not task.done()
+    if task is not None and running:
+        task.cancel()
+        logger.info(f"turn stopped by its client: conversation={conversation_id}")
+    return JSONBody({"conversation": conversation_id, "stopped": running})
 
 
 async def save_chat_turn(

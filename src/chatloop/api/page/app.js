@@ -260,11 +260,27 @@ async function send(question) {
     if (finished) answered(thread);
     else lost(thread, "The connection ended before the answer finished.", user, turn);
   } catch (error) {
-    if (error.name === "AbortError") turn?.note(thread ? STOPPED_IN_CONVERSATION : "Stopped.");
+    if (error.name === "AbortError") {
+      turn?.note(thread ? STOPPED_IN_CONVERSATION : "Stopped.");
+      if (thread) clearPending(thread.id); // a stopped turn is not stored: nothing to wait for after a reload
+    }
     else lost(thread, "The connection was lost before the answer finished.", user, turn);
   } finally {
     busy(false);
     state.controller = null;
+  }
+}
+
+async function stopTurn() {
+  // A stored conversation's turn outlives its page (a reload must find the answer), so Stop asks the server to end
+  // it as well as stopping the reading; a stopped turn is not stored.
+  const id = conversationInHash();
+  state.controller?.abort();
+  if (!id) return;
+  try {
+    await fetch("chat/stop", { method: "POST", headers: headers(), body: JSON.stringify({ conversation: id }) });
+  } catch {
+    // the server is out of reach: the turn ends there at its deadline
   }
 }
 
@@ -363,7 +379,7 @@ async function conversationFor(question, signal) {
 }
 
 const STOPPED_IN_CONVERSATION =
-  "Stopped here. The server still finishes this answer and keeps it in the conversation: reopen it to read it.";
+  "Stopped. The model was stopped too; this question and its partial answer are not kept in the conversation.";
 
 function refused(thread, status, code) {
   // /chat refused the question: it is not in the conversation. A conversation made for it alone is not kept.
@@ -680,7 +696,7 @@ document.addEventListener("DOMContentLoaded", () => {
       $("ask").requestSubmit();
     }
   });
-  $("stop").addEventListener("click", () => state.controller?.abort());
+  $("stop").addEventListener("click", stopTurn);
   $("new-chat").addEventListener("click", startNewChat);
   initConversations();
   $("question").focus();
