@@ -32,6 +32,7 @@ from bench import (
     streaming,
     textcalls,
     throughput,
+    ttft,
 )
 from chatloop.tools.javascript import ExecuteJavaScriptTool, JavaScriptSandbox
 
@@ -69,6 +70,7 @@ def main() -> int:
                 1 if quick else 2, 2 if quick else 8, (512,) if quick else lambda_size.SIZES
             ),
         ),
+        ("ttft", lambda: ttft.measure(2 if quick else 15)),
     ]
     results: dict[str, Any] = {}
     for name, step in steps:

@@ -261,6 +261,7 @@ def report(results: dict, quick: bool) -> str:
     lines += _store_section(results["store"])
     if "lambda_size" in results:
         lines += lambda_size_section(results["lambda_size"])
+    lines += ttft_section(results["ttft"])
     return "\n".join(lines)
 
 
@@ -345,4 +346,34 @@ def lambda_size_section(x: dict) -> list[str]:
             f"| {_span(here['peak_rss_mb'])} MB ({_span(base['peak_rss_mb'])}) | {row['gb_s_per_turn']:.2f} |"
         )
     lines.append("")
+    return lines
+
+
+def ttft_section(t: dict) -> list[str]:
+    """Time to first token on each route (bench/ttft.py): the server's added time over the model's first token."""
+    names = {"chat": "`/chat`", "chat_completions": "`/v1/chat/completions`", "responses": "`/v1/responses`"}
+    d = t["direct"]
+    lines = [
+        "## 14. Time to first token",
+        "",
+        f"A streaming upstream (Groq's wire through the groq SDK, on loopback, in this process) that writes its first "
+        f"token {t['model_first_token_ms']:.0f} ms after the request, then writes for {t['model_writes_ms']:.0f} ms. "
+        "Added = the client's first content delta minus the moment the upstream wrote the first token, one clock; "
+        f"median over {t['reps']} runs of each route, streamed (ms):",
+        "",
+        "| route | client's first content delta after its request | added over the model's first token |",
+        "|---|---|---|",
+        f"| the model read directly (the floor: loopback and SSE parsing) | {d['first_delta_ms']:.0f} | "
+        f"{d['added_ms']:.1f} |",
+    ]
+    for route, row in t["routes"].items():
+        lines.append(f"| {names.get(route, route)} | {row['first_delta_ms']:.0f} | {row['added_ms']:.1f} |")
+    same = t["spread_ms"] <= t["same_ms"]
+    lines += [
+        "",
+        f"Target: ≤ {t['target_ms']:.0f} ms added on every route ({'met' if t['met'] else 'MISSED'}), and the same on "
+        f"`/chat` and `/v1` (within {t['same_ms']:.0f} ms of each other: {t['spread_ms']:.1f} ms, "
+        f"{'met' if same else 'MISSED'}).",
+        "",
+    ]
     return lines

@@ -34,6 +34,7 @@ def test_bench_smoke_run(tmp_path):
         "## 11. The chat page",
         "## 12. The conversation store",
         "## 13. Lambda-sized",
+        "## 14. Time to first token",
     ):
         assert section in report
     row = next(line for line in report.splitlines() if line.startswith("| compound interest |"))
