@@ -115,7 +115,7 @@ class DemoModel:
         # tool_choice holds on every call it is sent with, tool results or not (OpenAI's contract: the client, or
         # the engine, resets it).
         if (chosen := self._chosen_tool(request, question, answered=bool(results))) is not None:
-            return self._call(request, chosen, question)
+            return self._call(request, chosen, question, results[-1].body.get("result") if results else None)
         if results:
             text = self._from_result(results[-1], plan)
             return self._answer(request, text, question, results[-1].body.get("result"))
@@ -157,12 +157,16 @@ class DemoModel:
         chosen: dict[str, Any] = (mentioned or client)[0]
         return chosen
 
-    def _call(self, request: ModelRequest, function: dict[str, Any], question: str) -> ModelResponse:
+    def _call(
+        self, request: ModelRequest, function: dict[str, Any], question: str, result: Any = None
+    ) -> ModelResponse:
+        """A call to ``function``; a client tool's arguments are drawn, like a structured answer, from the latest
+        tool result when it is a number (the sandbox's 20789.28), else from the question."""
         if function["name"] == "execute_javascript":
             plan = calculation_for(question)
             arguments = {"code": plan[0] if plan else "'no calculation found in the question'"}
         else:
-            arguments = value_for(function.get("parameters") or {"type": "object"}, Hints.from_text(question))
+            arguments = value_for(function.get("parameters") or {"type": "object"}, _hints(question, result))
         call = ToolCall(f"call_demo_{len(request.messages)}", function["name"], json.dumps(arguments))
         return ModelResponse(
             model=self.name, tool_calls=[call], finish_reason="tool_calls", usage=_usage(request, 20)
@@ -194,9 +198,7 @@ class DemoModel:
         """Text with the demo's label, or JSON when the request asks for a response format."""
         response_format = request.response_format or {}
         if response_format.get("type") == "json_schema":
-            asked = Hints.from_text(question)
-            numbers = [float(result)] if _is_number(result) else asked.numbers
-            hints = Hints(words=asked.words, numbers=numbers, text=text)
+            hints = _hints(question, result, text)
             content = json.dumps(value_for(response_format["json_schema"].get("schema") or {}, hints))
         elif response_format.get("type") == "json_object":
             content = json.dumps({"answer": text, "result": result, "model": self.name, "note": LABEL})
@@ -208,6 +210,14 @@ class DemoModel:
         return ModelResponse(
             model=self.name, content=content, finish_reason=finish, usage=_usage(request, len(content) // 4)
         )
+
+
+def _hints(question: str, result: Any = None, text: str | None = None) -> Hints:
+    """What a structured value is drawn from: the question's words, and the tool's result when it is a number (else
+    the question's numbers)."""
+    asked = Hints.from_text(question)
+    numbers = [float(result)] if _is_number(result) else asked.numbers
+    return Hints(words=asked.words, numbers=numbers, text=asked.text if text is None else text)
 
 
 def _is_number(value: Any) -> bool:
