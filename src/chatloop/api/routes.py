@@ -239,10 +239,9 @@ async def chat(request: Request) -> Response:
         max_iterations=body.max_iterations,
     )
     rid = request_id(request)
-    registry = runtime.registry() if tool_names else ToolRegistry()
-    events = observed(
-        run_turn(turn, model, registry, request_deadline(request, runtime), runtime.settings), request, rid
-    )
+    deadline = request_deadline(request, runtime)
+    registry = await runtime.tools_for_turn(deadline) if tool_names != [] else ToolRegistry()
+    events = observed(run_turn(turn, model, registry, deadline, runtime.settings), request, rid)
     if body.stream:
         return event_stream(sse_stream(events), runtime, rid)
     done, _ = await collect(events)
@@ -250,17 +249,23 @@ async def chat(request: Request) -> Response:
     return JSONBody(chat_summary(done), status_code=status, headers={"x-request-id": rid})
 
 
-def tools_for_chat(runtime: Runtime, body: ChatBody, choice: Any) -> list[str]:
+def tools_for_chat(runtime: Runtime, body: ChatBody, choice: Any) -> list[str] | None:
+    """The tools a /chat turn may use: None for all of them (the MCP servers' tools included), [] for none."""
     if choice == "none":
         return []
     known = runtime.tool_names()
-    names = known if body.tools is None else body.tools
-    unknown = [n for n in names if n not in known]
+    names = body.tools
+    unknown = [n for n in names or [] if n not in known and not runtime.mcp_name(n)]
     if unknown:
         raise RequestError(
             400, "unknown_tool", f"tools: unknown tool(s) {unknown}; built-in tools: {known}", "tools"
         )
-    if isinstance(choice, dict) and choice["function"]["name"] not in names:
+    chosen = choice["function"]["name"] if isinstance(choice, dict) else None
+    if (
+        chosen is not None
+        and chosen not in (names if names is not None else known)
+        and not runtime.mcp_name(chosen)
+    ):
         raise RequestError(
             400, "invalid_request", "tool_choice names a tool that is not enabled", "tool_choice"
         )
@@ -289,11 +294,9 @@ async def chat_completions(request: Request) -> Response:
         response_format=response_format,
     )
     rid = request_id(request)
-    events = observed(
-        run_turn(turn, model, runtime.registry(), request_deadline(request, runtime), runtime.settings),
-        request,
-        rid,
-    )
+    deadline = request_deadline(request, runtime)
+    registry = await runtime.tools_for_turn(deadline)
+    events = observed(run_turn(turn, model, registry, deadline, runtime.settings), request, rid)
     if body.stream:
         include_usage = bool(body.stream_options and body.stream_options.include_usage)
         return event_stream(openai_chunks(events, rid, include_usage), runtime, rid)
@@ -343,11 +346,9 @@ async def responses(request: Request) -> Response:
     )
     rid = request_id(request)
     echo = echo_of(body, model.name)
-    events = observed(
-        run_turn(turn, model, runtime.registry(), request_deadline(request, runtime), runtime.settings),
-        request,
-        rid,
-    )
+    deadline = request_deadline(request, runtime)
+    registry = await runtime.tools_for_turn(deadline)
+    events = observed(run_turn(turn, model, registry, deadline, runtime.settings), request, rid)
     if body.stream:
         return event_stream(response_events(events, rid, echo), runtime, rid)
     done, errors = await collect(events)

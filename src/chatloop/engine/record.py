@@ -48,7 +48,14 @@ class TurnRecord:
         else:
             self.last_error = result.error
 
-    def tool_call(self, call: ToolCall, status: str, result: str | None, reason: str | None = None) -> None:
+    def tool_call(
+        self,
+        call: ToolCall,
+        status: str,
+        result: str | None,
+        reason: str | None = None,
+        server: str | None = None,
+    ) -> None:
         entry: dict[str, Any] = {
             "id": call.id,
             "name": call.name,
@@ -58,6 +65,8 @@ class TurnRecord:
         }
         if reason:
             entry["reason"] = reason
+        if server:  # the tool ran on a server (an MCP server's label)
+            entry["server"] = server
         self.tool_calls.append(entry)
 
     def skipped(self, calls: Iterable[ToolCall], reason: str) -> None:
