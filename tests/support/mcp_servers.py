@@ -28,13 +28,15 @@ PNG_1PX = base64.b64decode(
 )
 
 
-def tools_server(name: str = "docs") -> MCPServer:
-    """A server with one tool for each behaviour the tests need."""
+def tools_server(name: str = "docs", calls: list[str] | None = None) -> MCPServer:
+    """A server with one tool for each behaviour the tests need; ``calls`` records each ``search`` query run."""
     server = MCPServer(name)
+    ran = calls if calls is not None else []
 
     @server.tool()
     def search(query: str) -> str:
         """Search the documentation for a phrase."""
+        ran.append(query)
         return f"3 pages mention {query!r}: intro, setup, limits"
 
     @server.tool()

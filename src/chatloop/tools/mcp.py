@@ -110,9 +110,10 @@ class MCPServer:
         return redact(text)
 
     @asynccontextmanager
-    async def session(self, timeout: float) -> AsyncIterator[Client]:
+    async def session(self, timeout: float, statuses: list[int]) -> AsyncIterator[Client]:
         """A connected client for one listing or call. A client-supplied server's requests (redirects included)
-        never leave its allowed URL prefix."""
+        never leave its allowed URL prefix; the HTTP status of every response is appended to ``statuses`` (the
+        SDK reports a refusal without it)."""
         import httpx2
         from mcp import Client
         from mcp.client.streamable_http import streamable_http_client
@@ -126,7 +127,13 @@ class MCPServer:
                     "the server redirected outside the allowed URL prefix; the request was not sent"
                 )
 
-        hooks: dict[str, list[Callable[[httpx2.Request], Awaitable[None]]]] = {"request": [stay_under_prefix]}
+        async def note_status(response: httpx2.Response) -> None:
+            statuses.append(response.status_code)
+
+        hooks: dict[str, list[Callable[[Any], Awaitable[None]]]] = {
+            "request": [stay_under_prefix],
+            "response": [note_status],
+        }
         known = self.protocol_version
         # A server already listed speaks a known version: a modern one is adopted without the discovery probe.
         mode = known if known in MODERN_PROTOCOL_VERSIONS else "auto"
@@ -140,8 +147,8 @@ class MCPServer:
                 yield client
 
     async def list_tools(self, timeout: float) -> Listing:
-        async def listing() -> Listing:
-            async with self.session(timeout) as client:
+        async def listing(statuses: list[int]) -> Listing:
+            async with self.session(timeout, statuses) as client:
                 tools: list[ListedTool] = []
                 cursor: str | None = None
                 while True:
@@ -155,19 +162,19 @@ class MCPServer:
                         break
                 return Listing(tools, client.protocol_version, time.monotonic())
 
-        listed = await self._bounded(listing(), timeout, "listing its tools")
+        listed = await self._bounded(listing, timeout, "listing its tools")
         self.protocol_version = listed.protocol_version
         return listed
 
     async def call(self, tool: str, arguments: dict[str, Any], timeout: float) -> ToolResult:
         started = time.perf_counter()
 
-        async def calling() -> Any:
-            async with self.session(timeout) as client:
+        async def calling(statuses: list[int]) -> Any:
+            async with self.session(timeout, statuses) as client:
                 return await client.call_tool(tool, arguments)
 
         try:
-            result = await self._bounded(calling(), timeout, f"running {tool}")
+            result = await self._bounded(calling, timeout, f"running {tool}")
             content, ok, error = describe_result(result, self.redact)
         except MCPCallError as exc:
             message = self.redact(str(exc))
@@ -176,11 +183,12 @@ class MCPServer:
             content=content, ok=ok, error=error, duration_ms=(time.perf_counter() - started) * 1000
         )
 
-    async def _bounded(self, work: Awaitable[T], timeout: float, doing: str) -> T:
+    async def _bounded(self, work: Callable[[list[int]], Awaitable[T]], timeout: float, doing: str) -> T:
         """``work`` within ``timeout`` seconds, every failure an ``MCPCallError`` in words."""
+        statuses: list[int] = []
         try:
             async with asyncio.timeout(timeout):
-                return await work
+                return await work(statuses)
         except TimeoutError:
             raise MCPCallError(
                 f"MCP server {self.label!r} timed out after {timeout:.1f} s while {doing}"
@@ -188,7 +196,9 @@ class MCPServer:
         except MCPCallError:
             raise
         except Exception as exc:  # the SDK wraps transport errors in exception groups
-            raise MCPCallError(f"MCP server {self.label!r} failed while {doing}: {_reason(exc)}") from None
+            refused = [s for s in statuses if s >= 400]
+            status = f" (HTTP {refused[-1]})" if refused else ""
+            raise MCPCallError(f"MCP server {self.label!r} failed while {doing}: {_reason(exc)}{status}") from None
 
 
 def _reason(exc: BaseException) -> str:

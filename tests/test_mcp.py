@@ -1,0 +1,374 @@
+"""Tools from MCP servers in the loop: real MCP servers (the ``mcp`` SDK's MCPServer, FastMCP's successor) on
+127.0.0.1 over streamable HTTP, the real handler with real-shaped events and the real groq SDK against a scripted
+upstream, and the app under uvicorn with the real openai SDK."""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import openai
+import pytest
+
+import app as lambda_app
+from chatloop.api import create_app
+from chatloop.api.runtime import Runtime
+from chatloop.config import ConfigError, MCPServerConfig, Settings, parse_mcp_servers
+from chatloop.deadline import Deadline
+from chatloop.observability import logger
+from chatloop.tools.base import ToolRegistry
+from chatloop.tools.javascript import ExecuteJavaScriptTool
+from chatloop.tools.mcp import MCPServer, describe_result, offered_name
+from tests.support.events import FakeContext, parse_sse, response_body, rest_event
+from tests.support.fake_llm import FakeLLM, Reply, text, tool_calls
+from tests.support.mcp_servers import MCPTestServer, free_port, tools_server
+from tests.support.server import Server
+
+ROOT = Path(__file__).resolve().parent.parent
+MODEL = "llama-3.3-70b-versatile"
+TOKEN = "mcp-token-DoNotLeak-7f3a9c"
+QUESTION = "What do the docs say about limits?"
+
+
+# --- a model on the wire that uses one MCP tool ---------------------------------------------------
+def caller(tool: str, arguments: Callable[[int], dict[str, Any] | None]) -> Callable[[dict[str, Any]], Reply]:
+    """Calls ``tool`` with ``arguments(n)`` (n: results seen so far this turn) while the tool is offered and
+    ``arguments`` gives some; then answers with the last tool message it got."""
+
+    def reply(body: dict[str, Any]) -> Reply:
+        messages = body["messages"]
+        last_user = max(i for i, m in enumerate(messages) if m["role"] == "user")
+        results = [m["content"] for m in messages[last_user:] if m["role"] == "tool"]
+        offered = [t["function"]["name"] for t in body.get("tools") or []]
+        args = arguments(len(results))
+        if tool in offered and args is not None:
+            call = (f"call_{len(results) + 1}", tool, json.dumps(args))
+            return tool_calls(body["model"], [call], groq=True)
+        return text(body["model"], f"From the docs: {results[-1] if results else 'nothing'}", groq=True)
+
+    return reply
+
+
+def once(args: dict[str, Any]) -> Callable[[int], dict[str, Any] | None]:
+    return lambda n: args if n == 0 else None
+
+
+@pytest.fixture(scope="module")
+def docs():
+    calls: list[str] = []
+    with MCPTestServer(tools_server(calls=calls)) as server:
+        server.calls = calls  # type: ignore[attr-defined]
+        yield server
+
+
+@pytest.fixture
+def llm(monkeypatch):
+    with FakeLLM() as server:
+        monkeypatch.setenv("GROQ_BASE_URL", server.groq_base_url)
+        yield server
+
+
+def make_runtime(sandbox, servers: tuple[MCPServerConfig, ...], **settings: Any) -> Runtime:
+    return Runtime(
+        Settings(model_chain=f"groq:{MODEL}", mcp_servers=servers, **settings),
+        registry=ToolRegistry([ExecuteJavaScriptTool(sandbox)]),
+        keys_loader=lambda s: {"groq": "gsk_test0123456789", "openai": None},
+    )
+
+
+@pytest.fixture
+def handler_runtime():
+    """Installs a runtime in the Lambda handler's app for one test."""
+    previous = lambda_app.app.state.runtime
+
+    def install(runtime: Runtime) -> Runtime:
+        lambda_app.app.state.runtime = runtime
+        return runtime
+
+    yield install
+    lambda_app.app.state.runtime = previous
+
+
+@contextlib.contextmanager
+def captured_logs() -> Iterator[list[str]]:
+    stream = io.StringIO()
+    lines: list[str] = []
+    old = logger.registered_handler.setStream(stream)
+    try:
+        yield lines
+    finally:
+        logger.registered_handler.setStream(old)
+        lines += stream.getvalue().splitlines()
+
+
+def invoke(path: str, body: dict[str, Any], remaining_ms: int = 28_000) -> tuple[int, str]:
+    response = lambda_app.handler(rest_event("POST", path, body), FakeContext(remaining_ms=remaining_ms))
+    return response["statusCode"], response_body(response)
+
+
+def chat(stream: bool = False, **extra: Any) -> dict[str, Any]:
+    return {"messages": [{"role": "user", "content": QUESTION}], "stream": stream, **extra}
+
+
+# --- naming and configuration ---------------------------------------------------------------------
+def test_offered_names_contain_the_tool_name_are_stable_unique_and_never_shadow_the_builtin():
+    assert offered_name("docs", "search") == "docs__search"
+    assert offered_name("docs", "search") == offered_name("docs", "search")  # the same after a restart
+    dotted, underscored = offered_name("docs", "read.file"), offered_name("docs", "read_file")
+    assert dotted != underscored and dotted.startswith("docs__read_file_")
+    long = offered_name("docs", "x" * 100)
+    assert len(long) <= 64 and long.startswith("docs__xxx") and long != offered_name("docs", "x" * 99)
+    assert offered_name("a", "b__c") != offered_name("a-b", "c")  # labels have no "_": the first "__" ends them
+    assert "execute_javascript" not in {offered_name(label, "execute_javascript") for label in ("a", "js")}
+
+
+@pytest.mark.parametrize(
+    ("raw", "words"),
+    [
+        ("{", "not valid JSON"),
+        ('{"label": "docs"}', "JSON list"),
+        ('[{"label": "my_docs", "url": "http://x/mcp"}]', "MCP_SERVERS[0].label"),
+        ('[{"label": "docs", "url": "ftp://x"}]', "MCP_SERVERS[0].url"),
+        ('[{"label": "docs", "url": "http://x/mcp", "token": "t"}]', "unknown keys ['token']"),
+        ('[{"label": "docs", "url": "http://x/mcp", "headers": {"a": 1}}]', "headers"),
+        ('[{"label": "docs", "url": "http://x/mcp", "timeout_seconds": 0}]', "timeout_seconds"),
+        ('[{"label": "d", "url": "http://x/mcp"}, {"label": "d", "url": "http://y/mcp"}]', "used twice"),
+    ],
+)
+def test_unusable_mcp_servers_fail_at_start_naming_the_setting(raw, words):
+    with pytest.raises(ConfigError) as raised:
+        Settings.from_env({"MCP_SERVERS": raw})
+    assert "MCP_SERVERS" in str(raised.value) and words in str(raised.value)
+
+
+def test_mcp_servers_are_parsed_with_their_options():
+    (server,) = parse_mcp_servers(
+        '[{"label": "docs", "url": "http://127.0.0.1:9/mcp", "headers": {"Authorization": "Bearer ${T}"},'
+        ' "allowed_tools": ["search"], "timeout_seconds": 2.5}]'
+    )
+    assert (server.label, server.allowed_tools, server.timeout_seconds) == ("docs", ("search",), 2.5)
+    assert Settings.from_env({"MCP_TOOL_BUDGET": "5"}).mcp_tool_budget == 5
+
+
+def test_import_app_leaves_the_mcp_sdk_unimported():
+    code = "import sys, app; assert 'mcp' not in sys.modules and 'httpx2' not in sys.modules, 'imported'"
+    result = subprocess.run(
+        [sys.executable, "-c", code],
+        cwd=ROOT,
+        env={"PATH": "/usr/bin:/bin", "PYTHONPATH": f"{ROOT / 'src'}", "MCP_SERVERS": "[]"},
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert result.returncode == 0, result.stderr
+
+
+# --- results --------------------------------------------------------------------------------------
+def test_results_are_described_redacted_and_capped():
+    from mcp_types import CallToolResult, EmbeddedResource, ImageContent, TextContent, TextResourceContents
+
+    server = MCPServer(MCPServerConfig("docs", "http://127.0.0.1:9/mcp"), {"Authorization": f"Bearer {TOKEN}"})
+    result = CallToolResult(
+        content=[
+            TextContent(text=f"the server echoed Bearer {TOKEN}"),
+            ImageContent(data="aGVsbG8=", mime_type="image/png"),
+            EmbeddedResource(resource=TextResourceContents(uri="file:///a.txt", text="resource text")),
+        ]
+    )
+    content, ok, _ = describe_result(result, server.redact)
+    body = json.loads(content)["result"]
+    assert ok and TOKEN not in content and "[REDACTED]" in body
+    assert "[image returned by the tool: image/png" in body and "resource text" in body
+    big = CallToolResult(content=[TextContent(text="y" * 1_000_000)])
+    assert len(describe_result(big, server.redact)[0].encode()) <= 16 * 1024
+    failed = CallToolResult(content=[TextContent(text="no such page")], is_error=True)
+    content, ok, error = describe_result(failed, server.redact)
+    assert not ok and "the tool reported an error: no such page" in json.loads(content)["error"] == error
+
+
+# --- end to end through the Lambda handler ---------------------------------------------------------
+def test_an_mcp_tool_answers_on_chat_through_the_handler(docs, llm, sandbox, handler_runtime):
+    handler_runtime(make_runtime(sandbox, (MCPServerConfig("docs", docs.url),)))
+    llm.default = caller("docs__search", once({"query": "limits"}))
+    with captured_logs() as logs:
+        code, body = invoke("/chat", chat())
+    data = json.loads(body)
+    assert code == 200 and data["stop_reason"] == "stop"
+    assert "3 pages mention 'limits'" in data["message"]["content"]
+    (entry,) = data["tool_calls"]
+    assert (entry["name"], entry["server"], entry["status"]) == ("docs__search", "docs", "ok")
+    offered = {t["function"]["name"]: t["function"] for t in llm.requests[0]["body"]["tools"]}
+    assert {"execute_javascript", "docs__search", "docs__add"} <= set(offered)
+    assert offered["docs__search"]["description"] == "Search the documentation for a phrase."
+    decision = next(line for line in logs if "Tool execution decision" in line and "tools=" in line)
+    assert "tools=docs__search@docs" in decision and '"server": "docs"' in decision.replace('":"', '": "')
+
+    code, body = invoke("/chat", chat(stream=True))
+    events = parse_sse(body)
+    start = next(d for n, d in events if n == "tool_call_start")
+    result = next(d for n, d in events if n == "tool_call_result")
+    assert code == 200 and start["server"] == result["server"] == "docs" and result["status"] == "ok"
+    assert events[-1][0] == "done"
+
+
+def test_an_mcp_tool_answers_on_chat_completions_and_responses(docs, llm, sandbox, handler_runtime):
+    handler_runtime(make_runtime(sandbox, (MCPServerConfig("docs", docs.url),)))
+    llm.default = caller("docs__add", once({"a": 20, "b": 22}))
+    messages = [{"role": "user", "content": "add 20 and 22 with the docs tool"}]
+    code, body = invoke("/v1/chat/completions", {"messages": messages})
+    data = json.loads(body)
+    assert code == 200 and "42" in data["choices"][0]["message"]["content"]
+    assert data["x_chatloop"]["tool_calls"][0]["server"] == "docs"
+    code, body = invoke("/v1/chat/completions", {"messages": messages, "stream": True})
+    assert code == 200 and "42" in body and body.rstrip().endswith("data: [DONE]")
+    code, body = invoke("/v1/responses", {"input": "add 20 and 22 with the docs tool"})
+    assert code == 200 and "42" in json.loads(body)["output"][-1]["content"][0]["text"]
+    code, body = invoke("/v1/responses", {"input": "add 20 and 22 with the docs tool", "stream": True})
+    assert code == 200 and "response.completed" in body and "42" in body
+
+
+def test_allowed_tools_limit_what_is_offered(docs, llm, sandbox, handler_runtime):
+    handler_runtime(make_runtime(sandbox, (MCPServerConfig("docs", docs.url, allowed_tools=("search",)),)))
+    llm.default = caller("docs__add", once({"a": 1, "b": 2}))  # a tool not allowed: never offered
+    code, body = invoke("/chat", chat())
+    offered = [t["function"]["name"] for t in llm.requests[0]["body"]["tools"]]
+    assert code == 200 and sorted(offered) == ["docs__search", "execute_javascript"]
+    assert json.loads(body)["tool_calls"] == []
+
+
+def test_a_server_behind_a_token_works_and_the_token_appears_nowhere(llm, sandbox, handler_runtime, monkeypatch):
+    monkeypatch.setenv("DOCS_TOKEN", TOKEN)
+    with MCPTestServer(tools_server(), token=TOKEN) as private:
+        config = MCPServerConfig("private", private.url, headers={"Authorization": "Bearer ${DOCS_TOKEN}"})
+        locked = MCPServerConfig("locked", private.url)  # no header: the server refuses it
+        handler_runtime(make_runtime(sandbox, (config, locked)))
+        llm.default = caller("private__search", once({"query": "tokens"}))
+        with captured_logs() as logs:
+            code, body = invoke("/chat", chat())
+            code2, body2 = invoke("/chat", chat(stream=True))
+    data = json.loads(body)
+    assert code == code2 == 200 and data["tool_calls"][0]["status"] == "ok"
+    assert any(ok for _, _, ok in private.requests) and any(not ok for _, _, ok in private.requests)
+    skipped = [line for line in logs if "MCP server skipped for this turn: server=locked" in line]
+    assert skipped and "HTTP 401" in skipped[0]
+    everything = body + body2 + "\n".join(logs) + json.dumps([r["body"] for r in llm.requests])
+    assert TOKEN not in everything
+
+
+def test_a_down_server_is_skipped_with_its_reason_and_the_turn_answers(docs, llm, sandbox, handler_runtime):
+    down = MCPServerConfig("down", f"http://127.0.0.1:{free_port()}/mcp")
+    handler_runtime(make_runtime(sandbox, (down, MCPServerConfig("docs", docs.url))))
+    llm.default = caller("docs__search", once({"query": "x"}))
+    with captured_logs() as logs:
+        code, body = invoke("/chat", chat())
+    assert code == 200 and json.loads(body)["stop_reason"] == "stop"
+    line = next(line for line in logs if "server=down" in line)
+    assert "could not connect" in line
+    assert not any(t["function"]["name"].startswith("down__") for t in llm.requests[0]["body"]["tools"])
+
+
+def test_a_tool_that_raises_is_an_error_message_in_words(docs, llm, sandbox, handler_runtime):
+    handler_runtime(make_runtime(sandbox, (MCPServerConfig("docs", docs.url),)))
+    llm.default = caller("docs__explode", once({"reason": "index offline"}))
+    code, body = invoke("/chat", chat())
+    data = json.loads(body)
+    (entry,) = data["tool_calls"]
+    assert code == 200 and entry["status"] == "error" and entry["server"] == "docs"
+    assert "the tool reported an error" in json.loads(entry["result"])["error"]
+    assert "the tool reported an error" in data["message"]["content"]  # what the model was told
+
+
+def test_a_huge_result_and_an_image_reach_the_model_capped_and_described(docs, llm, sandbox, handler_runtime):
+    handler_runtime(make_runtime(sandbox, (MCPServerConfig("docs", docs.url),)))
+    llm.default = caller("docs__huge", once({}))
+    code, body = invoke("/chat", chat())
+    tool_message = next(m for m in llm.requests[-1]["body"]["messages"] if m["role"] == "tool")
+    assert code == 200 and len(tool_message["content"].encode()) <= 16 * 1024
+    assert json.loads(tool_message["content"])["result"].startswith("xxxx")
+    llm.default = caller("docs__picture", once({}))
+    code, body = invoke("/chat", chat())
+    assert code == 200 and "[image returned by the tool: image/png" in json.loads(body)["message"]["content"]
+
+
+@pytest.mark.slow
+def test_a_server_that_sleeps_past_the_deadline_is_cut_and_the_turn_still_answers(
+    docs, llm, sandbox, handler_runtime
+):
+    slow = MCPServerConfig("docs", docs.url, timeout_seconds=60)  # the request's deadline comes first
+    handler_runtime(make_runtime(sandbox, (slow,), request_timeout_seconds=5, deadline_reserve_seconds=1.5))
+    llm.default = caller("docs__nap", once({"seconds": 30}))
+    started = time.monotonic()
+    code, body = invoke("/chat", chat())
+    elapsed = time.monotonic() - started
+    data = json.loads(body)
+    assert code == 200 and elapsed < 5.5 and data["message"]["content"]
+    assert "timed out" in json.loads(data["tool_calls"][0]["result"])["error"]
+    # The server's own timeout, shorter than the request's time, cuts a call too.
+    handler_runtime(make_runtime(sandbox, (MCPServerConfig("docs", docs.url, timeout_seconds=1),)))
+    started = time.monotonic()
+    code, body = invoke("/chat", chat())
+    assert code == 200 and time.monotonic() - started < 4
+    assert "timed out after 1.0 s" in json.loads(body)["tool_calls"][0]["result"]
+
+
+def test_the_budget_cuts_a_model_that_keeps_calling_with_new_arguments(docs, llm, sandbox, handler_runtime):
+    handler_runtime(make_runtime(sandbox, (MCPServerConfig("docs", docs.url),), mcp_tool_budget=2))
+    llm.default = caller("docs__search", lambda n: {"query": f"page {n}"})  # new arguments every time
+    before = len(docs.calls)
+    code, body = invoke("/chat", chat())
+    data = json.loads(body)
+    assert code == 200 and data["tool_counts"] == {"docs__search": 2} and len(docs.calls) - before == 2
+    offered_last = [t["function"]["name"] for t in llm.requests[-1]["body"].get("tools") or []]
+    assert "docs__search" not in offered_last and "From the docs" in data["message"]["content"]
+    # TOOL_BUDGETS by the offered name wins over MCP_TOOL_BUDGET.
+    budgets = {"execute_javascript": 3, "docs__search": 1}
+    handler_runtime(make_runtime(sandbox, (MCPServerConfig("docs", docs.url),), tool_budgets=budgets))
+    code, body = invoke("/chat", chat())
+    assert json.loads(body)["tool_counts"] == {"docs__search": 1}
+
+
+def test_a_duplicate_call_is_not_run_again(docs, llm, sandbox, handler_runtime):
+    handler_runtime(make_runtime(sandbox, (MCPServerConfig("docs", docs.url),)))
+    llm.default = caller("docs__search", lambda n: {"query": "same"} if n < 2 else None)
+    before = len(docs.calls)
+    code, body = invoke("/chat", chat())
+    data = json.loads(body)
+    assert code == 200 and len(docs.calls) - before == 1
+    assert [c["status"] for c in data["tool_calls"]] == ["ok", "skipped"]
+    assert data["tool_calls"][1]["reason"] == "duplicate"
+
+
+def test_tool_lists_are_cached_per_container(docs, llm, sandbox, handler_runtime):
+    runtime = handler_runtime(make_runtime(sandbox, (MCPServerConfig("docs", docs.url),)))
+    llm.default = caller("docs__search", once({"query": "x"}))
+    invoke("/chat", chat())
+    seen = len(docs.requests)
+    invoke("/chat", chat(tools=[]))  # no tools: nothing listed, nothing called
+    assert len(docs.requests) == seen
+    llm.default = lambda body: text(body["model"], "no tool needed", groq=True)
+    invoke("/chat", chat())
+    assert len(docs.requests) == seen  # listed once, then reused
+    assert runtime.mcp_servers()._listings["docs"].tools
+
+
+# --- under uvicorn, with the real openai SDK -------------------------------------------------------
+@pytest.mark.slow
+def test_the_openai_sdk_gets_mcp_answers_from_the_app_under_uvicorn(docs, llm, sandbox):
+    runtime = make_runtime(sandbox, (MCPServerConfig("docs", docs.url),))
+    llm.default = caller("docs__add", once({"a": 40, "b": 2}))
+    with Server(create_app(runtime.settings, runtime=runtime)) as server:
+        client = openai.OpenAI(base_url=server.base_url, api_key="unused", max_retries=0)
+        completion = client.chat.completions.create(
+            model="chatloop", messages=[{"role": "user", "content": "add 40 and 2"}]
+        )
+        assert "42" in (completion.choices[0].message.content or "")
+        with client.responses.stream(model="chatloop", input="add 40 and 2") as stream:
+            final = stream.get_final_response()
+        assert "42" in final.output_text
