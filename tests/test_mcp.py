@@ -125,7 +125,9 @@ def test_offered_names_contain_the_tool_name_are_stable_unique_and_never_shadow_
     assert dotted != underscored and dotted.startswith("docs__read_file_")
     long = offered_name("docs", "x" * 100)
     assert len(long) <= 64 and long.startswith("docs__xxx") and long != offered_name("docs", "x" * 99)
-    assert offered_name("a", "b__c") != offered_name("a-b", "c")  # labels have no "_": the first "__" ends them
+    assert offered_name("a", "b__c") != offered_name(
+        "a-b", "c"
+    )  # labels have no "_": the first "__" ends them
     assert "execute_javascript" not in {offered_name(label, "execute_javascript") for label in ("a", "js")}
 
 
@@ -174,7 +176,9 @@ def test_import_app_leaves_the_mcp_sdk_unimported():
 def test_results_are_described_redacted_and_capped():
     from mcp_types import CallToolResult, EmbeddedResource, ImageContent, TextContent, TextResourceContents
 
-    server = MCPServer(MCPServerConfig("docs", "http://127.0.0.1:9/mcp"), {"Authorization": f"Bearer {TOKEN}"})
+    server = MCPServer(
+        MCPServerConfig("docs", "http://127.0.0.1:9/mcp"), {"Authorization": f"Bearer {TOKEN}"}
+    )
     result = CallToolResult(
         content=[
             TextContent(text=f"the server echoed Bearer {TOKEN}"),
@@ -243,7 +247,9 @@ def test_allowed_tools_limit_what_is_offered(docs, llm, sandbox, handler_runtime
     assert json.loads(body)["tool_calls"] == []
 
 
-def test_a_server_behind_a_token_works_and_the_token_appears_nowhere(llm, sandbox, handler_runtime, monkeypatch):
+def test_a_server_behind_a_token_works_and_the_token_appears_nowhere(
+    llm, sandbox, handler_runtime, monkeypatch
+):
     monkeypatch.setenv("DOCS_TOKEN", TOKEN)
     with MCPTestServer(tools_server(), token=TOKEN) as private:
         config = MCPServerConfig("private", private.url, headers={"Authorization": "Bearer ${DOCS_TOKEN}"})
@@ -372,3 +378,26 @@ def test_the_openai_sdk_gets_mcp_answers_from_the_app_under_uvicorn(docs, llm, s
         with client.responses.stream(model="chatloop", input="add 40 and 2") as stream:
             final = stream.get_final_response()
         assert "42" in final.output_text
+
+
+def test_calls_and_errors_are_counted_per_server_for_the_dashboard(
+    docs, llm, sandbox, handler_runtime, capsys
+):
+    handler_runtime(make_runtime(sandbox, (MCPServerConfig("docs", docs.url),)))
+    llm.default = caller("docs__explode", once({}))
+    invoke("/chat", chat())
+    records = [
+        json.loads(line) for line in capsys.readouterr().out.splitlines() if line.startswith('{"_aws"')
+    ]
+    by_name = {
+        m["Name"]: (record, directive)
+        for record in records
+        for directive in record["_aws"]["CloudWatchMetrics"]
+        for m in directive["Metrics"]
+    }
+    for name in ("MCPToolCalls", "MCPToolErrors"):
+        record, directive = by_name[name]
+        assert record["server"] == "docs" and record[name] in (1.0, [1.0])
+        assert sorted(directive["Dimensions"][0]) == ["server", "service"]
+    template = (ROOT / "template.yaml").read_text()
+    assert 'MetricName=\\"MCPToolCalls\\"' in template and 'MetricName=\\"MCPToolErrors\\"' in template

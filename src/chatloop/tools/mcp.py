@@ -36,7 +36,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from chatloop.config import MCP_PLACEHOLDER, MCPServerConfig, Settings
 from chatloop.deadline import Deadline
-from chatloop.observability import logger, redact
+from chatloop.observability import MCP_METRIC_SERVERS, logger, redact
 from chatloop.tools.base import ToolResult, fit_tool_message
 
 if TYPE_CHECKING:
@@ -198,7 +198,9 @@ class MCPServer:
         except Exception as exc:  # the SDK wraps transport errors in exception groups
             refused = [s for s in statuses if s >= 400]
             status = f" (HTTP {refused[-1]})" if refused else ""
-            raise MCPCallError(f"MCP server {self.label!r} failed while {doing}: {_reason(exc)}{status}") from None
+            raise MCPCallError(
+                f"MCP server {self.label!r} failed while {doing}: {_reason(exc)}{status}"
+            ) from None
 
 
 def _reason(exc: BaseException) -> str:
@@ -319,6 +321,7 @@ class MCPServers:
         self._servers: dict[str, MCPServer] = {}
         self._listings: dict[str, Listing] = {}
         self._failures: dict[str, tuple[float, str]] = {}
+        MCP_METRIC_SERVERS.update(self.labels())
 
     @property
     def configured(self) -> bool:

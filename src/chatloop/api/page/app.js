@@ -134,10 +134,14 @@ class Turn {
     const block = element("details", "tool");
     const summary = element("summary");
     const status = element("span", "status", "running…");
-    summary.append(element("strong", "", data.name), " ", status);
+    summary.append(element("strong", "", data.name), " ");
+    // A tool that runs on an MCP server names its server, as the decision log line does.
+    if (data.server) summary.append(element("span", "server", `on ${data.server}`), " ");
+    summary.append(status);
     let code = data.arguments;
     try {
-      code = JSON.parse(data.arguments).code ?? data.arguments;
+      const args = JSON.parse(data.arguments);
+      code = data.server ? JSON.stringify(args, null, 2) : (args.code ?? data.arguments);
     } catch {
       // arguments that are not JSON are shown as they are
     }
@@ -152,7 +156,8 @@ class Turn {
     let body = data.content;
     try {
       const parsed = JSON.parse(data.content);
-      body = "error" in parsed ? `Error: ${parsed.error}` : JSON.stringify(parsed.result, null, 2);
+      const result = typeof parsed.result === "string" ? parsed.result : JSON.stringify(parsed.result, null, 2);
+      body = "error" in parsed ? `Error: ${parsed.error}` : result;
       if (parsed.output) body += `\n\nconsole output:\n${parsed.output}`;
     } catch {
       // a result that is not JSON is shown as it is
