@@ -21,7 +21,6 @@ import app as lambda_app
 from chatloop.api import create_app
 from chatloop.api.runtime import Runtime
 from chatloop.config import ConfigError, MCPServerConfig, Settings, parse_mcp_servers
-from chatloop.deadline import Deadline
 from chatloop.observability import logger
 from chatloop.tools.base import ToolRegistry
 from chatloop.tools.javascript import ExecuteJavaScriptTool

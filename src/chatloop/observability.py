@@ -15,9 +15,8 @@ import json
 import logging
 import os
 import re
-from typing import Any
-
 from collections import Counter
+from typing import Any
 
 from aws_lambda_powertools import Logger, Metrics
 from aws_lambda_powertools.metrics import MetricUnit, single_metric
