@@ -400,3 +400,119 @@ def test_calls_and_errors_are_counted_per_server_for_the_dashboard(
         assert sorted(directive["Dimensions"][0]) == ["server", "service"]
     template = (ROOT / "template.yaml").read_text()
     assert 'MetricName=\\"MCPToolCalls\\"' in template and 'MetricName=\\"MCPToolErrors\\"' in template
+
+
+# --- client-supplied servers on /v1/responses --------------------------------------------------------
+def mcp_tool(url: str, label: str = "client", **extra: Any) -> dict[str, Any]:
+    return {"type": "mcp", "server_label": label, "server_url": url, "require_approval": "never", **extra}
+
+
+def test_a_client_supplied_server_under_an_allowed_prefix_is_used(docs, llm, sandbox, handler_runtime):
+    handler_runtime(make_runtime(sandbox, (), mcp_allowed_urls=f"{docs.root}/"))
+    llm.default = caller("client__search", once({"query": "client"}))
+    tool = mcp_tool(docs.url, headers={"X-Api-Key": "client-secret-123"}, allowed_tools=["search"])
+    code, body = invoke("/v1/responses", {"input": QUESTION, "tools": [tool]})
+    data = json.loads(body)
+    assert code == 200, body
+    assert "3 pages mention 'client'" in json.dumps(data["output"])
+    offered = sorted(t["function"]["name"] for t in llm.requests[0]["body"]["tools"])
+    assert offered == ["client__search", "execute_javascript"]
+    echoed = next(t for t in data["tools"] if t["type"] == "mcp")
+    assert echoed["server_url"] == docs.url and "headers" not in echoed and "client-secret-123" not in body
+
+
+@pytest.mark.parametrize(
+    ("allowed", "url", "words"),
+    [
+        ("{root}/", "http://127.0.0.1:{other}/mcp", "is not allowed on this server"),
+        ("{root}/", "{root}.evil.test/mcp", "is not allowed on this server"),
+        ("", "{url}", "is not allowed on this server"),
+        ("http://169.254.169.254/", "http://169.254.169.254/mcp", "link-local or metadata"),
+        ("http://[::ffff:169.254.169.254]/", "http://[::ffff:169.254.169.254]/mcp", "link-local or metadata"),
+    ],
+)
+def test_a_client_supplied_url_outside_the_list_is_a_400_and_no_request_is_made(
+    docs, llm, sandbox, handler_runtime, allowed, url, words
+):
+    with MCPTestServer(tools_server()) as other:
+        fill = {"root": docs.root, "other": other.root.rsplit(":", 1)[1], "url": docs.url}
+        handler_runtime(make_runtime(sandbox, (), mcp_allowed_urls=allowed.format(**fill)))
+        before = len(docs.requests)
+        target = url.format(**fill)
+        code, body = invoke("/v1/responses", {"input": QUESTION, "tools": [mcp_tool(target)]})
+        assert code == 400 and words in body and target in json.loads(body)["error"]["message"]
+        assert json.loads(body)["error"]["param"] == "tools[0].server_url"
+        assert other.requests == [] and len(docs.requests) == before and llm.requests == []
+
+
+@pytest.mark.parametrize("approval", ["always", None, {"never": {"tool_names": ["search"]}}])
+def test_require_approval_other_than_never_is_a_400(docs, llm, sandbox, handler_runtime, approval):
+    handler_runtime(make_runtime(sandbox, (), mcp_allowed_urls=f"{docs.root}/"))
+    before = len(docs.requests)
+    tool = {**mcp_tool(docs.url), "require_approval": approval}
+    code, body = invoke("/v1/responses", {"input": QUESTION, "tools": [tool]})
+    assert code == 400 and "require_approval" in body and len(docs.requests) == before and llm.requests == []
+
+
+def test_a_client_label_may_not_take_an_operator_label(docs, llm, sandbox, handler_runtime):
+    handler_runtime(make_runtime(sandbox, (MCPServerConfig("docs", docs.url),), mcp_allowed_urls=f"{docs.root}/"))
+    code, body = invoke("/v1/responses", {"input": QUESTION, "tools": [mcp_tool(docs.url, label="docs")]})
+    assert code == 400 and "already in use" in body and llm.requests == []
+
+
+def test_prefixes_match_at_a_boundary_only():
+    from chatloop.api.mcp_items import allowed_prefix, internal_address
+
+    assert allowed_prefix("https://mcp.example.com/v1/mcp", ["https://mcp.example.com"]) == "https://mcp.example.com"
+    assert allowed_prefix("https://mcp.example.com.evil.test/mcp", ["https://mcp.example.com"]) is None
+    assert allowed_prefix("https://mcp.example.com@evil.test/mcp", ["https://mcp.example.com"]) is None
+    assert allowed_prefix("https://mcp.example.com:444/mcp", ["https://mcp.example.com"]) is None
+    assert allowed_prefix("https://mcp.example.com/other", ["https://mcp.example.com/v1/"]) is None
+    assert internal_address("fe80::1") and internal_address("fd00:ec2::254") and not internal_address("10.0.0.1")
+
+
+def test_output_items_are_what_the_openai_sdk_parses():
+    from openai.types.responses.response_output_item import McpCall, McpListTools
+
+    from chatloop.api.mcp_items import call_item, list_tools_item
+    from chatloop.tools.mcp import ListedTool, MCPTool
+
+    server = MCPServer(MCPServerConfig("docs", "http://127.0.0.1:9/mcp"), {})
+    tool = MCPTool(server, ListedTool("search", "Search.", {"type": "object"}), 3)
+    listed = McpListTools.model_validate(list_tools_item("docs", [tool]))
+    assert listed.tools[0].name == "search" and listed.server_label == "docs"
+    failed = McpListTools.model_validate(list_tools_item("docs", [], error="could not connect"))
+    assert failed.error == "could not connect"
+    done = McpCall.model_validate(call_item("call_1", "search", "{}", "docs", '{"result": "hits"}', ok=True))
+    assert (done.output, done.status, done.error) == ("hits", "completed", None)
+    tool_error = call_item("call_2", "search", "{}", "docs", '{"error": "the tool reported an error: x"}', ok=False)
+    parsed = McpCall.model_validate(tool_error)
+    assert parsed.status == "failed" and parsed.error is not None and parsed.error.type == "mcp_tool_execution_error"
+    timeout = call_item("call_3", "nap", "{}", "docs", '{"error": "MCP server \'docs\' timed out"}', ok=False)
+    assert McpCall.model_validate(timeout).error.type == "mcp_protocol_error"  # type: ignore[union-attr]
+
+
+def test_mcp_items_sent_back_as_input_are_read_as_the_call_they_were():
+    from chatloop.api.schemas import ResponsesBody
+
+    body = ResponsesBody.model_validate(
+        {
+            "input": [
+                {"role": "user", "content": "search the docs"},
+                {"type": "mcp_list_tools", "id": "mcpl_1", "server_label": "docs", "tools": []},
+                {
+                    "type": "mcp_call",
+                    "id": "mcp_1",
+                    "server_label": "docs",
+                    "name": "search",
+                    "arguments": '{"query": "x"}',
+                    "output": "hits",
+                    "status": "completed",
+                },
+            ]
+        }
+    )
+    call = body.input[2]  # type: ignore[index]
+    assistant, tool = call.messages()
+    assert assistant["tool_calls"][0]["function"]["name"] == "docs__search"
+    assert tool["tool_call_id"] == "mcp_1" and json.loads(tool["content"]) == {"result": "hits"}

@@ -20,6 +20,7 @@ from starlette.responses import Response, StreamingResponse
 from chatloop.api.adapter import Invocation, invocation_from
 from chatloop.api.errors import RequestError, from_validation
 from chatloop.api.limits import check_message_count, parse_json_body
+from chatloop.api.mcp_items import client_servers
 from chatloop.api.render import (
     JSONBody,
     chat_summary,
@@ -30,7 +31,14 @@ from chatloop.api.render import (
 )
 from chatloop.api.responses import conversation_of, echo_of, response_events, response_object
 from chatloop.api.runtime import CHAIN_ALIAS, Runtime, UnknownModel
-from chatloop.api.schemas import ChatBody, ClientTool, OpenAIChatBody, ResponseFormat, ResponsesBody
+from chatloop.api.schemas import (
+    ChatBody,
+    ClientTool,
+    OpenAIChatBody,
+    ResponseFormat,
+    ResponsesBody,
+    ResponsesFunctionTool,
+)
 from chatloop.deadline import Deadline
 from chatloop.engine import Event, EventType, TurnRequest, run_turn
 from chatloop.engine.messages import ConversationError, normalize_conversation
@@ -324,7 +332,9 @@ async def responses(request: Request) -> Response:
         chat_choice = body.tool_choice
     elif body.tool_choice is not None:  # the Responses API names a function flat; chat completions nest it
         chat_choice = {"type": "function", "function": {"name": body.tool_choice.name}}
-    client_tools = checked_client_tools(runtime, [t.as_chat_tool() for t in body.tools or []], chat_choice)
+    functions = [t.as_chat_tool() for t in body.tools or [] if isinstance(t, ResponsesFunctionTool)]
+    client_tools = checked_client_tools(runtime, functions, chat_choice)
+    servers = await client_servers(body.tools, runtime.settings, runtime.mcp_servers_labels())
     model = model_for(runtime, body.model, openai=True)
     check_context(model, messages, body.max_output_tokens)
     try:
@@ -347,7 +357,7 @@ async def responses(request: Request) -> Response:
     rid = request_id(request)
     echo = echo_of(body, model.name)
     deadline = request_deadline(request, runtime)
-    registry = await runtime.tools_for_turn(deadline)
+    registry = await runtime.tools_for_turn(deadline, servers)
     events = observed(run_turn(turn, model, registry, deadline, runtime.settings), request, rid)
     if body.stream:
         return event_stream(response_events(events, rid, echo), runtime, rid)

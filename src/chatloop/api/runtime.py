@@ -112,6 +112,10 @@ class Runtime:
             return registry
         return registry.with_tools((await self.mcp_for_turn(deadline, client_servers)).tools)
 
+    def mcp_servers_labels(self) -> list[str]:
+        """The labels of the operator's MCP servers: a request's own server may not take one."""
+        return [c.label for c in self.settings.mcp_servers]
+
     def mcp_name(self, name: str) -> bool:
         """Whether ``name`` has the shape of a configured MCP server's tool (``<label>__<tool>``): a request may
         name one before the server's tools are listed."""

@@ -52,6 +52,8 @@ FAILURE_RETRY_SECONDS = 30.0
 """A server that failed to list its tools is skipped (with its reason logged) for this long before it is tried
 again, so a server that hangs does not cost every turn its listing timeout."""
 _SAFE = re.compile(r"[^A-Za-z0-9_-]")
+TOOL_ERROR_PREFIX = "the tool reported an error"
+"""How a result the server marked ``isError`` begins (the Responses API reports it as a tool execution error)."""
 
 
 def offered_name(label: str, tool_name: str) -> str:
@@ -248,7 +250,7 @@ def describe_result(result: Any, clean: Callable[[str], str]) -> tuple[str, bool
         text = json.dumps(structured, ensure_ascii=False, default=str)
     text = clean(text)
     if is_error:
-        message = f"the tool reported an error: {text or 'no details given'}"
+        message = f"{TOOL_ERROR_PREFIX}: {text or 'no details given'}"
         return fit_tool_message({"error": message}), False, message[:500]
     return fit_tool_message({"result": text}), True, None
 
