@@ -516,3 +516,15 @@ def test_mcp_items_sent_back_as_input_are_read_as_the_call_they_were():
     assistant, tool = call.messages()
     assert assistant["tool_calls"][0]["function"]["name"] == "docs__search"
     assert tool["tool_call_id"] == "mcp_1" and json.loads(tool["content"]) == {"result": "hits"}
+
+
+def test_a_redirect_off_the_allowed_prefix_is_not_followed(llm, sandbox, handler_runtime):
+    with MCPTestServer(tools_server(), redirect_from="/allowed/mcp") as redirecting:
+        handler_runtime(make_runtime(sandbox, (), mcp_allowed_urls=f"{redirecting.root}/allowed/"))
+        llm.default = caller("client__search", once({"query": "x"}))
+        tool = mcp_tool(f"{redirecting.root}/allowed/mcp")
+        with captured_logs() as logs:
+            code, body = invoke("/v1/responses", {"input": QUESTION, "tools": [tool]})
+    assert code == 200 and {path for _, path, _ in redirecting.requests} == {"/allowed/mcp"}
+    assert any("server=client" in line and "outside the allowed URL prefix" in line for line in logs)
+    assert [t["function"]["name"] for t in llm.requests[0]["body"]["tools"]] == ["execute_javascript"]

@@ -69,7 +69,10 @@ def tools_server(name: str = "docs", calls: list[str] | None = None) -> MCPServe
 
 
 class MCPTestServer:
-    def __init__(self, server: MCPServer, token: str | None = None, path: str = "/mcp"):
+    def __init__(
+        self, server: MCPServer, token: str | None = None, path: str = "/mcp", redirect_from: str | None = None
+    ):
+        """``redirect_from``: a path answered with a 307 to ``path`` (a server that redirects its clients)."""
         self.requests: list[tuple[str, str, bool]] = []
         self.token = token
         inner = server.streamable_http_app(streamable_http_path=path, stateless_http=True, json_response=True)
@@ -79,6 +82,11 @@ class MCPTestServer:
                 headers = dict(scope.get("headers") or [])
                 authorized = token is None or headers.get(b"authorization") == f"Bearer {token}".encode()
                 self.requests.append((scope["method"], scope["path"], authorized))
+                if redirect_from is not None and scope["path"] == redirect_from:
+                    location = [(b"location", path.encode())]
+                    await send({"type": "http.response.start", "status": 307, "headers": location})
+                    await send({"type": "http.response.body", "body": b""})
+                    return
                 if not authorized:
                     await send({"type": "http.response.start", "status": 401, "headers": []})
                     await send({"type": "http.response.body", "body": b'{"error": "unauthorized"}'})
