@@ -32,6 +32,7 @@ def test_bench_smoke_run(tmp_path):
         "## 9. Context estimator",
         "## 10. Retried requests",
         "## 11. The chat page",
+        "## 12. MCP tools",
     ):
         assert section in report
     row = next(line for line in report.splitlines() if line.startswith("| compound interest |"))

@@ -455,7 +455,9 @@ def test_require_approval_other_than_never_is_a_400(docs, llm, sandbox, handler_
 
 
 def test_a_client_label_may_not_take_an_operator_label(docs, llm, sandbox, handler_runtime):
-    handler_runtime(make_runtime(sandbox, (MCPServerConfig("docs", docs.url),), mcp_allowed_urls=f"{docs.root}/"))
+    handler_runtime(
+        make_runtime(sandbox, (MCPServerConfig("docs", docs.url),), mcp_allowed_urls=f"{docs.root}/")
+    )
     code, body = invoke("/v1/responses", {"input": QUESTION, "tools": [mcp_tool(docs.url, label="docs")]})
     assert code == 400 and "already in use" in body and llm.requests == []
 
@@ -463,12 +465,17 @@ def test_a_client_label_may_not_take_an_operator_label(docs, llm, sandbox, handl
 def test_prefixes_match_at_a_boundary_only():
     from chatloop.api.mcp_items import allowed_prefix, internal_address
 
-    assert allowed_prefix("https://mcp.example.com/v1/mcp", ["https://mcp.example.com"]) == "https://mcp.example.com"
+    assert (
+        allowed_prefix("https://mcp.example.com/v1/mcp", ["https://mcp.example.com"])
+        == "https://mcp.example.com"
+    )
     assert allowed_prefix("https://mcp.example.com.evil.test/mcp", ["https://mcp.example.com"]) is None
     assert allowed_prefix("https://mcp.example.com@evil.test/mcp", ["https://mcp.example.com"]) is None
     assert allowed_prefix("https://mcp.example.com:444/mcp", ["https://mcp.example.com"]) is None
     assert allowed_prefix("https://mcp.example.com/other", ["https://mcp.example.com/v1/"]) is None
-    assert internal_address("fe80::1") and internal_address("fd00:ec2::254") and not internal_address("10.0.0.1")
+    assert (
+        internal_address("fe80::1") and internal_address("fd00:ec2::254") and not internal_address("10.0.0.1")
+    )
 
 
 def test_output_items_are_what_the_openai_sdk_parses():
@@ -485,9 +492,15 @@ def test_output_items_are_what_the_openai_sdk_parses():
     assert failed.error == "could not connect"
     done = McpCall.model_validate(call_item("call_1", "search", "{}", "docs", '{"result": "hits"}', ok=True))
     assert (done.output, done.status, done.error) == ("hits", "completed", None)
-    tool_error = call_item("call_2", "search", "{}", "docs", '{"error": "the tool reported an error: x"}', ok=False)
+    tool_error = call_item(
+        "call_2", "search", "{}", "docs", '{"error": "the tool reported an error: x"}', ok=False
+    )
     parsed = McpCall.model_validate(tool_error)
-    assert parsed.status == "failed" and parsed.error is not None and parsed.error.type == "mcp_tool_execution_error"
+    assert (
+        parsed.status == "failed"
+        and parsed.error is not None
+        and parsed.error.type == "mcp_tool_execution_error"
+    )
     timeout = call_item("call_3", "nap", "{}", "docs", '{"error": "MCP server \'docs\' timed out"}', ok=False)
     assert McpCall.model_validate(timeout).error.type == "mcp_protocol_error"  # type: ignore[union-attr]
 
@@ -524,7 +537,7 @@ def test_a_redirect_off_the_allowed_prefix_is_not_followed(llm, sandbox, handler
         llm.default = caller("client__search", once({"query": "x"}))
         tool = mcp_tool(f"{redirecting.root}/allowed/mcp")
         with captured_logs() as logs:
-            code, body = invoke("/v1/responses", {"input": QUESTION, "tools": [tool]})
+            code, _ = invoke("/v1/responses", {"input": QUESTION, "tools": [tool]})
     assert code == 200 and {path for _, path, _ in redirecting.requests} == {"/allowed/mcp"}
     assert any("server=client" in line and "outside the allowed URL prefix" in line for line in logs)
     assert [t["function"]["name"] for t in llm.requests[0]["body"]["tools"]] == ["execute_javascript"]

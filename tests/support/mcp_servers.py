@@ -70,7 +70,11 @@ def tools_server(name: str = "docs", calls: list[str] | None = None) -> MCPServe
 
 class MCPTestServer:
     def __init__(
-        self, server: MCPServer, token: str | None = None, path: str = "/mcp", redirect_from: str | None = None
+        self,
+        server: MCPServer,
+        token: str | None = None,
+        path: str = "/mcp",
+        redirect_from: str | None = None,
     ):
         """``redirect_from``: a path answered with a 307 to ``path`` (a server that redirects its clients)."""
         self.requests: list[tuple[str, str, bool]] = []
