@@ -276,6 +276,9 @@ def test_a_down_server_is_skipped_with_its_reason_and_the_turn_answers(docs, llm
     assert code == 200 and json.loads(body)["stop_reason"] == "stop"
     line = next(line for line in logs if "server=down" in line)
     assert "could not connect" in line
+    code, body = invoke("/chat", chat(stream=True))
+    status = next(d for n, d in parse_sse(body) if n == "status" and d["status"] == "tools_unavailable")
+    assert code == 200 and "not retried" in status["sources"]["down"]
     assert not any(t["function"]["name"].startswith("down__") for t in llm.requests[0]["body"]["tools"])
 
 
@@ -541,3 +544,15 @@ def test_a_redirect_off_the_allowed_prefix_is_not_followed(llm, sandbox, handler
     assert code == 200 and {path for _, path, _ in redirecting.requests} == {"/allowed/mcp"}
     assert any("server=client" in line and "outside the allowed URL prefix" in line for line in logs)
     assert [t["function"]["name"] for t in llm.requests[0]["body"]["tools"]] == ["execute_javascript"]
+
+
+def test_chat_may_name_mcp_tools_and_force_one(docs, llm, sandbox, handler_runtime):
+    handler_runtime(make_runtime(sandbox, (MCPServerConfig("docs", docs.url),)))
+    llm.default = caller("docs__search", once({"query": "x"}))
+    choice = {"type": "function", "function": {"name": "docs__search"}}
+    code, body = invoke("/chat", chat(tools=["docs__search"], tool_choice=choice))
+    first = llm.requests[0]["body"]
+    assert code == 200 and [t["function"]["name"] for t in first["tools"]] == ["docs__search"]
+    assert first["tool_choice"] == choice and json.loads(body)["tool_calls"][0]["status"] == "ok"
+    code, body = invoke("/chat", chat(tools=["other__search"]))  # no server labelled "other"
+    assert code == 400 and "unknown tool" in body

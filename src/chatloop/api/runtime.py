@@ -110,7 +110,8 @@ class Runtime:
         registry = self.registry()
         if not self.settings.mcp_servers and not client_servers:
             return registry
-        return registry.with_tools((await self.mcp_for_turn(deadline, client_servers)).tools)
+        turn = await self.mcp_for_turn(deadline, client_servers)
+        return registry.with_tools(turn.tools, turn.skipped)
 
     def mcp_servers_labels(self) -> list[str]:
         """The labels of the operator's MCP servers: a request's own server may not take one."""

@@ -136,6 +136,10 @@ class _Turn:
     # --- the loop --------------------------------------------------------------------------
     async def run(self) -> AsyncIterator[Event]:
         yield Event(EventType.STATUS, {"status": "started", "model": self.model.name, "tools": self.builtin})
+        if self.tools.unavailable and self.request.tool_names != []:  # e.g. an MCP server that is down
+            yield Event(
+                EventType.STATUS, {"status": "tools_unavailable", "sources": dict(self.tools.unavailable)}
+            )
         end: TurnEnd | None = None
         try:
             while end is None:

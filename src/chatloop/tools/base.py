@@ -60,8 +60,10 @@ def tool_schema(tool: Tool) -> dict[str, Any]:
 
 
 class ToolRegistry:
-    def __init__(self, tools: Iterable[Tool] = ()):
+    def __init__(self, tools: Iterable[Tool] = (), unavailable: Mapping[str, str] | None = None):
         self._tools: dict[str, Tool] = {}
+        self.unavailable: dict[str, str] = dict(unavailable or {})
+        """Sources whose tools could not be had for this turn (an MCP server's label -> why): the turn reports them."""
         for tool in tools:
             self.register(tool)
 
@@ -96,9 +98,10 @@ class ToolRegistry:
                 budgets[name] = default
         return budgets
 
-    def with_tools(self, tools: Iterable[Tool]) -> ToolRegistry:
-        """A new registry holding this one's tools and ``tools`` (a turn's MCP tools beside the built-in)."""
-        return ToolRegistry([*self._tools.values(), *tools])
+    def with_tools(self, tools: Iterable[Tool], unavailable: Mapping[str, str] | None = None) -> ToolRegistry:
+        """A new registry holding this one's tools and ``tools`` (a turn's MCP tools beside the built-in), and the
+        sources that were ``unavailable`` for the turn."""
+        return ToolRegistry([*self._tools.values(), *tools], {**self.unavailable, **(unavailable or {})})
 
 
 MAX_TOOL_MESSAGE_BYTES = 16 * 1024

@@ -115,6 +115,9 @@ class Turn {
 
   on_status(data) {
     if (data.status === "context_trim") this.note(`Older messages were trimmed to fit ${data.model}'s context window.`);
+    if (data.status === "tools_unavailable") {
+      for (const [source, reason] of Object.entries(data.sources)) this.note(`${source}'s tools are unavailable: ${reason}`);
+    }
   }
 
   on_delta(data) {
