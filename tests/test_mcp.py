@@ -4,9 +4,11 @@ upstream, and the app under uvicorn with the real openai SDK."""
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import io
 import json
+import re
 import subprocess
 import sys
 import time
@@ -21,6 +23,7 @@ import app as lambda_app
 from chatloop.api import create_app
 from chatloop.api.runtime import Runtime
 from chatloop.config import ConfigError, MCPServerConfig, Settings, parse_mcp_servers
+from chatloop.deadline import Deadline
 from chatloop.observability import logger
 from chatloop.tools.base import ToolRegistry
 from chatloop.tools.javascript import ExecuteJavaScriptTool
@@ -556,3 +559,22 @@ def test_chat_may_name_mcp_tools_and_force_one(docs, llm, sandbox, handler_runti
     assert first["tool_choice"] == choice and json.loads(body)["tool_calls"][0]["status"] == "ok"
     code, body = invoke("/chat", chat(tools=["other__search"]))  # no server labelled "other"
     assert code == 400 and "unknown tool" in body
+
+
+def test_a_server_cannot_grow_the_request_without_bound(sandbox):
+    from mcp.server.mcpserver import MCPServer as SDKServer
+
+    from chatloop.tools.mcp import MAX_DESCRIPTION_CHARS, MAX_TOOLS_PER_SERVER, MCPServers
+
+    greedy = SDKServer("greedy")
+    for i in range(MAX_TOOLS_PER_SERVER + 10):
+        greedy.add_tool(lambda: "ok", name=f"tool.{i}", description="d" * 10_000)
+    with MCPTestServer(greedy) as server:
+        settings = Settings(mcp_servers=(MCPServerConfig("greedy", server.url),))
+        turn = asyncio.run(MCPServers(settings).tools_for_turn(Deadline.after(20)))
+    assert len(turn.tools) == MAX_TOOLS_PER_SERVER and not turn.skipped
+    assert all(len(t.description) == MAX_DESCRIPTION_CHARS for t in turn.tools)
+    assert (
+        len({t.name for t in turn.tools}) == MAX_TOOLS_PER_SERVER
+    )  # "tool.1" and friends: unique, safe names
+    assert all(re.fullmatch(r"greedy__tool_\d+_[0-9a-f]{6}", t.name) for t in turn.tools)

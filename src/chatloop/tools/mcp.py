@@ -37,6 +37,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from chatloop.config import MCP_PLACEHOLDER, MCPServerConfig, Settings
 from chatloop.deadline import Deadline
 from chatloop.observability import MCP_METRIC_SERVERS, logger, redact
+from chatloop.textsafe import text_safe, text_safe_value
 from chatloop.tools.base import ToolResult, fit_tool_message
 
 if TYPE_CHECKING:
@@ -52,6 +53,12 @@ FAILURE_RETRY_SECONDS = 30.0
 """A server that failed to list its tools is skipped (with its reason logged) for this long before it is tried
 again, so a server that hangs does not cost every turn its listing timeout."""
 _SAFE = re.compile(r"[^A-Za-z0-9_-]")
+MAX_TOOLS_PER_SERVER = 64
+MAX_LIST_PAGES = 10
+MAX_DESCRIPTION_CHARS = 2048
+MAX_SCHEMA_BYTES = 16 * 1024
+"""What one server may put in front of the model: more tools, pages, or larger definitions are dropped (logged), so
+a server's definitions cannot grow a request without bound."""
 TOOL_ERROR_PREFIX = "the tool reported an error"
 """How a result the server marked ``isError`` begins (the Responses API reports it as a tool execution error)."""
 
@@ -153,20 +160,40 @@ class MCPServer:
             async with self.session(timeout, statuses) as client:
                 tools: list[ListedTool] = []
                 cursor: str | None = None
-                while True:
+                for _ in range(MAX_LIST_PAGES):
                     page = await client.list_tools(cursor=cursor)
-                    tools += [
-                        ListedTool(t.name, t.description or "", dict(t.input_schema or {"type": "object"}))
-                        for t in page.tools
-                    ]
+                    tools += filter(None, (self._checked(t) for t in page.tools))
                     cursor = page.next_cursor
                     if not cursor:
                         break
-                return Listing(tools, client.protocol_version, time.monotonic())
+                if len(tools) > MAX_TOOLS_PER_SERVER:
+                    logger.warning(
+                        f"MCP server lists too many tools: server={self.label} listed={len(tools)} "
+                        f"offered={MAX_TOOLS_PER_SERVER}"
+                    )
+                return Listing(tools[:MAX_TOOLS_PER_SERVER], client.protocol_version, time.monotonic())
 
         listed = await self._bounded(listing, timeout, "listing its tools")
         self.protocol_version = listed.protocol_version
         return listed
+
+    def _checked(self, tool: Any) -> ListedTool | None:
+        """A listed tool as offered: its text made safe and its description capped; a tool whose schema is not an
+        object schema of reasonable size is left out (logged)."""
+        name = text_safe(str(tool.name))
+        schema = text_safe_value(tool.input_schema) if isinstance(tool.input_schema, dict) else None
+        if not name or schema is None or schema.get("type", "object") != "object":
+            logger.warning(
+                f"MCP tool not offered: server={self.label} tool={name[:80]} reason=invalid_schema"
+            )
+            return None
+        if len(json.dumps(schema, ensure_ascii=False).encode()) > MAX_SCHEMA_BYTES:
+            logger.warning(
+                f"MCP tool not offered: server={self.label} tool={name[:80]} reason=schema_too_large"
+            )
+            return None
+        description = text_safe(tool.description or "")[:MAX_DESCRIPTION_CHARS]
+        return ListedTool(name, description, {"type": "object", **schema})
 
     async def call(self, tool: str, arguments: dict[str, Any], timeout: float) -> ToolResult:
         started = time.perf_counter()
@@ -248,7 +275,7 @@ def describe_result(result: Any, clean: Callable[[str], str]) -> tuple[str, bool
     text = "\n".join(p for p in parts if p)
     if not text and structured is not None:
         text = json.dumps(structured, ensure_ascii=False, default=str)
-    text = clean(text)
+    text = clean(text_safe(text))
     if is_error:
         message = f"{TOOL_ERROR_PREFIX}: {text or 'no details given'}"
         return fit_tool_message({"error": message}), False, message[:500]
