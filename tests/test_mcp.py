@@ -578,3 +578,16 @@ def test_a_server_cannot_grow_the_request_without_bound(sandbox):
         len({t.name for t in turn.tools}) == MAX_TOOLS_PER_SERVER
     )  # "tool.1" and friends: unique, safe names
     assert all(re.fullmatch(r"greedy__tool_\d+_[0-9a-f]{6}", t.name) for t in turn.tools)
+
+
+@pytest.mark.parametrize(
+    "headers", [{"X-Key": "secret-value\r\nInjected: yes"}, {"Host": "evil.test"}, {"bad name": "v"}]
+)
+def test_client_headers_that_are_not_headers_are_a_400_without_their_value(
+    docs, llm, sandbox, handler_runtime, headers
+):
+    handler_runtime(make_runtime(sandbox, (), mcp_allowed_urls=f"{docs.root}/"))
+    before = len(docs.requests)
+    code, body = invoke("/v1/responses", {"input": QUESTION, "tools": [mcp_tool(docs.url, headers=headers)]})
+    assert code == 400 and "tools[0].headers" in body and "secret-value" not in body
+    assert len(docs.requests) == before and llm.requests == []

@@ -19,6 +19,7 @@ from __future__ import annotations
 import asyncio
 import ipaddress
 import json
+import re
 import socket
 import uuid
 from collections.abc import Iterable, Sequence
@@ -96,7 +97,7 @@ async def client_servers(
                 f"{param}.server_url",
             )
         await refuse_internal_addresses(tool.server_url, f"{param}.server_url")
-        headers = dict(tool.headers or {})
+        headers = checked_headers(tool.headers or {}, f"{param}.headers")
         if tool.authorization:
             headers["Authorization"] = f"Bearer {tool.authorization}"
         servers.append(
@@ -110,6 +111,26 @@ async def client_servers(
             )
         )
     return servers
+
+
+_HEADER_NAME = re.compile(r"^[!#$%&'*+.^_`|~0-9A-Za-z-]{1,128}$")
+_RESERVED_HEADERS = {"host", "content-length", "transfer-encoding", "connection", "mcp-session-id"}
+
+
+def checked_headers(headers: dict[str, str], param: str) -> dict[str, str]:
+    """The request's headers for its server: valid names, no control characters in values, none the transport
+    owns (a 400 naming the header, never its value)."""
+    for name, value in headers.items():
+        if not _HEADER_NAME.match(name) or name.lower() in _RESERVED_HEADERS:
+            raise RequestError(400, "invalid_request", f"{param}: header {name[:64]!r} is not allowed", param)
+        if len(value) > 8192 or any((ord(c) < 32 and c != "\t") or ord(c) == 127 for c in value):
+            raise RequestError(
+                400,
+                "invalid_request",
+                f"{param}: the value of header {name!r} is not a valid header value",
+                param,
+            )
+    return dict(headers)
 
 
 def allowed_prefix(url: str, prefixes: Sequence[str]) -> str | None:

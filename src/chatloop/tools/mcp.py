@@ -222,14 +222,13 @@ class MCPServer:
             raise MCPCallError(
                 f"MCP server {self.label!r} timed out after {timeout:.1f} s while {doing}"
             ) from None
-        except MCPCallError:
-            raise
+        except MCPCallError as exc:
+            raise MCPCallError(self.redact(str(exc))) from None
         except Exception as exc:  # the SDK wraps transport errors in exception groups
             refused = [s for s in statuses if s >= 400]
             status = f" (HTTP {refused[-1]})" if refused else ""
-            raise MCPCallError(
-                f"MCP server {self.label!r} failed while {doing}: {_reason(exc)}{status}"
-            ) from None
+            reason = self.redact(_reason(exc))  # an HTTP client's error may quote a header value
+            raise MCPCallError(f"MCP server {self.label!r} failed while {doing}: {reason}{status}") from None
 
 
 def _reason(exc: BaseException) -> str:
