@@ -9,6 +9,7 @@ import contextlib
 import io
 import json
 import re
+import shutil
 import subprocess
 import sys
 import time
@@ -209,7 +210,12 @@ def test_an_mcp_tool_answers_on_chat_through_the_handler(docs, llm, sandbox, han
     assert code == 200 and data["stop_reason"] == "stop"
     assert "3 pages mention 'limits'" in data["message"]["content"]
     (entry,) = data["tool_calls"]
-    assert (entry["name"], entry["server"], entry["status"]) == ("docs__search", "docs", "ok")
+    assert (entry["name"], entry["server"], entry["server_tool"], entry["status"]) == (
+        "docs__search",
+        "docs",
+        "search",
+        "ok",
+    )
     offered = {t["function"]["name"]: t["function"] for t in llm.requests[0]["body"]["tools"]}
     assert {"execute_javascript", "docs__search", "docs__add"} <= set(offered)
     assert offered["docs__search"]["description"] == "Search the documentation for a phrase."
@@ -591,3 +597,34 @@ def test_client_headers_that_are_not_headers_are_a_400_without_their_value(
     code, body = invoke("/v1/responses", {"input": QUESTION, "tools": [mcp_tool(docs.url, headers=headers)]})
     assert code == 400 and "tools[0].headers" in body and "secret-value" not in body
     assert len(docs.requests) == before and llm.requests == []
+
+
+# --- the page -----------------------------------------------------------------------------------------
+@pytest.mark.slow
+@pytest.mark.skipif(
+    shutil.which("chromium") is None, reason="Chromium is not installed (apt-get install chromium)"
+)
+def test_the_page_shows_an_mcp_call_as_it_shows_a_sandbox_run(docs, llm, sandbox):
+    from playwright.sync_api import sync_playwright
+
+    runtime = make_runtime(sandbox, (MCPServerConfig("docs", docs.url),))
+    llm.default = caller("docs__search", once({"query": "limits"}))
+    with Server(create_app(runtime.settings, runtime=runtime)) as server, sync_playwright() as playwright:
+        browser = playwright.chromium.launch(executable_path=shutil.which("chromium"), args=["--no-sandbox"])
+        try:
+            page = browser.new_page()
+            errors: list[str] = []
+            page.on("pageerror", lambda error: errors.append(str(error)))
+            page.goto(server.root + "/")
+            page.fill("#question", QUESTION)
+            page.press("#question", "Enter")
+            page.wait_for_selector(".turn.assistant .stop-reason")
+            tool = page.locator("details.tool").first
+            tool.locator("summary").click()
+            assert tool.locator("strong").inner_text() == "docs__search"
+            assert tool.locator(".server").inner_text() == "on docs"
+            assert json.loads(tool.locator("pre.code").inner_text()) == {"query": "limits"}
+            assert "3 pages mention 'limits'" in tool.locator("pre.result").inner_text()
+            assert "ok in" in tool.locator(".status").inner_text() and errors == []
+        finally:
+            browser.close()

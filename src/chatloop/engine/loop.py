@@ -513,9 +513,9 @@ class _Turn:
 
     # --- bookkeeping -----------------------------------------------------------------------
     def _server(self, name: str) -> dict[str, str]:
-        """``{"server": label}`` for a tool that runs on a server (an MCP tool), else nothing."""
-        source = self.tools.source(name)
-        return {"server": source} if source else {}
+        """``{"server": label, "server_tool": name there}`` for a tool that runs on a server (an MCP tool), else
+        nothing."""
+        return self.tools.origin(name)
 
     def _delta(self, text: str) -> Event:
         return Event(EventType.DELTA, {"content": text, "iteration": self.iteration})

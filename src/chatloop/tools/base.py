@@ -84,6 +84,16 @@ class ToolRegistry:
         tool = self._tools.get(name)
         return tool_source(tool) if tool is not None else None
 
+    def origin(self, name: str) -> dict[str, str]:
+        """Where tool ``name`` runs, for its events: ``{"server": <source>, "server_tool": <its name there>}`` for a
+        tool with a ``source`` (and a ``source_name``), else nothing."""
+        tool = self._tools.get(name)
+        source = tool_source(tool) if tool is not None else None
+        if source is None:
+            return {}
+        source_name = getattr(tool, "source_name", None)
+        return {"server": source, "server_tool": source_name if isinstance(source_name, str) else name}
+
     def budgets(self, configured: Mapping[str, int]) -> dict[str, int]:
         """Executions per tool per turn: ``configured`` (TOOL_BUDGETS) first, then a tool's own
         ``default_budget`` when it declares one (MCP tools do).

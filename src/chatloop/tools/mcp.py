@@ -312,6 +312,8 @@ class MCPTool:
         self.parameters = listed.input_schema
         self.source = server.label
         """The server's label: logged on the decision line and carried by the tool-call events."""
+        self.source_name = listed.name
+        """The tool's own name on its server (what an ``mcp_call`` item names)."""
         self.default_budget = default_budget
 
     async def run(self, arguments: dict[str, Any], deadline: Deadline) -> ToolResult:
