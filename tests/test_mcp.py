@@ -628,3 +628,52 @@ def test_the_page_shows_an_mcp_call_as_it_shows_a_sandbox_run(docs, llm, sandbox
             assert "ok in" in tool.locator(".status").inner_text() and errors == []
         finally:
             browser.close()
+
+
+def test_mcp_stream_events_are_what_the_openai_sdk_parses():
+    import itertools
+
+    from openai.types.responses import ResponseStreamEvent
+    from pydantic import TypeAdapter
+
+    from chatloop.api.mcp_items import (
+        call_finished_frames,
+        call_started_frames,
+        finish_call_item,
+        list_tools_frames,
+        list_tools_item,
+        started_call_item,
+    )
+
+    numbers = itertools.count()
+
+    def emit(kind: str, **fields: Any) -> str:
+        return json.dumps({"type": kind, "sequence_number": next(numbers), **fields})
+
+    start = {"id": "call_1", "name": "docs__search", "arguments": '{"query": "x"}', "server": "docs"}
+    item = started_call_item({**start, "server_tool": "search"})
+    frames = list_tools_frames(emit, list_tools_item("docs", [], error="could not connect"), 0)
+    frames += call_started_frames(emit, item, 1)
+    finish_call_item(item, {"id": "call_1", "status": "ok", "content": '{"result": "3 pages"}'})
+    frames += call_finished_frames(emit, item, 1)
+    events = [TypeAdapter(ResponseStreamEvent).validate_python(json.loads(f)) for f in frames]
+    assert [e.type for e in events] == [
+        "response.output_item.added",
+        "response.mcp_list_tools.in_progress",
+        "response.mcp_list_tools.failed",
+        "response.output_item.done",
+        "response.output_item.added",
+        "response.mcp_call_arguments.delta",
+        "response.mcp_call_arguments.done",
+        "response.mcp_call.in_progress",
+        "response.mcp_call.completed",
+        "response.output_item.done",
+    ]
+    done = events[-1].item  # type: ignore[union-attr]
+    assert (done.type, done.name, done.server_label, done.output, done.status) == (
+        "mcp_call",
+        "search",
+        "docs",
+        "3 pages",
+        "completed",
+    )

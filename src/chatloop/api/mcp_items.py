@@ -22,7 +22,7 @@ import json
 import re
 import socket
 import uuid
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any, Literal
 from urllib.parse import urlsplit
 
@@ -221,14 +221,14 @@ def list_tools_item(
     server_label: str, tools: Iterable[Any], error: str | None = None, item_id: str | None = None
 ) -> dict[str, Any]:
     """OpenAI's ``mcp_list_tools`` output item: the server's tools under their own names (``tools`` are
-    ``MCPTool``s: ``server_tool``, ``description``, ``parameters``), or the ``error`` that kept it from listing."""
+    ``MCPTool``s: ``source_name``, ``description``, ``parameters``), or the ``error`` that kept it from listing."""
     return {
         "id": item_id or f"mcpl_{uuid.uuid4().hex}",
         "type": "mcp_list_tools",
         "server_label": server_label,
         "tools": [
             {
-                "name": t.server_tool,
+                "name": t.source_name,
                 "description": t.description,
                 "input_schema": t.parameters,
                 "annotations": None,
@@ -280,6 +280,75 @@ def call_item(
         or ("in_progress" if content is None else "completed" if error is None else "failed"),
         "approval_request_id": None,
     }
+
+
+Emit = Callable[..., str]
+"""Frames one Responses stream event: ``emit(kind, **fields)`` (the renderer's numbered framer)."""
+
+
+def started_call_item(start: dict[str, Any]) -> dict[str, Any]:
+    """The ``mcp_call`` item of a ``tool_call_start`` event of a tool that runs on a server (in progress)."""
+    return call_item(
+        start["id"],
+        start.get("server_tool") or start["name"],
+        start["arguments"],
+        start["server"],
+        None,
+        ok=False,
+    )
+
+
+def finish_call_item(item: dict[str, Any], result: dict[str, Any]) -> None:
+    """``item`` completed (or failed) from its ``tool_call_result`` event."""
+    finished = call_item(
+        item["id"],
+        item["name"],
+        item["arguments"],
+        item["server_label"],
+        result["content"],
+        result["status"] == "ok",
+    )
+    item.update(output=finished["output"], error=finished["error"], status=finished["status"])
+
+
+def call_started_frames(emit: Emit, item: dict[str, Any], index: int) -> list[str]:
+    """A call's stream events as it starts: the item added, its arguments, ``response.mcp_call.in_progress``."""
+    where = {"item_id": item["id"], "output_index": index}
+    return [
+        emit("response.output_item.added", output_index=index, item=dict(item)),
+        emit("response.mcp_call_arguments.delta", **where, delta=item["arguments"]),
+        emit("response.mcp_call_arguments.done", **where, arguments=item["arguments"]),
+        emit("response.mcp_call.in_progress", **where),
+    ]
+
+
+def call_finished_frames(emit: Emit, item: dict[str, Any], index: int) -> list[str]:
+    """A call's stream events as it ends: ``response.mcp_call.completed`` (or ``.failed``), the item done."""
+    where = {"item_id": item["id"], "output_index": index}
+    kind = "response.mcp_call.completed" if item["status"] == "completed" else "response.mcp_call.failed"
+    return [emit(kind, **where), emit("response.output_item.done", output_index=index, item=dict(item))]
+
+
+def list_tools_frames(emit: Emit, item: dict[str, Any], index: int) -> list[str]:
+    """An ``mcp_list_tools`` item's stream events: added, in progress, completed (or failed), done."""
+    where = {"item_id": item["id"], "output_index": index}
+    listing = {**item, "tools": []}
+    kind = "response.mcp_list_tools.failed" if item["error"] else "response.mcp_list_tools.completed"
+    return [
+        emit("response.output_item.added", output_index=index, item=listing),
+        emit("response.mcp_list_tools.in_progress", **where),
+        emit(kind, **where),
+        emit("response.output_item.done", output_index=index, item=dict(item)),
+    ]
+
+
+def listed_items(servers: Sequence[MCPServerConfig], turn: Any) -> list[dict[str, Any]]:
+    """One ``mcp_list_tools`` item per client-supplied server of the request, in its order: the tools it offered
+    this turn (a ``TurnTools``), or why it could not list them."""
+    by_server = turn.by_server()
+    return [
+        list_tools_item(s.label, by_server.get(s.label, []), error=turn.skipped.get(s.label)) for s in servers
+    ]
 
 
 # --- the same items, sent back as input -------------------------------------------------------------

@@ -306,7 +306,6 @@ class MCPTool:
 
     def __init__(self, server: MCPServer, listed: ListedTool, default_budget: int):
         self.server = server
-        self.server_tool = listed.name
         self.name = offered_name(server.label, listed.name)
         self.description = listed.description
         self.parameters = listed.input_schema
@@ -321,7 +320,7 @@ class MCPTool:
         if timeout <= 0.05:
             message = f"MCP server {self.server.label!r} was not called: no time left in this request"
             return ToolResult(content=fit_tool_message({"error": message}), ok=False, error=message)
-        return await self.server.call(self.server_tool, arguments, timeout)
+        return await self.server.call(self.source_name, arguments, timeout)
 
 
 @dataclass
