@@ -67,7 +67,7 @@ def once(args: dict[str, Any]) -> Callable[[int], dict[str, Any] | None]:
 def docs():
     calls: list[str] = []
     with MCPTestServer(tools_server(calls=calls)) as server:
-        server.calls = calls  # type: ignore[attr-defined]
+        server.calls = calls
         yield server
 
 
@@ -103,11 +103,12 @@ def handler_runtime():
 def captured_logs() -> Iterator[list[str]]:
     stream = io.StringIO()
     lines: list[str] = []
-    old = logger.registered_handler.setStream(stream)
+    handler: Any = logger.registered_handler
+    old = handler.setStream(stream)
     try:
         yield lines
     finally:
-        logger.registered_handler.setStream(old)
+        handler.setStream(old)
         lines += stream.getvalue().splitlines()
 
 
@@ -514,7 +515,7 @@ def test_output_items_are_what_the_openai_sdk_parses():
         and parsed.error.type == "mcp_tool_execution_error"
     )
     timeout = call_item("call_3", "nap", "{}", "docs", '{"error": "MCP server \'docs\' timed out"}', ok=False)
-    assert McpCall.model_validate(timeout).error.type == "mcp_protocol_error"  # type: ignore[union-attr]
+    assert McpCall.model_validate(timeout).error.type == "mcp_protocol_error"
 
 
 def test_mcp_items_sent_back_as_input_are_read_as_the_call_they_were():
@@ -537,7 +538,7 @@ def test_mcp_items_sent_back_as_input_are_read_as_the_call_they_were():
             ]
         }
     )
-    call = body.input[2]  # type: ignore[index]
+    call = body.input[2]
     assistant, tool = call.messages()
     assert assistant["tool_calls"][0]["function"]["name"] == "docs__search"
     assert tool["tool_call_id"] == "mcp_1" and json.loads(tool["content"]) == {"result": "hits"}
@@ -669,7 +670,7 @@ def test_mcp_stream_events_are_what_the_openai_sdk_parses():
         "response.mcp_call.completed",
         "response.output_item.done",
     ]
-    done = events[-1].item  # type: ignore[union-attr]
+    done = events[-1].item
     assert (done.type, done.name, done.server_label, done.output, done.status) == (
         "mcp_call",
         "search",
