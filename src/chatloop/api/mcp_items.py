@@ -17,10 +17,8 @@ Usage::
 from __future__ import annotations
 
 import asyncio
-import ipaddress
 import json
 import re
-import socket
 import uuid
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any, Literal
@@ -34,12 +32,12 @@ from chatloop.tools.mcp import TOOL_ERROR_PREFIX, offered_name
 
 DEFAULT_TIMEOUT_SECONDS = 10.0
 RESOLVE_TIMEOUT_SECONDS = 1.0
-METADATA_ADDRESSES = {
-    ipaddress.ip_address("169.254.169.254"),  # AWS, GCP, Azure, ...
-    ipaddress.ip_address("169.254.170.2"),  # ECS task metadata
-    ipaddress.ip_address("fd00:ec2::254"),  # AWS IMDS over IPv6
-    ipaddress.ip_address("100.100.100.200"),  # Alibaba Cloud
-}
+METADATA_ADDRESSES = (
+    "169.254.169.254",  # AWS, GCP, Azure, ...
+    "169.254.170.2",  # ECS task metadata
+    "fd00:ec2::254",  # AWS IMDS over IPv6
+    "100.100.100.200",  # Alibaba Cloud
+)
 
 
 # --- the request's mcp tools ------------------------------------------------------------------------
@@ -162,6 +160,9 @@ def allowed_prefix(url: str, prefixes: Sequence[str]) -> str | None:
 async def refuse_internal_addresses(url: str, param: str) -> None:
     """A 400 when ``url``'s host is, or resolves to, a link-local or cloud-metadata address (MCP_ALLOWED_URLS
     cannot allow them). A host that does not resolve passes: the connection fails and the server is skipped."""
+    import ipaddress
+    import socket
+
     host = urlsplit(url).hostname or ""
     addresses: set[str] = {host}
     try:
@@ -191,13 +192,15 @@ def internal_address(text: str) -> bool:
     >>> internal_address("169.254.169.254"), internal_address("127.0.0.1"), internal_address("::ffff:169.254.1.1")
     (True, False, True)
     """
+    import ipaddress  # only when a request names an MCP server
+
     try:
         address = ipaddress.ip_address(text.split("%")[0])
     except ValueError:
         return False
     if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped is not None:
         address = address.ipv4_mapped
-    return address.is_link_local or address in METADATA_ADDRESSES
+    return address.is_link_local or address in {ipaddress.ip_address(a) for a in METADATA_ADDRESSES}
 
 
 def allowed_tool_names(value: Any, param: str) -> tuple[str, ...] | None:
