@@ -678,3 +678,49 @@ def test_mcp_stream_events_are_what_the_openai_sdk_parses():
         "3 pages",
         "completed",
     )
+
+
+@pytest.mark.slow
+def test_a_server_slow_to_list_is_skipped_within_the_listing_timeout(llm, sandbox, handler_runtime):
+    with MCPTestServer(tools_server(), stall=3) as hanging:
+        runtime = make_runtime(sandbox, (MCPServerConfig("slow", hanging.url),), mcp_list_timeout_seconds=0.5)
+        handler_runtime(runtime)
+        llm.default = lambda body: text(body["model"], "answered without it", groq=True)
+        started = time.monotonic()
+        with captured_logs() as logs:
+            code, body = invoke("/chat", chat())
+        elapsed = time.monotonic() - started
+        assert code == 200 and json.loads(body)["message"]["content"] == "answered without it"
+        assert elapsed < 2.5 and any(
+            "server=slow" in line and "timed out after 0.5 s" in line for line in logs
+        )
+        started = time.monotonic()
+        invoke("/chat", chat())  # within FAILURE_RETRY_SECONDS: not tried again, no time lost
+        assert time.monotonic() - started < 1.0 and len(hanging.requests) == 1
+
+
+def test_header_placeholders_come_from_the_provider_keys_secret(monkeypatch):
+    import boto3
+    from moto import mock_aws
+
+    from chatloop.secrets import load_named_secrets
+
+    monkeypatch.delenv("DOCS_TOKEN", raising=False)
+    with mock_aws():
+        arn = boto3.client("secretsmanager").create_secret(
+            Name="chatloop/keys", SecretString=json.dumps({"GROQ_API_KEY": "gsk_x", "DOCS_TOKEN": TOKEN})
+        )["ARN"]
+        settings = Settings(provider_keys_secret_arn=arn)
+        assert load_named_secrets(settings, ["DOCS_TOKEN", "MISSING"], environ={}) == {"DOCS_TOKEN": TOKEN}
+    from chatloop.observability import redact
+
+    assert redact(f"Bearer {TOKEN}") == "Bearer [REDACTED]"  # registered: never in a log line or response
+
+
+def test_a_placeholder_with_no_value_skips_the_server_naming_it(docs):
+    from chatloop.tools.mcp import MCPServers
+
+    config = MCPServerConfig("docs", docs.url, headers={"Authorization": "Bearer ${NOT_SET_ANYWHERE}"})
+    servers = MCPServers(Settings(mcp_servers=(config,)), secrets_loader=lambda settings, names: {})
+    turn = asyncio.run(servers.tools_for_turn(Deadline.after(10)))
+    assert turn.tools == [] and "NOT_SET_ANYWHERE" in turn.skipped["docs"]

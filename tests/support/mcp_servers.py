@@ -75,8 +75,10 @@ class MCPTestServer:
         token: str | None = None,
         path: str = "/mcp",
         redirect_from: str | None = None,
+        stall: float = 0.0,
     ):
-        """``redirect_from``: a path answered with a 307 to ``path`` (a server that redirects its clients)."""
+        """``redirect_from``: a path answered with a 307 to ``path`` (a server that redirects its clients);
+        ``stall``: seconds every request waits before it is served (a server that hangs)."""
         self.requests: list[tuple[str, str, bool]] = []
         self.token = token
         inner = server.streamable_http_app(streamable_http_path=path, stateless_http=True, json_response=True)
@@ -86,6 +88,8 @@ class MCPTestServer:
                 headers = dict(scope.get("headers") or [])
                 authorized = token is None or headers.get(b"authorization") == f"Bearer {token}".encode()
                 self.requests.append((scope["method"], scope["path"], authorized))
+                if stall:
+                    await asyncio.sleep(stall)
                 if redirect_from is not None and scope["path"] == redirect_from:
                     location = [(b"location", path.encode())]
                     await send({"type": "http.response.start", "status": 307, "headers": location})
