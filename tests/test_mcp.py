@@ -724,3 +724,23 @@ def test_a_placeholder_with_no_value_skips_the_server_naming_it(docs):
     servers = MCPServers(Settings(mcp_servers=(config,)), secrets_loader=lambda settings, names: {})
     turn = asyncio.run(servers.tools_for_turn(Deadline.after(10)))
     assert turn.tools == [] and "NOT_SET_ANYWHERE" in turn.skipped["docs"]
+
+
+def test_a_malformed_result_is_an_error_message_in_words(llm, sandbox, handler_runtime):
+    from tests.support.mcp_servers import malformed_server
+
+    with MCPTestServer(malformed_server()) as broken:
+        handler_runtime(make_runtime(sandbox, (MCPServerConfig("broken", broken.url),)))
+        llm.default = caller("broken__broken", once({}))
+        code, body = invoke("/chat", chat())
+    (entry,) = json.loads(body)["tool_calls"]
+    assert code == 200 and entry["status"] == "error"
+    assert "malformed" in json.loads(entry["result"])["error"]
+
+
+def test_the_same_result_from_new_arguments_ends_tool_use_as_a_loop(docs, llm, sandbox, handler_runtime):
+    handler_runtime(make_runtime(sandbox, (MCPServerConfig("docs", docs.url),), mcp_tool_budget=10))
+    llm.default = caller("docs__add", lambda n: {"a": n, "b": 10 - n})  # always 10: a result loop
+    code, body = invoke("/chat", chat())
+    data = json.loads(body)
+    assert code == 200 and data["tool_counts"] == {"docs__add": 2} and data["stop_reason"] == "loop_detected"

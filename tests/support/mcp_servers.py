@@ -71,7 +71,7 @@ def tools_server(name: str = "docs", calls: list[str] | None = None) -> MCPServe
 class MCPTestServer:
     def __init__(
         self,
-        server: MCPServer,
+        server: MCPServer | Any,
         token: str | None = None,
         path: str = "/mcp",
         redirect_from: str | None = None,
@@ -81,7 +81,11 @@ class MCPTestServer:
         ``stall``: seconds every request waits before it is served (a server that hangs)."""
         self.requests: list[tuple[str, str, bool]] = []
         self.token = token
-        inner = server.streamable_http_app(streamable_http_path=path, stateless_http=True, json_response=True)
+        inner = (
+            server.streamable_http_app(streamable_http_path=path, stateless_http=True, json_response=True)
+            if isinstance(server, MCPServer)
+            else server  # an ASGI app of its own
+        )
 
         async def app(scope: dict[str, Any], receive: Any, send: Any) -> None:
             if scope["type"] == "http":
@@ -130,3 +134,37 @@ def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
+
+
+def malformed_server() -> Any:
+    """A hand-written MCP server (the pre-2026 handshake, JSON responses) whose ``tools/call`` result is not a valid
+    MCP result: what a broken or hostile server sends."""
+    from starlette.applications import Starlette
+    from starlette.requests import Request
+    from starlette.responses import JSONResponse, Response
+    from starlette.routing import Route
+
+    tool = {"name": "broken", "description": "Answers nonsense.", "inputSchema": {"type": "object"}}
+    results: dict[str, Any] = {
+        "initialize": {
+            "protocolVersion": "2025-06-18",
+            "capabilities": {"tools": {}},
+            "serverInfo": {"name": "broken", "version": "1"},
+        },
+        "tools/list": {"tools": [tool]},
+        "tools/call": {"content": "this should be a list of blocks", "isError": "maybe"},
+    }
+
+    async def endpoint(request: Request) -> Response:
+        if request.method != "POST":
+            return Response(status_code=405)
+        message = await request.json()
+        if "id" not in message:  # a notification
+            return Response(status_code=202)
+        method = message.get("method")
+        if method not in results:
+            error = {"code": -32601, "message": f"method {method} not found"}
+            return JSONResponse({"jsonrpc": "2.0", "id": message["id"], "error": error})
+        return JSONResponse({"jsonrpc": "2.0", "id": message["id"], "result": results[method]})
+
+    return Starlette(routes=[Route("/mcp", endpoint, methods=["POST", "GET", "DELETE"])])
