@@ -744,3 +744,21 @@ def test_the_same_result_from_new_arguments_ends_tool_use_as_a_loop(docs, llm, s
     code, body = invoke("/chat", chat())
     data = json.loads(body)
     assert code == 200 and data["tool_counts"] == {"docs__add": 2} and data["stop_reason"] == "loop_detected"
+
+
+def test_a_server_with_no_tools_or_missing_allowed_tools_is_a_warning(docs):
+    from mcp.server.mcpserver import MCPServer as SDKServer
+
+    from chatloop.tools.mcp import MCPServers
+
+    with MCPTestServer(SDKServer("empty")) as empty:
+        configs = (
+            MCPServerConfig("empty", empty.url),
+            MCPServerConfig("docs", docs.url, allowed_tools=("search", "serach")),
+        )
+        with captured_logs() as logs:
+            turn = asyncio.run(MCPServers(Settings(mcp_servers=configs)).tools_for_turn(Deadline.after(10)))
+    assert [t.name for t in turn.tools] == ["docs__search"] and not turn.skipped
+    warnings = [line for line in logs if "offers fewer tools than configured" in line]
+    assert any("server=empty listed=0" in w for w in warnings)
+    assert any("server=docs" in w and "allowed_but_absent=serach" in w for w in warnings)

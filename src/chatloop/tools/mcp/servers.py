@@ -119,6 +119,19 @@ class MCPServers:
                 turn.tools.append(tool)
         return turn
 
+    @staticmethod
+    def _say_what_is_missing(config: MCPServerConfig, listing: Listing) -> None:
+        """A server that lists no tools (one behind an authorization it did not get, say), or an ``allowed_tools``
+        naming tools the server does not have, is a warning, not a silent empty list."""
+        listed = {t.name for t in listing.tools}
+        absent = sorted(set(config.allowed_tools or ()) - listed)
+        if not listed or absent:
+            logger.warning(
+                f"MCP server offers fewer tools than configured: server={config.label} listed={len(listed)} "
+                f"allowed_but_absent={','.join(absent) or '-'}",
+                extra={"mcp_server": {"server": config.label, "listed": len(listed), "absent": absent}},
+            )
+
     async def _listing(
         self, config: MCPServerConfig, timeout: float, cached: bool
     ) -> tuple[MCPServer, Listing] | str:
@@ -141,6 +154,7 @@ class MCPServers:
             if cached:
                 self._failures[config.label] = (time.monotonic() + FAILURE_RETRY_SECONDS, reason)
             return reason
+        self._say_what_is_missing(config, listing)  # once per listing, not once per turn
         if cached:
             self._listings[config.label] = listing
             self._failures.pop(config.label, None)
