@@ -32,6 +32,13 @@ MAX_SCHEMA_BYTES = 16 * 1024
 a server's definitions cannot grow a request without bound."""
 
 
+def load_sdk() -> None:
+    """Import the ``mcp`` SDK (and its HTTP client): ~1 s the first time in a container, nothing after. Done before
+    a listing's timeout starts, so a cold container does not spend its listing time importing."""
+    import httpx2  # noqa: F401
+    import mcp.client.streamable_http  # noqa: F401
+
+
 class MCPCallError(Exception):
     """A call or listing that failed, said in words (the tool message the model gets, and the logged reason)."""
 

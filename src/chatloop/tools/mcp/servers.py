@@ -14,7 +14,7 @@ from chatloop.config import MCP_PLACEHOLDER, MCPServerConfig, Settings
 from chatloop.deadline import Deadline
 from chatloop.observability import MCP_METRIC_SERVERS, logger
 from chatloop.tools.base import ToolResult, fit_tool_message
-from chatloop.tools.mcp.client import ListedTool, Listing, MCPCallError, MCPServer
+from chatloop.tools.mcp.client import ListedTool, Listing, MCPCallError, MCPServer, load_sdk
 from chatloop.tools.mcp.naming import offered_name
 
 FAILURE_RETRY_SECONDS = 30.0
@@ -86,6 +86,7 @@ class MCPServers:
         """Every usable tool of the operator's servers and of ``extra`` (a request's own servers, listed for it
         and never cached), listed concurrently within MCP_LIST_TIMEOUT_SECONDS and the deadline's reserve; a
         server that fails is skipped with its reason logged. ``taken`` names no tool may shadow."""
+        load_sdk()  # once per container (~1 s), before the listing's clock starts
         timeout = min(
             self.settings.mcp_list_timeout_seconds,
             max(0.0, deadline.remaining() - self.settings.deadline_reserve_seconds),
