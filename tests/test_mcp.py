@@ -17,6 +17,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+import httpx
 import openai
 import pytest
 
@@ -390,6 +391,17 @@ def test_the_openai_sdk_gets_mcp_answers_from_the_app_under_uvicorn(docs, llm, s
         with client.responses.stream(model="chatloop", input="add 40 and 2") as stream:
             final = stream.get_final_response()
         assert "42" in final.output_text
+        chunks = client.chat.completions.create(
+            model="chatloop", messages=[{"role": "user", "content": "add 40 and 2"}], stream=True
+        )
+        assert "42" in "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
+        response = client.responses.create(model="chatloop", input="add 40 and 2")
+        assert "42" in response.output_text
+        body = {"messages": [{"role": "user", "content": "add 40 and 2"}]}
+        with httpx.stream("POST", f"{server.root}/chat", json=body, timeout=30) as streamed:
+            events = parse_sse(streamed.read().decode())
+        result = next(d for n, d in events if n == "tool_call_result")
+        assert result["server"] == "docs" and events[-1][0] == "done"
 
 
 def test_calls_and_errors_are_counted_per_server_for_the_dashboard(
