@@ -774,3 +774,13 @@ def test_a_server_with_no_tools_or_missing_allowed_tools_is_a_warning(docs):
     warnings = [line for line in logs if "offers fewer tools than configured" in line]
     assert any("server=empty listed=0" in w for w in warnings)
     assert any("server=docs" in w and "allowed_but_absent=serach" in w for w in warnings)
+
+
+def test_a_token_written_into_mcp_servers_is_redacted_everywhere(docs):
+    from chatloop.observability import redact
+    from chatloop.tools.mcp import MCPServers
+
+    literal = "literal-token-9d1f00aa"
+    config = MCPServerConfig("docs", docs.url, headers={"X-Api-Key": literal, "Accept-Language": "en"})
+    turn = asyncio.run(MCPServers(Settings(mcp_servers=(config,))).tools_for_turn(Deadline.after(10)))
+    assert turn.tools and redact(f"key {literal}") == "key [REDACTED]" and redact("en") == "en"

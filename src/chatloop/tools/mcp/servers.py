@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import re
 import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
@@ -12,11 +13,13 @@ from typing import Any
 
 from chatloop.config import MCP_PLACEHOLDER, MCPServerConfig, Settings
 from chatloop.deadline import Deadline
-from chatloop.observability import MCP_METRIC_SERVERS, logger
+from chatloop.observability import MCP_METRIC_SERVERS, logger, register_secret
 from chatloop.tools.base import ToolResult, fit_tool_message
 from chatloop.tools.mcp.client import ListedTool, Listing, MCPCallError, MCPServer, load_sdk
 from chatloop.tools.mcp.naming import offered_name
 
+SENSITIVE_HEADER = re.compile(r"authorization|cookie|key|token|secret|password|auth", re.IGNORECASE)
+"""Header names whose values are redacted everywhere (any log line or response), not only from the server's results."""
 FAILURE_RETRY_SECONDS = 30.0
 """A server that failed to list its tools is skipped (with its reason logged) for this long before it is tried
 again, so a server that hangs does not cost every turn its listing timeout."""
@@ -165,7 +168,11 @@ class MCPServers:
         """The operator's server with its header placeholders filled (once per container)."""
         server = self._servers.get(config.label)
         if server is None:
-            server = MCPServer(config, await self._filled_headers(config))
+            headers = await self._filled_headers(config)
+            for name, value in headers.items():  # a token written straight into MCP_SERVERS is a secret too
+                if SENSITIVE_HEADER.search(name):
+                    register_secret(value)
+            server = MCPServer(config, headers)
             self._servers[config.label] = server
         return server
 
