@@ -18,6 +18,7 @@ STACK ?= chatloop
 # both log to one group, so `make logs` is the same in either.
 MODE ?= stream
 FUNCTION ?= $(STACK)-chat$(if $(filter buffered,$(MODE)),-buffered)
+ALIAS ?= live
 LOG_GROUP ?= /aws/lambda/$(STACK)-chat
 AWS_REGION ?= $(or $(AWS_DEFAULT_REGION),us-east-1)
 ARCH ?= arm64
@@ -79,12 +80,19 @@ deploy: build ## deploy the whole stack (needs DEPLOY_BUCKET and SECRET_ARN; MOD
 	  --parameter-overrides ProviderKeysSecretArn=$(SECRET_ARN) Architecture=$(ARCH) ResponseMode=$(MODE) $(PARAMS)
 	$(AWS) cloudformation describe-stacks --stack-name $(STACK) --query 'Stacks[0].Outputs' --output table
 
-deploy-lambda-fast: install ## zip src/ (run.sh included), update MODE's function, wait, print the new CodeSha256
+deploy-lambda-fast: install ## zip src/, update MODE's function, publish a version, move the ALIAS (live) to it
 	@$(BIN)/python scripts/package.py function >/dev/null
 	@$(AWS) lambda update-function-code --function-name $(FUNCTION) --zip-file fileb://build/function.zip \
 	  --query CodeSha256 --output text > build/.code-sha256
 	@$(AWS) lambda wait function-updated --function-name $(FUNCTION)
-	@echo "updated $(FUNCTION): CodeSha256 $$(cat build/.code-sha256)"
+	@# Every route and the Function URL invoke the alias (template.yaml), so code that is not published never runs.
+	@# With SnapStart on, publishing takes the snapshot: the alias moves once the version is active.
+	@$(AWS) lambda publish-version --function-name $(FUNCTION) --code-sha256 "$$(cat build/.code-sha256)" \
+	  --query Version --output text > build/.version
+	@$(AWS) lambda wait published-version-active --function-name $(FUNCTION) --qualifier "$$(cat build/.version)"
+	@$(AWS) lambda update-alias --function-name $(FUNCTION) --name $(ALIAS) \
+	  --function-version "$$(cat build/.version)" --query FunctionVersion --output text >/dev/null
+	@echo "updated $(FUNCTION): CodeSha256 $$(cat build/.code-sha256), version $$(cat build/.version) is now $(ALIAS)"
 
 logs: install ## the function's log events of the last SINCE (10m), one per line; FILTER=..., FOLLOW=1
 	@$(BIN)/python scripts/logs.py --log-group $(LOG_GROUP) --since $(SINCE) --filter "$$FILTER" $(if $(FOLLOW),--follow)

@@ -21,6 +21,7 @@ from bench import (
     fallback,
     handler,
     idempotency,
+    lambda_size,
     mcp_tools,
     overhead,
     page,
@@ -28,9 +29,11 @@ from bench import (
     responses,
     sandbox,
     scenarios,
+    store,
     streaming,
     textcalls,
     throughput,
+    ttft,
 )
 from chatloop.tools.javascript import ExecuteJavaScriptTool, JavaScriptSandbox
 
@@ -61,6 +64,14 @@ def main() -> int:
         ("context", lambda: context.measure(2 if quick else 50)),
         ("idempotency", lambda: idempotency.measure(2 if quick else 30, js_tool)),
         ("page", lambda: page.measure(2 if quick else 15)),
+        ("store", lambda: store.measure(3 if quick else 50)),
+        (
+            "lambda_size",
+            lambda: lambda_size.measure(
+                1 if quick else 2, 2 if quick else 8, (512,) if quick else lambda_size.SIZES
+            ),
+        ),
+        ("ttft", lambda: ttft.measure(2 if quick else 15)),
         ("mcp", lambda: mcp_tools.measure(2 if quick else 30)),
     ]
     results: dict[str, Any] = {}

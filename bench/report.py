@@ -105,7 +105,7 @@ def report(results: dict, quick: bool) -> str:
     ]
     s = results["sandbox"]
     lines += [
-        "## 3. Sandbox (Deno, `--jitless`, rlimits, one process per run)",
+        "## 3. Sandbox (Deno, `--jitless`, rlimits, a fresh Worker per run in a reused process)",
         "",
         "| snippet | cold spawn median / p90 (ms) | pre-spawned median / p90 (ms) |",
         "|---|---|---|",
@@ -122,6 +122,22 @@ def report(results: dict, quick: bool) -> str:
         f"deadline. Peak RSS of a sandbox process: {s['peak_rss_mb']:.0f} MB.",
         "",
     ]
+    if "cpu_per_run" in s:
+        u = s["cpu_per_run"]
+        lines += [
+            "CPU per run (the compound snippet, sequential; the handler's side and every Deno process, the spare's "
+            "replacement included), one run at a time on this machine:",
+            "",
+            "| | CPU per run (ms) | wall per run (ms) |",
+            "|---|---|---|",
+            f"| pre-spawned (the answering process serves the next run) | {u['prespawned_cpu_ms']:.1f} | "
+            f"{u['prespawned_wall_ms']:.1f} |",
+            f"| cold (a process started for the run) | {u['cold_cpu_ms']:.1f} | {u['cold_wall_ms']:.1f} |",
+            "",
+            f"Target: pre-spawned CPU per run ≤ 15 ms ({'met' if u['prespawned_cpu_ms'] <= 15 else 'MISSED'}); "
+            "a process per run cost ~40 ms of CPU (measured before the change, same machine).",
+            "",
+        ]
     c = results["cold_start"]
     lambda_line = (
         f"- `import app` as on Lambda (bare python3.12 -I -B, only the built layer and function on sys.path, a read-only "
@@ -242,9 +258,13 @@ def report(results: dict, quick: bool) -> str:
         f"uncompressed (target ≤ 150 KB: {'met' if g['weight_bytes'] <= 150_000 else 'MISSED'}), all served by the app",
         "",
     ]
+    lines += _store_section(results["store"])
+    if "lambda_size" in results:
+        lines += lambda_size_section(results["lambda_size"])
+    lines += ttft_section(results["ttft"])
     m = results["mcp"]
     lines += [
-        "## 12. MCP tools",
+        "## 15. MCP tools",
         "",
         f"Against a local MCP server (the `mcp` SDK's MCPServer on 127.0.0.1, streamable HTTP, stateless), medians over "
         f"{m['reps']}:",
@@ -260,3 +280,117 @@ def report(results: dict, quick: bool) -> str:
         "",
     ]
     return "\n".join(lines)
+
+
+def _store_section(s: dict) -> list[str]:
+    lines = [
+        "## 12. The conversation store",
+        "",
+        f"A turn's two items (a ~180-character question, a ~600-character answer) appended to a conversation of "
+        f"{s['history_messages']}+ messages, then the conversation read back (up to 100 items); medians over "
+        f"{s['reps']} turns. DynamoDB is moto in-process: the store's own cost, not DynamoDB's network latency.",
+        "",
+        "| backend | write a turn (ms) | read the conversation (ms) |",
+        "|---|---|---|",
+    ]
+    lines += [f"| {n} | {s[n]['write_ms']:.2f} | {s[n]['read_ms']:.2f} |" for n in ("sqlite", "dynamodb")]
+    lines += [
+        "",
+        "Request bytes of a `/v1/responses` turn: the whole history as input items, against naming the conversation "
+        "and sending only the new message.",
+        "",
+        "| messages | history resent | conversation id | saved |",
+        "|---|---|---|---|",
+    ]
+    lines += [
+        f"| {row['messages']:,} | {row['full_bytes']:,} | {row['by_id_bytes']:,} | {row['saved_bytes']:,} |"
+        for row in s["bytes"]
+    ]
+    lines += [
+        "",
+        "A `/v1/responses` turn through the real handler (an instant model: the handler's own cost) after N earlier "
+        "messages: the history resent as input, against `previous_response_id` (the chain of stored responses "
+        "followed back, two reads each) and `conversation` (its items read, the turn appended); medians, ms.",
+        "",
+        "| backend | messages | history resent | previous_response_id | conversation |",
+        "|---|---|---|---|---|",
+    ]
+    for backend, rows in s.get("continued", {}).items():
+        lines += [
+            f"| {backend} | {r['messages']} | {r['resent_ms']:.1f} | {r['previous_response_id_ms']:.1f} "
+            f"| {r['conversation_ms']:.1f} |"
+            for r in rows
+        ]
+    lines.append("")
+    return lines
+
+
+def _span(values: list[float], digits: int = 0) -> str:
+    low, high = min(values), max(values)
+    fmt = f"{{:.{digits}f}}"
+    return (
+        fmt.format(low)
+        if fmt.format(low) == fmt.format(high)
+        else f"{fmt.format(low)}\u2013{fmt.format(high)}"
+    )
+
+
+def lambda_size_section(x: dict) -> list[str]:
+    """Section 12: the built artefacts under a cgroup sized like each MemorySize, this branch vs the base commit."""
+    lines = ["## 13. Lambda-sized: the built artefacts at 512 / 1,024 / 1,769 MB", ""]
+    if "skipped" in x:
+        return [*lines, f"Skipped: {x['skipped']}.", ""]
+    lines += [
+        "`build/layer.zip` + `build/function.zip` as `scripts/package.py` builds them, `python3.12 -I` with only those "
+        "on `sys.path`, inside a cgroup (v1) whose CPU quota is MemorySize / 1,769 of one core and whose memory limit "
+        "is MemorySize; compound-interest turns through the real handler (REST API events, the groq SDK over loopback) "
+        f"against a model that takes {x['model_seconds'] * 1000:.0f} ms a call (two calls a turn; their time is "
+        f"excluded below). Ranges over the runs; in brackets the base commit {x['base_commit']} in the same run. "
+        "Restore: an init with `AWS_LAMBDA_INITIALIZATION_TYPE=snap-start` and the before-snapshot hooks, then the "
+        "after-restore hooks + the first turn (simulated in one process: no real restore's page faults).",
+        "",
+        "| MemorySize (vCPU) | `import app` | cold: import + first turn | after restore + first turn | warm overhead a "
+        "turn | peak RSS (handler + Deno) | GB-s a turn at 1 s a model call |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for size, row in x["sizes"].items():
+        here, base = row["here"], row["base"]
+        restore = _span(row["restore"]["first_turn_ms"]) + " ms" if "restore" in row else "—"
+        lines.append(
+            f"| {int(size):,} MB ({int(size) / 1769:.2f}) | {_span(here['import_ms'])} ms ({_span(base['import_ms'])}) "
+            f"| **{_span(here['cold_ms'])} ms** ({_span(base['cold_ms'])}) | {restore} "
+            f"| {_span(here['warm_overhead_ms'])} ms ({_span(base['warm_overhead_ms'])}) "
+            f"| {_span(here['peak_rss_mb'])} MB ({_span(base['peak_rss_mb'])}) | {row['gb_s_per_turn']:.2f} |"
+        )
+    lines.append("")
+    return lines
+
+
+def ttft_section(t: dict) -> list[str]:
+    """Time to first token on each route (bench/ttft.py): the server's added time over the model's first token."""
+    names = {"chat": "`/chat`", "chat_completions": "`/v1/chat/completions`", "responses": "`/v1/responses`"}
+    d = t["direct"]
+    lines = [
+        "## 14. Time to first token",
+        "",
+        f"A streaming upstream (Groq's wire through the groq SDK, on loopback, in this process) that writes its first "
+        f"token {t['model_first_token_ms']:.0f} ms after the request, then writes for {t['model_writes_ms']:.0f} ms. "
+        "Added = the client's first content delta minus the moment the upstream wrote the first token, one clock; "
+        f"median over {t['reps']} runs of each route, streamed (ms):",
+        "",
+        "| route | client's first content delta after its request | added over the model's first token |",
+        "|---|---|---|",
+        f"| the model read directly (the floor: loopback and SSE parsing) | {d['first_delta_ms']:.0f} | "
+        f"{d['added_ms']:.1f} |",
+    ]
+    for route, row in t["routes"].items():
+        lines.append(f"| {names.get(route, route)} | {row['first_delta_ms']:.0f} | {row['added_ms']:.1f} |")
+    same = t["spread_ms"] <= t["same_ms"]
+    lines += [
+        "",
+        f"Target: ≤ {t['target_ms']:.0f} ms added on every route ({'met' if t['met'] else 'MISSED'}), and the same on "
+        f"`/chat` and `/v1` (within {t['same_ms']:.0f} ms of each other: {t['spread_ms']:.1f} ms, "
+        f"{'met' if same else 'MISSED'}).",
+        "",
+    ]
+    return lines

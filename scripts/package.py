@@ -77,10 +77,11 @@ def compile_bytecode(tree: Path) -> None:
     )
 
 
-def build_function(build: Path = BUILD) -> Path:
+def build_function(build: Path = BUILD, source: Path = ROOT / "src") -> Path:
+    """``build/function.zip`` from ``source`` (``src/``; the bench also builds an older commit's)."""
     staged = build / "function"
     shutil.rmtree(staged, ignore_errors=True)
-    shutil.copytree(ROOT / "src", staged, ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
+    shutil.copytree(source, staged, ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
     compile_bytecode(staged)
     target = build / "function.zip"
     zip_tree(staged, target)

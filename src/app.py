@@ -2,9 +2,15 @@
 
 ``handler`` serves REST API (v1), HTTP API (v2) and Function URL events through Mangum, with Powertools'
 correlation id (the API Gateway request id), per-invocation log keys and EMF metrics.
+
+Importing it also registers the SnapStart hooks with the Lambda runtime (``chatloop.snapstart``; stream mode reaches
+the same hooks through the Web Adapter's routes), and makes a stop by SIGTERM/SIGINT, or uvicorn's shutdown, close
+the JavaScript sandboxes: no Deno process and no work directory outlive the process.
 """
 
 import asyncio
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from typing import Any
 
 from aws_lambda_powertools.logging import correlation_paths
@@ -12,14 +18,35 @@ from aws_lambda_powertools.metrics import MetricUnit
 from mangum import Mangum
 from mangum.types import LambdaContext
 
+from chatloop import snapstart
 from chatloop.api import create_app
 from chatloop.api.limits import fit_lambda_response
 from chatloop.config import Settings
 from chatloop.observability import logger, metrics
+from chatloop.tools.javascript.sandbox import close_all, close_all_on_signals
 
 settings = Settings.from_env()
 app = create_app(settings)
 _mangum = Mangum(app, lifespan="off", api_gateway_base_path=settings.api_base_path)
+snapstart.register_runtime_hooks(app.state.runtime)
+close_all_on_signals()  # where nothing else handles them (Lambda's runtime); uvicorn's shutdown is below
+
+
+_app_lifespan = app.router.lifespan_context
+
+
+@asynccontextmanager
+async def _closing_sandboxes(asgi_app: Any) -> AsyncIterator[Any]:
+    """The app's own lifespan, then, at uvicorn's shutdown (SIGTERM/SIGINT), the sandboxes closed: uvicorn re-raises
+    the signal afterwards with the default action, which skips ``atexit``."""
+    try:
+        async with _app_lifespan(asgi_app) as state:
+            yield state
+    finally:
+        close_all()
+
+
+app.router.lifespan_context = _closing_sandboxes
 
 
 @logger.inject_lambda_context(correlation_id_path=correlation_paths.API_GATEWAY_REST, clear_state=True)

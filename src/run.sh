@@ -6,5 +6,12 @@
 # context reaches the app in the x-amzn-lambda-context header (chatloop/api/adapter.py).
 here=$(dirname "$0")
 export PYTHONPATH="${LAMBDA_TASK_ROOT:-$here}:/opt/python${PYTHONPATH:+:$PYTHONPATH}"
+# The adapter's x-amzn-* headers are trusted only when Lambda started this script under the adapter (the exec
+# wrapper, and the runtime API Lambda sets): run anywhere else, a client could write them. --no-proxy-headers keeps
+# the peer address the socket's, so the app can check that the adapter's requests come over loopback.
+if [ "${AWS_LAMBDA_EXEC_WRAPPER:-}" = /opt/bootstrap ] && [ -n "${AWS_LAMBDA_RUNTIME_API:-}" ]; then
+  export TRUST_ADAPTER_HEADERS="${TRUST_ADAPTER_HEADERS:-1}"
+fi
 exec python3 -m uvicorn app:app --app-dir "${LAMBDA_TASK_ROOT:-$here}" \
-  --host 127.0.0.1 --port "${AWS_LWA_PORT:-${PORT:-8080}}" --no-access-log --timeout-keep-alive 120
+  --host 127.0.0.1 --port "${AWS_LWA_PORT:-${PORT:-8080}}" --no-access-log --timeout-keep-alive 120 \
+  --no-proxy-headers

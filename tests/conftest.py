@@ -1,4 +1,9 @@
 import os
+import tempfile
+
+# Responses are stored by default (OpenAI's store: true) in the embedded store under $XDG_DATA_HOME: tests keep
+# theirs in a folder of their own, never the developer's.
+os.environ["XDG_DATA_HOME"] = tempfile.mkdtemp(prefix="chatloop-test-data-")
 
 # Set before any chatloop import: Powertools reads these at import time.
 os.environ.setdefault("POWERTOOLS_SERVICE_NAME", "chatloop-test")

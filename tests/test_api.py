@@ -308,7 +308,9 @@ def test_all_models_failing_is_a_503_with_the_summary_and_no_secret(runtime, llm
         v1_code == 503 and v1_error["code"] == "all_models_failed" and f"groq:{MODEL}" in v1_error["message"]
     )
     chunks = [line[6:] for line in v1_stream.splitlines() if line.startswith("data: ")]
-    assert json.loads(chunks[0])["error"]["code"] == "all_models_failed" and chunks[1:] == ["[DONE]"]
+    # The role chunk goes out as the turn starts; then the error chunk (OpenAI clients raise on it), then [DONE].
+    assert json.loads(chunks[0])["choices"][0]["delta"] == {"role": "assistant", "content": ""}
+    assert json.loads(chunks[1])["error"]["code"] == "all_models_failed" and chunks[2:] == ["[DONE]"]
     for text_out in (body, sse_body, v1_body, v1_stream, stream.getvalue()):
         assert SECRET_KEY not in text_out
 

@@ -32,7 +32,10 @@ def test_bench_smoke_run(tmp_path):
         "## 9. Context estimator",
         "## 10. Retried requests",
         "## 11. The chat page",
-        "## 12. MCP tools",
+        "## 12. The conversation store",
+        "## 13. Lambda-sized",
+        "## 14. Time to first token",
+        "## 15. MCP tools",
     ):
         assert section in report
     row = next(line for line in report.splitlines() if line.startswith("| compound interest |"))

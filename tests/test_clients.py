@@ -211,13 +211,46 @@ def test_responses_stream_sends_openais_event_sequence(demo):
         "response.content_part.done",
         "response.output_item.done",
     ]
-    assert [k for k in kinds if k in text_events and k != "response.output_text.delta"] == [
-        k for k in text_events if k != "response.output_text.delta"
+    message_events = [
+        e.type
+        for e in events
+        if e.type in text_events
+        and e.type != "response.output_text.delta"
+        and _item_type(e) in (None, "message")
+    ]
+    assert message_events[-3:] == [
+        "response.output_text.done",
+        "response.content_part.done",
+        "response.output_item.done",
     ]
     assert kinds[-1] == "response.completed"
     assert [e.sequence_number for e in events] == list(range(len(events)))
     deltas = "".join(e.delta for e in events if e.type == "response.output_text.delta")
     assert deltas == final.output_text and "10! = 3628800" in final.output_text
+    # The sandbox run is OpenAI's hosted-code item, before the message that answers from it, announced as it ran.
+    run = next(item for item in final.output if item.type == "code_interpreter_call")
+    assert run.status == "completed" and run.code and "3628800" in run.outputs[0].logs
+    assert final.output.index(run) < max(i for i, item in enumerate(final.output) if item.type == "message")
+    run_events = [e.type for e in events if getattr(e, "item_id", None) == run.id or _item_id(e) == run.id]
+    assert run_events == [
+        "response.output_item.added",
+        "response.code_interpreter_call.in_progress",
+        "response.code_interpreter_call_code.delta",
+        "response.code_interpreter_call_code.done",
+        "response.code_interpreter_call.interpreting",
+        "response.code_interpreter_call.completed",
+        "response.output_item.done",
+    ]
+
+
+def _item_type(event) -> str | None:
+    item = getattr(event, "item", None)
+    return None if item is None else item.type
+
+
+def _item_id(event) -> str | None:
+    item = getattr(event, "item", None)
+    return None if item is None else item.id
 
 
 def test_a_streamed_client_tool_call_is_a_function_call_item(scripted):
@@ -246,10 +279,10 @@ def test_responses_parse_with_text_format(demo, scripted, upstream):
     assert sent["type"] == "json_schema" and sent["json_schema"]["schema"]["properties"].keys() >= {"total"}
 
 
-def test_responses_is_stateless_and_says_so(demo):
-    with pytest.raises(openai.BadRequestError) as raised:
+def test_continuing_from_a_response_that_was_never_stored_is_a_404(demo):
+    with pytest.raises(openai.NotFoundError) as raised:
         client_of(demo).responses.create(model="demo:offline", input="hi", previous_response_id="resp_1")
-    assert "stateless" in raised.value.message and raised.value.code == "unsupported_parameter"
+    assert "resp_1" in raised.value.message
 
 
 # --- structured output on chat completions --------------------------------------------------------

@@ -234,3 +234,94 @@ def test_a_question_larger_than_every_window_is_a_413_with_no_model_call(catalog
     assert status == 413 and data["error"]["code"] == "context_length_exceeded"
     assert "16000 tokens" in data["error"]["message"]
     assert upstream.requests == []
+
+
+# --- the estimator against real o200k counts, on text that tokenises badly ----------------------------------------
+def adversarial_texts() -> dict[str, str]:
+    import base64
+    import random
+
+    rng = random.Random(25)  # noqa: S311 (reproducible text, not secrets)
+    astral = lambda low, high, n: "".join(chr(rng.randint(low, high)) for _ in range(n))  # noqa: E731
+    return {
+        "tag characters": astral(0xE0020, 0xE007E, 2000),
+        "tags hidden in a sentence": "Please summarise this." + astral(0xE0020, 0xE007E, 800) + " Thanks.",
+        "combining marks": "".join(rng.choice("aeiou") + astral(0x300, 0x36F, 4) for _ in range(500)),
+        "zalgo": "Z" + astral(0x300, 0x36F, 3000),
+        "ZWJ sequences": "\U0001f468\u200d\U0001f469\u200d\U0001f467\u200d\U0001f466" * 300,
+        "emoji": astral(0x1F300, 0x1FAFF, 1000),
+        "spaced digits": " ".join(str(rng.randint(0, 9)) for _ in range(3000)),
+        "base64": base64.b64encode(rng.randbytes(3000)).decode(),
+        "base64, another": base64.b64encode(rng.randbytes(6000)).decode(),
+        "CJK ideographs": astral(0x4E00, 0x9FFF, 2000),
+        "CJK prose": "我们今天去公园散步\uff0c天气非常好\u3002" * 100,
+        "zero-width spaces": "a\u200b" * 1500,
+        "variation selectors": "a\ufe0f" * 1500,
+        "control characters": "".join(chr(rng.choice([*range(0, 9), *range(14, 32)])) for _ in range(3000)),
+        "mathematical letters": astral(0x1D400, 0x1D7FF, 1000),
+        "random astral": astral(0x10000, 0x10FFFF, 1000),
+    }
+
+
+PROSE_TEXTS = {
+    "English prose": (
+        "The quick brown fox jumps over the lazy dog. It was a bright cold day in April, and the clocks were "
+        "striking thirteen. Winston Smith, his chin nuzzled into his breast in an effort to escape the vile wind, "
+        "slipped quickly through the glass doors of Victory Mansions, though not quickly enough to prevent a "
+        "swirl of gritty dust from entering along with him. "
+    )
+    * 40,
+    "a question and its answer": (
+        "Could you explain, in a few sentences, why the sky looks blue at noon? Sunlight scatters off the "
+        "molecules of the air, and the shorter blue wavelengths scatter far more than the red ones, so blue "
+        "reaches your eyes from every part of the sky. "
+    )
+    * 60,
+}
+
+
+def o200k_counts(texts: list[str]) -> list[int]:
+    import shutil
+    import subprocess
+    from pathlib import Path
+
+    node = shutil.which("node")
+    if node is None or not Path("node_modules/gpt-tokenizer").is_dir():
+        pytest.skip("node and the gpt-tokenizer package are needed for real o200k counts")
+    conversations = [[{"role": "user", "content": t}] for t in texts]
+    out = subprocess.run(
+        [node, "tests/clients/count_tokens.mjs"],
+        input=json.dumps(conversations),
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    return json.loads(out.stdout)
+
+
+def test_the_estimate_is_never_under_real_counts_for_text_that_tokenises_badly():
+    """Once under by 3x for tag characters, 2.5x for combining marks, 2x for spaced digits, and under for ZWJ
+    sequences, base64, CJK and emoji: an over-long request went to the model instead of being trimmed."""
+    texts = adversarial_texts()
+    real = o200k_counts(list(texts.values()))
+    estimator = TokenEstimator()
+    for (name, sample), count in zip(texts.items(), real, strict=True):
+        estimate = estimator.prompt_tokens([{"role": "user", "content": sample}], None, "any:model")
+        assert estimate >= count, f"{name}: estimated {estimate}, o200k counts {count}"
+
+
+def test_the_estimate_of_ordinary_prose_is_at_most_about_40_percent_over():
+    """~40 %: the rates keep 10 % of safety over letters that o200k packs 4-5 to a token (1.39-1.44 measured)."""
+    real = o200k_counts(list(PROSE_TEXTS.values()))
+    estimator = TokenEstimator()
+    for (name, sample), count in zip(PROSE_TEXTS.items(), real, strict=True):
+        estimate = estimator.prompt_tokens([{"role": "user", "content": sample}], None, "any:model")
+        assert count <= estimate <= 1.45 * count, f"{name}: estimated {estimate}, o200k counts {count}"
+
+
+def test_a_model_that_counts_less_never_makes_the_estimate_reckless():
+    estimator = TokenEstimator()
+    request = ModelRequest(messages=[{"role": "user", "content": "hello " * 1000}], deadline=None)
+    estimator.observe("any:model", request, 10)  # a provider reporting far fewer tokens than the estimate
+    tags = [{"role": "user", "content": "".join(chr(0xE0041 + i % 26) for i in range(1000))}]
+    assert estimator.prompt_tokens(tags, None, "any:model") >= 3_700  # o200k: ~3,680 for these

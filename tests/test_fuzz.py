@@ -325,3 +325,162 @@ def test_the_stream_filter_only_ever_shows_a_prefix_of_what_was_streamed(pieces,
     whole = "".join(pieces)
     assert whole.startswith(shown)  # nothing shown that was not streamed, in order
     assert shown + box.finish(whole) == whole  # judged an answer: everything held back comes out
+
+
+# --- client schemas (issue 25): any bound, any nesting, any $ref -------------------------------------------------
+BOUND = (
+    st.integers(min_value=-(10**12), max_value=10**12)
+    | st.sampled_from([10**9, 10**400, 0, 1, -1, 1.5, 3.0])
+    | st.floats()  # NaN and the infinities included: Python's JSON reader takes them from a client
+    | TEXT
+    | st.booleans()
+    | st.none()
+    | JSON
+)
+SCHEMA_KEYS = st.sampled_from(
+    [
+        "minItems",
+        "maxItems",
+        "minLength",
+        "maxLength",
+        "minimum",
+        "maximum",
+        "exclusiveMinimum",
+        "exclusiveMaximum",
+        "multipleOf",
+        "minProperties",
+    ]
+)
+TYPE = st.sampled_from(["object", "array", "string", "number", "integer", "boolean", "null"]) | JSON
+REF = st.sampled_from(["#", "#/$defs/a", "#/$defs/b", "#/definitions/a", "#/nowhere"]) | JSON
+
+
+def _schema_nodes(inner: Any) -> Any:
+    return st.fixed_dictionaries(
+        {},
+        optional={
+            "type": TYPE,
+            "properties": st.dictionaries(st.sampled_from(["a", "b", "minimum", "items"]), inner, max_size=3),
+            "items": inner,
+            "anyOf": st.lists(inner, max_size=2),
+            "allOf": st.lists(inner | JSON, max_size=2),
+            "$ref": REF,
+            "enum": JSON,
+            "const": JSON,
+            "$defs": st.fixed_dictionaries({}, optional={"a": inner, "b": inner}),
+        },
+    ).flatmap(
+        lambda node: st.dictionaries(SCHEMA_KEYS, BOUND, max_size=3).map(lambda bounds: {**node, **bounds})
+    )
+
+
+SCHEMA = st.recursive(st.fixed_dictionaries({"type": TYPE}) | st.just({}), _schema_nodes, max_leaves=8)
+
+
+@FAST
+@given(schema=SCHEMA)
+def test_the_demo_fills_any_schema_within_its_caps(schema):
+    from chatloop.providers.schema_values import MAX_OUTPUT_CHARS, Hints, value_for
+
+    value = value_for(schema, Hints.from_text("Alice is 30 years old"))
+    assert len(json.dumps(value, allow_nan=False)) <= 2 * MAX_OUTPUT_CHARS
+
+
+@FAST
+@given(schema=SCHEMA)
+def test_the_schema_check_accepts_or_names_a_field_never_raises_otherwise(schema):
+    from chatloop.api.schema_checks import SchemaError, check_schema
+
+    try:
+        check_schema(schema)
+    except SchemaError as exc:
+        assert str(exc).split(":")[0]  # a path inside the schema
+
+
+@FAST
+@given(schema=SCHEMA, where=st.sampled_from(["tool", "format"]), path=st.sampled_from(["chat", "responses"]))
+def test_openai_routes_survive_any_client_schema(demo_runtime, schema, where, path):
+    question = "Alice is 30 years old."
+    if path == "responses":
+        body: dict[str, Any] = {"input": question, "model": "chatloop"}
+        if where == "tool":
+            body |= {
+                "tools": [{"type": "function", "name": "f", "parameters": schema}],
+                "tool_choice": "required",
+            }
+        else:
+            body["text"] = {"format": {"type": "json_schema", "name": "out", "schema": schema}}
+        route = "/v1/responses"
+    else:
+        body = {"messages": [{"role": "user", "content": question}]}
+        if where == "tool":
+            tool = {"type": "function", "function": {"name": "f", "parameters": schema}}
+            body |= {"tools": [tool], "tool_choice": "required"}
+        else:
+            body["response_format"] = {
+                "type": "json_schema",
+                "json_schema": {"name": "out", "schema": schema},
+            }
+        route = "/v1/chat/completions"
+    response = lambda_app.handler(rest_event("POST", route, json.dumps(body)), FakeContext())
+    check_response(response, route)
+    assert response["statusCode"] in (200, 400)
+    assert len(response_body(response)) <= 512 * 1024
+
+
+@pytest.fixture(scope="module")
+def demo_runtime(sandbox):
+    runtime = Runtime(
+        Settings(), registry=ToolRegistry([ExecuteJavaScriptTool(sandbox)]), keys_loader=lambda s: {}
+    )
+    saved = lambda_app.app.state.runtime
+    lambda_app.app.state.runtime = runtime
+    yield runtime
+    lambda_app.app.state.runtime = saved
+
+
+# --- the stream filter holds every call the parser recovers (one table drives both) ------------------------------
+CALL_ARGS = st.fixed_dictionaries(
+    {"code": st.text(max_size=20)}, optional={"timeout_seconds": st.integers(1, 9)}
+)
+
+
+@st.composite
+def written_call(draw: Any) -> str:
+    arguments = draw(CALL_ARGS)
+    name = "execute_javascript"
+    form = draw(
+        st.sampled_from(["hermes", "python_tag", "function_tag", "fenced", "json", "flat", "shuffled"])
+    )
+    if form == "hermes":
+        return f"<tool_call>{json.dumps({'name': name, 'arguments': arguments})}</tool_call>"
+    if form == "python_tag":
+        return f"<|python_tag|>{json.dumps({'name': name, 'parameters': arguments})}"
+    if form == "function_tag":
+        return f"<function={name}>{json.dumps(arguments)}</function>"
+    if form == "fenced":
+        return f"```json\n{json.dumps({'name': name, 'arguments': arguments})}\n```"
+    if form == "json":
+        return json.dumps({"name": name, "arguments": arguments})
+    items = [("name", name), *arguments.items()]
+    if form == "shuffled":
+        items = draw(st.permutations(items))
+    return json.dumps(dict(items))
+
+
+@FAST
+@given(prose=MODEL_TEXT, call=written_call(), cuts=st.lists(st.integers(1, 40), max_size=8))
+def test_every_call_the_parser_recovers_is_held_back_by_the_filter(prose, call, cuts):
+    tools = {"execute_javascript": {"code", "timeout_seconds"}}
+    text = prose + call
+    found = find_text_calls(text, tools)
+    if found is None:
+        return  # prose that ends in a way that makes the call unreadable: nothing to hold
+    box = TextCallFilter(hold_json=True, tools=tools)
+    pieces, at = [], 0
+    for cut in cuts:
+        pieces.append(text[at : at + cut])
+        at += cut
+    pieces.append(text[at:])
+    shown = "".join(box.feed(p) for p in pieces)
+    assert len(shown.strip()) <= len(found.prefix), (shown, found.prefix)

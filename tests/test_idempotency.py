@@ -125,7 +125,7 @@ def test_the_same_key_while_the_first_still_runs_is_a_409_with_retry_after(aws):
     store = lambda_app.app.state.runtime.idempotency
     body = json.dumps(ask())
     # The first request's record, as its still-running invocation left it.
-    data = {"key": "key-a|/chat|retry-1", "body": hashlib.sha256(body.encode()).hexdigest()}
+    data = {"key": "apikey:key-a|/chat|retry-1", "body": hashlib.sha256(body.encode()).hexdigest()}
     store.layer().save_inprogress(data, 60_000)
     status, raw, headers = call(ask())
     assert status == 409 and json.loads(raw)["error"]["code"] == "request_in_progress"

@@ -718,15 +718,21 @@ def test_header_placeholders_come_from_the_provider_keys_secret(monkeypatch):
     from chatloop.secrets import load_named_secrets
 
     monkeypatch.delenv("DOCS_TOKEN", raising=False)
+    stored_token = "token-from-secrets-manager-5e1b"
     with mock_aws():
         arn = boto3.client("secretsmanager").create_secret(
-            Name="chatloop/keys", SecretString=json.dumps({"GROQ_API_KEY": "gsk_x", "DOCS_TOKEN": TOKEN})
+            Name="chatloop/keys",
+            SecretString=json.dumps({"GROQ_API_KEY": "gsk_x", "DOCS_TOKEN": stored_token}),
         )["ARN"]
         settings = Settings(provider_keys_secret_arn=arn)
-        assert load_named_secrets(settings, ["DOCS_TOKEN", "MISSING"], environ={}) == {"DOCS_TOKEN": TOKEN}
+        assert load_named_secrets(settings, ["DOCS_TOKEN", "MISSING"], environ={}) == {
+            "DOCS_TOKEN": stored_token
+        }
     from chatloop.observability import redact
 
-    assert redact(f"Bearer {TOKEN}") == "Bearer [REDACTED]"  # registered: never in a log line or response
+    assert (
+        redact(f"Bearer {stored_token}") == "Bearer [REDACTED]"
+    )  # registered: never in a log line or response
 
 
 def test_a_placeholder_with_no_value_skips_the_server_naming_it(docs):
@@ -784,3 +790,57 @@ def test_a_token_written_into_mcp_servers_is_redacted_everywhere(docs):
     config = MCPServerConfig("docs", docs.url, headers={"X-Api-Key": literal, "Accept-Language": "en"})
     turn = asyncio.run(MCPServers(Settings(mcp_servers=(config,))).tools_for_turn(Deadline.after(10)))
     assert turn.tools and redact(f"key {literal}") == "key [REDACTED]" and redact("en") == "en"
+
+
+@pytest.mark.slow
+def test_client_supplied_servers_yield_items_the_openai_sdk_parses_and_takes_back(docs, llm, sandbox):
+    runtime = make_runtime(sandbox, (), mcp_allowed_urls=f"{docs.root}/")
+    llm.default = caller("client__search", once({"query": "items"}))
+    down = f"{docs.root}/nowhere"  # under the prefix, but no MCP server there
+    tools: Any = [mcp_tool(docs.url, allowed_tools=["search"]), mcp_tool(down, label="gone")]
+    with Server(create_app(runtime.settings, runtime=runtime)) as server:
+        client = openai.OpenAI(base_url=server.base_url, api_key="unused", max_retries=0)
+        response = client.responses.create(model="chatloop", input=QUESTION, tools=tools)
+        kinds = [item.type for item in response.output]
+        assert kinds == ["mcp_list_tools", "mcp_list_tools", "mcp_call", "message"], kinds
+        listed, gone, call = response.output[0], response.output[1], response.output[2]
+        assert listed.type == "mcp_list_tools" and [t.name for t in listed.tools] == ["search"]
+        assert gone.type == "mcp_list_tools" and gone.error and "gone" in gone.error
+        assert call.type == "mcp_call" and (call.name, call.server_label, call.status) == (
+            "search",
+            "client",
+            "completed",
+        )
+        assert "3 pages mention 'items'" in (call.output or "") and "3 pages" in response.output_text
+
+        with client.responses.stream(model="chatloop", input=QUESTION, tools=tools[:1]) as stream:
+            types = [event.type for event in stream]
+            final = stream.get_final_response()
+        assert "response.mcp_list_tools.completed" in types and "response.mcp_call.completed" in types
+        assert types.index("response.mcp_call.in_progress") < types.index("response.mcp_call.completed")
+        assert [item.type for item in final.output] == ["mcp_list_tools", "mcp_call", "message"]
+
+        # The items sent back as input: the model sees the earlier call and its answer.
+        llm.requests.clear()
+        history: Any = [
+            {"role": "user", "content": QUESTION},
+            *[item.model_dump(exclude_none=True) for item in final.output],
+            {"role": "user", "content": "thanks"},
+        ]
+        again = client.responses.create(model="chatloop", input=history, tools=tools[:1])
+        sent = llm.requests[0]["body"]["messages"]
+        replayed = next(m for m in sent if m["role"] == "tool")
+        assert "3 pages mention 'items'" in replayed["content"] and again.output_text
+
+
+def test_an_operator_servers_call_is_an_mcp_call_item(docs, llm, sandbox, handler_runtime):
+    handler_runtime(make_runtime(sandbox, (MCPServerConfig("docs", docs.url),)))
+    llm.default = caller("docs__search", once({"query": "operator"}))
+    code, body = invoke("/v1/responses", {"input": QUESTION})
+    output = json.loads(body)["output"]
+    assert code == 200 and [i["type"] for i in output] == ["mcp_call", "message"]
+    assert (output[0]["server_label"], output[0]["name"], output[0]["status"]) == (
+        "docs",
+        "search",
+        "completed",
+    )

@@ -107,7 +107,7 @@ def test_function_shape(translated):
     assert (
         params["Architecture"]["Default"] == "arm64" and "x86_64" in params["Architecture"]["AllowedValues"]
     )
-    assert params["MemorySize"]["MinValue"] >= 1024 and params["MemorySize"]["Default"] >= 1024
+    assert params["MemorySize"]["MinValue"] >= 512 and params["MemorySize"]["Default"] >= 512  # #27: measured
     assert params["FunctionTimeoutSeconds"]["Default"] > params["RequestTimeoutSeconds"]["Default"]
     assert (
         params["StreamFunctionTimeoutSeconds"]["Default"] > params["StreamRequestTimeoutSeconds"]["Default"]
@@ -166,7 +166,8 @@ def test_stream_mode_serves_run_sh_under_the_web_adapter_and_streams_every_route
     assert len(routes) == 3
     for integration in routes:  # /health too: the adapter answers every invocation in the streaming format
         assert integration["responseTransferMode"] == "STREAM"
-        assert "/2021-11-15/functions/${ChatFunction.Arn}/response-streaming-invocations" in json.dumps(
+        # the "live" alias, never $LATEST (#27)
+        assert "/2021-11-15/functions/${ChatFunctionAliaslive}/response-streaming-invocations" in json.dumps(
             integration["uri"]
         )
     url = {"Fn::Sub": "https://${ChatApi}.execute-api.${AWS::Region}.${AWS::URLSuffix}/${StageName}"}
@@ -185,7 +186,7 @@ def test_buffered_mode_is_the_mangum_handler_inside_api_gateways_29_seconds(tran
         assert translated["Parameters"]["RequestTimeoutSeconds"]["MaxValue"] < 29
         for integration in integrations(resources):
             assert "responseTransferMode" not in integration
-            assert "/2015-03-31/functions/${BufferedChatFunction.Arn}/invocations" in json.dumps(
+            assert "/2015-03-31/functions/${BufferedChatFunctionAliaslive}/invocations" in json.dumps(
                 integration["uri"]
             )
 
@@ -263,6 +264,13 @@ def test_log_retention_and_least_privilege(translated, mode):
         ("dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:UpdateItem", "dynamodb:DeleteItem"): {
             "Fn::GetAtt": ["IdempotencyTable", "Arn"]
         },
+        (
+            "dynamodb:GetItem",
+            "dynamodb:PutItem",
+            "dynamodb:UpdateItem",
+            "dynamodb:DeleteItem",
+            "dynamodb:Query",
+        ): {"Fn::GetAtt": ["ConversationTable", "Arn"]},
     }
 
 
@@ -281,6 +289,29 @@ def test_the_idempotency_table_is_powertools_layout_with_ttl(translated):
         env = the_function(deployed(translated, mode)["Resources"])["Environment"]["Variables"]
         assert env["IDEMPOTENCY_TABLE_NAME"] == {"Ref": "IdempotencyTable"}
         assert env["IDEMPOTENCY_EXPIRY_SECONDS"] == {"Ref": "IdempotencyExpirySeconds"}
+
+
+def test_the_conversation_table_is_the_stores_and_the_policy_grants_what_it_calls(translated):
+    """The table as store/dynamodb.py creates it in tests, with TTL on the attribute it writes, in both modes; the
+    policy grants exactly the IAM actions of the calls the store makes (a transaction's Put / Delete need PutItem /
+    DeleteItem), so a new call without its grant, or a grant nothing uses, fails here."""
+    from chatloop.store import dynamodb
+
+    resources = deployed(translated, "stream")["Resources"]
+    table = resources["ConversationTable"]["Properties"]
+    assert {k: table[k] for k in dynamodb.TABLE_DEFINITION} == dynamodb.TABLE_DEFINITION
+    assert table["TimeToLiveSpecification"] == {"AttributeName": dynamodb.TTL_ATTRIBUTE, "Enabled": True}
+    assert "GlobalSecondaryIndexes" not in table  # every read is strongly consistent: the table only
+    for mode in ("stream", "buffered"):
+        env = the_function(deployed(translated, mode)["Resources"])["Environment"]["Variables"]
+        assert env["CONVERSATION_TABLE_NAME"] == {"Ref": "ConversationTable"}
+    source = Path(dynamodb.__file__).read_text()
+    calls = set(re.findall(r"client\.([a-z_]+)", source)) - {"create_table", "update_time_to_live"}
+    as_actions = {"transact_write_items": {"PutItem", "DeleteItem"}}
+    used = set().union(*(as_actions.get(c, {"".join(w.title() for w in c.split("_"))}) for c in calls))
+    statements = resources["ChatFunctionPolicy"]["Properties"]["PolicyDocument"]["Statement"]
+    (grant,) = [s for s in statements if s["Resource"] == {"Fn::GetAtt": ["ConversationTable", "Arn"]}]
+    assert {a.removeprefix("dynamodb:") for a in grant["Action"]} == used
 
 
 def test_the_sandbox_budget_follows_the_functions_memory(translated):
@@ -394,14 +425,22 @@ def test_deploy_lambda_fast_updates_the_code_and_prints_its_sha(moto, tmp_path, 
         Handler="run.sh" if mode == "stream" else "app.handler",
         Code={"ZipFile": seed.read_bytes()},
         Architectures=["arm64"],
+        Publish=True,
     )
+    lam.create_alias(
+        FunctionName=function, Name="live", FunctionVersion="1"
+    )  # as the template's AutoPublishAlias
     result = run(
         "make", "--no-print-directory", "deploy-lambda-fast", "STACK=chatloop-ops", f"MODE={mode}", env=moto
     )
-    printed = re.search(r"CodeSha256 (\S+)", result.stdout).group(1)
+    printed = re.search(r"CodeSha256 (\S+),", result.stdout).group(1)
     assert printed == code_sha256(ROOT / "build" / "function.zip")
     assert f"updated {function}:" in result.stdout
     assert lam.get_function(FunctionName=function)["Configuration"]["CodeSha256"] == printed
+    # the new code is published and the alias every route invokes points at it (#27): otherwise it never runs
+    live = lam.get_alias(FunctionName=function, Name="live")["FunctionVersion"]
+    assert live != "1" and f"version {live} is now live" in result.stdout
+    assert lam.get_function(FunctionName=function, Qualifier="live")["Configuration"]["CodeSha256"] == printed
     with zipfile.ZipFile(ROOT / "build" / "function.zip") as z:
         names = z.namelist()
     assert {"app.py", "run.sh", "chatloop/tools/javascript/runner.js", "chatloop/api/page/index.html"} <= set(

@@ -54,14 +54,15 @@ class SlowModel:
 
 
 class Gateway:
-    """API Gateway in front of the app, as the page meets it: no x-api-key is a 403, and the key ``throttled`` is
-    over its usage plan (429); ``expired`` is refused by an authorizer (401). Bodies are API Gateway's own."""
+    """API Gateway in front of the app, as the page meets it: every route but the page and its files wants the key
+    (``/chat``, ``/v1/...``): no x-api-key is a 403, and the key ``throttled`` is over its usage plan (429);
+    ``expired`` is refused by an authorizer (401). Bodies are API Gateway's own."""
 
     def __init__(self, app: Any):
         self.app = app
 
     async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
-        if scope["type"] == "http" and scope["path"] == "/chat":
+        if scope["type"] == "http" and scope["path"] != "/" and not scope["path"].startswith("/static/"):
             key = dict(scope["headers"]).get(b"x-api-key")
             status = {None: 403, b"throttled": 429, b"expired": 401}.get(key)
             if status is not None:
@@ -178,21 +179,28 @@ def test_text_streams_in_before_the_turn_ends_and_the_conversation_continues(pag
     assert sent[-1]["content"] == "second question" and "one word at a time" in sent[-2]["content"]
 
 
-def test_the_stop_button_ends_the_turn_and_the_server_stops(page, slow, caplog):
+@pytest.mark.slow
+def test_the_stop_button_stops_the_turn_on_the_server_too(page, slow, caplog):
+    """The page's chats are stored conversations, whose turns outlive their page (a reload must find the answer):
+    Stop asks the server to end the turn (POST /chat/stop) as well as stopping the reading, and a stopped turn is not
+    stored, so a reload does not wait for it."""
     server, model = slow
-    model.pause = 1.0
+    model.pause = 0.6  # about nine seconds: time enough to press Stop in the middle on a busy machine
     try:
         page.goto(server.root + "/")
         ask(page, "a long one")
         page.locator(".answer", has_text="answer").wait_for()
         page.click("#stop")
         page.wait_for_selector(".note:has-text('Stopped.')")
-        assert page.locator("#send").is_visible()
+        assert "not kept" in page.locator(".note").inner_text() and page.locator("#send").is_visible()
         for _ in range(50):
             if "client_disconnected" in caplog.text:
                 break
             page.wait_for_timeout(100)
-        assert "client_disconnected" in caplog.text
+        assert "turn stopped by its client" in caplog.text and "client_disconnected" in caplog.text
+        page.reload()  # nothing to follow: the stopped question was not stored
+        page.wait_for_timeout(500)
+        assert page.locator(".note:has-text('being answered')").count() == 0
     finally:
         model.pause = 0.15
 
@@ -208,6 +216,12 @@ def test_html_in_a_model_reply_is_inert(page, slow):
         assert answer.locator("img[onerror]").count() == 0 and answer.locator("script").count() == 0
         hrefs = answer.locator("a").evaluate_all("links => links.map(a => a.getAttribute('href'))")
         assert not any((h or "").lower().startswith("javascript:") for h in hrefs)
+        page.wait_for_timeout(300)
+        assert page.evaluate("window.pwned") is None and page.errors == []
+        page.reload()  # reopened from the store, it is rendered the same way
+        answer.wait_for()
+        assert answer.locator("img[onerror]").count() == 0 and answer.locator("script").count() == 0
+        assert "Look:" in answer.inner_text()
         page.wait_for_timeout(300)
         assert page.evaluate("window.pwned") is None and page.errors == []
     finally:

@@ -149,6 +149,20 @@ CASES = [
         False,
     ),
     (
+        "legacy syntax in the final call's answer",
+        {"legacy_syntax": True, "reminders_left": 0, "final_call_made": True, "content_length": 30},
+        Action.ANSWER,
+        "legacy_syntax",
+        False,
+    ),
+    (
+        "legacy syntax and nothing else in the final call's answer",
+        {"legacy_syntax": True, "reminders_left": 0, "final_call_made": True},
+        Action.FALLBACK,
+        "legacy_syntax",
+        False,
+    ),
+    (
         "legacy syntax at the cap",
         {"iteration": 10, "legacy_syntax": True, "reminders_left": 2},
         Action.FALLBACK,

@@ -489,3 +489,72 @@ def test_waiting_for_a_slot_counts_against_the_deadline():
 def test_code_longer_than_the_shared_buffer_still_runs(sandbox, code):
     """Code reaches the worker through a 64 KiB shared buffer; longer code comes as a message instead."""
     assert run(sandbox, code, timeout=5).payload["result"] == 42
+
+
+# --- one process, a fresh realm per run (#27) ------------------------------------------------------
+def test_a_process_serves_run_after_run_and_nothing_of_one_run_reaches_the_next():
+    box = JavaScriptSandbox()
+    try:
+        wait_for_spare(box)
+        pid = box._spare.process.pid
+        leave = (
+            "globalThis.left = 'SECRET'; Object.prototype.polluted = 'SECRET'; Math.random = () => 4; "
+            "JSON.stringify = () => '{\"forged\": 1}'; setInterval(() => console.log('SECRET'), 1); 1"
+        )
+        assert box.run(leave, 3).payload["result"] == 1
+        wait_for_spare(box)
+        assert box._spare is not None and box._spare.process.pid == pid  # the same process answers again
+        seen = box.run(
+            "[typeof globalThis.left, ({}).polluted, Math.random() === 4, JSON.stringify({a: 1}), "
+            "typeof BroadcastChannel, typeof URL.createObjectURL]",
+            3,
+        )
+        wait_for_spare(box)
+        assert seen.prespawned and box._spare.process.pid == pid
+        assert seen.payload == {
+            "result": ["undefined", None, False, '{"a":1}', "undefined", "undefined"],
+            "output": "",  # the previous run's timer died with its worker
+        }
+    finally:
+        box.close()
+
+
+def test_a_run_that_does_not_answer_gets_a_new_process():
+    box = JavaScriptSandbox()
+    try:
+        wait_for_spare(box)
+        pid = box._spare.process.pid
+        assert box.run("while (true) {}", 1).payload["error"].startswith("TimeoutError")
+        wait_for_spare(box)
+        assert box._spare.process.pid != pid
+        assert box.run("2 + 2", 3).payload["result"] == 4
+    finally:
+        box.close()
+
+
+def test_the_cpu_limit_holds_for_each_run_of_a_long_lived_process():
+    """RLIMIT_CPU counts the process's whole life: each run's budget is added to what it has used so far."""
+    box = JavaScriptSandbox()
+    try:
+        wait_for_spare(box)
+        for _ in range(3):
+            busy = "const end = Date.now() + 700; while (Date.now() < end) {} 'done'"
+            assert box.run(busy, 1.5).payload["result"] == "done"
+    finally:
+        box.close()
+
+
+def test_a_process_is_replaced_after_its_share_of_runs():
+    box = JavaScriptSandbox()
+    box.runs_per_process = 3
+    try:
+        wait_for_spare(box)
+        first = box._spare.process.pid
+        pids = []
+        for n in range(4):
+            assert box.run(f"{n} + 1", 3).payload["result"] == n + 1
+            wait_for_spare(box)
+            pids.append(box._spare.process.pid)
+        assert pids[:2] == [first, first] and pids[2] != first  # replaced after its third run
+    finally:
+        box.close()

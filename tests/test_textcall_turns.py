@@ -167,7 +167,11 @@ def test_v1_stream_sends_only_the_answer(upstream, sandbox, fmt):
     chunks = [json.loads(line[6:]) for line in text_body.splitlines() if line.startswith("data: {")]
     shown = "".join(c["choices"][0]["delta"].get("content") or "" for c in chunks if c["choices"])
     assert code == 200 and text_body.rstrip().endswith("data: [DONE]")
-    assert shown == "The balance after 15 years is $20,789.28."
+    # Text the model wrote before its call (hermes: "Let me calculate that.") is part of the answer, set off by a
+    # seam; the call itself never shows.
+    narration = WRITTEN_AS_TEXT[fmt].partition("<")[0].strip() if fmt == "hermes" else ""
+    expected = f"{narration}\n\n" if narration else ""
+    assert shown == expected + "The balance after 15 years is $20,789.28."
     assert all("tool_calls" not in c["choices"][0]["delta"] for c in chunks if c["choices"])
 
 

@@ -127,8 +127,10 @@ class Settings:
     """REQUEST_TIMEOUT_SECONDS: a request's whole budget (API Gateway's integration timeout is 29 s)."""
     lambda_safety_margin_seconds: float = 1.0
     """LAMBDA_SAFETY_MARGIN_SECONDS: kept back from the Lambda's remaining time."""
-    max_body_bytes: int = 1024 * 1024
-    """MAX_BODY_BYTES: larger request bodies get a 413."""
+    max_body_bytes: int = 6_000_000
+    """MAX_BODY_BYTES: larger request bodies get a 413. The default is what Lambda accepts (a 6 MB synchronous
+    request payload, the event's envelope included), so context fitting, not this limit, decides how much of a
+    long conversation is sent."""
     sse_heartbeat_seconds: float = 10.0
     """SSE_HEARTBEAT_SECONDS: a streamed response sends a ``: ping`` comment after this long without bytes."""
     max_json_depth: int = 64
@@ -137,6 +139,17 @@ class Settings:
     """MAX_MESSAGES: a conversation with more messages gets a 413."""
     api_base_path: str = "/"
     """API_BASE_PATH: path prefix stripped by Mangum (a custom domain's base path or a named HTTP API stage)."""
+    # --- hardening, round 3 (api): dependencies inside the deadline, adapter trust ----------
+    idempotency_timeout_seconds: float = 2.0
+    """IDEMPOTENCY_TIMEOUT_SECONDS: the longest one idempotency store call may take, its retries included (never
+    more than a fifth of the request's remaining time before the turn, half after it); a store slower than that is a store failure."""
+    trust_adapter_headers: bool = False
+    """TRUST_ADAPTER_HEADERS: read the Lambda Web Adapter's ``x-amzn-lambda-context`` / ``x-amzn-request-context``
+    headers (deadline, request id, identity) on loopback requests. ``src/run.sh`` sets it when Lambda starts it
+    under the adapter; anywhere else a client could write those headers."""
+    lambda_function_name: str = ""
+    """AWS_LAMBDA_FUNCTION_NAME: set by Lambda in every execution environment. There a header alone never names a
+    caller (``api/caller.py``); unset, as in ``make run``, the ``x-api-key`` header does, hashed."""
     # --- models ---------------------------------------------------------------------------
     model_chain: str = ""
     """MODEL_CHAIN: comma-separated ``provider:model`` entries tried in order. Empty: the default chain
@@ -159,6 +172,20 @@ class Settings:
     header is ignored and every request runs."""
     idempotency_expiry_seconds: int = 3600
     """IDEMPOTENCY_EXPIRY_SECONDS: how long a stored answer is replayed for its key."""
+    # --- conversation store ---------------------------------------------------------------
+    conversation_table_name: str = ""
+    """CONVERSATION_TABLE_NAME: the DynamoDB table of conversations and stored responses (the template creates it).
+    Empty: the SQLite file at CONVERSATION_STORE_PATH."""
+    conversation_store_path: str = ""
+    """CONVERSATION_STORE_PATH: the SQLite file used when no table is named. Empty: ``chatloop/conversations.sqlite3``
+    under the user's data directory (``$XDG_DATA_HOME`` or ``~/.local/share``), or the temp directory when that is
+    not writable (as on Lambda)."""
+    conversation_ttl_seconds: int = 30 * 24 * 3600
+    """CONVERSATION_TTL_SECONDS: how long a conversation or stored response is kept after it was created (its items
+    with it); any positive value."""
+    conversation_store_timeout_seconds: float = 5.0
+    """CONVERSATION_STORE_TIMEOUT_SECONDS: the longest a request waits for the store (within its own deadline)
+    before it answers 503."""
     # --- sandbox --------------------------------------------------------------------------
     js_memory_mb: int = 256
     """JS_MEMORY_MB: RLIMIT_DATA of each Deno process."""
@@ -172,6 +199,12 @@ class Settings:
     (1024 when unset, as in ``make run``)."""
     js_prespawn: bool = True
     """JS_PRESPAWN: keep one Deno process started and waiting for code."""
+    # --- SnapStart (chatloop/snapstart.py) ------------------------------------------------
+    snapstart_before_checkpoint_path: str = ""
+    """AWS_LWA_SNAPSTART_BEFORE_CHECKPOINT_PATH: stream mode under SnapStart: the route the Lambda Web Adapter POSTs
+    to before the snapshot (the template sets it when EnableSnapStart is true). Empty: no such route."""
+    snapstart_after_restore_path: str = ""
+    """AWS_LWA_SNAPSTART_AFTER_RESTORE_PATH: the route the adapter POSTs to after a restore. Empty: no such route."""
     # --- MCP servers ----------------------------------------------------------------------
     mcp_servers: tuple[MCPServerConfig, ...] = ()
     """MCP_SERVERS: MCP servers whose tools are offered beside the built-in tool, as a JSON list of
@@ -200,6 +233,11 @@ class Settings:
         """
         fits = max(1, int(self.function_memory_mb * self.sandbox_memory_share) // self.js_memory_mb)
         return min(self.js_max_concurrency, fits) if self.js_max_concurrency > 0 else fits
+
+    def store_path(self) -> str:
+        """The SQLite file of the embedded store: CONVERSATION_STORE_PATH, else under the user's data directory when
+        it is writable, else under the temp directory."""
+        return self.conversation_store_path or default_store_path()
 
     def mcp_url_prefixes(self) -> list[str]:
         """MCP_ALLOWED_URLS as a list (empty: no client-supplied MCP server is accepted)."""
@@ -239,6 +277,12 @@ class Settings:
                 f"JS_MEMORY_MB={self.js_memory_mb} does not fit SANDBOX_MEMORY_SHARE={self.sandbox_memory_share:g} "
                 f"of the function's {self.function_memory_mb} MB"
             )
+        if self.conversation_ttl_seconds <= 0 or self.conversation_store_timeout_seconds <= 0:
+            raise ConfigError(
+                "CONVERSATION_TTL_SECONDS and CONVERSATION_STORE_TIMEOUT_SECONDS must be positive"
+            )
+        if self.idempotency_timeout_seconds <= 0:
+            raise ConfigError("IDEMPOTENCY_TIMEOUT_SECONDS must be positive")
         if self.mcp_tool_budget < 1 or self.mcp_tools_ttl_seconds < 0 or self.mcp_list_timeout_seconds <= 0:
             raise ConfigError(
                 "MCP_TOOL_BUDGET and MCP_LIST_TIMEOUT_SECONDS must be positive, MCP_TOOLS_TTL_SECONDS not negative"
@@ -252,12 +296,38 @@ class Settings:
             )
 
 
-_ENV_NAMES = {"version": "APP_VERSION", "function_memory_mb": "AWS_LAMBDA_FUNCTION_MEMORY_SIZE"}
+_ENV_NAMES = {
+    "version": "APP_VERSION",
+    "function_memory_mb": "AWS_LAMBDA_FUNCTION_MEMORY_SIZE",
+    "lambda_function_name": "AWS_LAMBDA_FUNCTION_NAME",
+    "snapstart_before_checkpoint_path": "AWS_LWA_SNAPSTART_BEFORE_CHECKPOINT_PATH",
+    "snapstart_after_restore_path": "AWS_LWA_SNAPSTART_AFTER_RESTORE_PATH",
+}
 
 
 def env_name(field_name: str) -> str:
     """The environment variable a setting is read from: ``max_iterations`` -> ``MAX_ITERATIONS``."""
     return _ENV_NAMES.get(field_name, field_name.upper())
+
+
+def default_store_path(environ: Mapping[str, str] | None = None) -> str:
+    """``chatloop/conversations.sqlite3`` under ``$XDG_DATA_HOME`` (or ``~/.local/share``) when that can be written,
+    else under the temp directory (Lambda's home is read-only; ``/tmp`` is the function's own)."""
+    import tempfile
+    from pathlib import Path
+
+    env = os.environ if environ is None else environ
+    home = env.get("HOME", "")
+    data = env.get("XDG_DATA_HOME") or (str(Path(home) / ".local" / "share") if home else "")
+    if data:
+        folder = Path(data) / "chatloop"
+        try:
+            folder.mkdir(parents=True, exist_ok=True, mode=0o700)
+            if os.access(folder, os.W_OK):
+                return str(folder / "conversations.sqlite3")
+        except OSError:
+            pass
+    return str(Path(tempfile.gettempdir()) / "chatloop" / "conversations.sqlite3")
 
 
 def _parse(name: str, raw: str, kind: type) -> object:

@@ -55,6 +55,68 @@ def redact(text: str) -> str:
     return _KEY_PATTERNS.sub("[REDACTED]", text)
 
 
+_KEY_STARTS = ("sk-", "gsk_", "AKIA", "ASIA")
+_KEY_CHARS = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_-*")
+
+
+class SecretHold:
+    """Redaction that holds across a stream of text pieces: a secret split over several deltas (``gsk_ab`` then
+    ``cdef…``) is redacted whole, as ``redact`` would redact the concatenation.
+
+    Like the text-call filter holds a tag, it holds back the few characters at the end of what came so far that
+    could begin a secret (a prefix of a registered secret, or a word that starts like a key); everything before them
+    leaves at once, redacted. Text that cannot begin a secret is never delayed.
+
+    Usage::
+
+        hold = SecretHold()
+        for piece in pieces:
+            send(hold.feed(piece))
+        send(hold.flush())
+    """
+
+    def __init__(self) -> None:
+        self.pending = ""
+
+    def feed(self, text: str) -> str:
+        self.pending += text
+        cut = _whole_secrets_before(self.pending, len(self.pending) - self._held(self.pending))
+        out, self.pending = self.pending[:cut], self.pending[cut:]
+        return redact(out) if out else ""
+
+    def flush(self) -> str:
+        out, self.pending = self.pending, ""
+        return redact(out) if out else ""
+
+    @staticmethod
+    def _held(text: str) -> int:
+        """How many characters at the end of ``text`` could begin a secret (linear in the trailing word)."""
+        held = 0
+        for secret in _SECRETS:  # the longest end of text that a secret starts with
+            for k in range(min(len(secret) - 1, len(text)), held, -1):
+                if text.endswith(secret[:k]):
+                    held = k
+                    break
+        start = len(text)
+        while start > 0 and text[start - 1] in _KEY_CHARS:
+            start -= 1
+        tail = text[start:]
+        for i in range(len(tail)):  # the earliest start in the trailing word of something shaped like a key
+            rest = tail[i:]
+            if any(rest.startswith(p) or p.startswith(rest) for p in _KEY_STARTS):
+                return max(held, len(rest))
+        return held
+
+
+def _whole_secrets_before(text: str, cut: int) -> int:
+    """``cut``, moved back to the start of any registered secret that would straddle it."""
+    for secret in _SECRETS:
+        at = text.find(secret, max(0, cut - len(secret) + 1))
+        if 0 <= at < cut:
+            cut = at
+    return cut
+
+
 def redact_value(value: Any) -> Any:
     if isinstance(value, str):
         return redact(value)

@@ -2,7 +2,8 @@
 
 The secret (``PROVIDER_KEYS_SECRET_ARN``) is a JSON object with ``GROQ_API_KEY`` and/or ``OPENAI_API_KEY``.
 It is read with Powertools Parameters (cached) on the first request that needs it, never at import time;
-boto3 is imported only then. Every key is registered for redaction, so it never reaches a log or a response.
+boto3 is imported only then. The read is bounded (``SECRET_READ_SECONDS``, retries included): a Secrets Manager
+that hangs is a 503 ``keys_unavailable`` in seconds, not a request held for minutes. Every key is registered for redaction, so it never reaches a log or a response.
 
 The same secret may hold other values an operator refers to by name, such as an MCP server's token
 (``"Authorization": "Bearer ${DOCS_TOKEN}"`` in MCP_SERVERS): ``load_named_secrets`` reads them the same way.
@@ -17,12 +18,16 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterable, Mapping
+from typing import Any
 
 from chatloop.config import Settings
 from chatloop.observability import logger, register_secret
 
 KEY_VARIABLES = {"groq": "GROQ_API_KEY", "openai": "OPENAI_API_KEY", "local": "LOCAL_API_KEY"}
 SECRET_CACHE_SECONDS = 300
+SECRET_READ_SECONDS = 4.0
+"""The longest the secret's read may take, connect and read timeouts and retries included."""
+_provider: Any = None
 
 
 class KeysUnavailable(RuntimeError):
@@ -59,11 +64,21 @@ def load_named_secrets(
     return found
 
 
-def _read_secret(arn: str) -> dict[str, str]:
-    from aws_lambda_powertools.utilities import parameters  # boto3: only when a secret is configured
+def _secrets() -> Any:
+    """Powertools' Secrets Manager provider with a bounded client, built on first use (boto3: only then)."""
+    global _provider
+    if _provider is None:
+        from aws_lambda_powertools.utilities.parameters import SecretsProvider
 
+        from chatloop.aws import bounded_config
+
+        _provider = SecretsProvider(boto_config=bounded_config(SECRET_READ_SECONDS))
+    return _provider
+
+
+def _read_secret(arn: str) -> dict[str, str]:
     try:
-        value = parameters.get_secret(arn, transform="json", max_age=SECRET_CACHE_SECONDS)
+        value = _secrets().get(arn, transform="json", max_age=SECRET_CACHE_SECONDS)
     except Exception as exc:
         logger.error(f"provider keys: could not read the secret ({type(exc).__name__})")
         raise KeysUnavailable("the provider keys secret could not be read") from None

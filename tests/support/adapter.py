@@ -54,6 +54,7 @@ def run_sh(llm: FakeLLM, tmp_path: Path, **env: str) -> Iterator[Served]:
     environment = {
         "PATH": f"{Path(sys.executable).parent}:/usr/bin:/bin",  # `python3` is the runtime's (here: the venv's)
         "AWS_LAMBDA_EXEC_WRAPPER": "/opt/bootstrap",
+        "AWS_LAMBDA_RUNTIME_API": "127.0.0.1:9001",  # Lambda sets it for the runtime (here: nothing listens)
         "AWS_LWA_INVOKE_MODE": "response_stream",
         "AWS_LWA_PORT": str(port),
         "AWS_LWA_READINESS_CHECK_PATH": "/health",

@@ -7,9 +7,22 @@ and API Gateway's request context in ``x-amzn-request-context`` (``requestId``, 
 awslabs/aws-lambda-web-adapter ``src/lib.rs`` (both headers) and awslabs/aws-lambda-rust-runtime
 ``lambda-runtime/src/types.rs`` (the ``Context`` fields).
 
+Those headers are trusted only when the adapter is the one sending them (the adapter overwrites both on every
+request it forwards, but without it in front a client can write them and pick its own deadline, request id and
+identity). Both must hold:
+
+- the process runs under the adapter: ``TRUST_ADAPTER_HEADERS``, which ``src/run.sh`` sets when Lambda started it
+  with the adapter as its exec wrapper (``AWS_LAMBDA_EXEC_WRAPPER=/opt/bootstrap`` and the Lambda runtime API
+  present); ``make run``, tests and any other server leave it unset;
+- the request comes over loopback (the adapter forwards to ``127.0.0.1``; ``run.sh`` binds nothing else and turns
+  off uvicorn's proxy headers, so the peer address is the socket's, not a client's ``X-Forwarded-For``).
+
+Otherwise both headers are ignored: no invocation (the deadline is REQUEST_TIMEOUT_SECONDS), no gateway context
+(no identity, no stage path).
+
 Usage::
 
-    invocation = invocation_from(request.headers)
+    invocation = invocation_of(request)          # None unless the adapter sent it
     if invocation: invocation.seconds_left()
 """
 
@@ -21,8 +34,11 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from starlette.requests import HTTPConnection
+
 LAMBDA_CONTEXT_HEADER = "x-amzn-lambda-context"
 REQUEST_CONTEXT_HEADER = "x-amzn-request-context"
+LOOPBACK = frozenset({"127.0.0.1", "::1"})
 
 
 @dataclass(frozen=True)
@@ -46,13 +62,33 @@ def invocation_from(headers: Mapping[str, str]) -> Invocation | None:
     return Invocation(deadline, str(gateway_id or context.get("request_id") or ""))
 
 
-def gateway_context(event: Mapping[str, Any] | None, headers: Mapping[str, str]) -> dict[str, Any]:
+def from_adapter(request: HTTPConnection) -> bool:
+    """Whether this request's ``x-amzn-*`` headers were written by the Web Adapter (see the module docstring)."""
+    runtime = getattr(request.app.state, "runtime", None)
+    if runtime is None or not runtime.settings.trust_adapter_headers:
+        return False
+    peer = request.scope.get("client") or ("",)  # the socket's peer: run.sh turns uvicorn's proxy headers off
+    return peer[0] in LOOPBACK
+
+
+def invocation_of(request: HTTPConnection) -> Invocation | None:
+    """The adapter's invocation for this request (stream mode), or None; parsed once per request."""
+    if "chatloop.invocation" not in request.scope:
+        trusted = from_adapter(request)
+        request.scope["chatloop.invocation"] = invocation_from(request.headers) if trusted else None
+    invocation: Invocation | None = request.scope["chatloop.invocation"]
+    return invocation
+
+
+def gateway_context(request: HTTPConnection) -> dict[str, Any]:
     """API Gateway's request context (stage path, identity, ...): from the Lambda event in buffered mode (Mangum),
-    from the adapter's ``x-amzn-request-context`` header in stream mode, else empty (``make run``)."""
-    context = (event or {}).get("requestContext")
+    from the adapter's ``x-amzn-request-context`` header in stream mode when the adapter sent it, else empty."""
+    context = (request.scope.get("aws.event") or {}).get("requestContext")
     if isinstance(context, dict) and context:
         return context
-    return _json_object(headers.get(REQUEST_CONTEXT_HEADER))
+    if not from_adapter(request):
+        return {}
+    return _json_object(request.headers.get(REQUEST_CONTEXT_HEADER))
 
 
 def _json_object(text: str | None) -> dict[str, Any]:

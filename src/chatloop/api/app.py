@@ -13,11 +13,15 @@ from __future__ import annotations
 
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
+from starlette.middleware import Middleware
 from starlette.routing import Route
 
-from chatloop.api import page, routes
+from chatloop import snapstart
+from chatloop.api import conversations, page, routes
+from chatloop.api import stored as stored_responses
 from chatloop.api.errors import RequestError, on_http_error, on_request_error, on_unexpected
 from chatloop.api.idempotency import idempotent
+from chatloop.api.nosniff import NoSniff
 from chatloop.api.runtime import Runtime
 from chatloop.config import Settings
 from chatloop.observability import logger
@@ -37,19 +41,49 @@ def create_app(
     app = Starlette(
         routes=[
             Route("/chat", idempotent(routes.chat), methods=["POST"]),
+            Route("/chat/stop", stored_responses.stop_chat, methods=["POST"]),
             Route("/v1/chat/completions", idempotent(routes.chat_completions), methods=["POST"]),
             Route("/v1/responses", idempotent(routes.responses), methods=["POST"]),
+            Route("/v1/responses/{response_id}", stored_responses.retrieve_response, methods=["GET"]),
+            Route("/v1/responses/{response_id}", stored_responses.delete_response, methods=["DELETE"]),
+            Route(
+                "/v1/responses/{response_id}/input_items", stored_responses.list_input_items, methods=["GET"]
+            ),
+            Route("/v1/conversations", conversations.create_conversation, methods=["POST"]),
+            Route("/v1/conversations", conversations.list_conversations, methods=["GET"]),
+            Route(
+                "/v1/conversations/{conversation_id}", conversations.retrieve_conversation, methods=["GET"]
+            ),
+            Route("/v1/conversations/{conversation_id}", conversations.update_conversation, methods=["POST"]),
+            Route(
+                "/v1/conversations/{conversation_id}", conversations.delete_conversation, methods=["DELETE"]
+            ),
+            Route("/v1/conversations/{conversation_id}/items", conversations.list_items, methods=["GET"]),
+            Route("/v1/conversations/{conversation_id}/items", conversations.create_items, methods=["POST"]),
+            Route(
+                "/v1/conversations/{conversation_id}/items/{item_id}",
+                conversations.retrieve_item,
+                methods=["GET"],
+            ),
+            Route(
+                "/v1/conversations/{conversation_id}/items/{item_id}",
+                conversations.delete_item,
+                methods=["DELETE"],
+            ),
             Route("/v1/models", routes.list_models, methods=["GET"]),
             Route("/v1/models/{model_id:path}", routes.retrieve_model, methods=["GET"]),
             Route("/health", routes.health, methods=["GET"]),
             Route("/", page.page, methods=["GET"]),
             Route("/static/{path:path}", page.asset, methods=["GET"]),
+            # stream mode under SnapStart: the Web Adapter's two hook routes, when configured (H1, #27)
+            *snapstart.hook_routes(settings),
         ],
         exception_handlers={
             RequestError: on_request_error,
             HTTPException: on_http_error,
             Exception: on_unexpected,
         },
+        middleware=[Middleware(NoSniff)],  # X-Content-Type-Options on every response
     )
     app.state.runtime = runtime or Runtime(settings, chain=chain, registry=registry)
     if chain is None and runtime is None:

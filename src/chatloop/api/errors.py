@@ -55,16 +55,19 @@ def error_response(
         body = openai_error(message, code, OPENAI_TYPES.get(status, "invalid_request_error"), param)
     else:
         body = {"error": {"code": code, "message": message}}
-    return JSONBody(body, status_code=status, headers=headers)
+    # Also set by the NoSniff middleware, which the 500 of an unhandled exception never passes through.
+    return JSONBody(
+        body, status_code=status, headers={**(headers or {}), "x-content-type-options": "nosniff"}
+    )
 
 
 def from_validation(error: ValidationError) -> RequestError:
     first = error.errors()[0]
     where = ".".join(str(p) for p in first["loc"]) or "body"
-    message = first["msg"]
-    if first["type"] == "extra_forbidden":
-        message = "unknown field"
-    return RequestError(400, "invalid_request", f"{where}: {message}", param=where)
+    message, code = first["msg"], "invalid_request"
+    if first["type"] == "extra_forbidden":  # as OpenAI answers an unrecognized request argument
+        message, code = "unknown field", "unsupported_parameter"
+    return RequestError(400, code, f"{where}: {message}", param=where)
 
 
 async def on_request_error(request: Request, exc: Exception) -> JSONResponse:

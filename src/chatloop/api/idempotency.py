@@ -4,11 +4,20 @@ record (in progress, then the stored response).
 
 - The same key and the same body again: the stored response, byte for byte (a stream is replayed as the same SSE
   event sequence), and no model call. A different body: 422. The first still running: 409 with ``retry-after``.
-- Keys are scoped to the caller (API Gateway's API key id, or the IAM caller of a Function URL), the path and the
-  key itself, so one client can never read another's stored answer.
+- Keys are scoped to the caller (``caller_of`` in ``api/caller.py``: API key id, IAM caller, JWT subject and
+  issuer, Lambda-authorizer principal, all combined), the path and the key itself, so one client can never read
+  another's stored answer. A request with no identity is never put in a shared scope: it runs without
+  deduplication (a logged warning; nothing failed, so ``IdempotencyErrors`` is not counted).
 - Only a 200 is stored, and only when it fits DynamoDB's 400 KB item limit (bodies are already redacted: no secret
   is stored). A failure of DynamoDB never fails the chat: the request runs without deduplication, logged and
   counted (``IdempotencyErrors``).
+- Every DynamoDB call fits the request's deadline: at most IDEMPOTENCY_TIMEOUT_SECONDS and a fifth of the time
+  left before the turn (half after it), connect and read timeouts and retries included (one botocore client per
+  budget bucket, built on first use and kept for the container). A store that hangs degrades like one that
+  refuses: a store failure.
+- A turn that ends without a stored answer (an error, a non-200, an answer too large, a client that went away)
+  releases its in-progress record (deleted, as Powertools does on failure), so a retry with the same key runs
+  instead of getting 409s until the record expires.
 - No ``IDEMPOTENCY_TABLE_NAME``: nothing changes (``make run`` needs no AWS). boto3 is imported on first use.
 
 Usage (in the app)::
@@ -25,12 +34,17 @@ import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
+import anyio
 from anyio import to_thread
 from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
+from starlette.types import Receive, Scope, Send
 
-from chatloop.api.adapter import gateway_context, invocation_from
+from chatloop.api.adapter import invocation_of
+from chatloop.api.caller import caller_of
 from chatloop.api.errors import error_response
+from chatloop.api.limits import read_within
+from chatloop.aws import bounded_config
 from chatloop.observability import logger, metrics
 
 HEADER = "idempotency-key"
@@ -38,25 +52,53 @@ MAX_KEY_LENGTH = 255
 MAX_STORED_BYTES = 350_000
 """DynamoDB items are at most 400 KB; the record's other attributes need the rest."""
 REPLAYED_HEADER = "idempotent-replayed"
+STOP_REASON = "chatloop.stop_reason"
+"""Where the turn's stop reason is left in the request's scope (``routes.observed``): a streamed turn that ended
+with ``all_models_failed`` is a failure, as its JSON form (a 503) is, and is not stored."""
 Route = Callable[[Request], Awaitable[Response]]
+BUCKETS = (0.5, 1.0, 2.0, 4.0, 8.0)
+"""Budgets (seconds, retries included) a DynamoDB call can be given: one client each, built on first use."""
+STORE_SHARE = 0.2
+"""The largest share of a request's remaining time one store call may take before the turn (the turn needs the
+rest)."""
+END_SHARE = 0.5
+"""... and after it (recording or releasing the answer), when what is left is the Lambda's safety margin."""
+
+
+class StoreTimeout(TimeoutError):
+    """Too little of the request's time is left to ask the store anything."""
 
 
 class Store:
-    """Powertools' DynamoDB persistence layer for one table, built on first use."""
+    """Powertools' DynamoDB persistence layer for one table: one layer (and boto3 client) per call budget in
+    ``BUCKETS``, each built on first use and kept for the container.
+
+    ``store.layer(1.5)`` is the 1 s bucket's layer: its every call (connect, read, retries) ends within 1 s.
+    """
 
     def __init__(self, table_name: str, expires_after_seconds: int):
         self.table_name = table_name
         self.expires_after_seconds = expires_after_seconds
-        self._layer: Any = None
+        self._layers: dict[float, Any] = {}
+        self._session: Any = None
 
-    def layer(self) -> Any:
-        if self._layer is None:
+    def layer(self, budget: float = BUCKETS[-1]) -> Any:
+        bucket = max((b for b in BUCKETS if b <= budget), default=None)
+        if bucket is None:
+            raise StoreTimeout(f"{max(budget, 0):.2f} s is too little for a store call")
+        if bucket not in self._layers:
             from aws_lambda_powertools.utilities.idempotency import (
                 DynamoDBPersistenceLayer,
                 IdempotencyConfig,
             )
 
-            layer = DynamoDBPersistenceLayer(table_name=self.table_name)
+            if self._session is None:  # one session for every bucket: the service model is loaded once
+                import boto3
+
+                self._session = boto3.session.Session()
+            layer = DynamoDBPersistenceLayer(
+                table_name=self.table_name, boto_config=bounded_config(bucket), boto3_session=self._session
+            )
             config = IdempotencyConfig(
                 event_key_jmespath="key",
                 payload_validation_jmespath="body",
@@ -65,24 +107,15 @@ class Store:
                 hash_function="sha256",
             )
             layer.configure(config, function_name="chatloop")
-            self._layer = layer
-        return self._layer
+            self._layers[bucket] = layer
+        return self._layers[bucket]
 
 
-def caller_of(request: Request) -> str:
-    """Who is asking, as API Gateway or the Function URL established it: the scope of their keys."""
-    context = gateway_context(request.scope.get("aws.event"), request.headers)
-    identity = context.get("identity") or {}
-    iam = (context.get("authorizer") or {}).get("iam") or {}
-    for who in (
-        identity.get("apiKeyId"),
-        identity.get("apiKey"),
-        iam.get("userArn"),
-        identity.get("userArn"),
-    ):
-        if isinstance(who, str) and who:
-            return who
-    return "anonymous"
+def budget_of(request: Request, share: float = STORE_SHARE) -> float:
+    """Seconds one store call may take now: IDEMPOTENCY_TIMEOUT_SECONDS, and at most ``share`` of the time left
+    (a fifth before the turn, half after it)."""
+    limit: float = request.app.state.runtime.settings.idempotency_timeout_seconds
+    return min(limit, _remaining_ms(request) / 1000 * share)
 
 
 def idempotent(route: Route) -> Route:
@@ -97,9 +130,14 @@ def idempotent(route: Route) -> Route:
             return error_response(
                 request, 400, "invalid_idempotency_key", f"{HEADER}: 1 to {MAX_KEY_LENGTH} characters"
             )
-        body = await request.body()
+        _remaining_ms(request)  # the request's clock starts now (make run)
+        caller = caller_of(request)
+        if caller is None:  # never a shared scope: another caller could replay this answer
+            logger.warning("idempotency: the request names no caller; answering without deduplication")
+            return await route(request)
+        body = await read_within(request, request.app.state.runtime.settings.max_body_bytes)  # 413 past it
         data = {
-            "key": f"{caller_of(request)}|{request.url.path}|{key}",
+            "key": f"{caller}|{request.url.path}|{key}",
             "body": hashlib.sha256(body).hexdigest(),
         }
         claimed = await _claim(store, data, request)
@@ -110,11 +148,11 @@ def idempotent(route: Route) -> Route:
         try:
             response = await route(request)
         except BaseException:
-            await _release(store, data)
+            await _release(store, data, request)
             raise
         if isinstance(response, StreamingResponse):
-            return _recorded(response, store, data)
-        await _save(store, data, response, bytes(response.body))
+            return RecordedStream(response, store, data, request)
+        await _save(store, data, request, response, bytes(response.body))
         return response
 
     return handle
@@ -130,14 +168,16 @@ async def _claim(store: Store, data: dict[str, Any], request: Request, attempt: 
     )
 
     try:
-        layer = store.layer()  # no region or credentials fails here: that is a store failure too
+        layer = store.layer(budget_of(request))  # no region or credentials fails here: a store failure too
         await to_thread.run_sync(layer.save_inprogress, data, _remaining_ms(request))
         return True
     except IdempotencyValidationError:
         return _mismatch(request)
     except IdempotencyItemAlreadyExistsError as exc:
         try:
-            record = exc.old_data_record or await to_thread.run_sync(layer.get_record, data)
+            record = exc.old_data_record or await to_thread.run_sync(
+                store.layer(budget_of(request)).get_record, data
+            )
         except IdempotencyValidationError:
             return _mismatch(request)
         except IdempotencyItemNotFoundError:
@@ -182,10 +222,12 @@ def _remaining_ms(request: Request) -> int:
     context = request.scope.get("aws.context")
     if context is not None and hasattr(context, "get_remaining_time_in_millis"):
         return int(context.get_remaining_time_in_millis())
-    invocation = invocation_from(request.headers)  # stream mode, behind the adapter
+    invocation = invocation_of(request)  # stream mode, behind the adapter
     if invocation is not None:
         return max(0, int(invocation.seconds_left() * 1000))
-    return int(request.app.state.runtime.settings.request_timeout_seconds * 1000)  # make run
+    started: float = request.scope.setdefault("chatloop.started", time.monotonic())  # make run
+    timeout: float = request.app.state.runtime.settings.request_timeout_seconds
+    return max(0, int((timeout - (time.monotonic() - started)) * 1000))
 
 
 def _replay(stored: dict[str, Any]) -> Response:
@@ -195,21 +237,26 @@ def _replay(stored: dict[str, Any]) -> Response:
     )
 
 
-async def _release(store: Store, data: dict[str, Any]) -> None:
-    """Forget the in-progress record: the request did not finish, so a retry must run it."""
-    try:
-        await to_thread.run_sync(store.layer().delete_record, data, RuntimeError("not completed"))
-    except Exception as failure:
-        _store_failed(failure)
+async def _release(store: Store, data: dict[str, Any], request: Request) -> None:
+    """Forget the in-progress record: the request did not finish, so a retry must run it. Shielded: it runs when
+    the request is being cancelled (a client that went away) too."""
+    with anyio.CancelScope(shield=True):
+        try:
+            layer = store.layer(budget_of(request, END_SHARE))
+            await to_thread.run_sync(layer.delete_record, data, RuntimeError("not completed"))
+        except Exception as failure:
+            _store_failed(failure)
 
 
-async def _save(store: Store, data: dict[str, Any], response: Response, body: bytes) -> None:
+async def _save(
+    store: Store, data: dict[str, Any], request: Request, response: Response, body: bytes
+) -> None:
     if response.status_code != 200:
-        await _release(store, data)
+        await _release(store, data, request)
         return
     if len(body) > MAX_STORED_BYTES:
         logger.info(f"idempotency: the answer is {len(body)} bytes, over {MAX_STORED_BYTES}; not stored")
-        await _release(store, data)
+        await _release(store, data, request)
         return
     stored = {
         "status": response.status_code,
@@ -217,31 +264,47 @@ async def _save(store: Store, data: dict[str, Any], response: Response, body: by
         "headers": {k: v for k, v in response.headers.items() if k in {"x-request-id", "cache-control"}},
         "body": body.decode("utf-8"),
     }
-    try:
-        await to_thread.run_sync(store.layer().save_success, data, stored)
-    except Exception as failure:
-        _store_failed(failure)
-
-
-def _recorded(response: StreamingResponse, store: Store, data: dict[str, Any]) -> Response:
-    """``response`` streaming as it is produced, its events recorded once the stream is complete."""
-    chunks = response.body_iterator
-
-    async def teed() -> AsyncIterator[bytes]:
-        seen: list[bytes] = []
-        finished = False
+    with anyio.CancelScope(shield=True):
         try:
-            async for chunk in chunks:
-                piece = chunk.encode() if isinstance(chunk, str) else bytes(chunk)
-                if piece != b": ping\n\n":  # heartbeats are the connection's, not the answer's
-                    seen.append(piece)
-                yield piece
-            finished = True
-        finally:
-            if finished:
-                await _save(store, data, response, b"".join(seen))
-            else:  # the client went away: the turn did not finish, so a retry must run it
-                await _release(store, data)
+            layer = store.layer(budget_of(request, END_SHARE))
+            await to_thread.run_sync(layer.save_success, data, stored)
+        except Exception as failure:
+            _store_failed(failure)
 
-    response.body_iterator = teed()
-    return response
+
+class RecordedStream(Response):
+    """A streamed answer, sent as it is produced and recorded once it is complete. When it does not complete (the
+    client went away, the stream failed), its in-progress record is released once the response is over: a retry
+    with the same key runs again."""
+
+    def __init__(self, inner: StreamingResponse, store: Store, data: dict[str, Any], request: Request):
+        self.inner, self.store, self.data, self.request = inner, store, data, request
+        self.status_code = inner.status_code
+        self.media_type = inner.media_type
+        self.background = None
+        self.raw_headers = inner.raw_headers
+        self.finished = False
+        self._chunks = inner.body_iterator
+        inner.body_iterator = self._teed()
+
+    async def _teed(self) -> AsyncIterator[bytes]:
+        seen: list[bytes] = []
+        async for chunk in self._chunks:
+            piece = chunk.encode() if isinstance(chunk, str) else bytes(chunk)
+            if piece != b": ping\n\n":  # heartbeats are the connection's, not the answer's
+                seen.append(piece)
+            yield piece
+        self.finished = True
+        if (
+            self.request.scope.get(STOP_REASON) == "all_models_failed"
+        ):  # nothing to replay: a retry runs again
+            await _release(self.store, self.data, self.request)
+        else:
+            await _save(self.store, self.data, self.request, self, b"".join(seen))
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        try:
+            await self.inner(scope, receive, send)
+        finally:
+            if not self.finished:  # the turn did not finish: nothing is stored, so a retry must run it
+                await _release(self.store, self.data, self.request)

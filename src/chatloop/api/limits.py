@@ -5,6 +5,7 @@ Every limit is a setting (``MAX_BODY_BYTES``, ``MAX_JSON_DEPTH``, ``MAX_MESSAGES
 
 Usage::
 
+    raw = await read_within(request, limit=6_000_000)      # RequestError(413) past the limit, read no further
     data = parse_json_body(raw, max_depth=64)              # RequestError(400/413) on anything unusable
     response = fit_lambda_response(mangum_response)          # never over Lambda's payload limit
 """
@@ -14,11 +15,44 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from starlette.requests import ClientDisconnect, Request
+
 from chatloop.api.errors import RequestError
 from chatloop.textsafe import text_safe_value
 
 LAMBDA_PAYLOAD_BYTES = 6_000_000
 """Lambda's synchronous response payload limit (6 MB), measured on the response as Lambda serialises it."""
+
+
+async def read_within(request: Request, limit: int) -> bytes:
+    """The request's body, read no further than ``limit`` bytes: a declared or a streamed (chunked) body past it is
+    a 413 before the rest arrives, so no client can make the server hold more than ``limit`` bytes of its body.
+    Read once per request; ``request.body()`` returns it afterwards."""
+    declared = request.headers.get("content-length")
+    if declared and declared.isdigit() and int(declared) > limit:
+        raise _too_large(limit)
+    if getattr(request, "_body", None) is None:
+        chunks: list[bytes] = []
+        size = 0
+        try:
+            async for chunk in request.stream():
+                size += len(chunk)
+                if size > limit:
+                    raise _too_large(limit)
+                chunks.append(chunk)
+        except ClientDisconnect:
+            raise RequestError(
+                400, "invalid_request", "the client went away before sending its body"
+            ) from None
+        request._body = b"".join(chunks)  # what Starlette's own request.body() keeps, for every later reader
+    body: bytes = request._body
+    if len(body) > limit:
+        raise _too_large(limit)
+    return body
+
+
+def _too_large(limit: int) -> RequestError:
+    return RequestError(413, "body_too_large", f"the body is larger than {limit} bytes")
 
 
 def parse_json_body(raw: bytes, max_depth: int) -> Any:

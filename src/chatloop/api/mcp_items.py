@@ -357,11 +357,14 @@ def listed_items(servers: Sequence[MCPServerConfig], turn: Any) -> list[dict[str
 # --- the same items, sent back as input -------------------------------------------------------------
 class McpListToolsInput(BaseModel):
     """An ``mcp_list_tools`` item from an earlier response: what a server offered then, nothing the model needs
-    now (this turn lists the servers again)."""
+    now (this turn lists the servers again); a conversation keeps it as it was."""
 
     model_config = ConfigDict(extra="ignore", defer_build=True)
 
     type: Literal["mcp_list_tools"]
+    server_label: StrictStr = ""
+    tools: list[dict[str, Any]] = []
+    error: StrictStr | None = None
 
 
 class McpCallInput(BaseModel):
@@ -376,6 +379,7 @@ class McpCallInput(BaseModel):
     arguments: StrictStr
     output: StrictStr | None = None
     error: Any = None
+    status: StrictStr | None = None
 
     def messages(self) -> list[dict[str, Any]]:
         """An assistant message calling ``<server_label>__<name>`` and the tool message that answered it."""

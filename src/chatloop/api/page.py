@@ -36,13 +36,14 @@ CONTENT_SECURITY_POLICY = (
     "default-src 'none'; script-src 'self'; style-src 'self'; connect-src 'self'; img-src 'self' data:; "
     "base-uri 'self'; form-action 'none'; frame-ancestors 'none'"
 )
-SAFE_BASE = re.compile(r"^/[A-Za-z0-9/_.~-]*$")
+SAFE_SEGMENT = re.compile(r"[A-Za-z0-9_~-][A-Za-z0-9_.~-]{0,99}")
+"""One segment of a ``<base href>`` path: unreserved characters only, not ``.`` or ``..``, at most 100 long."""
+MAX_BASE_SEGMENTS = 8
 
 
 def _headers(cache_control: str) -> dict[str, str]:
     return {
         "content-security-policy": CONTENT_SECURITY_POLICY,
-        "x-content-type-options": "nosniff",
         "referrer-policy": "no-referrer",
         "cache-control": cache_control,
     }
@@ -53,11 +54,26 @@ def _read(name: str) -> bytes:
     return (PAGE_DIR / name).read_bytes()
 
 
+def safe_base(path: object) -> bool:
+    """Whether ``path`` may go into ``<base href>``: ``/`` or ``/seg/seg/`` of safe segments, nothing else (no
+    protocol-relative ``//host/``, no ``..``, no control character or trailing newline, no query).
+
+    >>> [safe_base(p) for p in ("/prod/", "/prod", "//evil.example/", "/prod/\\n", "/a/../", "/")]
+    [True, True, False, False, False, True]
+    """
+    if not isinstance(path, str) or not path.startswith("/"):
+        return False
+    segments = path[1:].removesuffix("/").split("/") if path != "/" else []
+    return len(segments) <= MAX_BASE_SEGMENTS and all(SAFE_SEGMENT.fullmatch(s) for s in segments)
+
+
 def base_path(request: Request) -> str:
-    """Where the client sees the page, ending in ``/``: API Gateway's stage path (``/prod/``), else ``/``."""
-    path = gateway_context(request.scope.get("aws.event"), request.headers).get("path")
-    if not isinstance(path, str) or not SAFE_BASE.match(path):
-        path = request.url.path
+    """Where the client sees the page, ending in ``/``: API Gateway's stage path (``/prod/``), else the request's
+    own path when it is safe, else ``/``."""
+    stage_path = gateway_context(request).get("path")
+    path = stage_path if isinstance(stage_path, str) and safe_base(stage_path) else request.url.path
+    if not safe_base(path):
+        path = "/"
     return path if path.endswith("/") else f"{path}/"
 
 

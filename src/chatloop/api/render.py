@@ -12,15 +12,15 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import re
 import time
 from collections.abc import AsyncIterator
-from dataclasses import dataclass
 from typing import Any
 
 from starlette.responses import JSONResponse
 
 from chatloop.engine.events import Event, EventType
-from chatloop.observability import logger, redact
+from chatloop.observability import SecretHold, logger, redact
 from chatloop.textsafe import text_safe
 
 SUMMARY_FIELDS = (
@@ -43,9 +43,19 @@ def dumps(data: Any) -> str:
     return redact(dumps_unredacted(data))
 
 
+_LINE_BREAKS = {"\u2028": "\\u2028", "\u2029": "\\u2029", "\u0085": "\\u0085"}
+_LINE_BREAK = re.compile("[\u2028\u2029\u0085]")
+
+
 def dumps_unredacted(data: Any) -> str:
-    """``dumps`` before redaction, for a renderer that redacts each whole chunk once (several frames at a time)."""
-    return text_safe(json.dumps(data, ensure_ascii=False, separators=(",", ":"), default=str))
+    """``dumps`` before redaction, for a renderer that redacts each whole chunk once (several frames at a time).
+
+    U+2028, U+2029 and U+0085 are escaped: JSON allows them raw, but a client that splits an SSE body into lines
+    the way ``str.splitlines`` does would cut a ``data:`` line there and could read what follows as a new frame."""
+    text = text_safe(json.dumps(data, ensure_ascii=False, separators=(",", ":"), default=str))
+    if text.isascii():
+        return text
+    return _LINE_BREAK.sub(lambda m: _LINE_BREAKS[m.group()], text)
 
 
 class JSONBody(JSONResponse):
@@ -100,7 +110,7 @@ async def sse_stream(events: AsyncIterator[Event]) -> AsyncIterator[bytes]:
     ends with ``done``."""
     done = False
     try:
-        async for event in events:
+        async for event in held_secrets(events):
             done = done or event.type is EventType.DONE
             yield sse(event)
     except Exception:
@@ -110,11 +120,14 @@ async def sse_stream(events: AsyncIterator[Event]) -> AsyncIterator[bytes]:
             yield sse(Event(EventType.DONE, _failed_summary()))
 
 
-def _failed_summary() -> dict[str, Any]:
-    text = "I could not finish this answer because of an internal error. Please ask again."
+def _failed_summary(
+    text: str = "I could not finish this answer because of an internal error. Please ask again.",
+    stop_reason: str = "error",
+) -> dict[str, Any]:
+    """A ``done`` for a turn that did not end on its own (it failed, or was stopped)."""
     return {
         "message": {"role": "assistant", "content": text},
-        "stop_reason": "error",
+        "stop_reason": stop_reason,
         "iterations": 0,
         "tool_calls": [],
         "tool_counts": {},
@@ -194,97 +207,83 @@ async def openai_chunks(
             yield DONE_LINE
 
 
-@dataclass(frozen=True)
-class ReplyText:
-    """Text of the reply, released once the decision on its model call says it is the answer."""
-
-    text: str
-    model: str
-
-
-@dataclass(frozen=True)
-class ReplyEnd:
-    """The turn's ``done`` summary: its message holds the reply's client tool calls, if any."""
-
-    done: dict[str, Any]
-
-
-@dataclass(frozen=True)
-class ReplyFailed:
-    """Every model failed: the ``error`` event's data. Nothing but the stream's end follows."""
-
-    error: dict[str, Any]
-
-
-async def final_reply(events: AsyncIterator[Event]) -> AsyncIterator[ReplyText | ReplyEnd | ReplyFailed]:
-    """The OpenAI APIs' view of a turn: only the final assistant message, as it becomes known.
-
-    Text is held per model call and released once the decision on that call says it is the answer (a call that
-    ends in tool calls, a reminder, or text discarded by a fallback releases nothing). Both OpenAI renderers
-    (chat completion chunks and Responses API events) are drawn from this one projection."""
-    model = "unknown"
-    pending: list[str] = []
-    failed = False
+async def held_secrets(events: AsyncIterator[Event]) -> AsyncIterator[Event]:
+    """The turn's events with their ``delta`` text redacted as one stream: a secret a model writes across several
+    deltas is held until it can be redacted whole (``SecretHold``), then released; anything else releases what is
+    held first, so no text is lost or reordered."""
+    hold = SecretHold()
+    last: dict[str, Any] = {}
     async for event in events:
-        data = event.data
         if event.type is EventType.DELTA:
-            pending.append(data["content"])
-        elif event.type is EventType.MODEL_FALLBACK and data.get("discard_partial"):
-            pending.clear()
-        elif event.type is EventType.LLM_RESPONSE:
-            model = data["model"]
-        elif event.type is EventType.DECISION:
-            if data["action"] == "answer":
-                for text in pending:
-                    yield ReplyText(text, model)
-            pending.clear()
-        elif event.type is EventType.ERROR and data.get("code") == "all_models_failed":
-            failed = True
-            yield ReplyFailed(data)
-        elif event.type is EventType.DONE and not failed:
-            yield ReplyEnd(data)
+            if event.data.get("seam"):
+                yield from_hold(hold.flush(), last)
+            last = event.data
+            text = hold.feed(event.data["content"])
+            if text:
+                yield Event(EventType.DELTA, {**event.data, "content": text})
+            continue
+        rest = hold.flush()
+        if rest:
+            yield from_hold(rest, last)
+        yield event
+    rest = hold.flush()
+    if rest:
+        yield from_hold(rest, last)
+
+
+def from_hold(text: str, last: dict[str, Any]) -> Event:
+    return Event(EventType.DELTA, {**{k: v for k, v in last.items() if k != "seam"}, "content": text})
 
 
 async def _openai_chunks(
     events: AsyncIterator[Event], request_id: str, include_usage: bool
 ) -> AsyncIterator[bytes]:
-    """``chat.completion.chunk`` SSE ending in ``data: [DONE]``, over ``final_reply``."""
+    """``chat.completion.chunk`` SSE ending in ``data: [DONE]``: the role chunk as the turn starts, each piece of text
+    as the model writes it (seams included, so the chunks add up to the answer), the client's tool calls and the
+    finish reason at the end. With ``include_usage`` every chunk carries ``usage`` (null until the last), as
+    OpenAI's do."""
     created = int(time.time())
     base = {"id": f"chatcmpl-{request_id}", "object": "chat.completion.chunk", "created": created}
     model = "unknown"
+    usage_field: dict[str, Any] = {"usage": None} if include_usage else {}
 
     def chunk(delta: dict[str, Any], finish: str | None = None, **extra: Any) -> bytes:
         body = {
             **base,
             "model": model,
             "choices": [{"index": 0, "delta": delta, "finish_reason": finish}],
+            **usage_field,
             **extra,
         }
         return f"data: {dumps(body)}\n\n".encode()
 
-    started = False
-    async for part in final_reply(events):
-        if isinstance(part, ReplyText):
-            model = part.model
-            if not started:
-                yield chunk({"role": "assistant", "content": ""})
-                started = True
-            yield chunk({"content": part.text})
-        elif isinstance(part, ReplyFailed):
-            error = openai_error(part.error["message"], "all_models_failed", "service_unavailable")
-            yield f"data: {dumps(error)}\n\n".encode()  # OpenAI clients raise on an error chunk
-        else:
-            data = part.done
+    started = failed = False
+    async for event in held_secrets(events):
+        data = event.data
+        if event.type is EventType.STATUS and data.get("status") == "started" and not started:
+            model = data.get("model") or model
+            started = True
+            yield chunk({"role": "assistant", "content": ""})
+        elif event.type is EventType.MODEL_FALLBACK and data.get("to"):
+            model = data["to"]
+        elif event.type is EventType.LLM_RESPONSE:
             model = data["model"]
+        elif failed:
+            continue  # after an error chunk, nothing but [DONE]
+        elif event.type is EventType.DELTA:
+            yield chunk({"content": data["content"]})
+        elif event.type is EventType.ERROR and data.get("code") == "all_models_failed":
+            failed = True
+            error = openai_error(data["message"], "all_models_failed", "service_unavailable")
+            yield f"data: {dumps(error)}\n\n".encode()  # OpenAI clients raise on an error chunk
+        elif event.type is EventType.DONE:
+            model = data["model"] or model
             message = openai_message(data)
-            if not started:
-                yield chunk({"role": "assistant", "content": ""})
             if message.get("tool_calls"):
                 calls = [{"index": i, **c} for i, c in enumerate(message["tool_calls"])]
                 yield chunk({"tool_calls": calls})
-            elif not started and message.get("content"):
-                yield chunk({"content": message["content"]})  # e.g. the fallback text
             yield chunk({}, finish_reason(data["stop_reason"]), x_chatloop=extension(data))
             if include_usage:
-                yield f"data: {dumps({**base, 'model': model, 'choices': [], 'usage': data['usage']})}\n\n".encode()
+                body = {**base, "model": model, "choices": [], "usage": data["usage"]}
+                yield f"data: {dumps(body)}\n\n".encode()
     yield DONE_LINE

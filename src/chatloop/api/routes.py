@@ -10,17 +10,20 @@ from __future__ import annotations
 
 import math
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
+from functools import partial
 from typing import Any
 
 from pydantic import BaseModel, ValidationError
 from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
 
-from chatloop.api.adapter import Invocation, invocation_from
+from chatloop.api import adapter
+from chatloop.api.adapter import Invocation
 from chatloop.api.errors import RequestError, from_validation
-from chatloop.api.limits import check_message_count, parse_json_body
-from chatloop.api.mcp_items import client_servers
+from chatloop.api.idempotency import STOP_REASON
+from chatloop.api.limits import check_message_count, parse_json_body, read_within
+from chatloop.api.mcp_items import client_servers, listed_items
 from chatloop.api.render import (
     JSONBody,
     chat_summary,
@@ -29,7 +32,7 @@ from chatloop.api.render import (
     sse_stream,
     with_heartbeats,
 )
-from chatloop.api.responses import conversation_of, echo_of, response_events, response_object
+from chatloop.api.responses import collect_response, conversation_of, echo_of, response_events
 from chatloop.api.runtime import CHAIN_ALIAS, Runtime, UnknownModel
 from chatloop.api.schemas import (
     ChatBody,
@@ -43,6 +46,7 @@ from chatloop.deadline import Deadline
 from chatloop.engine import Event, EventType, TurnRequest, run_turn
 from chatloop.engine.messages import ConversationError, normalize_conversation
 from chatloop.observability import logger, metrics, record_turn_metrics
+from chatloop.providers.catalog import ModelInfo
 from chatloop.providers.chain import FallbackChain
 from chatloop.secrets import KeysUnavailable
 from chatloop.tools.base import ToolRegistry
@@ -55,12 +59,7 @@ def runtime_of(request: Request) -> Runtime:
 
 # --- shared steps ---------------------------------------------------------------------------------
 async def read_body(request: Request, schema: type[BaseModel], limit: int) -> Any:
-    declared = request.headers.get("content-length")
-    if declared and declared.isdigit() and int(declared) > limit:
-        raise RequestError(413, "body_too_large", f"the body is larger than {limit} bytes")
-    raw = await request.body()
-    if len(raw) > limit:
-        raise RequestError(413, "body_too_large", f"the body is larger than {limit} bytes")
+    raw = await read_within(request, limit)
     data = parse_json_body(raw, runtime_of(request).settings.max_json_depth)
     if not isinstance(data, dict):
         raise RequestError(400, "invalid_request", "the body must be a JSON object")
@@ -79,11 +78,8 @@ def conversation(messages: list[Any], max_messages: int) -> list[dict[str, Any]]
 
 
 def invocation_of(request: Request) -> Invocation | None:
-    """The Lambda Web Adapter's invocation for this request (stream mode), parsed once per request."""
-    if "chatloop.invocation" not in request.scope:
-        request.scope["chatloop.invocation"] = invocation_from(request.headers)
-    invocation: Invocation | None = request.scope["chatloop.invocation"]
-    return invocation
+    """The Lambda Web Adapter's invocation for this request (stream mode, only when the adapter sent it)."""
+    return adapter.invocation_of(request)
 
 
 def request_deadline(request: Request, runtime: Runtime) -> Deadline:
@@ -121,49 +117,98 @@ def model_for(runtime: Runtime, requested: str | None, *, openai: bool = False) 
         raise RequestError(503, "keys_unavailable", str(exc)) from None
 
 
-def check_context(model: FallbackChain, messages: list[dict[str, Any]], max_tokens: int | None) -> None:
+def check_context(
+    model: FallbackChain, messages: list[dict[str, Any]], max_tokens: int | None, whole: bool = False
+) -> None:
     """A conversation whose system messages and latest user message alone exceed every model's window cannot be
-    answered however it is trimmed: a 413 now, no model call."""
-    last_user = max((i for i, m in enumerate(messages) if m["role"] == "user"), default=None)
-    if last_user is None:
-        return
-    essential = [m for m in messages[:last_user] if m["role"] == "system"] + [messages[last_user]]
-    holds, largest = model.can_hold(essential, max_tokens)
+    answered however it is trimmed: a 413 now, no model call. With ``whole`` (trimming disabled: the Responses API's
+    ``truncation: disabled``), the whole conversation must fit."""
+    if whole:
+        needed, param = messages, "input"
+        what = "the conversation needs"
+        advice = (
+            'truncation is disabled; shorten it, or send truncation: "auto" to let the server drop old turns'
+        )
+    else:
+        last_user = max((i for i, m in enumerate(messages) if m["role"] == "user"), default=None)
+        if last_user is None:
+            return
+        needed = [m for m in messages[:last_user] if m["role"] == "system"] + [messages[last_user]]
+        param, what, advice = "messages", "the latest user message alone needs", "shorten it"
+    holds, largest = model.can_hold(needed, max_tokens)
     if not holds:
         raise RequestError(
             413,
             "context_length_exceeded",
-            f"messages: the latest user message alone needs more than the largest context window in the chain "
-            f"({largest} tokens, the answer's reserve included); shorten it",
-            param="messages",
+            f"{param}: {what} more than the largest context window in the chain ({largest} tokens, the answer's "
+            f"reserve included); {advice}",
+            param=param,
         )
 
 
 def structured_output(
     runtime: Runtime, model: FallbackChain, requested: ResponseFormat | None, param: str
 ) -> dict[str, Any] | None:
-    """The upstream ``response_format`` for a turn, never silently dropped: models of the chain that cannot honour
-    it are skipped for this request (a logged decision); when none can, a 400 ``unsupported_parameter``."""
+    """The upstream ``response_format`` for a turn, never silently dropped (see ``_some_model_takes``)."""
     response_format = requested.upstream() if requested else None
     if response_format is None:
         return None
     kind = response_format["type"]
-    able = [m.name for m in model.models if runtime.catalog.get(m.name).honours(response_format)]
+    honours = partial(ModelInfo.honours, response_format=response_format)
+    _some_model_takes(runtime, model, honours, "Structured output", f"format={kind}", param)
+    return response_format
+
+
+def model_params(runtime: Runtime, model: FallbackChain, requested: dict[str, Any]) -> dict[str, Any]:
+    """The sampling and output parameters a turn sends as they are (``stop``, ``seed``, ``reasoning_effort`` ...),
+    never silently dropped (see ``_some_model_takes``)."""
+    for name in requested:
+        takes = partial(ModelInfo.takes, param=name)
+        _some_model_takes(runtime, model, takes, "Parameter", f"param={name}", name)
+    return requested
+
+
+def _some_model_takes(
+    runtime: Runtime,
+    model: FallbackChain,
+    takes: Callable[[ModelInfo], bool | None],
+    decision: str,
+    subject: str,
+    param: str,
+) -> None:
+    """Which models of the chain can be sent something a request asks for: those whose catalog entry lists it, and
+    those whose entry does not say (they are tried; a provider's refusal passes the turn to the next model). The
+    others are passed over for the request, a logged decision. When none is left, a 400 ``unsupported_parameter``
+    naming ``param``, before any model call."""
+    able = [m.name for m in model.models if takes(runtime.catalog.get(m.name)) is not False]
     skipped = [m.name for m in model.models if m.name not in able]
     logger.info(
-        f"Structured output decision: format={kind} models={','.join(able) or '-'} "
-        f"skipped={','.join(skipped) or '-'} reason={'supported' if able else 'unsupported'}",
-        extra={"structured_output": {"format": kind, "models": able, "skipped": skipped}},
+        f"{decision} decision: {subject} models={','.join(able) or '-'} skipped={','.join(skipped) or '-'} "
+        f"reason={'supported' if able else 'unsupported'}",
+        extra={
+            "model_support": {"decision": decision, "subject": subject, "models": able, "skipped": skipped}
+        },
     )
     if not able:
         raise RequestError(
             400,
             "unsupported_parameter",
-            f"{param}: no model in the chain supports {kind} ({', '.join(skipped)}); "
-            "pick one whose catalog entry lists it in response_format",
+            f"{param}: no model in the chain supports {subject.partition('=')[2]} ({', '.join(skipped)}); pick one "
+            "whose catalog entry lists it",
             param=param,
         )
-    return response_format
+
+
+def refuse_unsupported(body: OpenAIChatBody | ResponsesBody) -> None:
+    """The first parameter this server cannot honour, as a 400 naming it (nothing is silently ignored)."""
+    refused = body.refusals()
+    if refused:
+        raise RequestError(400, "unsupported_parameter", str(refused[0]), param=refused[0].param)
+    if body.user or body.safety_identifier or body.metadata:  # honoured by being logged with the turn
+        logger.info(
+            "Request identity",
+            extra={"user": body.user, "safety_identifier": body.safety_identifier, "metadata": body.metadata},
+        )
 
 
 def checked_client_tools(runtime: Runtime, tools: list[ClientTool], choice: Any) -> list[dict[str, Any]]:
@@ -205,6 +250,7 @@ async def observed(events: AsyncIterator[Event], request: Request, rid: str) -> 
     async for event in events:
         if event.type is EventType.DONE:
             event = Event(EventType.DONE, {**event.data, "request_id": rid})
+            request.scope[STOP_REASON] = event.data.get("stop_reason")  # a failed stream is not stored
         seen.append(event)
         yield event
     behind_adapter = invocation_of(request) is not None
@@ -231,7 +277,14 @@ async def collect(events: AsyncIterator[Event]) -> tuple[dict[str, Any], list[di
 async def chat(request: Request) -> Response:
     runtime = runtime_of(request)
     body: ChatBody = await read_body(request, ChatBody, runtime.settings.max_body_bytes)
-    messages = conversation(body.messages, runtime.settings.max_messages)
+    thread = None
+    if body.conversation is not None:
+        from chatloop.api import stored
+
+        thread = await stored.chat_thread(request, body.conversation, body.messages)
+    messages = conversation(
+        [*(thread.history if thread else []), *body.messages], runtime.settings.max_messages
+    )
     choice = named_choice(body.tool_choice)
     tool_names = tools_for_chat(runtime, body, choice)
     model = model_for(runtime, body.model)
@@ -250,6 +303,15 @@ async def chat(request: Request) -> Response:
     deadline = request_deadline(request, runtime)
     registry = await runtime.tools_for_turn(deadline) if tool_names != [] else ToolRegistry()
     events = observed(run_turn(turn, model, registry, deadline, runtime.settings), request, rid)
+    if thread is not None:  # a stored conversation's turn runs to its end even when the client goes away
+        from chatloop.api import stored
+
+        async def keep(seen: list[Event]) -> None:
+            await stored.save_chat_turn(request, thread, body.messages, seen)
+
+        events = stored.ended_when_stopped(
+            stored.run_to_the_end(events, keep, key=(thread.owner, thread.conversation_id))
+        )
     if body.stream:
         return event_stream(sse_stream(events), runtime, rid)
     done, _ = await collect(events)
@@ -283,12 +345,14 @@ def tools_for_chat(runtime: Runtime, body: ChatBody, choice: Any) -> list[str] |
 async def chat_completions(request: Request) -> Response:
     runtime = runtime_of(request)
     body: OpenAIChatBody = await read_body(request, OpenAIChatBody, runtime.settings.max_body_bytes)
+    refuse_unsupported(body)
     messages = conversation(body.messages, runtime.settings.max_messages)
     choice = named_choice(body.tool_choice)
     client_tools = checked_client_tools(runtime, body.tools or [], choice)
     model = model_for(runtime, body.model, openai=True)
     check_context(model, messages, body.max_completion_tokens or body.max_tokens)
     response_format = structured_output(runtime, model, body.response_format, "response_format")
+    params = model_params(runtime, model, body.forwarded())
     no_tools = choice == "none"
     turn = TurnRequest(
         messages=messages,
@@ -300,6 +364,7 @@ async def chat_completions(request: Request) -> Response:
         top_p=body.top_p,
         max_tokens=body.max_completion_tokens or body.max_tokens,
         response_format=response_format,
+        model_params=params,
     )
     rid = request_id(request)
     deadline = request_deadline(request, runtime)
@@ -315,18 +380,15 @@ async def chat_completions(request: Request) -> Response:
 
 
 async def responses(request: Request) -> Response:
-    """OpenAI's Responses API, stateless: the same turn as chat completions, rendered as a ``response``."""
+    """OpenAI's Responses API: the same turn as chat completions, rendered as a ``response``; stored, and continued
+    from a stored response or a conversation, by ``api.stored``."""
+    from chatloop.api import stored  # the store and its schemas load with the first Responses request
+
     runtime = runtime_of(request)
     body: ResponsesBody = await read_body(request, ResponsesBody, runtime.settings.max_body_bytes)
-    if body.previous_response_id is not None:
-        raise RequestError(
-            400,
-            "unsupported_parameter",
-            "previous_response_id: this server is stateless (store is not supported); "
-            "send the whole conversation as input items",
-            param="previous_response_id",
-        )
-    messages = conversation(conversation_of(body), runtime.settings.max_messages)
+    refuse_unsupported(body)
+    keeping = await stored.prepare(request, body)
+    messages = conversation(conversation_of(body, keeping.history), runtime.settings.max_messages)
     chat_choice: str | dict[str, Any] | None = None
     if isinstance(body.tool_choice, str):
         chat_choice = body.tool_choice
@@ -336,12 +398,14 @@ async def responses(request: Request) -> Response:
     client_tools = checked_client_tools(runtime, functions, chat_choice)
     servers = await client_servers(body.tools, runtime.settings, runtime.mcp_servers_labels())
     model = model_for(runtime, body.model, openai=True)
-    check_context(model, messages, body.max_output_tokens)
+    trimming = body.truncation == "auto"  # OpenAI's default is "disabled": refuse what does not fit
+    check_context(model, messages, body.max_output_tokens, whole=not trimming)
     try:
         requested_format = body.text.format.as_response_format() if body.text and body.text.format else None
     except ValueError as exc:
         raise RequestError(400, "invalid_request", str(exc), param="text.format") from None
     response_format = structured_output(runtime, model, requested_format, "text.format")
+    params = model_params(runtime, model, body.forwarded())
     no_tools = chat_choice == "none"
     turn = TurnRequest(
         messages=messages,
@@ -353,18 +417,34 @@ async def responses(request: Request) -> Response:
         top_p=body.top_p,
         max_tokens=body.max_output_tokens,
         response_format=response_format,
+        model_params=params,
+        max_tool_calls=body.max_tool_calls,
+        allow_trimming=trimming,
     )
     rid = request_id(request)
-    echo = echo_of(body, model.name)
+    echo = echo_of(body, model.name, keeping.store is not None, keeping.conversation_id)
     deadline = request_deadline(request, runtime)
-    registry = await runtime.tools_for_turn(deadline, servers)
+    mcp = await runtime.mcp_for_turn(deadline, servers)
+    registry = runtime.registry().with_tools(mcp.tools, mcp.skipped)
+    listed = listed_items(servers, mcp)  # mcp_list_tools items: what each of the request's servers offered
     events = observed(run_turn(turn, model, registry, deadline, runtime.settings), request, rid)
+
+    async def keep(response: dict[str, Any], sent: list[dict[str, Any]]) -> dict[str, Any]:
+        return await stored.save(keeping, request, body, response, sent)
+
+    if body.stream and keeping.store is not None and keeping.owner is not None:
+        # Stored: the turn runs to its end if the client goes away, and can be followed live meanwhile.
+        def chunks(listener: Callable[[dict[str, Any]], None]) -> AsyncIterator[bytes]:
+            return response_events(events, rid, echo, keep, listener, listed)
+
+        return event_stream(stored.followable(f"resp_{rid}", keeping.owner, chunks), runtime, rid)
     if body.stream:
-        return event_stream(response_events(events, rid, echo), runtime, rid)
-    done, errors = await collect(events)
-    if done["stop_reason"] == "all_models_failed":
+        return event_stream(response_events(events, rid, echo, listed=listed), runtime, rid)
+    response, errors = await collect_response(events, rid, echo, listed)
+    if response["x_chatloop"]["stop_reason"] == "all_models_failed":
         raise failed_turn(errors)
-    return JSONBody(response_object(done, rid, echo), headers={"x-request-id": rid})
+    response = await keep(response, [])
+    return JSONBody(response, headers={"x-request-id": rid})
 
 
 def event_stream(chunks: AsyncIterator[bytes], runtime: Runtime, rid: str) -> StreamingResponse:

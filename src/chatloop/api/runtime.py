@@ -27,9 +27,11 @@ from chatloop.secrets import load_provider_keys
 from chatloop.tools.base import ToolRegistry
 
 if TYPE_CHECKING:
+    from chatloop.store.service import ConversationStore
     from chatloop.tools.mcp import MCPServers, TurnTools
 
 BUILTIN_TOOLS = ("execute_javascript",)
+DEMO_PROVIDER = "demo"
 CHAIN_ALIAS = "chatloop"
 """The model id that means "the configured chain, from its first entry" (what a client gets with no ``model``)."""
 
@@ -46,6 +48,7 @@ class Runtime:
         chain: FallbackChain | None = None,
         registry: ToolRegistry | None = None,
         keys_loader: Callable[[Settings], dict[str, str | None]] = load_provider_keys,
+        conversations: ConversationStore | None = None,
     ):
         self.settings = settings
         self.catalog = Catalog.load(overlay=settings.model_catalog_file or None)
@@ -54,6 +57,7 @@ class Runtime:
         self._keys: dict[str, str | None] | None = None
         self._keys_loader = keys_loader
         self._lock = threading.Lock()
+        self._conversations = conversations
         self._mcp: MCPServers | None = None
         self.idempotency: Store | None = None
         if settings.idempotency_table_name:
@@ -83,6 +87,15 @@ class Runtime:
                 sandbox.warm()
                 self._registry = ToolRegistry([ExecuteJavaScriptTool(sandbox)])
             return self._registry
+
+    def conversations(self) -> ConversationStore:
+        """The conversation store (DynamoDB or the SQLite file), opened on first use: no I/O until it is needed."""
+        with self._lock:
+            if self._conversations is None:
+                from chatloop.store import open_store
+
+                self._conversations = open_store(self.settings)
+            return self._conversations
 
     def mcp_servers(self) -> MCPServers:
         """The operator's MCP servers (MCP_SERVERS), their tool lists cached for the container's life."""
@@ -136,8 +149,10 @@ class Runtime:
         if not requested or requested in chain.entries():
             return chain.for_turn(start_at=requested)
         try:
-            split_entry(requested)
-            known = self.catalog.get(requested).known
+            provider, _ = split_entry(requested)
+            # The offline demo answers only where it is the configured chain (no key): beside real models it is
+            # not a model this server serves, and its work must not be a client's to start.
+            known = self.catalog.get(requested).known and provider != DEMO_PROVIDER
         except ValueError:
             known = False
         if known:

@@ -25,6 +25,7 @@ from pydantic import (
 )
 
 from chatloop.api.mcp_items import McpCallInput, McpListToolsInput
+from chatloop.api.schema_checks import check_schema
 
 # Each endpoint validates with one schema: build it on first use (cold start), not at import.
 LAZY = ConfigDict(defer_build=True)
@@ -39,6 +40,15 @@ def _tool_name(value: str) -> str:
 
 ToolName = Annotated[StrictStr, AfterValidator(_tool_name)]
 """A function tool's name, as OpenAI takes it: checked wherever a client names a tool (chat and Responses alike)."""
+
+
+def _client_schema(value: dict[str, Any]) -> dict[str, Any]:
+    check_schema(value)
+    return value
+
+
+ClientSchema = Annotated[dict[str, Any], AfterValidator(_client_schema)]
+"""A JSON schema a client sends (tool ``parameters``, a ``json_schema`` format): its bounds checked (schema_checks)."""
 
 
 class FunctionName(BaseModel):
@@ -80,6 +90,16 @@ class ChatBody(_ChatFields):
     tools: list[StrictStr] | None = None
     max_iterations: Annotated[StrictInt, Field(ge=1, le=100)] | None = None
     stream: StrictBool = True
+    conversation: StrictStr | None = None
+    """A stored conversation to continue (``conv_…``): ``messages`` then holds only the new message(s)."""
+
+
+class StopBody(BaseModel):
+    """``POST /chat/stop``: the conversation whose running turn to stop."""
+
+    model_config = ConfigDict(extra="forbid", defer_build=True)
+
+    conversation: StrictStr
 
 
 class ClientFunction(BaseModel):
@@ -87,7 +107,7 @@ class ClientFunction(BaseModel):
 
     name: ToolName
     description: StrictStr | None = None
-    parameters: dict[str, Any] | None = None
+    parameters: ClientSchema | None = None
     strict: StrictBool | None = None
 
 
@@ -102,16 +122,18 @@ class ClientTool(BaseModel):
 
 
 class StreamOptions(BaseModel):
-    model_config = LAZY
+    model_config = ConfigDict(extra="forbid", defer_build=True)
 
     include_usage: StrictBool = False
+    include_obfuscation: Literal[False] | None = None
+    """Obfuscation padding is not sent; a client that asks for it (true) is refused rather than ignored."""
 
 
 class JSONSchemaFormat(BaseModel):
     model_config = LAZY
 
     name: Annotated[StrictStr, Field(pattern=r"^[A-Za-z0-9_-]{1,64}$")]
-    schema_: dict[str, Any] | None = Field(default=None, alias="schema")
+    schema_: ClientSchema | None = Field(default=None, alias="schema")
     description: StrictStr | None = None
     strict: StrictBool | None = None
 
@@ -142,8 +164,71 @@ class ResponseFormat(BaseModel):
         }
 
 
-class OpenAIChatBody(_ChatFields):
-    model_config = ConfigDict(extra="ignore", defer_build=True)
+# --- parameters OpenAI's APIs take beyond the turn's basics ------------------------------------------------
+Penalty = Annotated[float, Field(ge=-2, le=2)]
+Metadata = Annotated[
+    dict[Annotated[StrictStr, Field(max_length=64)], Annotated[StrictStr, Field(max_length=512)]],
+    Field(max_length=16),
+]
+Effort = Literal["none", "minimal", "low", "medium", "high"]
+Verbosity = Literal["low", "medium", "high"]
+FORWARDED = (
+    "stop",
+    "seed",
+    "presence_penalty",
+    "frequency_penalty",
+    "logit_bias",
+    "reasoning_effort",
+    "verbosity",
+    "prompt_cache_key",
+)
+"""Request parameters sent to the model as they are, to models whose catalog entry takes them (``params``)."""
+
+
+class Unsupported(ValueError):
+    """A request parameter this server cannot honour: a 400 ``unsupported_parameter`` naming it."""
+
+    def __init__(self, param: str, why: str) -> None:
+        super().__init__(f"{param}: {why}")
+        self.param = param
+
+
+class _OpenAIParams(BaseModel):
+    """What both OpenAI APIs take besides the turn's basics. Every one is honoured or refused by name
+    (``refusals``); unknown fields are refused too, as OpenAI refuses them."""
+
+    model_config = ConfigDict(extra="forbid", defer_build=True)
+
+    seed: StrictInt | None = None
+    stop: StrictStr | Annotated[list[StrictStr], Field(max_length=4)] | None = None
+    presence_penalty: Penalty | None = None
+    frequency_penalty: Penalty | None = None
+    logit_bias: (
+        Annotated[dict[StrictStr, Annotated[int, Field(ge=-100, le=100)]], Field(max_length=1024)] | None
+    ) = None
+    prompt_cache_key: Annotated[StrictStr, Field(max_length=1024)] | None = None
+    user: Annotated[StrictStr, Field(max_length=1024)] | None = None
+    safety_identifier: Annotated[StrictStr, Field(max_length=1024)] | None = None
+    metadata: Metadata | None = None
+    service_tier: StrictStr | None = None
+    store: StrictBool | None = None
+    top_logprobs: Annotated[StrictInt, Field(ge=0, le=20)] | None = None
+
+    def forwarded(self) -> dict[str, Any]:
+        """The parameters the model is sent as they are (the catalog says which models take them)."""
+        return {name: value for name in FORWARDED if (value := getattr(self, name, None)) is not None}
+
+    def refusals(self) -> list[Unsupported]:
+        refused = []
+        if self.service_tier not in (None, "auto", "default"):
+            refused.append(Unsupported("service_tier", "only 'auto' or 'default' (the provider's own tier)"))
+        if self.top_logprobs:
+            refused.append(Unsupported("top_logprobs", "log probabilities are not relayed by this server"))
+        return refused
+
+
+class OpenAIChatBody(_OpenAIParams, _ChatFields):
+    model_config = ConfigDict(extra="forbid", defer_build=True)
 
     tools: list[ClientTool] | None = None
     response_format: ResponseFormat | None = None
@@ -151,6 +236,35 @@ class OpenAIChatBody(_ChatFields):
     stream: StrictBool = False
     stream_options: StreamOptions | None = None
     n: Annotated[StrictInt, Field(ge=1, le=1)] | None = None
+    reasoning_effort: Effort | None = None
+    verbosity: Verbosity | None = None
+    logprobs: StrictBool | None = None
+    modalities: list[StrictStr] | None = None
+    audio: dict[str, Any] | None = None
+    prediction: dict[str, Any] | None = None
+    web_search_options: dict[str, Any] | None = None
+    functions: list[Any] | None = None
+    function_call: Any = None
+
+    def refusals(self) -> list[Unsupported]:
+        refused = super().refusals()
+        if self.store:
+            refused.append(
+                Unsupported("store", "stored chat completions are not kept; use the Responses API")
+            )
+        if self.logprobs:
+            refused.append(Unsupported("logprobs", "log probabilities are not relayed by this server"))
+        if self.modalities not in (None, ["text"]):
+            refused.append(Unsupported("modalities", "only text"))
+        for name in ("audio", "prediction", "web_search_options"):
+            if getattr(self, name) is not None:
+                refused.append(Unsupported(name, "not supported by this server"))
+        if self.functions is not None or self.function_call is not None:
+            name = "functions" if self.functions is not None else "function_call"
+            refused.append(
+                Unsupported(name, "the legacy function-calling fields are not supported; use tools")
+            )
+        return refused
 
 
 # --- /v1/responses --------------------------------------------------------------------------------
@@ -194,6 +308,42 @@ class FunctionCallOutputItem(BaseModel):
         return self.output if isinstance(self.output, str) else "".join(p.text for p in self.output)
 
 
+class CodeInterpreterLogs(BaseModel):
+    model_config = ConfigDict(extra="ignore", defer_build=True)
+
+    type: Literal["logs"]
+    logs: StrictStr
+
+
+class CodeInterpreterImage(BaseModel):
+    model_config = ConfigDict(extra="ignore", defer_build=True)
+
+    type: Literal["image"]
+    url: StrictStr
+
+
+class CodeInterpreterCallItem(BaseModel):
+    """An ``execute_javascript`` run from an earlier response (OpenAI's ``code_interpreter_call``), sent back as
+    input: the model is given it as that earlier tool call and its result."""
+
+    model_config = ConfigDict(extra="ignore", defer_build=True)
+
+    type: Literal["code_interpreter_call"]
+    id: Annotated[StrictStr, Field(min_length=1, max_length=256)]
+    code: StrictStr | None = None
+    outputs: list[CodeInterpreterLogs | CodeInterpreterImage] | None = None
+
+    def call_id(self) -> str:
+        return self.id.removeprefix("ci_")
+
+    def logs(self) -> str:
+        """What the run returned, as the model saw it (an image output is described, not dropped)."""
+        parts = [
+            o.logs if isinstance(o, CodeInterpreterLogs) else f"[image: {o.url}]" for o in self.outputs or []
+        ]
+        return "".join(parts) or "(the run returned no output)"
+
+
 class ReasoningItem(BaseModel):
     """A reasoning item a client sends back from an earlier response: it carries nothing this server needs."""
 
@@ -206,6 +356,7 @@ InputItem = Annotated[
     InputMessage
     | FunctionCallItem
     | FunctionCallOutputItem
+    | CodeInterpreterCallItem
     | ReasoningItem
     | McpCallInput
     | McpListToolsInput,
@@ -219,7 +370,7 @@ class ResponsesFunctionTool(BaseModel):
     type: Literal["function"]
     name: ToolName
     description: StrictStr | None = None
-    parameters: dict[str, Any] | None = None
+    parameters: ClientSchema | None = None
     strict: StrictBool | None = None
 
     def as_chat_tool(self) -> ClientTool:
@@ -258,7 +409,7 @@ class TextFormat(BaseModel):
 
     type: Literal["text", "json_object", "json_schema"]
     name: Annotated[StrictStr, Field(pattern=r"^[A-Za-z0-9_-]{1,64}$")] | None = None
-    schema_: dict[str, Any] | None = Field(default=None, alias="schema")
+    schema_: ClientSchema | None = Field(default=None, alias="schema")
     description: StrictStr | None = None
     strict: StrictBool | None = None
 
@@ -274,15 +425,34 @@ class TextFormat(BaseModel):
 
 
 class TextOptions(BaseModel):
-    model_config = ConfigDict(extra="ignore", defer_build=True)
+    model_config = ConfigDict(extra="forbid", defer_build=True)
 
     format: TextFormat | None = None
+    verbosity: Verbosity | None = None
 
 
-class ResponsesBody(BaseModel):
-    """``POST /v1/responses``, stateless. Unknown fields are ignored, as OpenAI clients send many."""
+class ReasoningOptions(BaseModel):
+    model_config = ConfigDict(extra="forbid", defer_build=True)
 
-    model_config = ConfigDict(extra="ignore", defer_build=True)
+    effort: Effort | None = None
+    summary: Literal["auto", "concise", "detailed"] | None = None
+    generate_summary: Literal["auto", "concise", "detailed"] | None = None
+
+
+class ResponsesStreamOptions(BaseModel):
+    model_config = ConfigDict(extra="forbid", defer_build=True)
+
+    include_obfuscation: Literal[False] | None = None
+
+
+INCLUDABLE = {"code_interpreter_call.outputs"}
+"""What ``include`` may ask for: the outputs of sandbox runs are always included."""
+
+
+class ResponsesBody(_OpenAIParams):
+    """``POST /v1/responses``. Every field is honoured or refused by name; unknown fields are refused."""
+
+    model_config = ConfigDict(extra="forbid", defer_build=True)
 
     input: StrictStr | list[InputItem]
     model: StrictStr | None = None
@@ -293,10 +463,39 @@ class ResponsesBody(BaseModel):
     tool_choice: Literal["auto", "none", "required"] | ResponsesNamedChoice | None = None
     parallel_tool_calls: StrictBool | None = None
     max_output_tokens: MaxTokens | None = None
+    max_tool_calls: Annotated[StrictInt, Field(ge=0, le=1000)] | None = None
     temperature: Temperature | None = None
     top_p: TopP | None = None
     text: TextOptions | None = None
+    reasoning: ReasoningOptions | None = None
+    truncation: Literal["auto", "disabled"] | None = None
+    include: list[StrictStr] | None = None
     stream: StrictBool = False
-    store: StrictBool | None = None
+    stream_options: ResponsesStreamOptions | None = None
+    background: StrictBool | None = None
     previous_response_id: StrictStr | None = None
-    metadata: dict[str, StrictStr] | None = None
+    conversation: StrictStr | dict[str, Any] | None = None
+    prompt: dict[str, Any] | None = None
+
+    def forwarded(self) -> dict[str, Any]:
+        params = super().forwarded()
+        if self.reasoning and self.reasoning.effort:
+            params["reasoning_effort"] = self.reasoning.effort
+        if self.text and self.text.verbosity:
+            params["verbosity"] = self.text.verbosity
+        return params
+
+    def refusals(self) -> list[Unsupported]:
+        refused = super().refusals()
+        if self.background:
+            refused.append(Unsupported("background", "background responses are not supported"))
+        if self.prompt is not None:
+            refused.append(Unsupported("prompt", "stored prompts are not supported; send instructions"))
+        if self.reasoning and (self.reasoning.summary or self.reasoning.generate_summary):
+            refused.append(
+                Unsupported("reasoning.summary", "reasoning summaries are not relayed by this server")
+            )
+        other = sorted(set(self.include or []) - INCLUDABLE)
+        if other:
+            refused.append(Unsupported("include", f"{other} cannot be included (only {sorted(INCLUDABLE)})"))
+        return refused

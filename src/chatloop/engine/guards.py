@@ -92,6 +92,8 @@ class BatchPlan:
 @dataclass
 class ToolLedger:
     budgets: Mapping[str, int] = field(default_factory=dict)
+    max_runs: int | None = None
+    """A cap on all tool runs of the turn together (the Responses API's ``max_tool_calls``), beside the budgets."""
     executions: Counter[str] = field(default_factory=Counter)
     succeeded: set[str] = field(default_factory=set)
     duplicate_repeats: int = 0
@@ -102,8 +104,18 @@ class ToolLedger:
 
     # --- what is offered -------------------------------------------------------------------
     def budget_left(self, name: str) -> int | None:
+        """Runs ``name`` has left this turn (its own budget and the turn's cap, whichever is less); None: no limit."""
         budget = self.budgets.get(name)
-        return None if budget is None else max(0, budget - self.executions[name])
+        left = None if budget is None else max(0, budget - self.executions[name])
+        runs_left = self.runs_left()
+        if runs_left is None:
+            return left
+        return runs_left if left is None else min(left, runs_left)
+
+    def runs_left(self) -> int | None:
+        if self.max_runs is None:
+            return None
+        return max(0, self.max_runs - sum(self.executions.values()))
 
     def withdrawn(self, name: str) -> str | None:
         """Why ``name`` is no longer offered this turn, or None."""
@@ -146,7 +158,10 @@ class ToolLedger:
                 )
             else:
                 left = self.budget_left(call.name)
-                if left is not None and runs[call.name] >= left:
+                total_left = self.runs_left()
+                if (left is not None and runs[call.name] >= left) or (
+                    total_left is not None and sum(runs.values()) >= total_left
+                ):
                     disposition = Disposition.OVER_BUDGET
                 else:
                     disposition = Disposition.RUN

@@ -4,6 +4,12 @@ Each iteration reads as its phases: **ask** the model (streaming its text), **de
 calls for (a pure ``decide()``, logged), then **act**: answer, execute the tool calls and go round again,
 or end tool use so the next call answers. Always ends with exactly one ``done`` event, whatever failed.
 
+Text reaches the client as the model writes it (after the text-call filter's hold), and all of it is the turn's
+answer: text a model writes before calling a tool ("Let me compute that.") stays, a ``seam`` delta (a blank line)
+separates one model call's text from the next, and a fallback text is shown as deltas too. So the concatenated
+``delta`` events always equal the content of the answer in ``done``, whatever happened in between (a model that
+failed mid-answer included: its text stays, the seam follows, then the next model's answer).
+
 Every phase is an async stream of ``Event``s that ends with its result, the way a ``ChatModel`` stream
 ends with its ``ModelResponse``: the asking phase with the response, an acting phase with a ``TurnEnd``
 when the turn is over. No phase hands results back through shared lists.
@@ -26,6 +32,7 @@ from typing import Any
 from chatloop.config import Settings
 from chatloop.deadline import Deadline, until
 from chatloop.engine import prompts
+from chatloop.engine.answers import describe, judge_final
 from chatloop.engine.events import Event, EventType, StopReason
 from chatloop.engine.guards import (
     JAVASCRIPT_TOOL,
@@ -51,6 +58,7 @@ from chatloop.providers.base import (
     ToolCall,
 )
 from chatloop.providers.errors import AllModelsFailed, DeadlineExceeded, ModelError, Transient
+from chatloop.providers.textcalls import tool_keys
 from chatloop.tools.base import ToolRegistry, ToolResult, cap_tool_message
 
 MIN_CALL_SECONDS = 0.5
@@ -77,10 +85,12 @@ _GUARD_FOR_REASON = {
 
 @dataclass(frozen=True)
 class TurnEnd:
-    """The last item of a phase that ends the turn: why it stopped, and the assistant message it answers with."""
+    """The last item of a phase that ends the turn: why it stopped, the assistant message it answers with (its
+    content becomes what was shown), and text still to show (a fallback text, or an answer held back whole)."""
 
     stop: StopReason
     answer: dict[str, Any]
+    show: str = ""
 
 
 @dataclass(frozen=True)
@@ -120,7 +130,10 @@ class _Turn:
         enabled = tools.names() if request.tool_names is None else request.tool_names
         self.builtin = [n for n in enabled if tools.get(n) is not None]
         self.client_names = request.client_tool_names()
-        self.ledger = ToolLedger(budgets=tools.budgets(settings.tool_budgets))
+        self.ledger = ToolLedger(
+            budgets=tools.budgets(settings.tool_budgets), max_runs=request.max_tool_calls
+        )
+        self.client_required = request.requires_client_tool()
         self.messages = list(request.messages)
         if settings.system_prompt_guidance and JAVASCRIPT_TOOL in self.builtin:
             self.messages = prompts.with_guidance(self.messages)
@@ -132,6 +145,12 @@ class _Turn:
         self.reminders = 0
         self.nudges = 0
         self.call_ids = {c["id"] for m in self.messages for c in m.get("tool_calls") or []}
+        self.shown: list[str] = []
+        """Every piece of text sent as a ``delta``: the answer's content is their concatenation."""
+        self.new_segment = True
+        """The next text shown starts a new model call's text (a seam goes before it)."""
+        self.call_shown = False
+        """Whether the current model call has shown any text."""
 
     # --- the loop --------------------------------------------------------------------------
     async def run(self) -> AsyncIterator[Event]:
@@ -162,8 +181,16 @@ class _Turn:
                 {"code": "internal_error", "message": "internal error while running the turn"},
             )
         end = end or self._end_with_fallback(StopReason.ERROR)
-        if end.answer.get("content") or end.answer.get("tool_calls"):
-            yield Event(EventType.MESSAGE_COMPLETE, dict(end.answer))
+        if end.show:
+            self.new_segment = (
+                True  # a fallback text, or an answer held whole, is set off from any text before it
+            )
+            for piece in self._show(end.show):
+                yield piece
+        answer = {**end.answer, "content": "".join(self.shown)}
+        end = TurnEnd(end.stop, answer)
+        if answer["content"] or answer.get("tool_calls"):
+            yield Event(EventType.MESSAGE_COMPLETE, dict(answer))
         yield Event(EventType.DONE, self._summary(end))
         self._log_end(end.stop)
 
@@ -187,6 +214,7 @@ class _Turn:
             return
         response = reply.response
         self._make_ids_unique(response.tool_calls)
+        self._one_call_unless_parallel(response)
         plan = self.ledger.plan_batch(
             response.tool_calls, offered=set(offer.tools), client_tools=self.client_names
         )
@@ -200,8 +228,9 @@ class _Turn:
         """One model call: its text as ``delta`` events (never a tool call written as text), fallbacks as they
         happen, then its ``Reply``. When the call runs out of time: an ``error`` event and no reply."""
         request = self._model_request(offer.tools)
-        visible = TextCallFilter(hold_json=bool(request.tools))
+        visible = self._text_filter(request, offer)
         streamed = False
+        self.new_segment, self.call_shown = True, False
         response: ModelResponse | None = None
         try:
             # The adapters bound their own calls; this bounds any ChatModel, so no model outlives the deadline.
@@ -210,11 +239,13 @@ class _Turn:
                     text = visible.feed(item.text)
                     if text:
                         streamed = True
-                        yield self._delta(text)
+                        for piece in self._show(text):
+                            yield piece
                 elif isinstance(item, ModelFallback):
                     yield fallback_event(item)
-                    if item.discard_partial:
-                        visible = TextCallFilter(hold_json=bool(request.tools))
+                    if item.discard_partial:  # the text shown stays; the next model's follows a seam
+                        visible = self._text_filter(request, offer)
+                        self.new_segment = True
                 elif isinstance(item, ContextFit):
                     event = self._fitted(item)
                     if event is not None:
@@ -223,39 +254,82 @@ class _Turn:
                     response = item
         except (DeadlineExceeded, TimeoutError) as exc:
             late = exc if isinstance(exc, DeadlineExceeded) else self._late()
-            # discard_partial: text this call already streamed is not part of the answer.
+            # The text this call already showed stays part of the answer (the client has it); what follows is
+            # set off by a seam.
             yield error_event(late, discard_partial=streamed)
             return
         if response is None:
             raise Transient("the model stream ended without a response", model=self.model.name)
-        reply = read_text_calls(response, request.tools)
+        reply = self._read(response, request, offer, visible.released)
         tail = visible.finish(response.content)
         if tail:
-            yield self._delta(tail)
+            for piece in self._show(tail):
+                yield piece
         self.record.response(response)
         yield response_event(response, self.iteration)
         if reply.text_calls:
             yield text_calls_event(reply.text_calls, self.iteration)
         yield reply
 
+    # --- what the user may be shown (text-call filter and the final answer check) -----------------
+    def _withdrawn(self, offer: Offer) -> list[dict[str, Any]]:
+        """The turn's tools when this call is made without them after tools were in play (a guard ended tool use,
+        or the tool that answered was withdrawn): the final, tool-less call. Empty otherwise."""
+        if offer.tools or not (self.iteration > 1 or self.final_call_made or offer.withheld_by):
+            return []
+        return self.tools.schemas(self.builtin) + list(self.request.client_tools)
+
+    def _text_filter(self, request: ModelRequest, offer: Offer) -> TextCallFilter:
+        """Holds back what may be a call written as text; on the final call, what may be one after tools were
+        withdrawn, until ``_read`` has judged it."""
+        tools = request.tools or self._withdrawn(offer)
+        return TextCallFilter(hold_json=bool(tools), tools=tool_keys(tools or []))
+
+    def _read(self, response: ModelResponse, request: ModelRequest, offer: Offer, shown: str) -> Reply:
+        """The reply as the engine reads it: calls written as text recovered; on the final call, a text that is no
+        answer (a pseudo call, a tool error, the tools echoed) cut to the words before it (as they were ``shown``,
+        so the answer is what was streamed), logged."""
+        reply = read_text_calls(response, request.tools)
+        withdrawn = self._withdrawn(offer)
+        if withdrawn and not response.tool_calls:
+            judged = judge_final(response.content, withdrawn, structured=bool(request.response_format))
+            if judged.reason is not None:
+                logger.warning(describe(judged), extra={"iteration": self.iteration})
+                same = judged.content and shown.strip() == judged.content
+                response.content = shown if same else judged.content
+        return reply
+
     def _offer(self) -> Offer:
-        """The tools offered to the next call, or none, with the guard (cap or deadline) that withheld them."""
+        """The tools offered to the next call, or none, with the guard (cap or deadline) that withheld them. When
+        the client's ``tool_choice`` requires one of its tools, its tools stay offered to the last call."""
+        last_call = sorted(self.client_names) if self.client_required else []
         if self.tools_ended:
-            return Offer([])
+            return Offer(last_call)
         available = self.ledger.offerable(self.builtin) + sorted(self.client_names)
         if not available:
             return Offer([])
         if self.iteration >= self.max_iterations:
-            return Offer([], StopReason.ITERATION_CAP)
+            return Offer(last_call, StopReason.ITERATION_CAP)
         if self.deadline.remaining() < self.settings.deadline_reserve_seconds + MIN_CALL_SECONDS:
-            return Offer([], StopReason.DEADLINE)
+            return Offer(last_call, StopReason.DEADLINE)
         return Offer(available)
+
+    def _tool_choice(self, offered: list[str]) -> str | dict[str, Any] | None:
+        """The client's ``tool_choice`` goes with the first call, and with the last call when it requires a client
+        tool; any other call chooses freely, so a forced server tool is not forced again every round (seed 001)."""
+        choice = self.request.tool_choice
+        if not offered or choice is None:
+            return None
+        last_call = self.client_required and (self.tools_ended or not set(offered) - self.client_names)
+        if self.iteration != 1 and not last_call:
+            return None
+        if isinstance(choice, dict) and choice.get("function", {}).get("name") not in offered:
+            return None
+        return choice
 
     def _model_request(self, offered: list[str]) -> ModelRequest:
         r = self.request
-        tool_choice = r.tool_choice if self.iteration == 1 and offered else None
-        if isinstance(tool_choice, dict) and tool_choice.get("function", {}).get("name") not in offered:
-            tool_choice = None
+        tool_choice = self._tool_choice(offered)
         # A call made while tools are offered must leave the reserve for the answer that follows.
         reserve = self.settings.deadline_reserve_seconds if offered else RENDER_MARGIN_SECONDS
         schemas = self.tools.schemas(n for n in offered if n not in self.client_names)
@@ -270,6 +344,8 @@ class _Turn:
             top_p=r.top_p,
             max_tokens=r.max_tokens,
             response_format=r.response_format,
+            params=dict(r.model_params),
+            allow_trimming=r.allow_trimming,
         )
 
     def _after_timeout(self, offer: Offer) -> TurnEnd | None:
@@ -330,6 +406,7 @@ class _Turn:
                 reminders_left=self.settings.legacy_syntax_reminders - self.reminders,
                 nudges_left=1 - self.nudges,
                 final_call_made=self.final_call_made,
+                client_tool_required=self.client_required,
             )
         )
 
@@ -374,9 +451,10 @@ class _Turn:
             if action is Action.FINAL_CALL:
                 self._end_tool_use(decision.reason)
             elif action is Action.ANSWER:
-                yield TurnEnd(
-                    self._answer_stop(response, offer), {"role": "assistant", "content": response.content}
-                )
+                # The answer is what was shown; a call whose text was all held back (it looked like a call as it
+                # came) shows its content now.
+                held = "" if self.call_shown else response.content
+                yield TurnEnd(self._answer_stop(response, offer), {"role": "assistant"}, held)
             else:  # Action.FALLBACK
                 guard = _GUARD_FOR_REASON.get(decision.reason)
                 yield self._end_with_fallback(self.guard or offer.withheld_by or guard or StopReason.ERROR)
@@ -391,9 +469,8 @@ class _Turn:
         client = plan.of(Disposition.CLIENT)
         self.record.skipped((p.call for p in plan.calls if p not in client), "client_tools_pending")
         calls = [p.call.to_message() for p in client]
-        return TurnEnd(
-            StopReason.TOOL_CALLS, {"role": "assistant", "content": response.content, "tool_calls": calls}
-        )
+        held = "" if self.call_shown else response.content
+        return TurnEnd(StopReason.TOOL_CALLS, {"role": "assistant", "tool_calls": calls}, held)
 
     def _remind(self, response: ModelResponse) -> Event:
         self.reminders += 1
@@ -410,7 +487,8 @@ class _Turn:
         self.tools_ended = reason
         self.final_call_made = True
         self.guard = self.guard or _GUARD_FOR_REASON.get(reason)
-        self.messages.append({"role": "system", "content": prompts.final_answer_note(reason)})
+        client_tools = sorted(self.client_names) if self.client_required else None
+        self.messages.append({"role": "system", "content": prompts.final_answer_note(reason, client_tools)})
 
     # --- execute ---------------------------------------------------------------------------
     async def _execute(self, response: ModelResponse, plan: BatchPlan) -> AsyncIterator[Event]:
@@ -517,8 +595,40 @@ class _Turn:
         nothing."""
         return self.tools.origin(name)
 
-    def _delta(self, text: str) -> Event:
-        return Event(EventType.DELTA, {"content": text, "iteration": self.iteration})
+    def _show(self, text: str) -> list[Event]:
+        """``text`` as ``delta`` events, after a seam when it starts a new model call's text."""
+        events = []
+        if self.new_segment:
+            self.new_segment = False
+            seam = _seam("".join(self.shown[-2:]))
+            if seam:
+                self.shown.append(seam)
+                events.append(
+                    Event(EventType.DELTA, {"content": seam, "iteration": self.iteration, "seam": True})
+                )
+        self.shown.append(text)
+        self.call_shown = True
+        events.append(Event(EventType.DELTA, {"content": text, "iteration": self.iteration}))
+        return events
+
+    def _one_call_unless_parallel(self, response: ModelResponse) -> None:
+        """``parallel_tool_calls: false``: a reply with several calls keeps its first; the rest are recorded as
+        skipped (a model may ignore the parameter, or not take it at all)."""
+        if self.request.parallel_tool_calls is not False or len(response.tool_calls) < 2:
+            return
+        extra = response.tool_calls[1:]
+        response.tool_calls = response.tool_calls[:1]
+        self.record.skipped(extra, "parallel_tool_calls_false")
+        logger.info(
+            f"Parallel tool calls decision: iteration={self.iteration} kept=1 dropped={len(extra)} "
+            "reason=parallel_tool_calls_false",
+            extra={
+                "parallel_tool_calls": {
+                    "kept": response.tool_calls[0].name,
+                    "dropped": [c.name for c in extra],
+                }
+            },
+        )
 
     def _late(self) -> DeadlineExceeded:
         return DeadlineExceeded(
@@ -526,7 +636,8 @@ class _Turn:
         )
 
     def _end_with_fallback(self, stop: StopReason) -> TurnEnd:
-        return TurnEnd(stop, self.record.fallback_message(stop, self.ledger.executions))
+        message = self.record.fallback_message(stop, self.ledger.executions)
+        return TurnEnd(stop, {"role": "assistant"}, message["content"])
 
     def _summary(self, end: TurnEnd) -> dict[str, Any]:
         return self.record.summary(
@@ -546,3 +657,10 @@ class _Turn:
             self.record.usage.as_dict(),
             self.record.answered_by,
         )
+
+
+def _seam(before: str) -> str:
+    """What separates two model calls' texts: a blank line, less the line breaks ``before`` already ends with."""
+    if not before or before.endswith("\n\n"):
+        return ""
+    return "\n" if before.endswith("\n") else "\n\n"

@@ -64,6 +64,9 @@ class DecisionInput:
     nudges_left: int = 0
     final_call_made: bool = False
     """This response answered a call made without tools after tool use ended."""
+    client_tool_required: bool = False
+    """The client's ``tool_choice`` requires a call to one of its tools (``required`` or a named client tool): the
+    turn must end with one, so a plain answer leads to a last call that offers only the client's tools."""
 
     @property
     def has_substantive_answer(self) -> bool:
@@ -157,16 +160,26 @@ def decide(i: DecisionInput) -> Decision:
 
     if not i.has_tool_calls:
         if i.legacy_syntax:
+            if i.final_call_made:
+                # The call without tools was made and the model still wrote a tag (it may be quoting one in
+                # prose): what is left of its text is the answer; asking again would run the turn to the cap.
+                return answer_or_fallback("legacy_syntax")
             if not calls_left:
                 return made(Action.FALLBACK, "legacy_syntax")
             return made(Action.REMIND if i.reminders_left > 0 else Action.FINAL_CALL, "legacy_syntax")
+        if i.client_tool_required and not i.final_call_made:
+            return made(Action.FINAL_CALL, "client_tool_required")
         if i.content_length == 0:
             if i.nudges_left > 0 and calls_left:
                 return made(Action.NUDGE, "empty_reply")
             return made(Action.FALLBACK, "empty_reply")
         return made(Action.ANSWER, "no_tool_calls")
 
-    # The model called tools. A long answer alongside them is taken as the answer (seed 000's rule).
+    # The model called tools. A call to a client's tool ends the turn whatever else the reply holds: the client asked
+    # for its tools, and OpenAI's contract returns text and tool calls together.
+    if i.client_tool_calls > 0:
+        return made(Action.CLIENT_TOOLS, "client_tools")
+    # A long answer alongside the server's tool calls is taken as the answer (seed 000's rule).
     if i.has_substantive_answer:
         return made(Action.ANSWER, "substantive_answer")
     if not calls_left:
@@ -181,8 +194,6 @@ def decide(i: DecisionInput) -> Decision:
     if i.duplicate_repeats_total >= 2:
         # A second repeat: answer this batch (running anything new in it), then end tool use.
         return made(Action.EXECUTE, "duplicate_loop", execute=i.runnable_calls > 0, end=True)
-    if i.client_tool_calls > 0:
-        return made(Action.CLIENT_TOOLS, "client_tools")
     if i.runnable_calls > 0:
         return made(Action.EXECUTE, "execute", execute=True)
     if (

@@ -23,6 +23,7 @@ FINAL_ANSWER_NOTES = {
     "js_already_succeeded": "execute_javascript already returned a result for this question.",
     "deadline": "There is no time left for more tool calls.",
     "legacy_syntax": "Tool calls written as text cannot be run.",
+    "client_tool_required": "Your reply must be a tool call, not plain text.",
 }
 
 EMPTY_REPLY_NUDGE = "Your last reply was empty. Answer the user's last message now."
@@ -66,8 +67,16 @@ def with_guidance(messages: list[dict[str, Any]], guidance: str = JS_GUIDANCE) -
     return [{"role": "system", "content": guidance}, *out]
 
 
-def final_answer_note(reason: str) -> str:
+def final_answer_note(reason: str, client_tools: list[str] | None = None) -> str:
+    """The note before the turn's last model call. With ``client_tools`` (the client's ``tool_choice`` requires
+    one of them), that call must end in a call to one of those tools instead of plain text."""
     why = FINAL_ANSWER_NOTES.get(reason, "Tool use is finished for this question.")
+    if client_tools:
+        names = ", ".join(client_tools)
+        return (
+            f"{why} The server's own tools are finished. Using the results above, now call one of these "
+            f"tools as the request requires: {names}."
+        )
     return f"{why} Do not call any tools. Answer the user now, using the tool results above."
 
 

@@ -20,7 +20,9 @@ class TurnRequest:
     client_tools: list[dict[str, Any]] = field(default_factory=list)
     """OpenAI function tools the client runs itself: a call to one ends the turn."""
     tool_choice: str | dict[str, Any] | None = None
-    """Sent only when set, and only on the first model call of the turn."""
+    """Sent on the first model call of the turn. When it requires a client tool (``required`` or a client tool's
+    name, with client tools offered), it holds to the end: the turn's last model call offers the client's tools with
+    this choice again, so the turn ends with a call to one of them (OpenAI's contract)."""
     parallel_tool_calls: bool | None = None
     temperature: float | None = None
     top_p: float | None = None
@@ -30,6 +32,25 @@ class TurnRequest:
     response_format: dict[str, Any] | None = None
     """Structured output (``json_object`` / ``json_schema``), sent on every model call of the turn: any of them may
     be the one that answers."""
+    model_params: dict[str, Any] = field(default_factory=dict)
+    """Further sampling and output parameters (``stop``, ``seed``, penalties, ``reasoning_effort`` ...), sent on every
+    model call as they are; models whose catalog entry does not take one are passed over for the turn."""
+    max_tool_calls: int | None = None
+    """A cap on the server's own tool runs this turn (the Responses API's ``max_tool_calls``)."""
+    allow_trimming: bool = True
+    """False (the Responses API's ``truncation: disabled``): a conversation no model can hold is refused, not
+    trimmed."""
+
+    def requires_client_tool(self) -> bool:
+        """Whether ``tool_choice`` obliges the turn to end with a call to a client tool."""
+        names = self.client_tool_names()
+        if not names:
+            return False
+        if self.tool_choice == "required":
+            return True
+        return (
+            isinstance(self.tool_choice, dict) and self.tool_choice.get("function", {}).get("name") in names
+        )
 
     def client_tool_names(self) -> set[str]:
         return {t["function"]["name"] for t in self.client_tools}

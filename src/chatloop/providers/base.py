@@ -76,6 +76,11 @@ class ModelRequest:
     max_tokens: int | None = None
     response_format: dict[str, Any] | None = None
     """OpenAI's ``response_format`` (``json_object`` or ``json_schema``), for models whose catalog entry honours it."""
+    params: dict[str, Any] = field(default_factory=dict)
+    """Further request parameters sent as they are (``stop``, ``seed``, ``reasoning_effort`` ...): a chain passes over
+    models whose catalog entry does not take one of them."""
+    allow_trimming: bool = True
+    """When False, a conversation no model of a chain can hold is refused (``ContextTooLong``), not trimmed."""
 
     def tool_names(self) -> list[str]:
         return [t["function"]["name"] for t in self.tools or []]

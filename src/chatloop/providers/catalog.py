@@ -12,6 +12,7 @@ Usage::
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
@@ -34,13 +35,23 @@ class ModelInfo:
     drop_params: tuple[str, ...] = ()
     max_tokens_param: str = "max_tokens"
     known: bool = True
-    response_formats: tuple[str, ...] = ()
-    """Structured-output types the model honours (``json_object``, ``json_schema``); none for a model not listed."""
+    response_formats: tuple[str, ...] | None = None
+    """Structured-output types the model honours (``json_object``, ``json_schema``); None when the catalog does not
+    say (the model is tried: a provider that rejects the format makes the chain go on)."""
+    params: tuple[str, ...] | None = None
+    """Further request parameters the model takes (``stop``, ``seed``, ``reasoning_effort`` ...); None when the catalog
+    does not say (tried, like an unknown format)."""
 
-    def honours(self, response_format: dict[str, Any] | None) -> bool:
-        """Whether this model can be sent ``response_format`` (no format, or ``text``, is always fine)."""
+    def honours(self, response_format: dict[str, Any] | None) -> bool | None:
+        """Whether this model can be sent ``response_format`` (no format, or ``text``, is always fine); None: unknown."""
         kind = (response_format or {}).get("type", "text")
-        return kind == "text" or kind in self.response_formats
+        if kind == "text":
+            return True
+        return None if self.response_formats is None else kind in self.response_formats
+
+    def takes(self, param: str) -> bool | None:
+        """Whether this model takes the request parameter ``param``; None: the catalog does not say."""
+        return None if self.params is None else param in self.params
 
 
 @dataclass(frozen=True)
@@ -80,7 +91,8 @@ class Catalog:
             drop_params=tuple(raw.get("drop_params", ())),
             max_tokens_param=raw.get("max_tokens_param", "max_tokens"),
             known=f"{provider}:{model_id}" in self.models,
-            response_formats=tuple(raw.get("response_format", ())),
+            response_formats=tuple(raw["response_format"]) if "response_format" in raw else None,
+            params=tuple(raw["params"]) if "params" in raw else None,
         )
 
     def provider(self, name: str) -> ProviderInfo | None:
@@ -99,17 +111,70 @@ class CatalogError(ValueError):
     """MODEL_CATALOG_FILE cannot be read as a catalog."""
 
 
+MAX_CONTEXT_WINDOW = 100_000_000
+"""Tokens: a window beyond this is a typo (the largest models hold a few million)."""
+_FLAGS = ("tools", "parallel_tool_calls", "decommissioned")
+_STRING_LISTS = ("drop_params",)
+_PROVIDER_FLAGS = ("stream_usage", "tool_message_name", "key_required")
+
+
+def validate_catalog(data: Any, source: str) -> None:
+    """Raise ``CatalogError`` naming ``source``, the entry and the field when ``data`` is not a usable catalog: an
+    entry that is not an object, a window that is not a positive whole number (a string, NaN, an infinity), a flag
+    that is not a boolean. Run once at start-up, so no request ever meets a bad entry. Fields it does not know are
+    left alone (the catalog grows)."""
+
+    def fail(where: str, problem: str) -> CatalogError:
+        return CatalogError(f"{source}: {where}: {problem}")
+
+    if not isinstance(data, dict):
+        raise fail("the file", "must be a JSON object with 'models' and/or 'providers'")
+    for section in ("models", "providers", "defaults"):
+        if not isinstance(data.get(section, {}), dict):
+            raise fail(section, "must be an object")
+    entries = [(f"models[{name!r}]", entry) for name, entry in data.get("models", {}).items()]
+    for where, entry in [("defaults", data.get("defaults", {})), *entries]:
+        if not isinstance(entry, dict):
+            raise fail(where, f"must be an object, got {type(entry).__name__}")
+        window = entry.get("context_window")
+        if window is not None and not (
+            isinstance(window, int | float)
+            and not isinstance(window, bool)
+            and math.isfinite(window)
+            and window == int(window)
+            and 0 < window <= MAX_CONTEXT_WINDOW
+        ):
+            raise fail(
+                f"{where}.context_window",
+                f"must be a whole number of tokens from 1 to {MAX_CONTEXT_WINDOW:,}, got {window!r}",
+            )
+        for flag in _FLAGS:
+            if flag in entry and not isinstance(entry[flag], bool):
+                raise fail(f"{where}.{flag}", f"must be true or false, got {entry[flag]!r}")
+        for key in _STRING_LISTS:
+            value = entry.get(key, [])
+            if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+                raise fail(f"{where}.{key}", f"must be a list of strings, got {value!r}")
+        if not isinstance(entry.get("max_tokens_param", ""), str):
+            raise fail(f"{where}.max_tokens_param", f"must be a string, got {entry['max_tokens_param']!r}")
+    for name, provider in data.get("providers", {}).items():
+        where = f"providers[{name!r}]"
+        if not isinstance(provider, dict):
+            raise fail(where, f"must be an object, got {type(provider).__name__}")
+        for key in ("key_env", "base_url_env"):
+            if not isinstance(provider.get(key), str | None):
+                raise fail(f"{where}.{key}", f"must be a string or null, got {provider[key]!r}")
+        for flag in _PROVIDER_FLAGS:
+            if flag in provider and not isinstance(provider[flag], bool):
+                raise fail(f"{where}.{flag}", f"must be true or false, got {provider[flag]!r}")
+
+
 def _overlaid(data: dict[str, Any], overlay: str) -> dict[str, Any]:
     try:
         extra = json.loads(Path(overlay).read_text())
     except (OSError, ValueError) as exc:
         raise CatalogError(f"MODEL_CATALOG_FILE {overlay}: {exc}") from None
-    if not isinstance(extra, dict) or not all(
-        isinstance(extra.get(k, {}), dict) for k in ("models", "providers")
-    ):
-        raise CatalogError(
-            f"MODEL_CATALOG_FILE {overlay}: expected an object with 'models' and/or 'providers'"
-        )
+    validate_catalog(extra, f"MODEL_CATALOG_FILE {overlay}")
     merged = dict(data)
     for section in ("models", "providers", "defaults"):
         if section == "defaults":
@@ -125,6 +190,7 @@ def _overlaid(data: dict[str, Any], overlay: str) -> dict[str, Any]:
 @lru_cache(maxsize=4)
 def _load(path: str, overlay: str | None = None) -> Catalog:
     data = json.loads(Path(path).read_text())
+    validate_catalog(data, path)
     if overlay:
         data = _overlaid(data, overlay)
     providers = {

@@ -39,6 +39,7 @@ from chatloop.providers.context import ANSWER_RESERVE_TOKENS, TokenEstimator, tr
 from chatloop.providers.errors import (
     AllModelsFailed,
     AuthFailed,
+    BadRequest,
     ContextTooLong,
     ModelError,
     ModelGone,
@@ -182,7 +183,7 @@ class FallbackChain:
                         continue
                     error = exc
                 except ModelError as exc:
-                    if not exc.fallback:
+                    if not exc.fallback and not self._guessed(model, request, exc):
                         raise
                     error = exc
                 break
@@ -239,6 +240,14 @@ class FallbackChain:
             return request, ContextFit(action, needs[first], windows[first], first, skipped), needs
         target = max(candidates, key=lambda m: windows[m.name] or 0).name
         window = windows[target] or 0
+        if not request.allow_trimming:  # the client said no (truncation: disabled): refuse rather than trim
+            refusal = ContextTooLong(
+                f"the conversation needs about {needs[target]} tokens, more than the largest window in the chain "
+                f"({window}); trimming is disabled for this request (truncation: disabled)",
+                model=target,
+            )
+            refusal.fallback = False
+            raise refusal
         trimmed = trim(request.messages, estimator.fits_in(request, target, window))
         fitted = replace(request, messages=trimmed.messages)
         needs = estimator.needs(fitted, [m.name for m in self.models])
@@ -288,14 +297,27 @@ class FallbackChain:
         info = self.catalog.get(model.name)
         if request.tools and not info.tools:
             return "no tool support"
-        if not info.honours(request.response_format):
+        if info.honours(request.response_format) is False:
             return f"no {(request.response_format or {}).get('type')} support"
+        refused = [p for p in request.params if info.takes(p) is False]
+        if refused:
+            return f"does not take {', '.join(refused)}"
         if min_context and info.context_window is not None and info.context_window <= min_context:
             return "context window too small"
         need = self._needs.get(model.name)
         if need is not None and info.context_window is not None and need > info.context_window:
             return f"context window too small ({need} estimated tokens > {info.context_window})"
         return None
+
+    def _guessed(self, model: ChatModel, request: ModelRequest, error: ModelError) -> bool:
+        """A request refused by a model that was sent something its catalog entry does not vouch for (a format or a
+        parameter it says nothing about): the refusal is that model's skip reason, and the chain goes on."""
+        if not isinstance(error, BadRequest):
+            return False
+        info = self.catalog.get(model.name)
+        return info.honours(request.response_format) is None or any(
+            info.takes(p) is None for p in request.params
+        )
 
     def _next_usable(
         self, rest: list[ChatModel], request: ModelRequest, min_context: int

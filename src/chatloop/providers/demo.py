@@ -18,24 +18,40 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import AsyncIterator
+from dataclasses import dataclass
 from typing import Any
 
 from chatloop.providers.base import ModelRequest, ModelResponse, StreamItem, TextDelta, ToolCall, Usage
 from chatloop.providers.schema_values import Hints, value_for
 
 LABEL = "(offline demo model: set GROQ_API_KEY or OPENAI_API_KEY to use a real model)"
+QUESTION_CHARS = 2_000
+"""Of a question, at most this much is read: the demo answers short calculations, and no text makes it work long."""
+RESULT_CHARS = 500
+"""A tool result longer than this is quoted in part."""
 
-_MONEY = r"\$?\s*([\d,]+(?:\.\d+)?)"
-_COMPOUND = re.compile(_MONEY + r"[^\d%]*?([\d.]+)\s*%[^\d]*?(\d+)\s*years?", re.IGNORECASE)
-_FACTORIAL = re.compile(r"(\d+)\s*!|(\d+)\s+factorial|factorial\s+of\s+(\d+)", re.IGNORECASE)
-_FIBONACCI = re.compile(r"fibonacci\D*(\d+)", re.IGNORECASE)
-_ARITHMETIC = re.compile(r"[-+*/^%().\d\s]*\d[-+*/^%().\d\s]*[-+*/^%][-+*/^%().\d\s]*\d[-+*/^%().\d\s]*")
+# Every pattern is linear in the text: possessive quantifiers, numbers that start only where a number starts and
+# have a bounded length, and gaps that cannot overlap what follows them (a question of 2,000 "1 " once took 7 s).
+_COMPOUND = re.compile(
+    r"(?<![\d,.])\$?\s*+([\d,]{1,24}+(?:\.\d{1,12}+)?)[^\d%]*?(\d{1,12}+(?:\.\d{1,12}+)?|\.\d{1,12}+)\s*+%"
+    r"[^\d]*?(\d{1,4}+)\s*+years?",
+    re.IGNORECASE,
+)
+_FACTORIAL = re.compile(
+    r"(?<!\d)(\d{1,4}+)\s*+!|(?<!\d)(\d{1,4}+)\s++factorial|factorial\s++of\s++(\d{1,4}+)(?!\d)",
+    re.IGNORECASE,
+)
+_FIBONACCI = re.compile(r"fibonacci\D{0,40}+(\d{1,6}+)", re.IGNORECASE)
+_ARITHMETIC_RUN = re.compile(r"[-+*/^%().\d\s]+")
+_DIGIT = re.compile(r"\d")
+_OPERATOR = re.compile(r"[-+*/^%]")
 
 
 def calculation_for(question: str) -> tuple[str, str] | None:
     """``(javascript, how to phrase the answer)`` for a question the demo understands, else None."""
+    question = question[:QUESTION_CHARS]
     if m := _COMPOUND.search(question):
-        principal, rate, years = float(m.group(1).replace(",", "")), float(m.group(2)), int(m.group(3))
+        principal, rate, years = float(m.group(1).replace(",", "") or 0), float(m.group(2)), int(m.group(3))
         code = (
             f"const principal = {principal:g}, rate = {rate:g} / 100, years = {years};\n"
             "Math.round(principal * Math.pow(1 + rate, years) * 100) / 100"
@@ -58,9 +74,20 @@ def calculation_for(question: str) -> tuple[str, str] | None:
             f"fib.slice(0, {count})"
         )
         return code, f"The first {count} Fibonacci numbers are {{result}}."
-    if m := _ARITHMETIC.search(question):
-        expression = m.group(0).strip().replace("^", "**")
+    if expression := _arithmetic(question):
+        expression = expression.replace("^", "**")
         return exact(expression), f"{expression.replace('**', '^')} = {{result}}"
+    return None
+
+
+def _arithmetic(question: str) -> str | None:
+    """The first run of arithmetic characters holding a digit, then an operator, then a digit (one pass)."""
+    for run in _ARITHMETIC_RUN.finditer(question):
+        text = run.group(0)
+        digit = _DIGIT.search(text)
+        operator = _OPERATOR.search(text, digit.end()) if digit else None
+        if operator and _DIGIT.search(text, operator.end()):
+            return text.strip()
     return None
 
 
@@ -85,12 +112,14 @@ class DemoModel:
     def _respond(self, request: ModelRequest) -> ModelResponse:
         question, results = _current_turn(request.messages)
         plan = calculation_for(question)
-        if not results and (chosen := self._chosen_tool(request, question)) is not None:
+        # tool_choice holds on every call it is sent with, tool results or not (OpenAI's contract: the client, or
+        # the engine, resets it).
+        if (chosen := self._chosen_tool(request, question, answered=bool(results))) is not None:
             return self._call(request, chosen, question)
         if results:
             text = self._from_result(results[-1], plan)
-            return self._answer(request, text, question, results[-1].get("result"))
-        if plan and "execute_javascript" in request.tool_names():
+            return self._answer(request, text, question, results[-1].body.get("result"))
+        if plan and "execute_javascript" in request.tool_names() and request.tool_choice != "none":
             call = ToolCall(
                 id=f"call_demo_{len(request.messages)}",
                 name="execute_javascript",
@@ -108,22 +137,22 @@ class DemoModel:
         )
         return self._answer(request, text, question)
 
-    def _chosen_tool(self, request: ModelRequest, question: str) -> dict[str, Any] | None:
-        """The client tool ``tool_choice`` asks for: the named one, or for ``required`` the client tool the question
-        mentions (else the first). A calculation under ``required`` goes to execute_javascript as usual."""
+    def _chosen_tool(self, request: ModelRequest, question: str, answered: bool) -> dict[str, Any] | None:
+        """The tool ``tool_choice`` asks for: the named one, or for ``required`` the client tool the question
+        mentions (else the first). A calculation under ``required`` goes to execute_javascript as usual, and so does
+        ``required`` with no client tool offered. Nothing for ``auto``, ``none`` or no choice."""
         choice = request.tool_choice
         tools = {t["function"]["name"]: t["function"] for t in request.tools or []}
         if isinstance(choice, dict):
             named: dict[str, Any] | None = tools.get(choice.get("function", {}).get("name", ""))
             return named
-        client = [f for n, f in tools.items() if n not in self.server_tools]
-        if (
-            choice != "required"
-            or not client
-            or (calculation_for(question) and "execute_javascript" in tools)
-        ):
+        if choice != "required" or not tools:
             return None
-        asked = set(re.findall(r"[a-z]{4,}", question.lower()))
+        client = [f for n, f in tools.items() if n not in self.server_tools]
+        if not client or (not answered and calculation_for(question) and "execute_javascript" in tools):
+            fallback: dict[str, Any] = tools.get("execute_javascript") or next(iter(tools.values()))
+            return fallback
+        asked = set(re.findall(r"[a-z]{4,}", question[:QUESTION_CHARS].lower()))
         mentioned = [f for f in client if asked & set(re.findall(r"[a-z]{4,}", f["name"].lower()))]
         chosen: dict[str, Any] = (mentioned or client)[0]
         return chosen
@@ -140,16 +169,26 @@ class DemoModel:
         )
 
     @staticmethod
-    def _from_result(body: dict[str, Any], plan: tuple[str, str] | None) -> str:
-        if "error" in body:
-            return f"The calculation failed: {body['error']}."
-        value = body.get("result")
-        if isinstance(value, dict):
-            value = ", ".join(f"{k} = {v}" for k, v in value.items())
-        elif isinstance(value, list):
-            value = ", ".join(str(v) for v in value)
-        template = plan[1] if plan else "The result is {result}."
-        return template.format(result=value)
+    def _from_result(result: _ToolResult, plan: tuple[str, str] | None) -> str:
+        """The answer from the latest tool result: the calculation's phrasing for an ``execute_javascript``
+        ``{"result": ...}``, otherwise the result quoted as it came, whatever its shape."""
+        body = result.body
+        if "error" in body and "result" not in body:
+            return f"The tool call failed: {_quoted(body['error'])}."
+        if "result" in body and set(body) <= {"result", "output"}:
+            value = body["result"]
+            if isinstance(value, dict):
+                value = ", ".join(f"{k} = {v}" for k, v in value.items())
+            elif isinstance(value, list):
+                value = ", ".join(str(v) for v in value)
+            if plan:
+                try:
+                    return plan[1].format(result=value)
+                except (ValueError, TypeError):  # a money format for a result that is not a number
+                    pass
+            return f"The result is {_quoted(value)}."
+        who = f"{result.name} returned" if result.name else "The tool returned"
+        return f"{who}: {_quoted(result.content)}."
 
     def _answer(self, request: ModelRequest, text: str, question: str, result: Any = None) -> ModelResponse:
         """Text with the demo's label, or JSON when the request asks for a response format."""
@@ -163,8 +202,11 @@ class DemoModel:
             content = json.dumps({"answer": text, "result": result, "model": self.name, "note": LABEL})
         else:
             content = f"{text} {LABEL}"
+        finish = "stop"
+        if request.max_tokens is not None and len(content) > 4 * request.max_tokens:
+            content, finish = content[: 4 * request.max_tokens], "length"  # ~4 characters a token, as counted
         return ModelResponse(
-            model=self.name, content=content, finish_reason="stop", usage=_usage(request, len(content) // 4)
+            model=self.name, content=content, finish_reason=finish, usage=_usage(request, len(content) // 4)
         )
 
 
@@ -176,18 +218,41 @@ def _is_number(value: Any) -> bool:
     return not isinstance(value, bool)
 
 
-def _current_turn(messages: list[dict[str, Any]]) -> tuple[str, list[dict[str, Any]]]:
+@dataclass(frozen=True)
+class _ToolResult:
+    content: str
+    """The tool message's text, as it came."""
+    body: dict[str, Any]
+    """Its JSON when that is an object, else ``{"result": <the JSON or the text>}``."""
+    name: str | None = None
+
+
+def _quoted(value: Any) -> str:
+    text = value if isinstance(value, str) else json.dumps(value, ensure_ascii=False, default=str)
+    return text if len(text) <= RESULT_CHARS else text[: RESULT_CHARS - 1] + "…"
+
+
+def _current_turn(messages: list[dict[str, Any]]) -> tuple[str, list[_ToolResult]]:
     """The last user message and the tool results that came after it."""
-    question, results = "", list[dict[str, Any]]()
+    question, results = "", list[_ToolResult]()
     for message in messages:
         if message["role"] == "user":
             question, results = str(message.get("content") or ""), []
         elif message["role"] == "tool":
+            content = message.get("content")
+            content = content if isinstance(content, str) else json.dumps(content, default=str)
             try:
-                body = json.loads(message["content"])
+                body = json.loads(content[: 64 * 1024])
             except ValueError:
-                body = {"result": message["content"]}
-            results.append(body if isinstance(body, dict) else {"result": body})
+                body = {"result": content}
+            name = message.get("name")
+            results.append(
+                _ToolResult(
+                    content,
+                    body if isinstance(body, dict) else {"result": body},
+                    name if isinstance(name, str) else None,
+                )
+            )
     return question, results
 
 

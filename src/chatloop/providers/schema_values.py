@@ -6,6 +6,11 @@ Covers what clients send (OpenAI function parameters, Pydantic's ``model_json_sc
 ``anyOf``/``oneOf``/``allOf`` (the first option), ``$ref`` into ``$defs``/``definitions``, numeric bounds and string
 lengths. Every property is filled, required or not (strict schemas require all of them).
 
+The work is bounded whatever the schema says (it is client-sent, so hostile until checked): at most ``MAX_NODES``
+schema nodes are visited (a ``$ref`` cycle with fan-out included), ``MAX_DEPTH`` levels, ``MAX_ITEMS`` items an
+array, and ``MAX_OUTPUT_CHARS`` characters of output in all; a bound that is not a finite number is ignored, never
+a traceback. Past a cap the value is cut short (it may then not validate: the demo is not a language model).
+
 Usage::
 
     value_for({"type": "object", "properties": {"city": {"type": "string"}}}, Hints(words=["Oslo"]))
@@ -14,12 +19,22 @@ Usage::
 
 from __future__ import annotations
 
+import json
 import math
 import re
 from dataclasses import dataclass, field
 from typing import Any
 
 MAX_DEPTH = 8
+"""Levels of nesting filled (a ``$ref`` counts as one); deeper values are ``None``."""
+MAX_NODES = 2_000
+"""Schema nodes visited for one value: a ``$ref`` cycle that fans out stops here, not at 100 % CPU."""
+MAX_ITEMS = 32
+"""Items in one array, whatever ``minItems`` asks."""
+MAX_OUTPUT_CHARS = 64 * 1024
+"""Characters of the whole value (its strings, constants and defaults), whatever ``minLength`` asks."""
+MAX_HINT_CHARS = 2_000
+"""Of the question's text, at most this much is read for hints (and used as a string's value)."""
 SENTENCE_WORDS = frozenset(
     [
         "A",
@@ -77,91 +92,183 @@ class Hints:
     @classmethod
     def from_text(cls, text: str) -> Hints:
         """Capitalised words (names, places) and the numbers in ``text``."""
+        text = text[:MAX_HINT_CHARS]
         tokens = re.findall(r"[A-Za-z][\w'-]*", text)
         words = [w for w in tokens if w[0].isupper() and w not in SENTENCE_WORDS]
         numbers = [float(n.replace(",", "")) for n in re.findall(r"-?\d[\d,]*(?:\.\d+)?", text)]
-        return cls(words=words, numbers=numbers, text=text.strip())
+        return cls(words=words, numbers=[n for n in numbers if math.isfinite(n)], text=text.strip())
 
 
 def value_for(schema: Any, hints: Hints | None = None) -> Any:
-    """A value that validates against ``schema`` (a dict; ``True``/``{}`` accept anything)."""
+    """A value that validates against ``schema`` (a dict; ``True``/``{}`` accept anything), within the caps above."""
     return _Filler(schema if isinstance(schema, dict) else {}, hints or Hints()).value(schema, "", 0)
+
+
+def finite(value: Any) -> float | None:
+    """``value`` as a finite float, or None for anything else (a string, a bool, NaN, an infinity, 10**400)."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return None
+    try:
+        number = float(value)
+    except OverflowError:
+        return None
+    return number if math.isfinite(number) else None
+
+
+def count(value: Any, default: int, cap: int) -> int:
+    """A size bound (``minItems``, ``maxLength``...) as an int in ``[0, cap]``; ``default`` when it is not a number."""
+    number = finite(value)
+    if number is None:
+        return default
+    return int(min(max(number, 0), cap))
 
 
 class _Filler:
     def __init__(self, root: dict[str, Any], hints: Hints):
         self.root = root
         self.hints = hints
+        self.nodes = MAX_NODES
+        self.chars = MAX_OUTPUT_CHARS
 
     def value(self, schema: Any, name: str, depth: int) -> Any:
-        if not isinstance(schema, dict) or depth > MAX_DEPTH:
-            return None if depth > MAX_DEPTH else self.hints.text
+        self.nodes -= 1
+        if depth > MAX_DEPTH or self.nodes < 0 or self.chars <= 0:
+            return None
+        if not isinstance(schema, dict):
+            return self._text(name)
         if "$ref" in schema:
             return self.value(self._resolve(schema["$ref"]), name, depth + 1)
-        if "const" in schema:
-            return schema["const"]
-        if "default" in schema:
-            return schema["default"]
-        if schema.get("enum"):
-            return schema["enum"][0]
+        for key in ("const", "default"):
+            if key in schema:
+                return self._given(schema[key])
+        enum = schema.get("enum")
+        if isinstance(enum, list) and enum:
+            return self._given(enum[0])
         for key in ("anyOf", "oneOf"):
+            options = schema.get(key)
             options = [
-                o for o in schema.get(key) or [] if not (isinstance(o, dict) and o.get("type") == "null")
+                o
+                for o in (options if isinstance(options, list) else [])
+                if not (isinstance(o, dict) and o.get("type") == "null")
             ]
             if options:
                 return self.value(options[0], name, depth + 1)
-        if schema.get("allOf"):
+        parts = schema.get("allOf")
+        if isinstance(parts, list) and parts:
             merged: dict[str, Any] = {}
-            for part in schema["allOf"]:
-                merged.update(
-                    self._resolve(part["$ref"]) if isinstance(part, dict) and "$ref" in part else part
-                )
+            for part in parts[:MAX_ITEMS]:
+                if isinstance(part, dict):
+                    merged.update(self._resolve(part["$ref"]) if "$ref" in part else part)
             return self.value(merged, name, depth + 1)
         kind = schema.get("type")
         if isinstance(kind, list):
             kind = next((k for k in kind if k != "null"), "null")
         if kind is None:
             kind = "object" if "properties" in schema else "array" if "items" in schema else "string"
-        return getattr(self, f"_{kind}", self._string)(schema, name, depth)
+        filler = _KINDS.get(kind if isinstance(kind, str) else "string", _KINDS["string"])
+        return filler(self, schema, name, depth)
 
-    def _resolve(self, ref: str) -> dict[str, Any]:
+    def _given(self, value: Any) -> Any:
+        """A ``const``, ``default`` or ``enum`` value from the schema, charged to the output budget."""
+        try:
+            size = len(json.dumps(value))
+        except (TypeError, ValueError):
+            return None
+        self.chars -= size
+        return value if self.chars >= 0 else None
+
+    def _text(self, name: str) -> str:
+        text = self.hints.words[0] if self.hints.words and len(self.hints.words[0]) < 40 else self.hints.text
+        return (text or name or "value")[:MAX_HINT_CHARS]
+
+    def _resolve(self, ref: Any) -> dict[str, Any]:
+        if not isinstance(ref, str):
+            return {}
         node: Any = self.root
-        for part in ref.removeprefix("#/").split("/"):
+        for part in ref.removeprefix("#/").split("/")[: MAX_DEPTH * 4]:
             node = node.get(part, {}) if isinstance(node, dict) else {}
         return node if isinstance(node, dict) else {}
 
     def _object(self, schema: dict[str, Any], name: str, depth: int) -> dict[str, Any]:
-        properties = schema.get("properties") or {}
-        return {key: self.value(sub, key, depth + 1) for key, sub in properties.items()}
+        properties = schema.get("properties")
+        if not isinstance(properties, dict):
+            return {}
+        out: dict[str, Any] = {}
+        for key, sub in properties.items():
+            if self.nodes <= 0 or self.chars <= 0:
+                break
+            self.chars -= len(key) + 4
+            out[key] = self.value(sub, key, depth + 1)
+        return out
 
     def _array(self, schema: dict[str, Any], name: str, depth: int) -> list[Any]:
-        count = max(1, int(schema.get("minItems", 1)))
-        if "maxItems" in schema:
-            count = min(count, int(schema["maxItems"]))
-        return [self.value(schema.get("items", {}), name, depth + 1) for _ in range(count)]
+        wanted = max(1, count(schema.get("minItems"), 1, MAX_ITEMS))
+        wanted = min(wanted, count(schema.get("maxItems"), MAX_ITEMS, MAX_ITEMS))
+        items = schema.get("items", {})
+        out = []
+        for _ in range(wanted):
+            if self.nodes <= 0 or self.chars <= 0:
+                break
+            self.chars -= 2
+            out.append(self.value(items, name, depth + 1))
+        return out
 
     def _string(self, schema: dict[str, Any], name: str, depth: int) -> str:
-        text = self.hints.words[0] if self.hints.words and len(self.hints.words[0]) < 40 else self.hints.text
-        text = text or name or "value"
-        low, high = int(schema.get("minLength", 0)), schema.get("maxLength")
-        text = text.ljust(low, ".")
-        return text[: int(high)] if high is not None else text
+        text = self._text(name)
+        low = count(schema.get("minLength"), 0, max(self.chars, 0))
+        high = count(schema.get("maxLength"), MAX_OUTPUT_CHARS, MAX_OUTPUT_CHARS)
+        text = text.ljust(low, ".")[: max(high, 0)]
+        text = text[: max(self.chars, 0)]
+        self.chars -= len(text) + 2
+        return text
 
     def _number(self, schema: dict[str, Any], name: str, depth: int) -> float:
         number = self.hints.numbers[0] if self.hints.numbers else 0.0
-        low = schema.get("minimum", schema.get("exclusiveMinimum"))
-        high = schema.get("maximum", schema.get("exclusiveMaximum"))
-        if low is not None and number <= low:
-            number = low + (1 if "exclusiveMinimum" in schema else 0)
-        if high is not None and number >= high:
-            number = high - (1 if "exclusiveMaximum" in schema else 0)
+        low, high = _bounds(schema)
+        if low is not None and number < low:
+            number = low
+        if high is not None and number > high:
+            number = high
+        self.chars -= 24
         return number
 
     def _integer(self, schema: dict[str, Any], name: str, depth: int) -> int:
-        return math.floor(self._number(schema, name, depth))
+        number = self._number(schema, name, depth)
+        low, _ = _bounds(schema)
+        whole = math.ceil(number) if low is not None and number <= low else math.floor(number)
+        return whole if abs(whole) < 2**63 else 0
 
     def _boolean(self, schema: dict[str, Any], name: str, depth: int) -> bool:
+        self.chars -= 5
         return True
 
     def _null(self, schema: dict[str, Any], name: str, depth: int) -> None:
+        self.chars -= 4
         return None
+
+
+def _bounds(schema: dict[str, Any]) -> tuple[float | None, float | None]:
+    """The lowest and highest number a schema allows (exclusive bounds, numeric or draft-4 booleans, stepped past by
+    one); None where it sets none, or sets one that is not a finite number."""
+    low, high = finite(schema.get("minimum")), finite(schema.get("maximum"))
+    low_exclusive, high_exclusive = schema.get("exclusiveMinimum"), schema.get("exclusiveMaximum")
+    if low_exclusive is True and low is not None:
+        low += 1
+    elif (bound := finite(low_exclusive)) is not None:
+        low = max(low, bound + 1) if low is not None else bound + 1
+    if high_exclusive is True and high is not None:
+        high -= 1
+    elif (bound := finite(high_exclusive)) is not None:
+        high = min(high, bound - 1) if high is not None else bound - 1
+    return low, high
+
+
+_KINDS = {
+    "object": _Filler._object,
+    "array": _Filler._array,
+    "string": _Filler._string,
+    "number": _Filler._number,
+    "integer": _Filler._integer,
+    "boolean": _Filler._boolean,
+    "null": _Filler._null,
+}

@@ -98,6 +98,8 @@ class SDKChatModel:
             params[self.info.max_tokens_param] = request.max_tokens
         if request.response_format is not None:
             params["response_format"] = request.response_format
+        # The chain passed over models whose catalog entry refuses one of these.
+        params.update({k: v for k, v in request.params.items() if k not in self.info.drop_params})
         return params
 
     async def stream(self, request: ModelRequest) -> AsyncIterator[StreamItem]:

@@ -40,9 +40,6 @@ from chatloop.providers.base import ToolCall
 ToolKeys = Mapping[str, set[str]]
 """Offered tool name -> the argument names its schema declares."""
 
-TAG_START = re.compile(r"<tool_call>|<\|python_tag\|>|<\s*function\s*=", re.IGNORECASE)
-"""Tags that only ever start a call written as text, never part of an answer (the stream filter holds from them)."""
-
 _HERMES = re.compile(r"<tool_call>\s*(.*?)\s*(?:</tool_call>|$)", re.DOTALL)
 _PYTHON_TAG = re.compile(r"<\|python_tag\|>")
 _PYTHON_TAG_END = re.compile(r"<\|(?:eom_id|eot_id|eom|end)\|>\s*$")
@@ -60,8 +57,9 @@ _ANY_TAG = re.compile(
 )
 _MAY_HOLD_A_CALL = re.compile(r"[<{\[]")
 """Every format needs one of these: prose without them is not parsed at all."""
-_MAX_JSON_STARTS = 64
-"""Candidate starts tried for a trailing JSON value: bounds the work on a long answer full of braces."""
+MAX_JSON_STARTS = 64
+"""Candidate starts tried for a trailing JSON value: bounds the work on a long answer full of braces (and the stream
+filter holds from these only)."""
 
 
 @dataclass(frozen=True)
@@ -79,8 +77,9 @@ def find_text_calls(text: str, tools: ToolKeys, *, offered_only: bool = False) -
     still a call (the engine then tells the model which tools exist), unless ``offered_only``."""
     if not text or not tools or not _MAY_HOLD_A_CALL.search(text):
         return None
-    for name, parse in FORMATS:
-        found = parse(text, tools)
+    for fmt in FORMATS:
+        name = fmt.name
+        found = fmt.parse(text, tools)
         if found is None:
             continue
         raw, prefix = found
@@ -166,7 +165,7 @@ def fenced_json(text: str, tools: ToolKeys) -> Found | None:
 def bare_json(text: str, tools: ToolKeys) -> Found | None:
     """A JSON object or list the text ends with (the whole text, or after some words)."""
     decoder = json.JSONDecoder()
-    starts = [m.start() for m in re.finditer(r"[{\[]", text)][:_MAX_JSON_STARTS]
+    starts = [m.start() for m in re.finditer(r"[{\[]", text)][:MAX_JSON_STARTS]
     for start in starts:
         try:
             value, end = decoder.raw_decode(text, start)
@@ -192,14 +191,43 @@ def name_json(text: str, tools: ToolKeys) -> Found | None:
     return [{"name": match.group(1), "arguments": arguments}], ""
 
 
-FORMATS: list[tuple[str, Callable[[str, ToolKeys], Found | None]]] = [
-    ("hermes", hermes),
-    ("python_tag", python_tag),
-    ("function_tag", function_tag),
-    ("fenced_json", fenced_json),
-    ("json", bare_json),
-    ("name_json", name_json),
+@dataclass(frozen=True)
+class Opener:
+    """How a call in one format starts, for the stream filter (engine/textfilter.py), which holds text back from
+    there: ``tag`` (``pattern`` matches the whole opener, ``literal`` is its canonical spelling, for partial tags),
+    ``fence`` (a ```` ``` ```` fence whose language is json, tool_call, tool_code or none), ``json`` (any ``{`` or
+    ``[`` among the first ``MAX_JSON_STARTS`` of the text, while tools are offered), ``name`` (an offered tool's name
+    at the start of the text, while tools are offered)."""
+
+    kind: str
+    pattern: re.Pattern[str] | None = None
+    literal: str = ""
+
+
+@dataclass(frozen=True)
+class TextCallFormat:
+    """One row of the table that drives both the parser (``parse``) and the stream filter (``opener``)."""
+
+    name: str
+    parse: Callable[[str, ToolKeys], Found | None]
+    opener: Opener
+
+
+FORMATS: list[TextCallFormat] = [
+    TextCallFormat("hermes", hermes, Opener("tag", re.compile(r"<tool_call>", re.IGNORECASE), "<tool_call>")),
+    TextCallFormat(
+        "python_tag", python_tag, Opener("tag", re.compile(r"<\|python_tag\|>"), "<|python_tag|>")
+    ),
+    TextCallFormat(
+        "function_tag",
+        function_tag,
+        Opener("tag", re.compile(r"<\s*function\s*=", re.IGNORECASE), "<function="),
+    ),
+    TextCallFormat("fenced_json", fenced_json, Opener("fence")),
+    TextCallFormat("json", bare_json, Opener("json")),
+    TextCallFormat("name_json", name_json, Opener("name")),
 ]
+"""Tried in order; the first format that finds calls wins. ``flat_json`` is what ``json`` reports for a flat object."""
 _TAGGED = {"hermes", "python_tag", "function_tag"}
 
 

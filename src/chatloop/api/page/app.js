@@ -22,7 +22,7 @@ const HTTP_ERRORS = {
 };
 
 const $ = (id) => document.getElementById(id);
-const state = { history: [], controller: null };
+const state = { history: [], controller: null, conversation: null, lastItem: null, opening: null, waiting: null };
 
 function apiKey() {
   return $("api-key").value.trim();
@@ -126,11 +126,9 @@ class Turn {
   }
 
   on_model_fallback(data) {
-    this.note(`${data.from} could not answer (${data.reason}); ${data.to ? `trying ${data.to}` : "no model left"}.`);
-    if (data.discard_partial) {
-      this.text = "";
-      this.render();
-    }
+    // Text already shown stays (it is part of the answer the server records); the next model's text follows a seam.
+    const cut = data.discard_partial ? " The text above was cut off." : "";
+    this.note(`${data.from} could not answer (${data.reason}); ${data.to ? `trying ${data.to}` : "no model left"}.${cut}`);
   }
 
   on_tool_call_start(data) {
@@ -209,14 +207,25 @@ async function send(question) {
   notice("");
   const user = element("section", "turn user", question);
   $("log").append(user);
-  const messages = [...state.history, { role: "user", content: question }];
-  const body = { messages, stream: true };
-  if ($("model").value) body.model = $("model").value;
   state.controller = new AbortController();
   busy(true);
   let turn = null;
   let finished = false;
+  let thread = null;
   try {
+    try {
+      thread = await conversationFor(question, state.controller.signal);
+    } catch (error) {
+      if (error.name === "AbortError") throw error;
+      notice(error.message);
+      user.remove();
+      $("question").value = question; // nothing was lost: send it again when ready
+      return;
+    }
+    // The server has the conversation: only the new message goes, and the turn is stored with it.
+    const body = { conversation: thread.id, messages: [{ role: "user", content: question }], stream: true };
+    if ($("model").value) body.model = $("model").value;
+    markPending(thread.id, question, state.lastItem);
     const response = await fetch("chat", {
       method: "POST",
       headers: headers(),
@@ -225,13 +234,15 @@ async function send(question) {
     });
     if (!response.ok) {
       let detail = "";
+      let code = "";
       try {
-        detail = (await response.json()).error?.message ?? "";
+        ({ message: detail = "", code = "" } = (await response.json()).error ?? {});
       } catch {
         // a gateway's error page is not JSON
       }
       const known = HTTP_ERRORS[response.status] ?? `The server answered ${response.status}.`;
       notice(detail && !HTTP_ERRORS[response.status] ? `${known} ${detail}` : known);
+      refused(thread, response.status, code);
       user.remove();
       $("question").value = question; // nothing was lost: send it again when ready
       return;
@@ -250,16 +261,34 @@ async function send(question) {
       for (const [name, data] of events(buffer.slice(0, cut))) {
         turn.on(name, data);
         finished = finished || name === "done";
+        if (name === "done") thread.stopReason = data.stop_reason;
       }
       buffer = buffer.slice(cut + 2);
     }
-    if (!finished) notice("The connection ended before the answer finished. What arrived is kept; send again to retry.");
+    if (finished) answered(thread);
+    else lost(thread, "The connection ended before the answer finished.", user, turn);
   } catch (error) {
-    if (error.name === "AbortError") turn?.note("Stopped.");
-    else notice("The connection was lost before the answer finished. What arrived is kept; send again to retry.");
+    if (error.name === "AbortError") {
+      turn?.note(thread ? STOPPED_IN_CONVERSATION : "Stopped.");
+      if (thread) clearPending(thread.id); // a stopped turn is not stored: nothing to wait for after a reload
+    }
+    else lost(thread, "The connection was lost before the answer finished.", user, turn);
   } finally {
     busy(false);
     state.controller = null;
+  }
+}
+
+async function stopTurn() {
+  // A stored conversation's turn outlives its page (a reload must find the answer), so Stop asks the server to end
+  // it as well as stopping the reading; a stopped turn is not stored.
+  const id = conversationInHash();
+  state.controller?.abort();
+  if (!id) return;
+  try {
+    await fetch("chat/stop", { method: "POST", headers: headers(), body: JSON.stringify({ conversation: id }) });
+  } catch {
+    // the server is out of reach: the turn ends there at its deadline
   }
 }
 
@@ -269,6 +298,395 @@ function busy(on) {
   $("question").disabled = on;
 }
 
+// --- conversations kept on the server (issue 26) -----------------------------------------------------
+// Each chat is a conversation in the server's store (/v1/conversations), owned by the API key: /chat gets its id
+// and only the new message. The current one is the URL's hash, so a reload (or a bookmark) reopens it. A question
+// still being answered is remembered in sessionStorage until its answer is stored, so a page reloaded mid-answer
+// follows it: the server runs a conversation's turn to its end and stores it even when the page went away.
+const TITLE_LENGTH = 60;
+const POLL_MS = 1000;
+const PENDING_WAIT_MS = 6 * 60 * 1000; // longer than any turn may run: after it, the turn failed and was not stored
+const UNANSWERED_WAIT_MS = 2 * 60 * 1000; // a stored question with no answer and no turn of ours running
+const STORE_ERRORS = {
+  ...HTTP_ERRORS,
+  404: "This conversation is no longer kept (it was deleted, or it expired). Start a new chat.",
+  503: "The conversation store is not answering right now. Try again in a moment.",
+};
+const CONVERSATION_ID = /^conv_[A-Za-z0-9]{1,128}$/;
+const NOT_STORED = new Set(["all_models_failed", "error"]);
+
+class StoreError extends Error {
+  constructor(message, status) {
+    super(message);
+    this.status = status;
+  }
+}
+
+async function store(path, options = {}) {
+  let response;
+  try {
+    response = await fetch(path, { ...options, headers: headers() });
+  } catch (error) {
+    if (error.name === "AbortError") throw error;
+    throw new StoreError("The server could not be reached. Check the connection, then try again.", 0);
+  }
+  if (response.ok) return response.json();
+  let detail = "";
+  try {
+    detail = (await response.json()).error?.message ?? "";
+  } catch {
+    // a gateway's error page is not JSON
+  }
+  const known = STORE_ERRORS[response.status];
+  throw new StoreError(known ?? `The server answered ${response.status}. ${detail}`.trim(), response.status);
+}
+
+function titleOf(text) {
+  const line = text.replace(/\s+/g, " ").trim();
+  return line.length > TITLE_LENGTH ? `${line.slice(0, TITLE_LENGTH - 1).trimEnd()}…` : line;
+}
+
+function conversationInHash() {
+  const id = decodeURIComponent(location.hash.slice(1));
+  return CONVERSATION_ID.test(id) ? id : null;
+}
+
+function setCurrent(id) {
+  state.conversation = id;
+  if (id && conversationInHash() !== id) location.hash = id;
+  if (!id && location.hash) history.replaceState(null, "", location.pathname + location.search);
+  for (const row of $("conversation-list").children) row.setAttribute("aria-current", String(row.dataset.id === id));
+}
+
+// A question sent and not yet answered, by conversation: {question, after (the last item before it), at}.
+const pendingKey = (id) => `chatloop.pending.${id}`;
+function markPending(id, question, after) {
+  sessionStorage.setItem(pendingKey(id), JSON.stringify({ question, after, at: Date.now() }));
+}
+function pendingOf(id) {
+  try {
+    return JSON.parse(sessionStorage.getItem(pendingKey(id)) ?? "null");
+  } catch {
+    return null;
+  }
+}
+const clearPending = (id) => sessionStorage.removeItem(pendingKey(id));
+
+async function conversationFor(question, signal) {
+  // The current conversation's id, or a new one named by the question (its first message).
+  if (state.conversation) return { id: state.conversation, created: false };
+  const made = await store("v1/conversations", {
+    method: "POST",
+    body: JSON.stringify({ metadata: { title: titleOf(question) } }),
+    signal,
+  });
+  state.lastItem = null;
+  setCurrent(made.id);
+  loadConversations();
+  return { id: made.id, created: true };
+}
+
+const STOPPED_IN_CONVERSATION =
+  "Stopped. The model was stopped too; this question and its partial answer are not kept in the conversation.";
+
+function refused(thread, status, code) {
+  // /chat refused the question: it is not in the conversation. A conversation made for it alone is not kept.
+  clearPending(thread.id);
+  if (code === "store_unavailable") notice(STORE_ERRORS[503]);
+  if (thread.created) forget(thread.id);
+  else if (status === 404) {
+    notice(STORE_ERRORS[404]);
+    setCurrent(null);
+    loadConversations();
+  }
+}
+
+function lost(thread, what, user, turn) {
+  // The stream broke, not the turn: the server finishes it and stores it, so the page waits for it there.
+  const mark = thread && pendingOf(thread.id);
+  if (mark && !turn) clearPending(thread.id); // no answer began: the question may never have reached the server
+  if (!mark || !turn) {
+    notice(`${what} What arrived is kept; send again to retry.`);
+    return;
+  }
+  notice(`${what} What arrived is kept; the whole answer appears here when the server has stored it.`);
+  awaitAnswer(thread.id, mark.after, [user, turn?.box].filter(Boolean), mark.at + PENDING_WAIT_MS, state.opening);
+}
+
+function answered(thread) {
+  // A turn every model failed is not stored (a retry sends the question again): a conversation made for it is not kept.
+  clearPending(thread.id);
+  if (NOT_STORED.has(thread.stopReason) && thread.created) forget(thread.id);
+  else noteLastItem(thread.id);
+}
+
+async function forget(id) {
+  // A conversation made for a first question the server refused: nothing is in it, so it is not kept.
+  try {
+    await store(`v1/conversations/${id}`, { method: "DELETE" });
+  } catch {
+    // it expires by itself
+  }
+  if (state.conversation === id) setCurrent(null);
+  loadConversations();
+}
+
+async function allItems(id, after = null) {
+  const items = [];
+  for (let page = 0; page < 50; page++) {
+    const query = new URLSearchParams({ order: "asc", limit: "100" });
+    if (after) query.set("after", after);
+    const listed = await store(`v1/conversations/${id}/items?${query}`);
+    items.push(...listed.data);
+    if (!listed.has_more || !listed.data.length) break;
+    after = listed.data.at(-1).id;
+  }
+  return items;
+}
+
+async function noteLastItem(id) {
+  // After a turn: the id of the conversation's last item, where a later question's answer will follow.
+  try {
+    const listed = await store(`v1/conversations/${id}/items?order=desc&limit=1`);
+    if (state.conversation === id) state.lastItem = listed.data[0]?.id ?? state.lastItem;
+  } catch {
+    // the next reopen reads it
+  }
+}
+
+const textOf = (item) => (item.content ?? []).map((part) => part.text ?? part.refusal ?? "").join("");
+const isAnswer = (item) => item.type === "message" && item.role === "assistant";
+
+function renderItems(items) {
+  // Stored items as the live page shows them: a user message, then one assistant block with its tool runs and text.
+  let turn = null;
+  for (const item of items) {
+    if (item.type === "message" && item.role === "user") {
+      $("log").append(element("section", "turn user", textOf(item)));
+      turn = null;
+    } else if (isAnswer(item)) {
+      turn ??= new Turn();
+      turn.text += (turn.text ? "\n\n" : "") + textOf(item);
+      turn.render();
+    } else if (item.type === "code_interpreter_call") {
+      turn ??= new Turn();
+      turn.on_tool_call_start({ id: item.id, name: "execute_javascript", arguments: JSON.stringify({ code: item.code ?? "" }) });
+      if (item.outputs) {
+        const content = item.outputs.map((output) => output.logs ?? "").join("\n");
+        turn.on_tool_call_result({ id: item.id, status: item.status === "completed" ? "ok" : "error", content });
+      }
+    } else if (item.type === "function_call") {
+      turn ??= new Turn();
+      turn.on_tool_call_start({ id: item.call_id, name: item.name, arguments: item.arguments ?? "" });
+    } else if (item.type === "function_call_output") {
+      turn?.on_tool_call_result({ id: item.call_id, status: "ok", content: String(item.output ?? "") });
+    }
+  }
+}
+
+async function openConversation(id) {
+  state.controller?.abort(); // a live turn of another conversation goes on on the server, and is kept there
+  const opening = (state.opening = Symbol(id));
+  waitFor(null);
+  setCurrent(id);
+  state.history = [];
+  state.lastItem = null;
+  $("log").replaceChildren();
+  notice("");
+  document.body.classList.remove("show-conversations");
+  let items;
+  try {
+    items = await allItems(id);
+  } catch (error) {
+    if (state.opening !== opening) return;
+    notice(error.message);
+    if (error.status === 404) {
+      clearPending(id);
+      setCurrent(null);
+      loadConversations();
+    }
+    return;
+  }
+  if (state.opening !== opening) return; // another conversation was opened meanwhile
+  renderItems(items);
+  state.lastItem = items.at(-1)?.id ?? null;
+  await followPending(id, items, opening);
+}
+
+async function followPending(id, items, opening) {
+  // A question of ours still being answered (or a stored question without an answer yet): say so, and poll the
+  // conversation until the answer is stored, then show it.
+  const mark = pendingOf(id);
+  const last = items.at(-1);
+  if (mark) {
+    const start = mark.after ? items.findIndex((item) => item.id === mark.after) + 1 : 0;
+    if (items.slice(start).some(isAnswer)) {
+      clearPending(id); // answered while the page was away: it is shown already
+      return;
+    }
+    if (Date.now() - mark.at > PENDING_WAIT_MS) {
+      clearPending(id);
+      notice("The last question was not answered (the turn failed, so it was not kept). It is below: send it again.");
+      $("question").value ||= mark.question;
+      return;
+    }
+    const user = element("section", "turn user", mark.question);
+    $("log").append(user);
+    await awaitAnswer(id, last?.id ?? null, [user], mark.at + PENDING_WAIT_MS, opening);
+  } else if (last && last.type === "message" && last.role === "user") {
+    await awaitAnswer(id, last.id, [], Date.now() + UNANSWERED_WAIT_MS, opening);
+  }
+}
+
+async function awaitAnswer(id, after, replaced, until, opening) {
+  const waiting = element("section", "turn assistant pending");
+  waiting.append(element("p", "note", "This question is being answered"));
+  $("log").append(waiting);
+  waitFor(opening); // no new question in this conversation before the answer is in it
+  try {
+    await pollAnswer(id, after, replaced, until, opening, waiting);
+  } finally {
+    if (state.waiting === opening) waitFor(null);
+  }
+}
+
+function waitFor(opening) {
+  state.waiting = opening;
+  $("send").disabled = opening !== null;
+}
+
+async function pollAnswer(id, after, replaced, until, opening, waiting) {
+  while (Date.now() < until) {
+    await new Promise((resolve) => setTimeout(resolve, POLL_MS));
+    if (state.opening !== opening) return;
+    let items;
+    try {
+      items = await allItems(id, after);
+    } catch (error) {
+      if (state.opening !== opening) return;
+      if (error.status === 404) {
+        waiting.remove();
+        notice(error.message);
+        clearPending(id);
+        return;
+      }
+      continue; // a store that did not answer this time may the next
+    }
+    if (state.opening !== opening) return;
+    if (items.some(isAnswer)) {
+      for (const node of [...replaced, waiting]) node.remove();
+      renderItems(items);
+      state.lastItem = items.at(-1).id;
+      clearPending(id);
+      notice("");
+      return;
+    }
+  }
+  waiting.replaceChildren(element("p", "note", "No answer arrived. Send the question again to retry."));
+  clearPending(id);
+}
+
+function startNewChat() {
+  state.controller?.abort();
+  state.opening = Symbol("new");
+  waitFor(null);
+  state.history = [];
+  state.lastItem = null;
+  setCurrent(null);
+  $("log").replaceChildren();
+  notice("");
+  document.body.classList.remove("show-conversations");
+  $("question").focus();
+}
+
+async function loadConversations(more = false) {
+  const list = $("conversation-list");
+  const note = $("conversations-note");
+  const query = new URLSearchParams({ limit: "50" });
+  if (more && list.lastElementChild) query.set("after", list.lastElementChild.dataset.id);
+  let listed;
+  try {
+    listed = await store(`v1/conversations?${query}`);
+  } catch (error) {
+    note.textContent = error.message;
+    note.hidden = false;
+    return;
+  }
+  const rows = listed.data.filter((c) => CONVERSATION_ID.test(c.id)).map(conversationRow); // ids go into paths
+  if (more) list.append(...rows);
+  else list.replaceChildren(...rows);
+  note.textContent = list.children.length ? "" : "No conversations yet: the first question starts one.";
+  note.hidden = !note.textContent;
+  $("more-conversations").hidden = !listed.has_more;
+}
+
+function conversationRow(conversation) {
+  const title = conversation.metadata?.title || `Untitled, ${new Date(conversation.created_at * 1000).toLocaleString()}`;
+  const row = element("li");
+  row.dataset.id = conversation.id;
+  row.setAttribute("aria-current", String(conversation.id === state.conversation));
+  const open = element("button", "open", title);
+  open.type = "button";
+  open.title = title;
+  open.addEventListener("click", () => openConversation(conversation.id));
+  const remove = element("button", "delete", "×");
+  remove.type = "button";
+  remove.setAttribute("aria-label", `Delete “${title}”`);
+  remove.addEventListener("click", () => confirmDelete(row, conversation.id, [open, remove]));
+  row.append(open, remove);
+  return row;
+}
+
+function confirmDelete(row, id, buttons) {
+  // Asked in the list itself, not with a browser dialog: "Delete" removes it from the server for good.
+  const ask = element("span", "confirm", "Delete this conversation? ");
+  const yes = element("button", "yes", "Delete");
+  const no = element("button", "no", "Keep");
+  yes.type = no.type = "button";
+  ask.append(yes, no);
+  row.replaceChildren(ask);
+  no.addEventListener("click", () => row.replaceChildren(...buttons));
+  yes.addEventListener("click", async () => {
+    try {
+      await store(`v1/conversations/${id}`, { method: "DELETE" });
+    } catch (error) {
+      if (error.status !== 404) {
+        notice(error.message);
+        row.replaceChildren(...buttons);
+        return;
+      }
+    }
+    clearPending(id);
+    if (state.conversation === id) startNewChat();
+    loadConversations();
+  });
+  yes.focus();
+}
+
+function initConversations() {
+  state.opening = Symbol("page");
+  $("show-conversations").addEventListener("click", () => {
+    const shown = document.body.classList.toggle("show-conversations");
+    $("show-conversations").setAttribute("aria-expanded", String(shown));
+  });
+  $("more-conversations").addEventListener("click", () => loadConversations(true));
+  window.addEventListener("hashchange", () => {
+    const id = conversationInHash();
+    if (id && id !== state.conversation) openConversation(id);
+    else if (!id && state.conversation) startNewChat();
+  });
+  $("api-key").addEventListener("change", () => {
+    loadConversations();
+    if (state.conversation && !state.controller) openConversation(state.conversation);
+  });
+  document.addEventListener("visibilitychange", () => {
+    if (document.visibilityState === "visible") loadConversations(); // made or deleted in another window meanwhile
+  });
+  loadConversations();
+  const id = conversationInHash();
+  if (id) openConversation(id);
+}
+
 // --- wiring -------------------------------------------------------------------------------------
 document.addEventListener("DOMContentLoaded", () => {
   loadSettings();
@@ -276,7 +694,7 @@ document.addEventListener("DOMContentLoaded", () => {
   $("ask").addEventListener("submit", (event) => {
     event.preventDefault();
     const question = $("question").value.trim();
-    if (!question || state.controller) return;
+    if (!question || state.controller || state.waiting) return;
     $("question").value = "";
     send(question);
   });
@@ -286,13 +704,8 @@ document.addEventListener("DOMContentLoaded", () => {
       $("ask").requestSubmit();
     }
   });
-  $("stop").addEventListener("click", () => state.controller?.abort());
-  $("new-chat").addEventListener("click", () => {
-    state.controller?.abort();
-    state.history = [];
-    $("log").replaceChildren();
-    notice("");
-    $("question").focus();
-  });
+  $("stop").addEventListener("click", stopTurn);
+  $("new-chat").addEventListener("click", startNewChat);
+  initConversations();
   $("question").focus();
 });

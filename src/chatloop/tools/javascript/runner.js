@@ -1,12 +1,17 @@
-// The sandbox runner: one Deno process runs one snippet, with no permissions at all.
+// The sandbox runner: one long-lived Deno process with no permissions at all, a fresh Worker for every snippet.
 //
 // Two realms. The user's code runs in a Worker (its own V8 isolate and globals, `Deno` deleted, so no host path,
 // pid, environment or stdout). This main thread never runs user code: it holds the per-run token, receives the
 // worker's message as a structured clone (plain data in this realm), checks and caps it, and writes the result
 // frame with its own untouched JSON and TextEncoder. Nothing the user's code can reach takes part in the frame.
+// Each run's worker is terminated once its result is written, before the next run's worker is created: no two
+// runs' realms ever exist at once, and nothing of one run's realm reaches the next (a process per run cost ~40 ms
+// of CPU; a worker, ~8 ms). A run that does not answer (a runaway, a memory bomb) has the whole process killed by
+// the parent at its deadline, and a new one started.
 //
-// Protocol (stdin/stdout): the runner writes "R\n" once the worker is ready; the parent writes one line with a
-// random token, then the code, and closes stdin; the runner writes exactly one line "<token><json>\n" and exits.
+// Protocol (stdin/stdout): the runner writes "R\n" whenever a worker is ready for code; for each run, the parent
+// writes one line "<random token> <code length in bytes>\n" and the code (UTF-8); the runner writes exactly one
+// line "<token><json>\n", then "R\n" once the next run's worker is ready. It exits when stdin closes.
 //
 // Result JSON: {"result": <json-safe value>, "output": "<console text>"} or {"error": "<Type>: <message>",
 // "output": "..."}. JSON-safe mapping of values (also documented in the README):
@@ -44,11 +49,17 @@ function userRealm(codeBuffer) {
   const MAX_CONSOLE = 64 * 1024;
   const MAX_DEPTH = 32;
 
-  // No host details (Deno.execPath, cwd, ppid, env, stdout...), nothing that persists, no threads.
-  for (const name of ["Deno", "localStorage", "sessionStorage", "caches", "Worker", "SharedWorker"]) {
+  // No host details (Deno.execPath, cwd, ppid, env, stdout...), nothing that persists, no threads, and nothing
+  // that is the process's rather than this realm's (a BroadcastChannel or a blob: URL would outlive this worker).
+  for (const name of ["Deno", "localStorage", "sessionStorage", "caches", "Worker", "SharedWorker", "BroadcastChannel"]) {
     try {
       delete globalThis[name];
     } catch (_) { /* non-configurable: ignore */ }
+  }
+  for (const name of ["createObjectURL", "revokeObjectURL"]) {
+    try {
+      delete URL[name];
+    } catch (_) { /* ignore */ }
   }
 
   let output = "";
@@ -253,60 +264,95 @@ function resultPayload(json, output) {
   }
 }
 
-function finish(payload) {
-  let line;
+function frameLine(payload) {
   try {
-    line = stringify(payload);
+    return stringify(payload);
   } catch (err) {
-    line = stringify({ error: "SerializationError: the result could not be written", output: "" });
+    return stringify({ error: "SerializationError: the result could not be written", output: "" });
   }
-  writeAll(encoder.encode(token + line + "\n"));
-  exit(0);
 }
 
 const CODE_BUFFER_BYTES = 64 * 1024;
-const codeBuffer = new SharedArrayBuffer(8 + CODE_BUFFER_BYTES);
-const control = new Int32Array(codeBuffer, 0, 2);
-const worker = new Worker(
-  URL.createObjectURL(
-    new Blob([`self.onmessage = (event) => (${userRealm.toString()})(event.data);`], {
-      type: "application/javascript",
-    }),
-  ),
-  { type: "module", name: "user" },
+const workerUrl = URL.createObjectURL(
+  new Blob([`self.onmessage = (event) => (${userRealm.toString()})(event.data);`], {
+    type: "application/javascript",
+  }),
 );
-worker.postMessage(codeBuffer);
-let token = null;
-let finished = false;
-const ready = new Promise((resolve) => {
-  worker.onmessage = (event) => {
-    if (event.data === "ready" && token === null) return resolve();
-    if (finished) return;
-    finished = true;
-    finish(payloadFrom(event.data));
-  };
-});
-worker.onerror = (event) => {
-  event.preventDefault(); // an error the code left uncaught (a rejected promise, a throw in a timer) ends the run
-  if (finished) return;
-  finished = true;
-  finish({ error: `Uncaught: ${text(String(event.message), MAX_ERROR)}`, output: "" });
-};
-worker.onmessageerror = () => {
-  if (finished) return;
-  finished = true;
-  finish({ error: "SandboxError: the code's result could not be read", output: "" });
-};
-await ready;
-stringify(payloadFrom({ json: '{"warm": [1]}', output: "" })); // compiled now, not during a run
 
+// A worker for the next run, started and warmed while nothing runs; `answer` is set when its code is sent.
+function startWorker() {
+  const codeBuffer = new SharedArrayBuffer(8 + CODE_BUFFER_BYTES);
+  const worker = new Worker(workerUrl, { type: "module", name: "user" });
+  const run = { worker, codeBuffer, answer: null, finished: false };
+  function settle(payload) {
+    if (run.finished || run.answer === null) return;
+    run.finished = true;
+    run.answer(payload);
+  }
+  run.ready = new Promise((resolve) => {
+    worker.onmessage = (event) => {
+      if (event.data === "ready" && run.answer === null) return resolve();
+      settle(payloadFrom(event.data));
+    };
+  });
+  worker.onerror = (event) => {
+    event.preventDefault(); // an error the code left uncaught (a rejected promise, a throw in a timer) ends the run
+    settle({ error: `Uncaught: ${text(String(event.message), MAX_ERROR)}`, output: "" });
+  };
+  worker.onmessageerror = () => settle({ error: "SandboxError: the code's result could not be read", output: "" });
+  worker.postMessage(codeBuffer);
+  return run;
+}
+
+function execute(run, code) {
+  return new Promise((resolve) => {
+    run.answer = resolve;
+    const control = new Int32Array(run.codeBuffer, 0, 2);
+    const { read, written } = encoder.encodeInto(code, new Uint8Array(run.codeBuffer, 8));
+    Atomics.store(control, 1, read === code.length ? written : -1);
+    Atomics.store(control, 0, 1);
+    Atomics.notify(control, 0);
+    if (read !== code.length) run.worker.postMessage(code);
+  });
+}
+
+// stdin as frames: a header line, then exactly that many bytes of code.
+const decoder = new TextDecoder();
+const input = stdinReadable.getReader();
+let pending = new Uint8Array(0);
+async function fill() {
+  const { value, done } = await input.read();
+  if (done) return false;
+  const joined = new Uint8Array(pending.length + value.length);
+  joined.set(pending);
+  joined.set(value, pending.length);
+  pending = joined;
+  return true;
+}
+async function nextFrame() {
+  let newline;
+  while ((newline = pending.indexOf(10)) < 0) if (!(await fill())) return null;
+  const [token, size] = decoder.decode(pending.subarray(0, newline)).split(" ");
+  const length = Number(size);
+  pending = pending.subarray(newline + 1);
+  while (pending.length < length) if (!(await fill())) return null;
+  const code = decoder.decode(pending.subarray(0, length));
+  pending = pending.subarray(length);
+  return { token, code };
+}
+
+let next = startWorker();
+await next.ready;
+stringify(payloadFrom({ json: '{"warm": [1]}', output: "" })); // compiled now, not during a run
 writeAll(encoder.encode("R\n"));
-const input = await new Response(stdinReadable).text();
-const newline = input.indexOf("\n");
-token = input.slice(0, newline);
-const code = input.slice(newline + 1);
-const { read, written } = encoder.encodeInto(code, new Uint8Array(codeBuffer, 8));
-Atomics.store(control, 1, read === code.length ? written : -1);
-Atomics.store(control, 0, 1);
-Atomics.notify(control, 0);
-if (read !== code.length) worker.postMessage(code);
+for (let frame = await nextFrame(); frame !== null; frame = await nextFrame()) {
+  const run = next;
+  await run.ready;
+  const payload = await execute(run, frame.code);
+  run.worker.terminate(); // nothing of this run goes on: its timers, its realm
+  writeAll(encoder.encode(frame.token + frameLine(payload) + "\n"));
+  next = startWorker(); // only now: no two runs' workers exist at once
+  await next.ready;
+  writeAll(encoder.encode("R\n")); // ready for the next run
+}
+exit(0);

@@ -1,0 +1,174 @@
+"""Lambda SnapStart: what goes into the snapshot, and what every restore redoes.
+
+Lambda snapshots the initialised function once per published version and restores copies of it on cold starts.
+What a snapshot holds is shared by every copy, so before it is taken nothing may be alive that cannot be restored or
+must not be shared: no child process (the sandbox's spare Deno), no open connection, no provider key (the keys are
+fetched from the secret after restore, on the first request, never during init); and after each restore whatever
+must be unique per copy is renewed: ``random`` is re-seeded from the OS, and the sandbox's spare is started. What a
+first turn needs that can be frozen is prepared in the snapshot instead ("priming"): the provider SDKs of the
+configured chain (and boto3, when a secret or the idempotency table is configured) are imported and the sandbox tool
+is built (without a process).
+
+Both response modes reach the same two functions:
+
+- buffered (``app.handler``): the runtime's ``snapshot_restore_py`` hooks, registered by ``import app``
+  (``register_runtime_hooks``); where that module is absent (not on Lambda), nothing is registered;
+- stream (the Lambda Web Adapter): the adapter POSTs, empty, to ``AWS_LWA_SNAPSTART_BEFORE_CHECKPOINT_PATH`` and
+  ``AWS_LWA_SNAPSTART_AFTER_RESTORE_PATH``; ``hook_routes`` serves them. The adapter refuses outside requests to
+  those paths with a 403; these routes refuse them too (a 403, the hook not run): anything that carries the
+  adapter's ``x-amzn-request-context`` or ``x-amzn-lambda-context`` header (an invocation, not the adapter's own
+  call) and any API Gateway event Mangum adapted.
+
+Usage::
+
+    runtime = app.state.runtime
+    register_runtime_hooks(runtime)        # buffered: at import of the Lambda entry point
+    before_snapshot(runtime)               # what the runtime / the adapter calls before the snapshot
+    after_restore(runtime)                 # ... and after each restore
+"""
+
+from __future__ import annotations
+
+import gc
+import importlib
+import random
+import sys
+from typing import TYPE_CHECKING
+
+from chatloop.config import DEFAULT_MODEL_CHAIN, ConfigError, Settings
+from chatloop.observability import logger
+
+if TYPE_CHECKING:
+    from collections.abc import Awaitable, Callable
+
+    from starlette.requests import Request
+    from starlette.responses import Response
+    from starlette.routing import BaseRoute
+
+    from chatloop.api.runtime import Runtime
+
+SDK_MODULES = {"groq": "groq", "openai": "openai", "local": "openai"}
+"""The SDK a chain entry's provider is called through (``chatloop.providers.factory``)."""
+RESERVED_PATHS = ("/", "/events", "/chat", "/health", "/v1", "/static")
+"""Paths a hook may not take: the app's own routes and the adapter's pass-through path."""
+INVOCATION_HEADERS = ("x-amzn-request-context", "x-amzn-lambda-context")
+"""Headers the adapter adds to every invocation it forwards, and never to its own hook calls."""
+
+
+def before_snapshot(runtime: Runtime) -> None:
+    """Prime what a first turn needs, then leave nothing the snapshot must not hold: no Deno process (spare
+    killed, none started until ``after_restore``), no connection, no provider key, no idle thread."""
+    from chatloop.tools.javascript import sandbox
+
+    sandbox.suspend_all()  # first: the tool built below starts suspended, without a process
+    for module in primed_modules(runtime.settings):
+        importlib.import_module(
+            module
+        )  # modules only: a client would hold connections or this copy's credentials
+    runtime.registry()
+    _forget_connections_and_keys(runtime)
+    gc.collect()
+
+
+def after_restore(runtime: Runtime) -> None:
+    """Make this copy of the snapshot its own: ``random`` re-seeded from the OS (ids from ``secrets``/``uuid4`` use
+    the OS already), the sandbox's spare started. The keys are read on the first request."""
+    random.seed()
+    from chatloop.tools.javascript import sandbox
+
+    sandbox.resume_all()
+
+
+def sdk_modules(settings: Settings) -> list[str]:
+    """The SDK modules the configured chain calls, in chain order (no key needed to know them)."""
+    spec = settings.model_chain or DEFAULT_MODEL_CHAIN
+    providers = [entry.strip().partition(":")[0] for entry in spec.split(",") if entry.strip()]
+    return list(dict.fromkeys(SDK_MODULES[p] for p in providers if p in SDK_MODULES))
+
+
+def primed_modules(settings: Settings) -> list[str]:
+    """What the first request after a restore would import, imported into the snapshot instead: the chain's SDKs,
+    and Powertools' Parameters (boto3, for the keys secret) and Idempotency when configured (~0.45 s at 512 MB)."""
+    modules = sdk_modules(settings)
+    if settings.provider_keys_secret_arn:
+        modules.append("aws_lambda_powertools.utilities.parameters")
+    if settings.idempotency_table_name:
+        modules.append("aws_lambda_powertools.utilities.idempotency")
+    return modules
+
+
+def _forget_connections_and_keys(runtime: Runtime) -> None:
+    """Nothing connects or reads a key during init; this makes sure of it, should a request have run before the
+    snapshot: the SDK clients (and their connection pools) are dropped, the chain and keys rebuilt after restore,
+    and Powertools' secret cache emptied."""
+    sdk = sys.modules.get("chatloop.providers.sdk")
+    if sdk is not None:
+        sdk._CLIENTS.clear()
+    # The runtime keeps the keys and the chain built from them; both are rebuilt on the next request.
+    runtime._keys = None
+    runtime._chain = None
+    parameters = sys.modules.get("aws_lambda_powertools.utilities.parameters")
+    if parameters is not None:
+        parameters.clear_caches()
+
+
+def register_runtime_hooks(runtime: Runtime) -> bool:
+    """Register ``before_snapshot`` / ``after_restore`` with the Lambda runtime's ``snapshot_restore_py`` (present
+    in the managed Python runtimes). False where it is absent: nothing to register with."""
+    try:
+        from snapshot_restore_py import (  # type: ignore[import-untyped]  # no type hints; in the runtime only
+            register_after_restore,
+            register_before_snapshot,
+        )
+    except ImportError:
+        return False
+    register_before_snapshot(before_snapshot, runtime)
+    register_after_restore(after_restore, runtime)
+    return True
+
+
+def check_hook_paths(settings: Settings) -> list[tuple[str, str]]:
+    """``[(path, "before"|"after")]`` for the configured adapter hook paths, checked: each a dedicated absolute path
+    (no ``%``, not the root, none of the app's routes or the adapter's pass-through path), the two distinct."""
+    configured = [
+        (settings.snapstart_before_checkpoint_path, "before"),
+        (settings.snapstart_after_restore_path, "after"),
+    ]
+    hooks = [(path.strip(), which) for path, which in configured if path.strip()]
+    for path, _ in hooks:
+        segments = [s for s in path.split("/") if s not in ("", ".")]
+        if not path.startswith("/") or "%" in path or ".." in segments or not segments:
+            raise ConfigError(f"SnapStart hook path {path!r} must be a dedicated absolute path without '%'")
+        if any(path == r or path.startswith(r.rstrip("/") + "/") for r in RESERVED_PATHS if r != "/"):
+            raise ConfigError(f"SnapStart hook path {path!r} overlaps one of the app's routes")
+    if len(hooks) == 2 and hooks[0][0].rstrip("/").lower() == hooks[1][0].rstrip("/").lower():
+        raise ConfigError("the two SnapStart hook paths must differ")
+    return hooks
+
+
+def hook_routes(settings: Settings) -> list[BaseRoute]:
+    """The adapter's hook routes (``POST``), only those configured."""
+    from starlette.routing import Route
+
+    def endpoint(which: str) -> Callable[[Request], Awaitable[Response]]:
+        async def hook(request: Request) -> Response:
+            return run_hook(request, which)
+
+        return hook
+
+    return [
+        Route(path, endpoint(which), methods=["POST"], name=f"snapstart-{which}")
+        for path, which in check_hook_paths(settings)
+    ]
+
+
+def run_hook(request: Request, which: str) -> Response:
+    """Run a hook for the adapter's own empty POST; refuse (403, not run) anything that came as an invocation."""
+    from starlette.responses import JSONResponse, Response
+
+    if "aws.event" in request.scope or any(h in request.headers for h in INVOCATION_HEADERS):
+        logger.warning(f"SnapStart {which} hook refused: the request came through an invocation")
+        return JSONResponse({"error": {"message": "not found", "type": "forbidden"}}, status_code=403)
+    runtime: Runtime = request.app.state.runtime
+    (before_snapshot if which == "before" else after_restore)(runtime)
+    return Response(status_code=204)

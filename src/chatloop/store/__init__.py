@@ -1,0 +1,64 @@
+"""The conversation store: what must outlive a request (conversations and their items, stored responses with their
+input and output items and their stream events), behind one protocol with two backends.
+
+- ``SQLiteBackend`` (``store/sqlite.py``): a file at ``CONVERSATION_STORE_PATH``, the default, so ``make run``
+  keeps conversations with no setup.
+- ``DynamoDBBackend`` (``store/dynamodb.py``): one table when ``CONVERSATION_TABLE_NAME`` is set (deployed).
+
+Every record belongs to an owner (the caller): a read by another owner is exactly "not found". Every record
+expires ``CONVERSATION_TTL_SECONDS`` after it was created (its items with it), and an expired record reads as
+missing on both backends whether or not it was swept. Ids are unguessable (``conv_`` + 192 random bits).
+
+Usage::
+
+    store = open_store(settings)                              # lazily, once per container
+    conversation, items = await store.create_conversation(owner, {"topic": "x"}, [item], deadline)
+    page = await store.list_items(owner, conversation.id, PageQuery(order="asc", limit=20), deadline)
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from chatloop.store.model import (
+    Conversation,
+    Item,
+    ListName,
+    Page,
+    PageQuery,
+    StoredEvent,
+    StoredResponse,
+    StoreUnavailable,
+    new_id,
+)
+from chatloop.store.service import ConversationStore, Store
+
+if TYPE_CHECKING:
+    from chatloop.config import Settings
+
+__all__ = [
+    "Conversation",
+    "ConversationStore",
+    "Item",
+    "ListName",
+    "Page",
+    "PageQuery",
+    "Store",
+    "StoreUnavailable",
+    "StoredEvent",
+    "StoredResponse",
+    "new_id",
+    "open_store",
+]
+
+
+def open_store(settings: Settings) -> Store:
+    """The store the settings name: DynamoDB when ``CONVERSATION_TABLE_NAME`` is set, else the SQLite file (boto3
+    is imported only in the first case)."""
+    if settings.conversation_table_name:
+        from chatloop.store.dynamodb import DynamoDBBackend
+
+        return Store(DynamoDBBackend(settings.conversation_table_name), settings.conversation_ttl_seconds)
+    from chatloop.store.sqlite import SQLiteBackend
+
+    return Store(SQLiteBackend(settings.store_path()), settings.conversation_ttl_seconds)
