@@ -1,4 +1,4 @@
-"""``make bench``: measure the loop, the sandbox, cold start, fallback overhead and local throughput on this machine,
+"""``make bench``: measure the loop, the sandbox, cold start, fallback overhead, MCP tools and local throughput on this machine,
 and write ``bench/RESULTS.md`` (with the machine, Python and date) and ``bench/scenarios.png``.
 
 ``python -m bench --quick --out DIR`` is the smoke run ``make test`` does (few repetitions, written elsewhere).
@@ -22,6 +22,7 @@ from bench import (
     handler,
     idempotency,
     lambda_size,
+    mcp_tools,
     overhead,
     page,
     report,
@@ -71,6 +72,7 @@ def main() -> int:
             ),
         ),
         ("ttft", lambda: ttft.measure(2 if quick else 15)),
+        ("mcp", lambda: mcp_tools.measure(2 if quick else 30)),
     ]
     results: dict[str, Any] = {}
     for name, step in steps:

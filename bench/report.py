@@ -262,6 +262,23 @@ def report(results: dict, quick: bool) -> str:
     if "lambda_size" in results:
         lines += lambda_size_section(results["lambda_size"])
     lines += ttft_section(results["ttft"])
+    m = results["mcp"]
+    lines += [
+        "## 15. MCP tools",
+        "",
+        f"Against a local MCP server (the `mcp` SDK's MCPServer on 127.0.0.1, streamable HTTP, stateless), medians over "
+        f"{m['reps']}:",
+        "",
+        "| what | ms |",
+        "|---|---|",
+        f"| the loop's own cost per MCP call (turn time less the calls' own time) | {m['loop_per_mcp_call_ms']:.2f} |",
+        f"| the same for an in-process tool (the baseline) | {m['loop_per_local_call_ms']:.2f} |",
+        f"| one MCP call's own time (connect, call, result described and fitted) | {m['mcp_call_ms']:.1f} |",
+        f"| listing a server's tools, cold (first turn of a container) | {m['list_cold_ms']:.1f} |",
+        f"| listing, cached (later turns, within MCP_TOOLS_TTL_SECONDS) | {m['list_cached_ms']:.3f} |",
+        f"| importing the `mcp` SDK (once per container, on the first turn that lists a server) | {m['sdk_import_ms']:.0f} |",
+        "",
+    ]
     return "\n".join(lines)
 
 

@@ -35,6 +35,7 @@ def test_bench_smoke_run(tmp_path):
         "## 12. The conversation store",
         "## 13. Lambda-sized",
         "## 14. Time to first token",
+        "## 15. MCP tools",
     ):
         assert section in report
     row = next(line for line in report.splitlines() if line.startswith("| compound interest |"))

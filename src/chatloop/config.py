@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
 from typing import Any
@@ -26,6 +27,84 @@ DEFAULT_MODEL_CHAIN = (
 
 class ConfigError(ValueError):
     """An environment variable holds a value the handler cannot use."""
+
+
+@dataclass(frozen=True)
+class MCPServerConfig:
+    """One MCP server the operator configured (an entry of MCP_SERVERS), or one a client sent (/v1/responses)."""
+
+    label: str
+    """Letters, digits and hyphens (no underscore): the prefix of its tools' offered names, ``<label>__<tool>``."""
+    url: str
+    """The streamable HTTP endpoint (conventionally ``.../mcp``)."""
+    headers: Mapping[str, str] = field(default_factory=dict)
+    """Sent with every request; values may hold ``${NAME}`` placeholders, filled from the environment or the
+    provider-keys secret when the server is first used. Never logged."""
+    allowed_tools: tuple[str, ...] | None = None
+    """The server's tool names offered to the model; None: all of them."""
+    timeout_seconds: float = 10.0
+    """A call to one of its tools ends after this long (and never outlives the request)."""
+    url_prefix: str | None = None
+    """Client-supplied servers: every request, redirects included, must stay under this prefix."""
+
+
+MCP_LABEL = re.compile(r"^[A-Za-z][A-Za-z0-9-]{0,31}$")
+MCP_PLACEHOLDER = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
+_MCP_KEYS = {"label", "url", "headers", "allowed_tools", "timeout_seconds"}
+
+
+def parse_mcp_servers(raw: str) -> tuple[MCPServerConfig, ...]:
+    """MCP_SERVERS as typed entries; anything unusable is a ``ConfigError`` naming MCP_SERVERS.
+
+    >>> parse_mcp_servers('[{"label": "docs", "url": "http://127.0.0.1:9000/mcp"}]')[0].label
+    'docs'
+    """
+    try:
+        value = json.loads(raw)
+    except ValueError:
+        raise ConfigError("MCP_SERVERS is not valid JSON (a list of server objects)") from None
+    if not isinstance(value, list):
+        raise ConfigError("MCP_SERVERS must be a JSON list of server objects")
+    servers: list[MCPServerConfig] = []
+    for i, entry in enumerate(value):
+        where = f"MCP_SERVERS[{i}]"
+        if not isinstance(entry, dict):
+            raise ConfigError(f"{where} must be an object")
+        unknown = sorted(set(entry) - _MCP_KEYS)
+        if unknown:
+            raise ConfigError(f"{where} has unknown keys {unknown}; allowed: {sorted(_MCP_KEYS)}")
+        label, url = entry.get("label"), entry.get("url")
+        if not isinstance(label, str) or not MCP_LABEL.match(label):
+            raise ConfigError(
+                f"{where}.label must be 1-32 letters, digits or hyphens, starting with a letter (no underscore)"
+            )
+        if label in {s.label for s in servers}:
+            raise ConfigError(f"{where}.label {label!r} is used twice")
+        if not isinstance(url, str) or not re.match(r"^https?://[^/?#]+", url):
+            raise ConfigError(f"{where}.url must be an http(s) URL")
+        headers = entry.get("headers") or {}
+        if not isinstance(headers, dict) or not all(
+            isinstance(k, str) and isinstance(v, str) for k, v in headers.items()
+        ):
+            raise ConfigError(f"{where}.headers must be an object of strings")
+        allowed = entry.get("allowed_tools")
+        if allowed is not None and (
+            not isinstance(allowed, list) or not all(isinstance(t, str) and t for t in allowed)
+        ):
+            raise ConfigError(f"{where}.allowed_tools must be a list of tool names")
+        timeout = entry.get("timeout_seconds", 10.0)
+        if isinstance(timeout, bool) or not isinstance(timeout, int | float) or not 0 < timeout <= 300:
+            raise ConfigError(f"{where}.timeout_seconds must be a number of seconds above 0, at most 300")
+        servers.append(
+            MCPServerConfig(
+                label=label,
+                url=url,
+                headers=dict(headers),
+                allowed_tools=tuple(allowed) if allowed is not None else None,
+                timeout_seconds=float(timeout),
+            )
+        )
+    return tuple(servers)
 
 
 @dataclass(frozen=True)
@@ -126,6 +205,19 @@ class Settings:
     to before the snapshot (the template sets it when EnableSnapStart is true). Empty: no such route."""
     snapstart_after_restore_path: str = ""
     """AWS_LWA_SNAPSTART_AFTER_RESTORE_PATH: the route the adapter POSTs to after a restore. Empty: no such route."""
+    # --- MCP servers ----------------------------------------------------------------------
+    mcp_servers: tuple[MCPServerConfig, ...] = ()
+    """MCP_SERVERS: MCP servers whose tools are offered beside the built-in tool, as a JSON list of
+    ``{"label", "url", "headers"?, "allowed_tools"?, "timeout_seconds"?}`` (see ``parse_mcp_servers``)."""
+    mcp_tool_budget: int = 3
+    """MCP_TOOL_BUDGET: executions per MCP tool per turn, unless TOOL_BUDGETS names the tool."""
+    mcp_tools_ttl_seconds: float = 300.0
+    """MCP_TOOLS_TTL_SECONDS: how long a server's tool list is reused before it is listed again."""
+    mcp_list_timeout_seconds: float = 3.0
+    """MCP_LIST_TIMEOUT_SECONDS: a server that has not listed its tools by then is skipped for the turn."""
+    mcp_allowed_urls: str = ""
+    """MCP_ALLOWED_URLS: comma-separated URL prefixes a /v1/responses request's own ``mcp`` tools may point at.
+    Empty: no client-supplied MCP servers."""
     # --- observability --------------------------------------------------------------------
     log_content: bool = False
     """LOG_CONTENT: include message text and tool arguments in log lines."""
@@ -147,6 +239,10 @@ class Settings:
         it is writable, else under the temp directory."""
         return self.conversation_store_path or default_store_path()
 
+    def mcp_url_prefixes(self) -> list[str]:
+        """MCP_ALLOWED_URLS as a list (empty: no client-supplied MCP server is accepted)."""
+        return [p.strip() for p in self.mcp_allowed_urls.split(",") if p.strip()]
+
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None) -> Settings:
         """Read every setting from ``environ`` (default ``os.environ``); unset ones keep their default."""
@@ -157,7 +253,10 @@ class Settings:
             raw = env.get(name)
             if raw is None or raw.strip() == "":
                 continue
-            values[f.name] = _parse(name, raw.strip(), type(getattr(_DEFAULTS, f.name)))
+            parser = _PARSERS.get(name)
+            values[f.name] = (
+                parser(raw.strip()) if parser else _parse(name, raw.strip(), type(getattr(_DEFAULTS, f.name)))
+            )
         settings = cls(**values)
         settings.validate()
         return settings
@@ -184,6 +283,13 @@ class Settings:
             )
         if self.idempotency_timeout_seconds <= 0:
             raise ConfigError("IDEMPOTENCY_TIMEOUT_SECONDS must be positive")
+        if self.mcp_tool_budget < 1 or self.mcp_tools_ttl_seconds < 0 or self.mcp_list_timeout_seconds <= 0:
+            raise ConfigError(
+                "MCP_TOOL_BUDGET and MCP_LIST_TIMEOUT_SECONDS must be positive, MCP_TOOLS_TTL_SECONDS not negative"
+            )
+        for prefix in self.mcp_url_prefixes():
+            if not re.match(r"^https?://[^/?#@]+", prefix):
+                raise ConfigError(f"MCP_ALLOWED_URLS entry {prefix!r} is not an http(s) URL prefix")
         if self.request_timeout_seconds <= 0 or self.deadline_reserve_seconds < 0:
             raise ConfigError(
                 "REQUEST_TIMEOUT_SECONDS must be positive and DEADLINE_RESERVE_SECONDS not negative"
@@ -245,5 +351,8 @@ def _parse(name: str, raw: str, kind: type) -> object:
     except ValueError as exc:
         raise ConfigError(f"{name}={raw!r} is not a valid {kind.__name__}") from exc
 
+
+_PARSERS = {"MCP_SERVERS": parse_mcp_servers}
+"""Settings whose value is more than a scalar or a JSON object: parsed by their own function."""
 
 _DEFAULTS = Settings()

@@ -15,10 +15,11 @@ import json
 import logging
 import os
 import re
+from collections import Counter
 from typing import Any
 
 from aws_lambda_powertools import Logger, Metrics
-from aws_lambda_powertools.metrics import MetricUnit
+from aws_lambda_powertools.metrics import MetricUnit, single_metric
 
 SERVICE = os.environ.get("POWERTOOLS_SERVICE_NAME") or "chatloop"
 NAMESPACE = os.environ.get("POWERTOOLS_METRICS_NAMESPACE") or "ChatLoop"
@@ -210,6 +211,35 @@ def metric_safe(name: str) -> str:
     return re.sub(r"[^A-Za-z0-9_.-]", "_", name)[:200]
 
 
+MCP_METRIC_SERVERS: set[str] = set()
+"""Operator-configured MCP server labels, each its own ``server`` dimension; a client-supplied server counts as
+``client`` (a request must not be able to create metrics)."""
+
+
+def record_server_metrics(events: list[Any]) -> None:
+    """``MCPToolCalls`` and ``MCPToolErrors`` per server (dimensions ``service`` and ``server``), one EMF record each,
+    from the turn's tool results that ran on a server."""
+    calls: Counter[str] = Counter()
+    errors: Counter[str] = Counter()
+    for event in events:
+        server = event.data.get("server") if event.name == "tool_call_result" else None
+        if not server or event.data.get("duration_ms") is None:  # only calls that ran
+            continue
+        dimension = server if server in MCP_METRIC_SERVERS else "client"
+        calls[dimension] += 1
+        errors[dimension] += event.data["status"] == "error"
+    for server, count in calls.items():
+        for name, value in (("MCPToolCalls", count), ("MCPToolErrors", errors[server])):
+            with single_metric(
+                name=name,
+                unit=MetricUnit.Count,
+                value=value,
+                namespace=NAMESPACE,
+                default_dimensions={"service": SERVICE},
+            ) as metric:
+                metric.add_dimension(name="server", value=server)
+
+
 def record_turn_metrics(events: list[Any], in_lambda: bool) -> None:
     """CloudWatch metrics (EMF, flushed by the handler's ``log_metrics``) from one turn's events: iterations, tool executions, skipped tool calls, fallbacks, the stop reason and sandbox milliseconds.
     Outside Lambda nothing is recorded (nothing would flush it)."""
@@ -256,3 +286,4 @@ def record_turn_metrics(events: list[Any], in_lambda: bool) -> None:
     )
     if sandbox_ms:
         metrics.add_metric(name="SandboxMilliseconds", unit=MetricUnit.Milliseconds, value=sandbox_ms)
+    record_server_metrics(events)

@@ -5,15 +5,19 @@ It is read with Powertools Parameters (cached) on the first request that needs i
 boto3 is imported only then. The read is bounded (``SECRET_READ_SECONDS``, retries included): a Secrets Manager
 that hangs is a 503 ``keys_unavailable`` in seconds, not a request held for minutes. Every key is registered for redaction, so it never reaches a log or a response.
 
+The same secret may hold other values an operator refers to by name, such as an MCP server's token
+(``"Authorization": "Bearer ${DOCS_TOKEN}"`` in MCP_SERVERS): ``load_named_secrets`` reads them the same way.
+
 Usage::
 
     keys = load_provider_keys(settings)        # {"groq": "gsk_...", "openai": None}
+    load_named_secrets(settings, ["DOCS_TOKEN"])   # {"DOCS_TOKEN": "..."}, each registered for redaction
 """
 
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 from chatloop.config import Settings
@@ -40,6 +44,24 @@ def load_provider_keys(settings: Settings, environ: Mapping[str, str] | None = N
     for value in keys.values():
         register_secret(value)
     return keys
+
+
+def load_named_secrets(
+    settings: Settings, names: Iterable[str], environ: Mapping[str, str] | None = None
+) -> dict[str, str]:
+    """The values of ``names``: from the environment when set (local use), else from the provider-keys secret.
+    A name found in neither is left out (the caller says which is missing). Every value is registered for
+    redaction."""
+    env = os.environ if environ is None else environ
+    wanted = list(dict.fromkeys(names))
+    found = {n: env[n] for n in wanted if env.get(n)}
+    missing = [n for n in wanted if n not in found]
+    if missing and settings.provider_keys_secret_arn:
+        stored = _read_secret(settings.provider_keys_secret_arn)
+        found.update({n: stored[n] for n in missing if stored.get(n)})
+    for value in found.values():
+        register_secret(value)
+    return found
 
 
 def _secrets() -> Any:

@@ -16,6 +16,7 @@ from typing import Annotated, Any
 from pydantic import BaseModel, ConfigDict, Field, StrictStr
 
 from chatloop.api.errors import RequestError
+from chatloop.api.mcp_items import McpCallInput, McpListToolsInput
 from chatloop.api.schemas import (
     CodeInterpreterCallItem,
     FunctionCallItem,
@@ -95,12 +96,15 @@ def stored_items(items: Sequence[Any]) -> list[Item]:
             item_id = new_id("ci")
             body = {**item.model_dump(exclude_none=True), "id": item_id, "container_id": "chatloop-sandbox"}
             body.setdefault("status", "completed")
+        elif isinstance(item, McpCallInput | McpListToolsInput):  # an MCP server's call or listing, as shown
+            item_id = new_id("mcp" if isinstance(item, McpCallInput) else "mcpl")
+            body = {**item.model_dump(exclude_none=True), "id": item_id}
         else:
             raise RequestError(
                 400,
                 "invalid_request",
-                f"items[{index}]: only message, function_call, function_call_output and code_interpreter_call "
-                "items are stored",
+                f"items[{index}]: only message, function_call, function_call_output, code_interpreter_call, "
+                "mcp_call and mcp_list_tools items are stored",
                 param=f"items[{index}]",
             )
         stored.append(Item(item_id, body))

@@ -19,6 +19,14 @@ import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from typing import Any
 
+from chatloop.api.mcp_items import (
+    McpCallInput,
+    call_finished_frames,
+    call_started_frames,
+    finish_call_item,
+    list_tools_frames,
+    started_call_item,
+)
 from chatloop.api.render import INTERNAL_ERROR, dumps_unredacted, extension, held_secrets
 from chatloop.api.schemas import (
     CodeInterpreterCallItem,
@@ -81,6 +89,8 @@ def messages_of(items: Sequence[Any]) -> list[dict[str, Any]]:
             else:
                 messages.append({"role": "assistant", "content": None, "tool_calls": [call]})
             messages.append({"role": "tool", "tool_call_id": call["id"], "content": item.logs()})
+        elif isinstance(item, McpCallInput):  # an earlier MCP call, replayed: the call and its answer
+            messages += item.messages()
     return messages
 
 
@@ -205,15 +215,26 @@ class ResponseOutput:
     Text goes into a ``message`` item; a server tool run closes it and becomes an item of its own
     (``code_interpreter_call`` for ``execute_javascript``), so the text a model writes after the run opens a new
     message. Each message's deltas add up to its text. The client's tool calls come last, as ``function_call``
-    items."""
+    items. A tool on an MCP server is an ``mcp_call`` item, and the request's own MCP servers each open the output
+    with an ``mcp_list_tools`` item (``listed``, framed by ``start``)."""
 
-    def __init__(self, request_id: str, emit: _Events) -> None:
+    def __init__(self, request_id: str, emit: _Events, listed: Sequence[dict[str, Any]] = ()) -> None:
         self.request_id = request_id
         self.emit = emit
         self.items: list[dict[str, Any]] = []
         self._message: dict[str, Any] | None = None
         self._text: list[str] = []
         self._runs: dict[str, int] = {}
+        self._mcp_calls: dict[str, int] = {}
+        self._listed = list(listed)
+
+    def start(self) -> list[str]:
+        """The ``mcp_list_tools`` items: what each of the request's MCP servers offered, or why it could not."""
+        frames: list[str] = []
+        for item in self._listed:
+            self.items.append(item)
+            frames += list_tools_frames(self.emit, item, self._index())
+        return frames
 
     def feed(self, event: Event) -> list[str]:
         data = event.data
@@ -225,6 +246,14 @@ class ResponseOutput:
             return self._close_message() + self._open_run(code_interpreter_item(data))
         if event.type is EventType.TOOL_CALL_RESULT and data["id"] in self._runs:
             return self._finish_run(data)
+        if event.type is EventType.TOOL_CALL_START and data.get("server"):  # a tool on an MCP server
+            self.items.append(started_call_item(data))
+            self._mcp_calls[data["id"]] = self._index()
+            return self._close_message() + call_started_frames(self.emit, self.items[-1], self._index())
+        if event.type is EventType.TOOL_CALL_RESULT and data["id"] in self._mcp_calls:
+            index = self._mcp_calls.pop(data["id"])
+            finish_call_item(self.items[index], data)
+            return call_finished_frames(self.emit, self.items[index], index)
         return []
 
     def finish(self, done: dict[str, Any]) -> list[str]:
@@ -340,10 +369,14 @@ def response_object(
 
 
 async def collect_response(
-    events: AsyncIterator[Event], request_id: str, echo: dict[str, Any]
+    events: AsyncIterator[Event],
+    request_id: str,
+    echo: dict[str, Any],
+    listed: Sequence[dict[str, Any]] = (),
 ) -> tuple[dict[str, Any], list[dict[str, Any]]]:
     """A non-streamed request's ``response`` (the same projection as the stream), and the turn's error events."""
-    output = ResponseOutput(request_id, _Events())
+    output = ResponseOutput(request_id, _Events(), listed)
+    output.start()
     errors: list[dict[str, Any]] = []
     done: dict[str, Any] = {}
     async for event in held_secrets(events):
@@ -399,6 +432,7 @@ async def response_events(
     echo: dict[str, Any],
     keep: Keep | None = None,
     listener: Callable[[dict[str, Any]], None] | None = None,
+    listed: Sequence[dict[str, Any]] = (),
 ) -> AsyncIterator[bytes]:
     """The Responses API's event stream. It always ends with its terminal event: ``response.completed``,
     ``response.incomplete`` or ``response.failed`` (after an ``error`` event when something broke mid-way). With
@@ -406,7 +440,7 @@ async def response_events(
     emit = _Events(record=keep is not None, listener=listener)
     created = int(time.time())
     try:
-        async for frames in _response_events(events, request_id, echo, emit, created, keep):
+        async for frames in _response_events(events, request_id, echo, emit, created, keep, listed):
             yield _sealed(frames)
     except Exception:
         logger.exception("response event stream failed")
@@ -426,12 +460,14 @@ async def _response_events(
     emit: _Events,
     created: int,
     keep: Keep | None,
+    listed: Sequence[dict[str, Any]] = (),
 ) -> AsyncIterator[str]:
     """The events, framed. ``response.created`` goes out at once; frames that become known together leave as one
     chunk (fewer writes through the heartbeat wrapper and the socket)."""
     started = _skeleton(request_id, echo, created)
-    yield emit("response.created", response=started) + emit("response.in_progress", response=started)
-    output = ResponseOutput(request_id, emit)
+    output = ResponseOutput(request_id, emit, listed)
+    head = [emit("response.created", response=started), emit("response.in_progress", response=started)]
+    yield "".join(head + output.start())
     async for event in held_secrets(events):
         if event.type is EventType.ERROR and event.data.get("code") == "all_models_failed":
             failed = _skeleton(request_id, echo, created)

@@ -23,6 +23,7 @@ from chatloop.api.adapter import Invocation
 from chatloop.api.errors import RequestError, from_validation
 from chatloop.api.idempotency import STOP_REASON
 from chatloop.api.limits import check_message_count, parse_json_body, read_within
+from chatloop.api.mcp_items import client_servers, listed_items
 from chatloop.api.render import (
     JSONBody,
     chat_summary,
@@ -33,7 +34,14 @@ from chatloop.api.render import (
 )
 from chatloop.api.responses import collect_response, conversation_of, echo_of, response_events
 from chatloop.api.runtime import CHAIN_ALIAS, Runtime, UnknownModel
-from chatloop.api.schemas import ChatBody, ClientTool, OpenAIChatBody, ResponseFormat, ResponsesBody
+from chatloop.api.schemas import (
+    ChatBody,
+    ClientTool,
+    OpenAIChatBody,
+    ResponseFormat,
+    ResponsesBody,
+    ResponsesFunctionTool,
+)
 from chatloop.deadline import Deadline
 from chatloop.engine import Event, EventType, TurnRequest, run_turn
 from chatloop.engine.messages import ConversationError, normalize_conversation
@@ -292,10 +300,9 @@ async def chat(request: Request) -> Response:
         max_iterations=body.max_iterations,
     )
     rid = request_id(request)
-    registry = runtime.registry() if tool_names else ToolRegistry()
-    events = observed(
-        run_turn(turn, model, registry, request_deadline(request, runtime), runtime.settings), request, rid
-    )
+    deadline = request_deadline(request, runtime)
+    registry = await runtime.tools_for_turn(deadline) if tool_names != [] else ToolRegistry()
+    events = observed(run_turn(turn, model, registry, deadline, runtime.settings), request, rid)
     if thread is not None:  # a stored conversation's turn runs to its end even when the client goes away
         from chatloop.api import stored
 
@@ -312,17 +319,23 @@ async def chat(request: Request) -> Response:
     return JSONBody(chat_summary(done), status_code=status, headers={"x-request-id": rid})
 
 
-def tools_for_chat(runtime: Runtime, body: ChatBody, choice: Any) -> list[str]:
+def tools_for_chat(runtime: Runtime, body: ChatBody, choice: Any) -> list[str] | None:
+    """The tools a /chat turn may use: None for all of them (the MCP servers' tools included), [] for none."""
     if choice == "none":
         return []
     known = runtime.tool_names()
-    names = known if body.tools is None else body.tools
-    unknown = [n for n in names if n not in known]
+    names = body.tools
+    unknown = [n for n in names or [] if n not in known and not runtime.mcp_name(n)]
     if unknown:
         raise RequestError(
             400, "unknown_tool", f"tools: unknown tool(s) {unknown}; built-in tools: {known}", "tools"
         )
-    if isinstance(choice, dict) and choice["function"]["name"] not in names:
+    chosen = choice["function"]["name"] if isinstance(choice, dict) else None
+    if (
+        chosen is not None
+        and chosen not in (names if names is not None else known)
+        and not runtime.mcp_name(chosen)
+    ):
         raise RequestError(
             400, "invalid_request", "tool_choice names a tool that is not enabled", "tool_choice"
         )
@@ -354,11 +367,9 @@ async def chat_completions(request: Request) -> Response:
         model_params=params,
     )
     rid = request_id(request)
-    events = observed(
-        run_turn(turn, model, runtime.registry(), request_deadline(request, runtime), runtime.settings),
-        request,
-        rid,
-    )
+    deadline = request_deadline(request, runtime)
+    registry = await runtime.tools_for_turn(deadline)
+    events = observed(run_turn(turn, model, registry, deadline, runtime.settings), request, rid)
     if body.stream:
         include_usage = bool(body.stream_options and body.stream_options.include_usage)
         return event_stream(openai_chunks(events, rid, include_usage), runtime, rid)
@@ -383,7 +394,9 @@ async def responses(request: Request) -> Response:
         chat_choice = body.tool_choice
     elif body.tool_choice is not None:  # the Responses API names a function flat; chat completions nest it
         chat_choice = {"type": "function", "function": {"name": body.tool_choice.name}}
-    client_tools = checked_client_tools(runtime, [t.as_chat_tool() for t in body.tools or []], chat_choice)
+    functions = [t.as_chat_tool() for t in body.tools or [] if isinstance(t, ResponsesFunctionTool)]
+    client_tools = checked_client_tools(runtime, functions, chat_choice)
+    servers = await client_servers(body.tools, runtime.settings, runtime.mcp_servers_labels())
     model = model_for(runtime, body.model, openai=True)
     trimming = body.truncation == "auto"  # OpenAI's default is "disabled": refuse what does not fit
     check_context(model, messages, body.max_output_tokens, whole=not trimming)
@@ -410,11 +423,11 @@ async def responses(request: Request) -> Response:
     )
     rid = request_id(request)
     echo = echo_of(body, model.name, keeping.store is not None, keeping.conversation_id)
-    events = observed(
-        run_turn(turn, model, runtime.registry(), request_deadline(request, runtime), runtime.settings),
-        request,
-        rid,
-    )
+    deadline = request_deadline(request, runtime)
+    mcp = await runtime.mcp_for_turn(deadline, servers)
+    registry = runtime.registry().with_tools(mcp.tools, mcp.skipped)
+    listed = listed_items(servers, mcp)  # mcp_list_tools items: what each of the request's servers offered
+    events = observed(run_turn(turn, model, registry, deadline, runtime.settings), request, rid)
 
     async def keep(response: dict[str, Any], sent: list[dict[str, Any]]) -> dict[str, Any]:
         return await stored.save(keeping, request, body, response, sent)
@@ -422,12 +435,12 @@ async def responses(request: Request) -> Response:
     if body.stream and keeping.store is not None and keeping.owner is not None:
         # Stored: the turn runs to its end if the client goes away, and can be followed live meanwhile.
         def chunks(listener: Callable[[dict[str, Any]], None]) -> AsyncIterator[bytes]:
-            return response_events(events, rid, echo, keep, listener)
+            return response_events(events, rid, echo, keep, listener, listed)
 
         return event_stream(stored.followable(f"resp_{rid}", keeping.owner, chunks), runtime, rid)
     if body.stream:
-        return event_stream(response_events(events, rid, echo), runtime, rid)
-    response, errors = await collect_response(events, rid, echo)
+        return event_stream(response_events(events, rid, echo, listed=listed), runtime, rid)
+    response, errors = await collect_response(events, rid, echo, listed)
     if response["x_chatloop"]["stop_reason"] == "all_models_failed":
         raise failed_turn(errors)
     response = await keep(response, [])

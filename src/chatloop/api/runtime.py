@@ -1,22 +1,25 @@
 """What the app keeps for the life of the container: settings, the model chain and the tools.
 
 Built lazily on the first request that needs them (keys may come from Secrets Manager; the sandbox
-starts its spare process then), and injectable for tests.
+starts its spare process then; MCP servers list their tools when a turn first needs them), and injectable for
+tests.
 
 Usage::
 
     runtime = Runtime(Settings.from_env())
     model = runtime.model_for("groq:llama-3.3-70b-versatile")      # a FallbackChain for one turn
+    registry = await runtime.tools_for_turn(deadline)              # the built-in tool and the MCP servers' tools
 """
 
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
 from chatloop.api.idempotency import Store
-from chatloop.config import DEFAULT_MODEL_CHAIN, Settings
+from chatloop.config import DEFAULT_MODEL_CHAIN, MCPServerConfig, Settings
+from chatloop.deadline import Deadline
 from chatloop.providers.catalog import Catalog, split_entry
 from chatloop.providers.chain import FallbackChain
 from chatloop.providers.factory import build_chain, build_model, provider_usable
@@ -25,6 +28,7 @@ from chatloop.tools.base import ToolRegistry
 
 if TYPE_CHECKING:
     from chatloop.store.service import ConversationStore
+    from chatloop.tools.mcp import MCPServers, TurnTools
 
 BUILTIN_TOOLS = ("execute_javascript",)
 DEMO_PROVIDER = "demo"
@@ -54,6 +58,7 @@ class Runtime:
         self._keys_loader = keys_loader
         self._lock = threading.Lock()
         self._conversations = conversations
+        self._mcp: MCPServers | None = None
         self.idempotency: Store | None = None
         if settings.idempotency_table_name:
             self.idempotency = Store(settings.idempotency_table_name, settings.idempotency_expiry_seconds)
@@ -91,6 +96,45 @@ class Runtime:
 
                 self._conversations = open_store(self.settings)
             return self._conversations
+
+    def mcp_servers(self) -> MCPServers:
+        """The operator's MCP servers (MCP_SERVERS), their tool lists cached for the container's life."""
+        if self._mcp is None:
+            from chatloop.tools.mcp import MCPServers
+
+            self._mcp = MCPServers(self.settings)
+        return self._mcp
+
+    async def mcp_for_turn(
+        self, deadline: Deadline, client_servers: Sequence[MCPServerConfig] = ()
+    ) -> TurnTools:
+        """The MCP tools one turn may use (MCP_SERVERS' and a request's own ``client_servers``), listed when a turn
+        first needs them; a server that is down or slow is skipped for the turn, with its reason logged."""
+        from chatloop.tools.mcp import TurnTools
+
+        if not self.settings.mcp_servers and not client_servers:
+            return TurnTools()
+        return await self.mcp_servers().tools_for_turn(deadline, client_servers, taken=self.tool_names())
+
+    async def tools_for_turn(
+        self, deadline: Deadline, client_servers: Sequence[MCPServerConfig] = ()
+    ) -> ToolRegistry:
+        """The registry of one turn: the built-in tool, then every MCP tool reachable for it."""
+        registry = self.registry()
+        if not self.settings.mcp_servers and not client_servers:
+            return registry
+        turn = await self.mcp_for_turn(deadline, client_servers)
+        return registry.with_tools(turn.tools, turn.skipped)
+
+    def mcp_servers_labels(self) -> list[str]:
+        """The labels of the operator's MCP servers: a request's own server may not take one."""
+        return [c.label for c in self.settings.mcp_servers]
+
+    def mcp_name(self, name: str) -> bool:
+        """Whether ``name`` has the shape of a configured MCP server's tool (``<label>__<tool>``): a request may
+        name one before the server's tools are listed."""
+        label, sep, tool = name.partition("__")
+        return bool(sep and tool) and label in {c.label for c in self.settings.mcp_servers}
 
     def tool_names(self) -> list[str]:
         """The built-in tools, without starting the sandbox."""

@@ -24,6 +24,7 @@ from pydantic import (
     model_validator,
 )
 
+from chatloop.api.mcp_items import McpCallInput, McpListToolsInput
 from chatloop.api.schema_checks import check_schema
 
 # Each endpoint validates with one schema: build it on first use (cold start), not at import.
@@ -352,7 +353,13 @@ class ReasoningItem(BaseModel):
 
 
 InputItem = Annotated[
-    InputMessage | FunctionCallItem | FunctionCallOutputItem | CodeInterpreterCallItem | ReasoningItem,
+    InputMessage
+    | FunctionCallItem
+    | FunctionCallOutputItem
+    | CodeInterpreterCallItem
+    | ReasoningItem
+    | McpCallInput
+    | McpListToolsInput,
     Field(union_mode="left_to_right"),
 ]
 
@@ -369,6 +376,23 @@ class ResponsesFunctionTool(BaseModel):
     def as_chat_tool(self) -> ClientTool:
         fields = self.model_dump(exclude={"type"}, exclude_none=True)
         return ClientTool(type="function", function=ClientFunction(**fields))
+
+
+class ResponsesMcpTool(BaseModel):
+    """A client-supplied MCP server (OpenAI's hosted ``mcp`` tool), checked by ``api.mcp_items.client_servers``.
+    Its ``headers`` and ``authorization`` are never echoed back (``exclude``)."""
+
+    model_config = ConfigDict(extra="ignore", defer_build=True)
+
+    type: Literal["mcp"]
+    server_label: StrictStr
+    server_url: StrictStr | None = None
+    allowed_tools: Any = None
+    headers: dict[StrictStr, StrictStr] | None = Field(default=None, exclude=True)
+    authorization: StrictStr | None = Field(default=None, exclude=True)
+    require_approval: Any = None
+    server_description: StrictStr | None = None
+    connector_id: StrictStr | None = None
 
 
 class ResponsesNamedChoice(BaseModel):
@@ -433,7 +457,9 @@ class ResponsesBody(_OpenAIParams):
     input: StrictStr | list[InputItem]
     model: StrictStr | None = None
     instructions: StrictStr | None = None
-    tools: list[ResponsesFunctionTool] | None = None
+    tools: list[Annotated[ResponsesFunctionTool | ResponsesMcpTool, Field(discriminator="type")]] | None = (
+        None
+    )
     tool_choice: Literal["auto", "none", "required"] | ResponsesNamedChoice | None = None
     parallel_tool_calls: StrictBool | None = None
     max_output_tokens: MaxTokens | None = None

@@ -269,7 +269,8 @@ def _as_items(bodies: list[dict[str, Any]]) -> list[Any]:
         [
             b
             for b in bodies
-            if b.get("type") in ("message", "function_call", "function_call_output", "code_interpreter_call")
+            if b.get("type")
+            in ("message", "function_call", "function_call_output", "code_interpreter_call", "mcp_call")
         ]
     )
 

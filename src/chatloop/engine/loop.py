@@ -130,7 +130,9 @@ class _Turn:
         enabled = tools.names() if request.tool_names is None else request.tool_names
         self.builtin = [n for n in enabled if tools.get(n) is not None]
         self.client_names = request.client_tool_names()
-        self.ledger = ToolLedger(budgets=dict(settings.tool_budgets), max_runs=request.max_tool_calls)
+        self.ledger = ToolLedger(
+            budgets=tools.budgets(settings.tool_budgets), max_runs=request.max_tool_calls
+        )
         self.client_required = request.requires_client_tool()
         self.messages = list(request.messages)
         if settings.system_prompt_guidance and JAVASCRIPT_TOOL in self.builtin:
@@ -153,6 +155,10 @@ class _Turn:
     # --- the loop --------------------------------------------------------------------------
     async def run(self) -> AsyncIterator[Event]:
         yield Event(EventType.STATUS, {"status": "started", "model": self.model.name, "tools": self.builtin})
+        if self.tools.unavailable and self.request.tool_names != []:  # e.g. an MCP server that is down
+            yield Event(
+                EventType.STATUS, {"status": "tools_unavailable", "sources": dict(self.tools.unavailable)}
+            )
         end: TurnEnd | None = None
         try:
             while end is None:
@@ -407,13 +413,18 @@ class _Turn:
     def _logged(self, decision: Decision, response: ModelResponse) -> Event:
         """Log the decision (the greppable line and its record) and return it as the ``decision`` event."""
         fields = decision.fields()
+        line = decision.log_line()
+        calls = [(c.name, self.tools.source(c.name)) for c in response.tool_calls]
+        if any(source for _, source in calls):  # tools run elsewhere (an MCP server): name tool and server
+            line += " tools=" + ",".join(f"{name}@{source}" if source else name for name, source in calls)
+            fields["tools"] = [{"name": name, "server": source} for name, source in calls]
         content = None
         if self.settings.log_content:  # off by default: message text can hold personal data
             content = {
                 "content": response.content,
                 "tool_calls": [c.to_message() for c in response.tool_calls],
             }
-        log_decision(decision.log_line(), fields, content)
+        log_decision(line, fields, content)
         return Event(EventType.DECISION, fields)
 
     # --- act -------------------------------------------------------------------------------
@@ -490,7 +501,12 @@ class _Turn:
         for p in runs:
             yield Event(
                 EventType.TOOL_CALL_START,
-                {"id": p.call.id, "name": p.call.name, "arguments": p.call.arguments},
+                {
+                    "id": p.call.id,
+                    "name": p.call.name,
+                    "arguments": p.call.arguments,
+                    **self._server(p.call.name),
+                },
             )
         results = await self._run_tools(runs)
         budget_was_open = {n for n in self.builtin if self.ledger.budget_left(n) != 0}
@@ -532,8 +548,15 @@ class _Turn:
         self.messages.append(
             {"role": "tool", "tool_call_id": p.call.id, "name": p.call.name, "content": content}
         )
-        self.record.tool_call(p.call, status, content, reason)
-        data: dict[str, Any] = {"id": p.call.id, "name": p.call.name, "status": status, "content": content}
+        server = self._server(p.call.name)
+        self.record.tool_call(p.call, status, content, reason, **server)
+        data: dict[str, Any] = {
+            "id": p.call.id,
+            "name": p.call.name,
+            "status": status,
+            "content": content,
+            **server,
+        }
         if result is not None:
             data["duration_ms"] = round(result.duration_ms, 1)
         if reason:
@@ -567,6 +590,11 @@ class _Turn:
             self._end_tool_use(self.ledger.loop)
 
     # --- bookkeeping -----------------------------------------------------------------------
+    def _server(self, name: str) -> dict[str, str]:
+        """``{"server": label, "server_tool": name there}`` for a tool that runs on a server (an MCP tool), else
+        nothing."""
+        return self.tools.origin(name)
+
     def _show(self, text: str) -> list[Event]:
         """``text`` as ``delta`` events, after a seam when it starts a new model call's text."""
         events = []

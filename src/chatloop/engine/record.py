@@ -48,7 +48,15 @@ class TurnRecord:
         else:
             self.last_error = result.error
 
-    def tool_call(self, call: ToolCall, status: str, result: str | None, reason: str | None = None) -> None:
+    def tool_call(
+        self,
+        call: ToolCall,
+        status: str,
+        result: str | None,
+        reason: str | None = None,
+        server: str | None = None,
+        server_tool: str | None = None,
+    ) -> None:
         entry: dict[str, Any] = {
             "id": call.id,
             "name": call.name,
@@ -58,6 +66,9 @@ class TurnRecord:
         }
         if reason:
             entry["reason"] = reason
+        if server:  # the tool ran on a server (an MCP server's label), under its own name there
+            entry["server"] = server
+            entry["server_tool"] = server_tool or call.name
         self.tool_calls.append(entry)
 
     def skipped(self, calls: Iterable[ToolCall], reason: str) -> None:

@@ -10,7 +10,7 @@ Usage::
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol, runtime_checkable
 
@@ -45,6 +45,13 @@ class Tool(Protocol):
     async def run(self, arguments: dict[str, Any], deadline: Deadline) -> ToolResult: ...
 
 
+def tool_source(tool: Tool) -> str | None:
+    """Where a tool runs, when elsewhere than this process: a tool may declare a ``source`` (an MCP server's
+    label, say), which the decision log line and the tool-call events carry."""
+    source = getattr(tool, "source", None)
+    return source if isinstance(source, str) and source else None
+
+
 def tool_schema(tool: Tool) -> dict[str, Any]:
     return {
         "type": "function",
@@ -53,8 +60,10 @@ def tool_schema(tool: Tool) -> dict[str, Any]:
 
 
 class ToolRegistry:
-    def __init__(self, tools: Iterable[Tool] = ()):
+    def __init__(self, tools: Iterable[Tool] = (), unavailable: Mapping[str, str] | None = None):
         self._tools: dict[str, Tool] = {}
+        self.unavailable: dict[str, str] = dict(unavailable or {})
+        """Sources whose tools could not be had for this turn (an MCP server's label -> why): the turn reports them."""
         for tool in tools:
             self.register(tool)
 
@@ -69,6 +78,40 @@ class ToolRegistry:
 
     def schemas(self, names: Iterable[str]) -> list[dict[str, Any]]:
         return [tool_schema(self._tools[n]) for n in names if n in self._tools]
+
+    def source(self, name: str) -> str | None:
+        """The ``source`` of tool ``name`` (see ``tool_source``), or None."""
+        tool = self._tools.get(name)
+        return tool_source(tool) if tool is not None else None
+
+    def origin(self, name: str) -> dict[str, str]:
+        """Where tool ``name`` runs, for its events: ``{"server": <source>, "server_tool": <its name there>}`` for a
+        tool with a ``source`` (and a ``source_name``), else nothing."""
+        tool = self._tools.get(name)
+        source = tool_source(tool) if tool is not None else None
+        if source is None:
+            return {}
+        source_name = getattr(tool, "source_name", None)
+        return {"server": source, "server_tool": source_name if isinstance(source_name, str) else name}
+
+    def budgets(self, configured: Mapping[str, int]) -> dict[str, int]:
+        """Executions per tool per turn: ``configured`` (TOOL_BUDGETS) first, then a tool's own
+        ``default_budget`` when it declares one (MCP tools do).
+
+        >>> ToolRegistry().budgets({"execute_javascript": 3})
+        {'execute_javascript': 3}
+        """
+        budgets = dict(configured)
+        for name, tool in self._tools.items():
+            default = getattr(tool, "default_budget", None)
+            if name not in budgets and isinstance(default, int) and default > 0:
+                budgets[name] = default
+        return budgets
+
+    def with_tools(self, tools: Iterable[Tool], unavailable: Mapping[str, str] | None = None) -> ToolRegistry:
+        """A new registry holding this one's tools and ``tools`` (a turn's MCP tools beside the built-in), and the
+        sources that were ``unavailable`` for the turn."""
+        return ToolRegistry([*self._tools.values(), *tools], {**self.unavailable, **(unavailable or {})})
 
 
 MAX_TOOL_MESSAGE_BYTES = 16 * 1024

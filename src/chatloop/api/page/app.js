@@ -115,6 +115,9 @@ class Turn {
 
   on_status(data) {
     if (data.status === "context_trim") this.note(`Older messages were trimmed to fit ${data.model}'s context window.`);
+    if (data.status === "tools_unavailable") {
+      for (const [source, reason] of Object.entries(data.sources)) this.note(`${source}'s tools are unavailable: ${reason}`);
+    }
   }
 
   on_delta(data) {
@@ -132,10 +135,14 @@ class Turn {
     const block = element("details", "tool");
     const summary = element("summary");
     const status = element("span", "status", "running…");
-    summary.append(element("strong", "", data.name), " ", status);
+    summary.append(element("strong", "", data.name), " ");
+    // A tool that runs on an MCP server names its server, as the decision log line does.
+    if (data.server) summary.append(element("span", "server", `on ${data.server}`), " ");
+    summary.append(status);
     let code = data.arguments;
     try {
-      code = JSON.parse(data.arguments).code ?? data.arguments;
+      const args = JSON.parse(data.arguments);
+      code = data.server ? JSON.stringify(args, null, 2) : (args.code ?? data.arguments);
     } catch {
       // arguments that are not JSON are shown as they are
     }
@@ -150,7 +157,8 @@ class Turn {
     let body = data.content;
     try {
       const parsed = JSON.parse(data.content);
-      body = "error" in parsed ? `Error: ${parsed.error}` : JSON.stringify(parsed.result, null, 2);
+      const result = typeof parsed.result === "string" ? parsed.result : JSON.stringify(parsed.result, null, 2);
+      body = "error" in parsed ? `Error: ${parsed.error}` : result;
       if (parsed.output) body += `\n\nconsole output:\n${parsed.output}`;
     } catch {
       // a result that is not JSON is shown as it is
