@@ -58,38 +58,11 @@ async def _timings(store, reps: int, history_turns: int) -> dict:
 
 
 def _sqlite(reps: int, history_turns: int) -> dict:
-    from chatloop.store import Store
-    from chatloop.store.sqlite import SQLiteBackend
-
-    with tempfile.TemporaryDirectory() as folder:
-        store = Store(SQLiteBackend(Path(folder) / "bench.sqlite3"), 3600)
-        return asyncio.run(_timings(store, reps, history_turns))
+    return _with_backend("sqlite", lambda store: asyncio.run(_timings(store, reps, history_turns)))
 
 
 def _dynamodb(reps: int, history_turns: int) -> dict:
-    import boto3
-    from moto import mock_aws
-
-    from chatloop.store import Store
-    from chatloop.store.dynamodb import DynamoDBBackend, create_table
-
-    names = ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_DEFAULT_REGION", "AWS_ENDPOINT_URL")
-    saved = {k: os.environ.get(k) for k in names}
-    os.environ.update(
-        {"AWS_ACCESS_KEY_ID": "bench", "AWS_SECRET_ACCESS_KEY": "bench", "AWS_DEFAULT_REGION": "us-east-1"}
-    )
-    os.environ.pop("AWS_ENDPOINT_URL", None)
-    try:
-        with mock_aws():
-            create_table(boto3.client("dynamodb", region_name="us-east-1"), "bench-conversations")
-            store = Store(DynamoDBBackend("bench-conversations"), 3600)
-            return asyncio.run(_timings(store, reps, history_turns))
-    finally:
-        for k, v in saved.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
+    return _with_backend("dynamodb", lambda store: asyncio.run(_timings(store, reps, history_turns)))
 
 
 def bytes_saved(messages: int) -> dict:

@@ -21,6 +21,7 @@ from pydantic import BaseModel
 from chatloop.api import create_app
 from chatloop.api.runtime import Runtime
 from chatloop.config import Settings
+from tests.support.events import CODE_INTERPRETER_EVENTS
 from tests.support.fake_llm import FakeLLM, Reply, error, text, tool_calls
 from tests.support.server import Server
 
@@ -232,15 +233,7 @@ def test_responses_stream_sends_openais_event_sequence(demo):
     assert run.status == "completed" and run.code and "3628800" in run.outputs[0].logs
     assert final.output.index(run) < max(i for i, item in enumerate(final.output) if item.type == "message")
     run_events = [e.type for e in events if getattr(e, "item_id", None) == run.id or _item_id(e) == run.id]
-    assert run_events == [
-        "response.output_item.added",
-        "response.code_interpreter_call.in_progress",
-        "response.code_interpreter_call_code.delta",
-        "response.code_interpreter_call_code.done",
-        "response.code_interpreter_call.interpreting",
-        "response.code_interpreter_call.completed",
-        "response.output_item.done",
-    ]
+    assert run_events == CODE_INTERPRETER_EVENTS
 
 
 def _item_type(event) -> str | None:

@@ -33,6 +33,7 @@ from pydantic import BaseModel
 from chatloop.api import create_app
 from chatloop.api.runtime import Runtime
 from chatloop.config import Settings
+from tests.support.events import CODE_INTERPRETER_EVENTS
 from tests.support.fake_llm import FakeLLM, Reply, error, text, tool_calls
 from tests.support.server import Server
 
@@ -323,15 +324,7 @@ def test_a_streamed_code_interpreter_call_has_openais_events(server):
         events = list(stream)
         final = stream.get_final_response()
     kinds = [e.type for e in events]
-    order = [
-        "response.output_item.added",
-        "response.code_interpreter_call.in_progress",
-        "response.code_interpreter_call_code.delta",
-        "response.code_interpreter_call_code.done",
-        "response.code_interpreter_call.interpreting",
-        "response.code_interpreter_call.completed",
-        "response.output_item.done",
-    ]
+    order = CODE_INTERPRETER_EVENTS
     firsts = [kinds.index(kind) for kind in order]
     assert firsts == sorted(firsts), kinds
     added = [e for e in events if e.type == "response.output_item.added"]

@@ -153,3 +153,15 @@ def parse_sse(text: str) -> list[tuple[str, dict[str, Any]]]:
         lines = dict(line.split(": ", 1) for line in block.splitlines() if ": " in line)
         events.append((lines["event"], json.loads(lines["data"])))
     return events
+
+
+CODE_INTERPRETER_EVENTS = [
+    "response.output_item.added",
+    "response.code_interpreter_call.in_progress",
+    "response.code_interpreter_call_code.delta",
+    "response.code_interpreter_call_code.done",
+    "response.code_interpreter_call.interpreting",
+    "response.code_interpreter_call.completed",
+    "response.output_item.done",
+]
+"""The Responses API events of one sandbox run (a ``code_interpreter_call`` item), in the order they are sent."""
