@@ -314,6 +314,16 @@ def test_the_conversation_table_is_the_stores_and_the_policy_grants_what_it_call
     assert {a.removeprefix("dynamodb:") for a in grant["Action"]} == used
 
 
+@pytest.mark.parametrize("mode", ["stream", "buffered"])
+def test_operators_configure_mcp_servers_through_the_template(translated, mode):
+    """MCP_SERVERS and MCP_ALLOWED_URLS reach the function from parameters, empty (no MCP) by default; a server's
+    token is a ${NAME} placeholder filled from the provider-keys secret, never a template value."""
+    env = the_function(deployed(translated, mode)["Resources"])["Environment"]["Variables"]
+    assert env["MCP_SERVERS"] == {"Ref": "McpServers"} and env["MCP_ALLOWED_URLS"] == {"Ref": "McpAllowedUrls"}
+    assert translated["Parameters"]["McpServers"]["Default"] == ""
+    assert translated["Parameters"]["McpAllowedUrls"]["Default"] == ""
+
+
 def test_the_sandbox_budget_follows_the_functions_memory(translated):
     """Ephemeral storage is stated (the sandbox writes nothing there), and the sandbox's concurrency derives from MemorySize,
     which Lambda passes as AWS_LAMBDA_FUNCTION_MEMORY_SIZE: no second place to keep in step."""
