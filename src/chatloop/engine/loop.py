@@ -182,9 +182,8 @@ class _Turn:
             )
         end = end or self._end_with_fallback(StopReason.ERROR)
         if end.show:
-            self.new_segment = (
-                True  # a fallback text, or an answer held whole, is set off from any text before it
-            )
+            # A fallback text, or an answer held back whole, is set off from any text shown before it.
+            self.new_segment = True
             for piece in self._show(end.show):
                 yield piece
         answer = {**end.answer, "content": "".join(self.shown)}
