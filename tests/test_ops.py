@@ -319,7 +319,8 @@ def test_operators_configure_mcp_servers_through_the_template(translated, mode):
     """MCP_SERVERS and MCP_ALLOWED_URLS reach the function from parameters, empty (no MCP) by default; a server's
     token is a ${NAME} placeholder filled from the provider-keys secret, never a template value."""
     env = the_function(deployed(translated, mode)["Resources"])["Environment"]["Variables"]
-    assert env["MCP_SERVERS"] == {"Ref": "McpServers"} and env["MCP_ALLOWED_URLS"] == {"Ref": "McpAllowedUrls"}
+    assert env["MCP_SERVERS"] == {"Ref": "McpServers"}
+    assert env["MCP_ALLOWED_URLS"] == {"Ref": "McpAllowedUrls"}
     assert translated["Parameters"]["McpServers"]["Default"] == ""
     assert translated["Parameters"]["McpAllowedUrls"]["Default"] == ""
 
