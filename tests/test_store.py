@@ -335,6 +335,19 @@ async def test_stored_responses_keep_input_output_and_events(backends):
     assert await store.events_after("alice", rid, -1, soon()) is None
 
 
+async def test_a_finished_response_is_stored_in_one_write_with_its_output(backends):
+    store = backends.store()
+    rid = new_id("resp")
+    question, answer = message("what is 2+2?"), message("4", "assistant")
+    body = {"id": rid, "object": "response", "status": "completed", "output": [answer.body]}
+    await store.create_response("alice", body, [question], soon(), [answer])
+    inputs = await store.list_response_items("alice", rid, "input", PageQuery(order="asc"), soon())
+    outputs = await store.list_response_items("alice", rid, "output", PageQuery(order="asc"), soon())
+    assert [i.body for i in inputs.data] == [question.body] and [i.body for i in outputs.data] == [
+        answer.body
+    ]
+
+
 async def test_a_large_response_body_is_stored_whole(backends):
     store = backends.store()
     rid = new_id("resp")

@@ -127,8 +127,7 @@ async def save(
         if keeping.conversation_id is not None:
             await store.append_items(keeping.owner, keeping.conversation_id, [*inputs, *outputs], deadline)
         if keeping.store is not None:
-            await store.create_response(keeping.owner, response, inputs, deadline)
-            await store.update_response(keeping.owner, response["id"], response, outputs, deadline)
+            await store.create_response(keeping.owner, response, inputs, deadline, outputs)
             if events:
                 stored = [StoredEvent(int(e["sequence_number"]), e) for e in events]
                 await store.append_events(keeping.owner, response["id"], stored, deadline)
@@ -227,7 +226,7 @@ async def _chain(store: ConversationStore, owner: str, response_id: str, deadlin
         inputs = await _all(
             store.list_response_items, owner, current, "input", PageQuery("asc", PAGE), deadline
         )
-        turns.append([*inputs, *stored.body.get("output", [])])
+        turns.append([*(inputs or []), *stored.body.get("output", [])])
         previous = stored.body.get("previous_response_id")
         current = previous if isinstance(previous, str) else None
     return _as_items([item for turn in reversed(turns) for item in turn])
@@ -245,8 +244,9 @@ async def _conversation_items(
     return _as_items(items)
 
 
-async def _all(read: Any, owner: str, record_id: str, *args: Any) -> list[dict[str, Any]]:
-    """Every item of a list, page after page (``read`` is a store method taking ``query`` before ``deadline``)."""
+async def _all(read: Any, owner: str, record_id: str, *args: Any) -> list[dict[str, Any]] | None:
+    """Every item of a list, page after page (``read`` is a store method taking ``query`` before ``deadline``);
+    None when the record is not there."""
     from dataclasses import replace
 
     *which, query, deadline = args
@@ -254,7 +254,7 @@ async def _all(read: Any, owner: str, record_id: str, *args: Any) -> list[dict[s
     while True:
         page = await read(owner, record_id, *which, query, deadline)
         if page is None:
-            return None  # type: ignore[return-value]  # the record is not there (the caller says 404)
+            return None
         bodies += [item.body for item in page.data]
         if not page.has_more:
             return bodies

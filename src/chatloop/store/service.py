@@ -86,7 +86,12 @@ class ConversationStore(Protocol):
     ) -> bool: ...
 
     async def create_response(
-        self, owner: str, body: dict[str, Any], input_items: Sequence[Item], deadline: Deadline
+        self,
+        owner: str,
+        body: dict[str, Any],
+        input_items: Sequence[Item],
+        deadline: Deadline,
+        output_items: Sequence[Item] = (),
     ) -> StoredResponse: ...
 
     async def update_response(
@@ -260,14 +265,20 @@ class Store:
 
     # --- responses --------------------------------------------------------------------------------
     async def create_response(
-        self, owner: str, body: dict[str, Any], input_items: Sequence[Item], deadline: Deadline
+        self,
+        owner: str,
+        body: dict[str, Any],
+        input_items: Sequence[Item],
+        deadline: Deadline,
+        output_items: Sequence[Item] = (),
     ) -> StoredResponse:
-        """Store ``body`` (a ``response`` object with its ``resp_`` id) and the items of its input."""
+        """Store ``body`` (a ``response`` object with its ``resp_`` id), the items of its input and, for a finished
+        response, its output items: one write."""
         response_id = str(body["id"])
         if not response_id.startswith("resp_"):
             raise ValueError("a stored response's id starts with resp_")
         record = self._new_record("response", body)
-        lists: dict[ListName, Sequence[Item]] = {"input": list(input_items)}
+        lists: dict[ListName, Sequence[Item]] = {"input": list(input_items), "output": list(output_items)}
         await self._run(deadline, self.backend.create, owner_key(owner), response_id, record, lists)
         return StoredResponse(response_id, record.created_at, body, record.expires_at)
 
