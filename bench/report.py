@@ -279,7 +279,31 @@ def report(results: dict, quick: bool) -> str:
         f"| importing the `mcp` SDK (once per container, on the first turn that lists a server) | {m['sdk_import_ms']:.0f} |",
         "",
     ]
+    lines += against_section(results["against"])
     return "\n".join(lines)
+
+
+def against_section(a: dict) -> list[str]:
+    """The hot path here against an earlier commit (bench/against.py), measured in one run."""
+    names = {
+        "engine_per_iteration_us": "engine, per iteration (instant model, a no-op tool)",
+        "engine_1000_messages_us": "engine, per iteration after 1,000 prior messages",
+        "handler_overhead_us": "handler, per request (REST event through Mangum, instant model)",
+    }
+    lines = [
+        f"## 16. Against {a['base_commit']} (before the re-cut)",
+        "",
+        f"Each tree measured by its own bench code in fresh interpreters, the two alternating, {a['rounds']} rounds "
+        f"of {a['reps']} turns; medians (µs, lower is better):",
+        "",
+        "| what | here | base | here / base |",
+        "|---|---|---|---|",
+    ]
+    for key, row in a["metrics"].items():
+        lines.append(
+            f"| {names.get(key, key)} | {row['here']:.0f} | {row['base']:.0f} | {row['ratio']:.2f} |"
+        )
+    return [*lines, ""]
 
 
 def _store_section(s: dict) -> list[str]:
