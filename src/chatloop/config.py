@@ -1,14 +1,17 @@
-"""Every setting of the handler, read once from the environment.
+"""Every setting of the handler, read once from the environment, and the one door to the environment.
 
-Each field documents its environment variable; the README's configuration table lists the same
-names. Nothing else in the package reads ``os.environ`` for configuration (the provider SDKs read
-their own ``*_API_KEY`` / ``*_BASE_URL`` variables, and Powertools its ``POWERTOOLS_*`` ones).
+Each field of ``Settings`` documents its environment variable; the README's configuration table lists the same
+names. Nothing else in the package reads ``os.environ``: what is read later than start-up, by name, goes through
+``from_environment`` here — the provider keys (which may also come from a secret, and are registered for redaction
+when read), the providers' base URLs, ``DENO_BIN``, the values of MCP header placeholders, and the Powertools
+service and namespace names (Powertools itself reads its ``POWERTOOLS_*`` variables too).
 
 Usage::
 
-    from chatloop.config import Settings
+    from chatloop.config import Settings, from_environment
     settings = Settings.from_env()          # or Settings(max_iterations=4) in tests
     settings.max_iterations                 # 10 unless MAX_ITERATIONS says otherwise
+    from_environment("GROQ_BASE_URL")       # None when unset or empty
 """
 
 from __future__ import annotations
@@ -303,6 +306,13 @@ _ENV_NAMES = {
     "snapstart_before_checkpoint_path": "AWS_LWA_SNAPSTART_BEFORE_CHECKPOINT_PATH",
     "snapstart_after_restore_path": "AWS_LWA_SNAPSTART_AFTER_RESTORE_PATH",
 }
+
+
+def from_environment(name: str, environ: Mapping[str, str] | None = None) -> str | None:
+    """The value of the environment variable ``name``, None when it is unset or empty: for what is read by name
+    after start-up (see the module docstring), never for a setting (those are ``Settings`` fields)."""
+    env = os.environ if environ is None else environ
+    return env.get(name) or None
 
 
 def env_name(field_name: str) -> str:
