@@ -32,3 +32,28 @@ def sandbox():
     box.warm()
     yield box
     box.close()
+
+
+@pytest.fixture
+def app_runtime():
+    """Installs runtimes on the Lambda handler's app (``src/app.py``) for one test, and puts the app's own back after
+    it: ``app_runtime(Settings(...), model=..., registry=..., keys={...})`` builds, installs and returns one
+    (tests/support/handler.py ``build_runtime``); ``app_runtime.install(runtime)`` installs one already built."""
+    from tests.support.handler import AppRuntime
+
+    swap = AppRuntime()
+    yield swap
+    swap.restore()
+
+
+@pytest.fixture
+def fake_llm(monkeypatch):
+    """A scripted OpenAI-compatible server (tests/support/fake_llm.py) that every provider's base URL points at
+    (GROQ_BASE_URL, OPENAI_BASE_URL, LOCAL_BASE_URL) for one test; the real SDKs talk to it over 127.0.0.1."""
+    from tests.support.fake_llm import FakeLLM
+
+    with FakeLLM() as llm:
+        monkeypatch.setenv("GROQ_BASE_URL", llm.groq_base_url)
+        monkeypatch.setenv("OPENAI_BASE_URL", llm.openai_base_url)
+        monkeypatch.setenv("LOCAL_BASE_URL", llm.openai_base_url)
+        yield llm

@@ -13,7 +13,6 @@ import pytest
 from moto import mock_aws
 
 import app as lambda_app
-from chatloop.api.runtime import Runtime
 from chatloop.config import Settings
 from chatloop.observability import logger
 from chatloop.providers.demo import calculation_for
@@ -25,10 +24,10 @@ from tests.support.events import (
     function_url_event,
     http_event,
     parse_sse,
-    response_body,
     rest_event,
 )
-from tests.support.fake_llm import FakeLLM, Reply, error, text, tool_calls
+from tests.support.fake_llm import Reply, error, text, tool_calls
+from tests.support.handler import invoke
 
 MODEL = "llama-3.3-70b-versatile"
 SECRET_KEY = "gsk_SECRETdoNotLeak0123456789abcdef"
@@ -54,28 +53,19 @@ def realistic(body: dict) -> Reply:
 
 
 @pytest.fixture
-def llm(monkeypatch):
-    with FakeLLM() as server:
-        server.default = realistic
-        monkeypatch.setenv("GROQ_BASE_URL", server.groq_base_url)
-        yield server
+def llm(fake_llm):
+    fake_llm.default = realistic
+    return fake_llm
 
 
 @pytest.fixture
-def runtime(llm, sandbox):
+def runtime(llm, sandbox, app_runtime):
     settings = Settings(model_chain=f"groq:{MODEL}", version="9.9.9")
-    rt = Runtime(
+    return app_runtime(
         settings,
         registry=ToolRegistry([ExecuteJavaScriptTool(sandbox)]),
-        keys_loader=lambda s: {"groq": SECRET_KEY, "openai": None},
+        keys={"groq": SECRET_KEY, "openai": None},
     )
-    lambda_app.app.state.runtime = rt
-    yield rt
-
-
-def invoke(event, remaining_ms=28_000):
-    response = lambda_app.handler(event, FakeContext(remaining_ms=remaining_ms))
-    return response["statusCode"], response_body(response), response.get("headers") or {}
 
 
 def chat_body(question=QUESTION, **extra):
@@ -382,14 +372,14 @@ def test_keys_come_from_secrets_manager_when_not_in_the_environment():
 
 
 @mock_aws
-def test_an_unreadable_secret_is_a_503_not_a_silent_demo(llm, sandbox):
+def test_an_unreadable_secret_is_a_503_not_a_silent_demo(llm, sandbox, app_runtime):
     from aws_lambda_powertools.utilities import parameters
 
     parameters.clear_caches()
     settings = Settings(
         provider_keys_secret_arn="arn:aws:secretsmanager:us-east-1:123456789012:secret:missing"
     )
-    lambda_app.app.state.runtime = Runtime(
+    app_runtime(
         settings,
         registry=ToolRegistry([ExecuteJavaScriptTool(sandbox)]),
         keys_loader=lambda s: load_provider_keys(s, environ={}),

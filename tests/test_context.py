@@ -10,7 +10,6 @@ from typing import Any
 
 import pytest
 
-import app as lambda_app
 from chatloop.api.runtime import Runtime
 from chatloop.config import Settings
 from chatloop.providers.base import ModelRequest
@@ -18,8 +17,9 @@ from chatloop.providers.catalog import Catalog, CatalogError
 from chatloop.providers.context import EXCERPT_CHARS, TokenEstimator, message_chars, trim
 from chatloop.tools.base import ToolRegistry
 from chatloop.tools.javascript import ExecuteJavaScriptTool
-from tests.support.events import FakeContext, response_body, rest_event
-from tests.support.fake_llm import FakeLLM, Reply, error, text
+from tests.support.events import response_body, rest_event
+from tests.support.fake_llm import Reply, error, text
+from tests.support.handler import handle
 from tests.support.models import assert_valid_conversation
 
 SMALL, LARGE = "small-ctx-model", "large-ctx-model"
@@ -77,40 +77,43 @@ def catalog_file(tmp_path):
 
 
 @pytest.fixture
-def upstream(monkeypatch):
-    with FakeLLM() as llm:
-        llm.rejected = []
+def upstream(fake_llm):
+    llm = fake_llm
+    llm.rejected = []
 
-        def answer(body: dict[str, Any]) -> Reply:
-            window = WINDOW if body["model"] == SMALL else WINDOW * 4
-            used = upstream_tokens(body)
-            if used + (body.get("max_tokens") or 0) > window:
-                llm.rejected.append(body["model"])
-                return error(
-                    400, "context_length_exceeded", "Please reduce the length of the messages or completion."
-                )
-            assert_valid_conversation(body["messages"])  # every request the upstream receives
-            return text(body["model"], "Short answer.", groq=True, usage=(used, 3))
+    def answer(body: dict[str, Any]) -> Reply:
+        window = WINDOW if body["model"] == SMALL else WINDOW * 4
+        used = upstream_tokens(body)
+        if used + (body.get("max_tokens") or 0) > window:
+            llm.rejected.append(body["model"])
+            return error(
+                400, "context_length_exceeded", "Please reduce the length of the messages or completion."
+            )
+        assert_valid_conversation(body["messages"])  # every request the upstream receives
+        return text(body["model"], "Short answer.", groq=True, usage=(used, 3))
 
-        llm.default = answer
-        monkeypatch.setenv("GROQ_BASE_URL", llm.groq_base_url)
-        yield llm
+    llm.default = answer
+    return llm
 
 
-def serve(catalog_file: str, chain: str, sandbox) -> Runtime:
-    settings = Settings(model_chain=chain, model_catalog_file=catalog_file)
-    runtime = Runtime(
-        settings,
-        registry=ToolRegistry([ExecuteJavaScriptTool(sandbox)]),
-        keys_loader=lambda s: {"groq": "gsk_ctx_test_000000000"},
-    )
-    lambda_app.app.state.runtime = runtime
-    return runtime
+@pytest.fixture
+def serve(app_runtime):
+    """``serve(catalog_file, chain, sandbox)``: the handler's runtime for ``chain`` with the catalog overlay."""
+
+    def use(catalog_file: str, chain: str, sandbox) -> Runtime:
+        settings = Settings(model_chain=chain, model_catalog_file=catalog_file)
+        return app_runtime(
+            settings,
+            registry=ToolRegistry([ExecuteJavaScriptTool(sandbox)]),
+            keys={"groq": "gsk_ctx_test_000000000"},
+        )
+
+    return use
 
 
 def chat(messages: list[dict[str, Any]], **extra: Any) -> tuple[int, dict[str, Any]]:
     body = {"messages": messages, "stream": False, "tools": [], **extra}
-    response = lambda_app.handler(rest_event("POST", "/chat", body), FakeContext())
+    response = handle(rest_event("POST", "/chat", body))
     return response["statusCode"], json.loads(response_body(response))
 
 
@@ -188,7 +191,7 @@ def test_shortening_old_tool_results_comes_before_dropping_turns():
 
 # --- the whole request, against an upstream that rejects what does not fit -------------------------
 @pytest.mark.parametrize("fraction", [0.5, 0.99, 1.01, 3.0])
-def test_no_call_is_ever_rejected_for_its_length(catalog_file, upstream, sandbox, fraction):
+def test_no_call_is_ever_rejected_for_its_length(catalog_file, upstream, sandbox, fraction, serve):
     serve(catalog_file, f"groq:{SMALL}", sandbox)
     messages = scaled(fraction)
     counted = (upstream_tokens({"messages": messages}) + 200) / WINDOW
@@ -205,7 +208,7 @@ def test_no_call_is_ever_rejected_for_its_length(catalog_file, upstream, sandbox
         assert sent[0]["content"].startswith("You are terse.") and sent[-1] == messages[-1]
 
 
-def test_a_larger_window_in_the_chain_is_chosen_instead_of_trimming(catalog_file, upstream, sandbox):
+def test_a_larger_window_in_the_chain_is_chosen_instead_of_trimming(catalog_file, upstream, sandbox, serve):
     serve(catalog_file, f"groq:{SMALL},groq:{LARGE}", sandbox)
     status, data = chat(scaled(3.0), max_tokens=200)
     assert status == 200 and upstream.rejected == []
@@ -214,7 +217,7 @@ def test_a_larger_window_in_the_chain_is_chosen_instead_of_trimming(catalog_file
     assert [r["body"]["model"] for r in upstream.requests] == [LARGE]  # no call wasted on the small one
 
 
-def test_the_estimate_learns_each_models_ratio_from_reported_usage(catalog_file, upstream, sandbox):
+def test_the_estimate_learns_each_models_ratio_from_reported_usage(catalog_file, upstream, sandbox, serve):
     runtime = serve(catalog_file, f"groq:{SMALL}", sandbox)
     estimator: TokenEstimator = runtime.chain().health.estimator
     assert estimator.scale == {}
@@ -228,7 +231,9 @@ def test_the_estimate_learns_each_models_ratio_from_reported_usage(catalog_file,
     assert learned != 1.0  # it learned how this model counts
 
 
-def test_a_question_larger_than_every_window_is_a_413_with_no_model_call(catalog_file, upstream, sandbox):
+def test_a_question_larger_than_every_window_is_a_413_with_no_model_call(
+    catalog_file, upstream, sandbox, serve
+):
     serve(catalog_file, f"groq:{SMALL},groq:{LARGE}", sandbox)
     status, data = chat([{"role": "user", "content": "word " * 60_000}])
     assert status == 413 and data["error"]["code"] == "context_length_exceeded"

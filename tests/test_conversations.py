@@ -13,14 +13,14 @@ import openai
 import pytest
 from openai.types.conversations import Conversation, ConversationDeletedResource, Message
 
-import app as lambda_app
 from chatloop.api import create_app
 from chatloop.api.runtime import Runtime
 from chatloop.config import Settings
 from chatloop.store import Store
 from chatloop.store.sqlite import SQLiteBackend
 from chatloop.tools.base import ToolRegistry
-from tests.support.events import FakeContext, function_url_event, response_body, rest_event
+from tests.support.events import function_url_event, response_body, rest_event
+from tests.support.handler import handle
 from tests.support.server import Server
 
 
@@ -208,16 +208,13 @@ def test_a_store_that_hangs_or_is_down_is_a_503_within_the_timeout(tmp_path, fai
 
 # --- the real Lambda handler: REST events of two API keys, Function URL events of two IAM callers ----
 @pytest.fixture
-def lambda_store(tmp_path) -> Iterator[None]:
+def lambda_store(tmp_path, app_runtime) -> None:
     settings = Settings(conversation_store_path=str(tmp_path / "lambda.sqlite3"))
-    before = lambda_app.app.state.runtime
-    lambda_app.app.state.runtime = runtime_for(settings)
-    yield
-    lambda_app.app.state.runtime = before
+    app_runtime.install(runtime_for(settings))
 
 
 def invoke(event: dict[str, Any]) -> tuple[int, dict[str, Any]]:
-    response = lambda_app.handler(event, FakeContext())
+    response = handle(event)
     return response["statusCode"], json.loads(response_body(response))
 
 

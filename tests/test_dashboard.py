@@ -17,7 +17,6 @@ from typing import Any
 import pytest
 
 import app as lambda_app
-from chatloop.api.runtime import Runtime
 from chatloop.config import Settings
 from chatloop.engine.events import StopReason
 from chatloop.providers.base import ModelResponse
@@ -27,6 +26,7 @@ from chatloop.tools.base import ToolRegistry
 from chatloop.tools.javascript import ExecuteJavaScriptTool
 from tests.support.cfn import resolve
 from tests.support.events import FakeContext, rest_event
+from tests.support.handler import build_runtime, handle, serving
 from tests.support.models import ScriptedModel, js
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -105,12 +105,12 @@ def emitted(sandbox) -> set[str]:
     import io
 
     for chain, body in runs:
-        lambda_app.app.state.runtime = Runtime(
+        runtime = build_runtime(
             Settings(), chain=chain, registry=ToolRegistry([ExecuteJavaScriptTool(sandbox)])
         )
         out = io.StringIO()
-        with contextlib.redirect_stdout(out):
-            lambda_app.handler(rest_event("POST", "/chat", body), FakeContext())
+        with serving(runtime), contextlib.redirect_stdout(out):
+            handle(rest_event("POST", "/chat", body))
         for line in out.getvalue().splitlines():
             if line.startswith('{"_aws"'):
                 record = json.loads(line)
@@ -206,7 +206,7 @@ def run_query(query: str, records: list[str]) -> list[tuple[str, int]]:
     return Counter(reasons).most_common()
 
 
-def test_the_saved_query_answers_from_real_decision_lines(translated, sandbox, caplog):
+def test_the_saved_query_answers_from_real_decision_lines(translated, sandbox, caplog, app_runtime):
     query = translated["Resources"]["WhyNoToolsQuery"]["Properties"]["QueryString"]
     assert translated["Resources"]["WhyNoToolsQuery"]["Properties"]["LogGroupNames"] == [
         {"Ref": "ChatLogGroup"}
@@ -222,10 +222,8 @@ def test_the_saved_query_answers_from_real_decision_lines(translated, sandbox, c
             return ModelResponse("", tool_calls=[js("6 * 7", "c2")])  # runs it again after it succeeded
         return ModelResponse("", content="42.")
 
-    lambda_app.app.state.runtime = Runtime(
-        Settings(),
-        chain=FallbackChain([ScriptedModel(model)]),
-        registry=ToolRegistry([ExecuteJavaScriptTool(sandbox)]),
+    app_runtime(
+        Settings(), model=ScriptedModel(model), registry=ToolRegistry([ExecuteJavaScriptTool(sandbox)])
     )
     caplog.set_level("INFO")
     lambda_app.handler(

@@ -16,16 +16,15 @@ from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 import app as lambda_app
-from chatloop.api.runtime import Runtime
 from chatloop.config import Settings
 from chatloop.engine.textfilter import TextCallFilter
 from chatloop.providers.base import ModelRequest, ModelResponse, StreamItem, TextDelta
-from chatloop.providers.chain import FallbackChain
 from chatloop.providers.errors import ModelError, classify, retry_after_from
 from chatloop.providers.textcalls import find_text_calls
 from chatloop.tools.base import ToolRegistry
 from chatloop.tools.javascript import ExecuteJavaScriptTool
 from tests.support.events import FakeContext, parse_sse, response_body, rest_event
+from tests.support.handler import build_runtime, serving
 
 SCALE = 10 if os.environ.get("HYPOTHESIS_PROFILE") == "deep" else 1
 FAST = settings(
@@ -157,15 +156,11 @@ class EchoModel:
 
 @pytest.fixture(scope="module")
 def echo_runtime(sandbox):
-    runtime = Runtime(
-        Settings(),
-        chain=FallbackChain([EchoModel()]),
-        registry=ToolRegistry([ExecuteJavaScriptTool(sandbox)]),
+    runtime = build_runtime(
+        Settings(), model=EchoModel(), registry=ToolRegistry([ExecuteJavaScriptTool(sandbox)])
     )
-    saved = lambda_app.app.state.runtime
-    lambda_app.app.state.runtime = runtime
-    yield runtime
-    lambda_app.app.state.runtime = saved
+    with serving(runtime):
+        yield runtime
 
 
 def check_response(response: dict[str, Any], path: str) -> None:
@@ -430,13 +425,9 @@ def test_openai_routes_survive_any_client_schema(demo_runtime, schema, where, pa
 
 @pytest.fixture(scope="module")
 def demo_runtime(sandbox):
-    runtime = Runtime(
-        Settings(), registry=ToolRegistry([ExecuteJavaScriptTool(sandbox)]), keys_loader=lambda s: {}
-    )
-    saved = lambda_app.app.state.runtime
-    lambda_app.app.state.runtime = runtime
-    yield runtime
-    lambda_app.app.state.runtime = saved
+    runtime = build_runtime(Settings(), registry=ToolRegistry([ExecuteJavaScriptTool(sandbox)]), keys={})
+    with serving(runtime):
+        yield runtime
 
 
 # --- the stream filter holds every call the parser recovers (one table drives both) ------------------------------

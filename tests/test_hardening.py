@@ -12,7 +12,6 @@ import httpx
 import pytest
 import uvicorn
 
-import app as lambda_app
 from chatloop.api import create_app
 from chatloop.api.runtime import Runtime
 from chatloop.config import Settings
@@ -25,32 +24,35 @@ from chatloop.providers.chain import FallbackChain
 from chatloop.providers.factory import build_model
 from chatloop.tools.base import ToolRegistry, ToolResult
 from chatloop.tools.javascript import ExecuteJavaScriptTool
-from tests.support.events import FakeContext, parse_sse, response_body, rest_event
-from tests.support.fake_llm import FakeLLM, Reply, error, text, tool_calls
+from tests.support.events import parse_sse, response_body, rest_event
+from tests.support.fake_llm import Reply, error, text, tool_calls
+from tests.support.handler import handle
 
 MODEL = "llama-3.3-70b-versatile"
 KEY = "gsk_test_key_0000000000"
 
 
 @pytest.fixture
-def upstream(monkeypatch):
-    with FakeLLM() as server:
-        monkeypatch.setenv("GROQ_BASE_URL", server.groq_base_url)
-        yield server
+def upstream(fake_llm):
+    return fake_llm
 
 
-def use(sandbox, **settings) -> Runtime:
-    runtime = Runtime(
-        Settings(model_chain=f"groq:{MODEL}", **settings),
-        registry=ToolRegistry([ExecuteJavaScriptTool(sandbox)]),
-        keys_loader=lambda s: {"groq": KEY, "openai": None},
-    )
-    lambda_app.app.state.runtime = runtime
-    return runtime
+@pytest.fixture
+def use(app_runtime):
+    """``use(sandbox, **settings)``: the handler's runtime, a groq model with its key and the real sandbox."""
+
+    def install(sandbox, **settings) -> Runtime:
+        return app_runtime(
+            Settings(model_chain=f"groq:{MODEL}", **settings),
+            registry=ToolRegistry([ExecuteJavaScriptTool(sandbox)]),
+            keys={"groq": KEY, "openai": None},
+        )
+
+    return install
 
 
 def invoke(path: str, body, remaining_ms: int = 28_000) -> tuple[int, str, dict]:
-    response = lambda_app.handler(rest_event("POST", path, body), FakeContext(remaining_ms=remaining_ms))
+    response = handle(rest_event("POST", path, body), remaining_ms)
     return response["statusCode"], response_body(response), response
 
 
@@ -85,7 +87,9 @@ def ask(content: str, **extra):
     ],
 )
 @pytest.mark.parametrize("path", ["/chat", "/v1/chat/completions"])
-def test_malformed_bodies_are_clear_4xx_without_a_model_call(upstream, sandbox, raw, status, words, path):
+def test_malformed_bodies_are_clear_4xx_without_a_model_call(
+    upstream, sandbox, raw, status, words, path, use
+):
     use(sandbox)
     code, body, _ = invoke(path, raw)
     assert code == status and words in json.loads(body)["error"]["message"], body
@@ -101,7 +105,9 @@ def test_malformed_bodies_are_clear_4xx_without_a_model_call(upstream, sandbox, 
     ],
     ids=["responses", "chat-completions"],
 )
-def test_a_hostile_function_tool_name_is_a_400_on_both_openai_routes(upstream, sandbox, name, path, tools):
+def test_a_hostile_function_tool_name_is_a_400_on_both_openai_routes(
+    upstream, sandbox, name, path, tools, use
+):
     """Once a 500 on /v1/responses (its tool name went unchecked into the chat tool's validator)."""
     use(sandbox)
     key = "input" if path == "/v1/responses" else "messages"
@@ -113,7 +119,7 @@ def test_a_hostile_function_tool_name_is_a_400_on_both_openai_routes(upstream, s
 
 
 # --- lone surrogates: in the request, the model's output, a tool's result ----------------------------------
-def test_a_lone_surrogate_in_the_question_becomes_a_replacement_character(upstream, sandbox):
+def test_a_lone_surrogate_in_the_question_becomes_a_replacement_character(upstream, sandbox, use):
     use(sandbox)
     upstream.default = lambda body: text(MODEL, "Noted.", groq=True)
     raw = '{"messages": [{"role": "user", "content": "bad \\ud800 text"}], "stream": true}'
@@ -125,7 +131,7 @@ def test_a_lone_surrogate_in_the_question_becomes_a_replacement_character(upstre
 
 @pytest.mark.parametrize("stream", [True, False])
 @pytest.mark.parametrize("path", ["/chat", "/v1/chat/completions"])
-def test_a_lone_surrogate_from_the_model_never_breaks_a_response(upstream, sandbox, path, stream):
+def test_a_lone_surrogate_from_the_model_never_breaks_a_response(upstream, sandbox, path, stream, use):
     use(sandbox)
     upstream.default = lambda body: text(MODEL, "half a pair: \ud83d and more", groq=True)
     code, body, _ = invoke(path, json.dumps(ask("hi", stream=stream)))
@@ -156,7 +162,7 @@ def failing_turn(*args, **kwargs):
 
 @pytest.mark.parametrize("path", ["/chat", "/v1/chat/completions"])
 def test_every_stream_ends_with_its_terminal_event_after_an_internal_error(
-    upstream, sandbox, monkeypatch, path
+    upstream, sandbox, monkeypatch, path, use
 ):
     use(sandbox)
     monkeypatch.setattr("chatloop.api.routes.run_turn", failing_turn)
@@ -173,7 +179,7 @@ def test_every_stream_ends_with_its_terminal_event_after_an_internal_error(
 
 # --- Lambda's 6 MB payload limit ----------------------------------------------------------------------------
 @pytest.mark.parametrize("stream", [False, True])
-def test_a_buffered_response_never_exceeds_lambdas_payload_limit(upstream, sandbox, stream):
+def test_a_buffered_response_never_exceeds_lambdas_payload_limit(upstream, sandbox, stream, use):
     """A model that writes 40 calls of 200 KB of code each: the summary (and the buffered SSE) would carry 8 MB."""
     use(sandbox)
     huge = json.dumps({"code": "1 // " + "x" * 200_000})
@@ -190,7 +196,7 @@ def test_a_buffered_response_never_exceeds_lambdas_payload_limit(upstream, sandb
 
 
 # --- secrets of any length ----------------------------------------------------------------------------------
-def test_a_short_key_echoed_by_a_provider_is_redacted(upstream, sandbox):
+def test_a_short_key_echoed_by_a_provider_is_redacted(upstream, sandbox, use):
     short = "k3Y9"
     register_secret(short)
     runtime = use(sandbox)
@@ -220,7 +226,7 @@ async def test_after_a_context_error_an_unknown_model_is_still_tried(upstream):
     assert items[-1].content == "answered" and items[-1].model == "groq:unknown-other"
 
 
-def test_the_fallback_text_is_a_clean_sentence(upstream, sandbox):
+def test_the_fallback_text_is_a_clean_sentence(upstream, sandbox, use):
     use(sandbox)
     upstream.default = lambda body: error(503, None, "overloaded", kind="server_error")
     _, body, _ = invoke("/chat", json.dumps(ask("hi", stream=False)))
@@ -260,7 +266,7 @@ async def test_a_huge_history_does_not_block_the_event_loop(upstream):
     )  # the old path: ~0.4-0.8 s here
 
 
-def test_health_answers_while_a_heavy_request_runs(upstream, sandbox):
+def test_health_answers_while_a_heavy_request_runs(upstream, sandbox, use):
     upstream.default = lambda body: Reply(chunks=text(MODEL, "ok", groq=True).chunks, delay=2.0)
     app = create_app(
         Settings(), runtime=use(sandbox, max_messages=20_000)

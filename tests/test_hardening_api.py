@@ -31,7 +31,6 @@ from starlette.routing import Route
 import app as lambda_app
 from chatloop.api import create_app
 from chatloop.api.idempotency import REPLAYED_HEADER
-from chatloop.api.runtime import Runtime
 from chatloop.config import Settings
 from chatloop.providers.base import ModelResponse, TextDelta, Usage
 from chatloop.providers.chain import FallbackChain
@@ -41,12 +40,13 @@ from tests.support.events import (
     function_url_event,
     http_event,
     parse_sse,
-    response_body,
     rest_event,
 )
+from tests.support.handler import invoke
 from tests.support.models import ScriptedModel
 from tests.support.server import Server
-from tests.test_idempotency import FAKE_CREDENTIALS, TABLE, ask, counting_model, create_table, serve
+from tests.test_idempotency import FAKE_CREDENTIALS, TABLE, ask, counting_model, create_table
+from tests.test_idempotency import serve as serve  # the fixture: a counting model answers
 
 
 @pytest.fixture
@@ -57,12 +57,6 @@ def aws(monkeypatch) -> Iterator[None]:
     with mock_aws():
         create_table()
         yield
-
-
-def invoke(event: dict[str, Any], remaining_ms: float = 28_000) -> tuple[int, str, dict[str, str]]:
-    response = lambda_app.handler(event, FakeContext(remaining_ms=remaining_ms))
-    headers = {k.lower(): v for k, v in (response.get("headers") or {}).items()}
-    return response["statusCode"], response_body(response), headers
 
 
 def with_key(event: dict[str, Any], key: str = "retry-1") -> dict[str, Any]:
@@ -135,7 +129,9 @@ def invoke_within(remaining_ms: float) -> tuple[tuple[int, str, dict[str, str]],
 
 
 @pytest.mark.parametrize("endpoint", [hanging_endpoint, refusing_endpoint], ids=["hanging", "refusing"])
-def test_a_dynamodb_that_hangs_or_refuses_degrades_within_the_deadline(endpoint, monkeypatch, caplog, capsys):
+def test_a_dynamodb_that_hangs_or_refuses_degrades_within_the_deadline(
+    endpoint, monkeypatch, caplog, capsys, serve
+):
     with endpoint() as url:
         for name, value in {**FAKE_CREDENTIALS, "AWS_ENDPOINT_URL": url}.items():
             monkeypatch.setenv(name, value)
@@ -148,7 +144,7 @@ def test_a_dynamodb_that_hangs_or_refuses_degrades_within_the_deadline(endpoint,
     assert '"IdempotencyErrors":[1.0]' in capsys.readouterr().out
 
 
-def test_a_store_call_never_gets_more_than_a_fifth_of_the_time_left(monkeypatch):
+def test_a_store_call_never_gets_more_than_a_fifth_of_the_time_left(monkeypatch, serve):
     """With 3 s left, the store has 0.5 s (its smallest budget): the turn keeps the rest."""
     with hanging_endpoint() as url:
         for name, value in {**FAKE_CREDENTIALS, "AWS_ENDPOINT_URL": url}.items():
@@ -161,7 +157,7 @@ def test_a_store_call_never_gets_more_than_a_fifth_of_the_time_left(monkeypatch)
 
 
 @pytest.mark.slow
-def test_a_secrets_manager_that_hangs_is_a_503_within_seconds(monkeypatch):
+def test_a_secrets_manager_that_hangs_is_a_503_within_seconds(monkeypatch, app_runtime):
     """The provider keys' secret, read on the first request, is bounded too (SECRET_READ_SECONDS, 4 s)."""
     import chatloop.secrets as secrets
 
@@ -173,7 +169,7 @@ def test_a_secrets_manager_that_hangs_is_a_503_within_seconds(monkeypatch):
             model_chain="groq:llama-3.3-70b-versatile",
             provider_keys_secret_arn="arn:aws:secretsmanager:us-east-1:123456789012:secret:keys-AbCdEf",
         )
-        lambda_app.app.state.runtime = Runtime(settings, registry=ToolRegistry())
+        app_runtime(settings, registry=ToolRegistry())
         result: dict[str, Any] = {}
         started = time.monotonic()
         worker = threading.Thread(
@@ -242,7 +238,7 @@ def test_a_client_that_disconnects_releases_its_key_and_a_retry_runs(aws):
     assert parse_sse(again.text)[-1][1]["message"]["content"] == "Answer number 2." and model.calls == 2
 
 
-def test_a_failed_stream_is_not_stored_and_a_retry_runs(aws):
+def test_a_failed_stream_is_not_stored_and_a_retry_runs(aws, app_runtime):
     """A stream whose every model failed is a failure (its JSON form is a 503): a retry must run, not replay it."""
     from chatloop.providers.errors import Transient
 
@@ -252,9 +248,7 @@ def test_a_failed_stream_is_not_stored_and_a_retry_runs(aws):
         return ModelResponse("", content="Back up.", finish_reason="stop")
 
     model = ScriptedModel(down_once, name="scripted:down")
-    lambda_app.app.state.runtime = Runtime(
-        Settings(idempotency_table_name=TABLE), chain=FallbackChain([model]), registry=ToolRegistry()
-    )
+    app_runtime(Settings(idempotency_table_name=TABLE), model=model, registry=ToolRegistry())
 
     def keyed() -> dict[str, Any]:
         event = with_key(rest_event("POST", "/chat", ask(stream=True)))
@@ -328,7 +322,7 @@ def cognito_identity_pool_event(user: str) -> dict:
         "cognito-identity-pool",
     ],
 )
-def test_two_users_never_replay_each_others_answer(aws, make):
+def test_two_users_never_replay_each_others_answer(aws, make, serve):
     model = serve()
     alice = invoke(make("alice"))
     bob = invoke(make("bob"))
@@ -340,14 +334,14 @@ def test_two_users_never_replay_each_others_answer(aws, make):
     assert again[1] == alice[1] and again[2][REPLAYED_HEADER] == "true" and model.calls == 2
 
 
-def test_the_same_jwt_subject_from_another_issuer_is_another_caller(aws):
+def test_the_same_jwt_subject_from_another_issuer_is_another_caller(aws, serve):
     model = serve()
     invoke(jwt_event("same-sub", iss="https://issuer-one.example"))
     invoke(jwt_event("same-sub", iss="https://issuer-two.example"))
     assert model.calls == 2
 
 
-def test_users_behind_one_api_key_are_told_apart_by_their_jwt(aws):
+def test_users_behind_one_api_key_are_told_apart_by_their_jwt(aws, serve):
     """A REST API with an API key (the template's) and a Cognito authorizer: the key is shared by an app's users."""
     model = serve()
     for user in ("alice", "bob"):
@@ -358,7 +352,7 @@ def test_users_behind_one_api_key_are_told_apart_by_their_jwt(aws):
     assert model.calls == 2
 
 
-def test_a_request_with_no_identity_is_never_deduplicated_into_a_shared_scope(aws, caplog):
+def test_a_request_with_no_identity_is_never_deduplicated_into_a_shared_scope(aws, caplog, serve):
     """On Lambda, no identity is never 'anonymous': a header alone (x-api-key, written by the client) names no one."""
     model = serve()
     for _ in range(2):
@@ -476,16 +470,16 @@ def test_run_sh_trusts_the_adapters_headers_only_when_lambda_started_it_under_th
     "stage_path",
     ["//evil.example/", "/prod/\n", "/prod/\r\n<script>", "/prod/../../", "/prod/\x00/", "/a//b/", "prod/"],
 )
-def test_the_page_base_accepts_only_a_path_of_safe_segments(stage_path):
-    lambda_app.app.state.runtime = Runtime(Settings(), chain=FallbackChain([counting_model()]))
+def test_the_page_base_accepts_only_a_path_of_safe_segments(stage_path, app_runtime):
+    app_runtime(Settings(), model=counting_model())
     event = rest_event("GET", "/", None)
     event["requestContext"]["path"] = stage_path
     status, body, _ = invoke(event)
     assert status == 200 and '<base href="/">' in body
 
 
-def test_the_page_base_keeps_a_safe_stage_path():
-    lambda_app.app.state.runtime = Runtime(Settings(), chain=FallbackChain([counting_model()]))
+def test_the_page_base_keeps_a_safe_stage_path(app_runtime):
+    app_runtime(Settings(), model=counting_model())
     event = rest_event("GET", "/", None)
     event["requestContext"]["path"] = "/v2_api-test.1~x/"
     assert '<base href="/v2_api-test.1~x/">' in invoke(event)[1]
@@ -523,7 +517,7 @@ def test_every_response_says_nosniff():
 
 
 # --- 6. a long conversation reaches context fitting --------------------------------------------------------
-def test_a_4_mb_conversation_is_trimmed_not_refused():
+def test_a_4_mb_conversation_is_trimmed_not_refused(app_runtime):
     """MAX_BODY_BYTES defaults to Lambda's 6 MB request payload: a 4 MB conversation is context fitting's to
     trim (to the model's 131,072-token window), not a 413 body_too_large."""
 
@@ -531,7 +525,7 @@ def test_a_4_mb_conversation_is_trimmed_not_refused():
         return ModelResponse("", content=f"Saw {len(request.messages)} messages.", finish_reason="stop")
 
     model = ScriptedModel(answer, name="groq:llama-3.3-70b-versatile")  # a packaged 131,072-token window
-    lambda_app.app.state.runtime = Runtime(Settings(), chain=FallbackChain([model]), registry=ToolRegistry())
+    app_runtime(Settings(), model=model, registry=ToolRegistry())
     assert Settings().max_body_bytes == 6_000_000
     filler = "The quick brown fox jumps over the lazy dog. " * 222  # ~10 KB a message
     messages = []

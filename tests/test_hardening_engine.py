@@ -11,7 +11,6 @@ import tracemalloc
 
 import pytest
 
-import app as lambda_app
 from chatloop.api.runtime import Runtime
 from chatloop.config import Settings
 from chatloop.deadline import Deadline
@@ -21,8 +20,9 @@ from chatloop.providers.demo import DemoModel, calculation_for
 from chatloop.providers.schema_values import Hints, value_for
 from chatloop.tools.base import ToolRegistry
 from chatloop.tools.javascript import ExecuteJavaScriptTool
-from tests.support.events import FakeContext, parse_sse, response_body, rest_event
-from tests.support.fake_llm import FakeLLM, text
+from tests.support.events import parse_sse
+from tests.support.fake_llm import text
+from tests.support.handler import post as invoke
 from tests.support.models import ScriptedModel
 
 MODEL = "llama-3.3-70b-versatile"
@@ -32,37 +32,36 @@ OUTPUT_BOUND = 256 * 1024
 
 
 @pytest.fixture
-def upstream(monkeypatch):
-    with FakeLLM() as server:
-        monkeypatch.setenv("GROQ_BASE_URL", server.groq_base_url)
-        yield server
+def upstream(fake_llm):
+    return fake_llm
 
 
-def with_keys(sandbox) -> Runtime:
-    """A deployment with a real (scripted) model and its key."""
-    runtime = Runtime(
-        Settings(model_chain=f"groq:{MODEL}"),
-        registry=ToolRegistry([ExecuteJavaScriptTool(sandbox)]),
-        keys_loader=lambda s: {"groq": KEY, "openai": None},
-    )
-    lambda_app.app.state.runtime = runtime
-    return runtime
+@pytest.fixture
+def with_keys(app_runtime):
+    """``with_keys(sandbox)``: a deployment with a real (scripted) model and its key."""
+
+    def install(sandbox) -> Runtime:
+        return app_runtime(
+            Settings(model_chain=f"groq:{MODEL}"),
+            registry=ToolRegistry([ExecuteJavaScriptTool(sandbox)]),
+            keys={"groq": KEY, "openai": None},
+        )
+
+    return install
 
 
-def without_keys(sandbox) -> Runtime:
-    """``make run`` with no key: the demo model is the chain."""
-    runtime = Runtime(
-        Settings(),
-        registry=ToolRegistry([ExecuteJavaScriptTool(sandbox)]),
-        keys_loader=lambda s: {"groq": None, "openai": None},
-    )
-    lambda_app.app.state.runtime = runtime
-    return runtime
+@pytest.fixture
+def without_keys(app_runtime):
+    """``without_keys(sandbox)``: ``make run`` with no key: the demo model is the chain."""
 
+    def install(sandbox) -> Runtime:
+        return app_runtime(
+            Settings(),
+            registry=ToolRegistry([ExecuteJavaScriptTool(sandbox)]),
+            keys={"groq": None, "openai": None},
+        )
 
-def invoke(path: str, body) -> tuple[int, str]:
-    response = lambda_app.handler(rest_event("POST", path, body), FakeContext(remaining_ms=28_000))
-    return response["statusCode"], response_body(response)
+    return install
 
 
 def schema_request(path: str, where: str, schema: dict) -> dict:
@@ -238,7 +237,7 @@ def raw_json(body: dict) -> str:
 @pytest.mark.parametrize("where", ["tool", "format"])
 @pytest.mark.parametrize("path", ["/v1/chat/completions", "/v1/responses"])
 def test_a_schema_with_unusable_bounds_is_a_400_naming_the_field(
-    upstream, sandbox, schema, field, where, path
+    upstream, sandbox, schema, field, where, path, with_keys
 ):
     with_keys(sandbox)
     upstream.script(MODEL, text(MODEL, "should not be asked", groq=True))
@@ -259,7 +258,7 @@ def test_a_schema_with_unusable_bounds_is_a_400_naming_the_field(
     ],
     ids=["legal recursion", "properties named like bounds", "draft-4 exclusive bounds", "integral floats"],
 )
-def test_legal_schemas_pass_the_edge(sandbox, schema):
+def test_legal_schemas_pass_the_edge(sandbox, schema, without_keys):
     without_keys(sandbox)
     code, body = invoke("/v1/chat/completions", schema_request("/v1/chat/completions", "tool", schema))
     assert code == 200, body
@@ -269,7 +268,7 @@ def test_legal_schemas_pass_the_edge(sandbox, schema):
 
 @pytest.mark.parametrize("path", ["/v1/chat/completions", "/v1/responses"])
 @pytest.mark.parametrize("where", ["tool", "format"])
-def test_the_demo_answers_an_expensive_legal_schema_within_bounds(sandbox, path, where):
+def test_the_demo_answers_an_expensive_legal_schema_within_bounds(sandbox, path, where, without_keys):
     """Bounds the edge allows (10,000 items of 100,000 characters, nested) still cost the demo bounded work."""
     without_keys(sandbox)
     started = time.perf_counter()
@@ -283,7 +282,9 @@ def test_the_demo_answers_an_expensive_legal_schema_within_bounds(sandbox, path,
 @pytest.mark.parametrize(
     ("path", "status"), [("/chat", 400), ("/v1/chat/completions", 404), ("/v1/responses", 404)]
 )
-def test_the_demo_is_not_selectable_by_name_beside_real_keys(upstream, sandbox, name, path, status):
+def test_the_demo_is_not_selectable_by_name_beside_real_keys(
+    upstream, sandbox, name, path, status, with_keys
+):
     with_keys(sandbox)
     body = (
         {"input": "What is 2+2?"}
@@ -298,7 +299,7 @@ def test_the_demo_is_not_selectable_by_name_beside_real_keys(upstream, sandbox, 
     assert upstream.requests == []
 
 
-def test_the_demo_answers_where_it_is_the_default(sandbox):
+def test_the_demo_answers_where_it_is_the_default(sandbox, without_keys):
     without_keys(sandbox)
     code, body = invoke(
         "/v1/chat/completions",
@@ -433,7 +434,9 @@ def test_a_hostile_catalog_file_fails_at_start_naming_file_entry_and_field(tmp_p
     assert "MODEL_CATALOG_FILE" in message and str(path) in message and named in message, message
 
 
-def test_a_good_catalog_file_with_fields_the_checker_does_not_know_still_loads(tmp_path, upstream, sandbox):
+def test_a_good_catalog_file_with_fields_the_checker_does_not_know_still_loads(
+    tmp_path, upstream, sandbox, with_keys
+):
     path = tmp_path / "models.json"
     path.write_text(
         json.dumps({"models": {f"groq:{MODEL}": {"context_window": 8192.0, "some_future_field": {}}}})
@@ -654,7 +657,9 @@ LEAKED_ON_CHAT = {
 
 @pytest.mark.parametrize("written", LEAKED_ON_CHAT.values(), ids=LEAKED_ON_CHAT.keys())
 @pytest.mark.parametrize("path", ["/chat", "/v1/chat/completions"])
-def test_a_call_written_as_text_never_reaches_the_streamed_deltas(upstream, sandbox, written, path):
+def test_a_call_written_as_text_never_reaches_the_streamed_deltas(
+    upstream, sandbox, written, path, with_keys
+):
     """Through the real handler and the groq SDK: the call is recovered and run, and no delta shows any of it."""
     with_keys(sandbox)
 

@@ -17,12 +17,11 @@ from moto.server import ThreadedMotoServer
 
 import app as lambda_app
 from chatloop.api.idempotency import REPLAYED_HEADER
-from chatloop.api.runtime import Runtime
 from chatloop.config import Settings
 from chatloop.providers.base import ModelResponse
-from chatloop.providers.chain import FallbackChain
 from chatloop.tools.base import ToolRegistry
-from tests.support.events import FakeContext, parse_sse, response_body, rest_event
+from tests.support.events import parse_sse, response_body, rest_event
+from tests.support.handler import handle
 from tests.support.models import ScriptedModel
 
 TABLE = "chatloop-idempotency-test"
@@ -67,12 +66,16 @@ def aws(monkeypatch) -> Iterator[None]:
         yield
 
 
-def serve(table: str = TABLE) -> ScriptedModel:
-    model = counting_model()
-    lambda_app.app.state.runtime = Runtime(
-        Settings(idempotency_table_name=table), chain=FallbackChain([model]), registry=ToolRegistry()
-    )
-    return model
+@pytest.fixture
+def serve(app_runtime):
+    """``serve(table=TABLE)``: the handler answers with a fresh counting model, idempotent on ``table``."""
+
+    def install(table: str = TABLE) -> ScriptedModel:
+        model = counting_model()
+        app_runtime(Settings(idempotency_table_name=table), model=model, registry=ToolRegistry())
+        return model
+
+    return install
 
 
 def call(
@@ -83,7 +86,7 @@ def call(
         event["headers"]["Idempotency-Key"] = key
         event["multiValueHeaders"]["Idempotency-Key"] = [key]
     event["requestContext"]["identity"]["apiKeyId"] = api_key_id
-    response = lambda_app.handler(event, FakeContext())
+    response = handle(event)
     headers = {k.lower(): v for k, v in (response.get("headers") or {}).items()}
     return response["statusCode"], response_body(response), headers
 
@@ -92,7 +95,7 @@ def ask(text: str = "hello", stream: bool = False) -> dict[str, Any]:
     return {"messages": [{"role": "user", "content": text}], "stream": stream, "tools": []}
 
 
-def test_a_retry_gets_the_first_answer_and_no_model_call(aws):
+def test_a_retry_gets_the_first_answer_and_no_model_call(aws, serve):
     model = serve()
     first = call(ask())
     again = call(ask())
@@ -101,7 +104,7 @@ def test_a_retry_gets_the_first_answer_and_no_model_call(aws):
     assert again[2][REPLAYED_HEADER] == "true" and REPLAYED_HEADER not in first[2]
 
 
-def test_a_retried_stream_replays_the_same_events(aws):
+def test_a_retried_stream_replays_the_same_events(aws, serve):
     model = serve()
     first = call(ask(stream=True))
     again = call(ask(stream=True))
@@ -111,7 +114,7 @@ def test_a_retried_stream_replays_the_same_events(aws):
     assert replayed[-1][1]["message"]["content"] == "Answer number 1."
 
 
-def test_the_same_key_with_another_body_is_a_422(aws):
+def test_the_same_key_with_another_body_is_a_422(aws, serve):
     model = serve()
     assert call(ask("hello"))[0] == 200
     status, body, _ = call(ask("something else"))
@@ -120,7 +123,7 @@ def test_the_same_key_with_another_body_is_a_422(aws):
     )
 
 
-def test_the_same_key_while_the_first_still_runs_is_a_409_with_retry_after(aws):
+def test_the_same_key_while_the_first_still_runs_is_a_409_with_retry_after(aws, serve):
     model = serve()
     store = lambda_app.app.state.runtime.idempotency
     body = json.dumps(ask())
@@ -132,7 +135,7 @@ def test_the_same_key_while_the_first_still_runs_is_a_409_with_retry_after(aws):
     assert 1 <= int(headers["retry-after"]) <= 30 and model.calls == 0
 
 
-def test_keys_are_scoped_to_the_caller(aws):
+def test_keys_are_scoped_to_the_caller(aws, serve):
     model = serve()
     mine = call(ask(), api_key_id="key-a")
     theirs = call(ask(), api_key_id="key-b")
@@ -140,14 +143,14 @@ def test_keys_are_scoped_to_the_caller(aws):
     assert REPLAYED_HEADER not in theirs[2]
 
 
-def test_no_key_is_todays_behaviour(aws):
+def test_no_key_is_todays_behaviour(aws, serve):
     model = serve()
     call(ask(), key=None)
     call(ask(), key=None)
     assert model.calls == 2
 
 
-def test_a_failed_answer_is_not_stored(aws):
+def test_a_failed_answer_is_not_stored(aws, app_runtime):
     from chatloop.providers.errors import Transient
 
     def down(request, n):
@@ -156,16 +159,14 @@ def test_a_failed_answer_is_not_stored(aws):
         return ModelResponse("", content="Back up.", finish_reason="stop")
 
     model = ScriptedModel(down, name="scripted:down")
-    lambda_app.app.state.runtime = Runtime(
-        Settings(idempotency_table_name=TABLE), chain=FallbackChain([model]), registry=ToolRegistry()
-    )
+    app_runtime(Settings(idempotency_table_name=TABLE), model=model, registry=ToolRegistry())
     assert call(ask())[0] == 503
     lambda_app.app.state.runtime.chain().health.cooldown_until.clear()
     status, body, _ = call(ask())  # the retry runs: a failure is nothing to replay
     assert status == 200 and "Back up." in body and model.calls == 2
 
 
-def test_dynamodb_down_never_fails_the_chat(aws, capsys, caplog):
+def test_dynamodb_down_never_fails_the_chat(aws, capsys, caplog, serve):
     model = serve(table="no-such-table")
     status, body, _ = call(ask())
     assert status == 200 and "Answer number 1." in body and model.calls == 1
@@ -173,7 +174,7 @@ def test_dynamodb_down_never_fails_the_chat(aws, capsys, caplog):
     assert '"IdempotencyErrors":[1.0]' in capsys.readouterr().out  # counted, in the EMF the handler flushes
 
 
-def test_an_answer_too_large_for_dynamodb_is_not_stored(aws, monkeypatch):
+def test_an_answer_too_large_for_dynamodb_is_not_stored(aws, monkeypatch, serve):
     import chatloop.api.idempotency as idempotency
 
     monkeypatch.setattr(idempotency, "MAX_STORED_BYTES", 100)
@@ -183,7 +184,7 @@ def test_an_answer_too_large_for_dynamodb_is_not_stored(aws, monkeypatch):
     assert model.calls == 2
 
 
-def test_end_to_end_against_a_moto_server(monkeypatch):
+def test_end_to_end_against_a_moto_server(monkeypatch, serve):
     """The handler's own boto3 client, across HTTP, as on Lambda: AWS_ENDPOINT_URL is the only difference."""
     server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
     server.start()
@@ -205,7 +206,7 @@ def test_end_to_end_against_a_moto_server(monkeypatch):
         os.environ.pop("AWS_ENDPOINT_URL", None)
 
 
-def test_a_stored_answer_holds_no_secret(aws):
+def test_a_stored_answer_holds_no_secret(aws, app_runtime):
     from chatloop.observability import register_secret
 
     secret = "gsk_idempotencyLeak0123456789"
@@ -214,9 +215,9 @@ def test_a_stored_answer_holds_no_secret(aws):
     def leaky(request, n):
         return ModelResponse("", content=f"The key is {secret}.", finish_reason="stop")
 
-    lambda_app.app.state.runtime = Runtime(
+    app_runtime(
         Settings(idempotency_table_name=TABLE),
-        chain=FallbackChain([ScriptedModel(leaky, name="scripted:leaky")]),
+        model=ScriptedModel(leaky, name="scripted:leaky"),
         registry=ToolRegistry(),
     )
     status, body, _ = call(ask(stream=True), key="leak-1")

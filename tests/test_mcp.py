@@ -21,7 +21,6 @@ import httpx
 import openai
 import pytest
 
-import app as lambda_app
 from chatloop.api import create_app
 from chatloop.api.runtime import Runtime
 from chatloop.config import ConfigError, MCPServerConfig, Settings, parse_mcp_servers
@@ -30,8 +29,10 @@ from chatloop.observability import logger
 from chatloop.tools.base import ToolRegistry
 from chatloop.tools.javascript import ExecuteJavaScriptTool
 from chatloop.tools.mcp import MCPServer, describe_result, offered_name
-from tests.support.events import FakeContext, parse_sse, response_body, rest_event
-from tests.support.fake_llm import FakeLLM, Reply, text, tool_calls
+from tests.support.events import parse_sse
+from tests.support.fake_llm import Reply, text, tool_calls
+from tests.support.handler import build_runtime
+from tests.support.handler import post as invoke
 from tests.support.mcp_servers import MCPTestServer, free_port, tools_server
 from tests.support.server import Server
 
@@ -73,31 +74,22 @@ def docs():
 
 
 @pytest.fixture
-def llm(monkeypatch):
-    with FakeLLM() as server:
-        monkeypatch.setenv("GROQ_BASE_URL", server.groq_base_url)
-        yield server
+def llm(fake_llm):
+    return fake_llm
 
 
 def make_runtime(sandbox, servers: tuple[MCPServerConfig, ...], **settings: Any) -> Runtime:
-    return Runtime(
+    return build_runtime(
         Settings(model_chain=f"groq:{MODEL}", mcp_servers=servers, **settings),
         registry=ToolRegistry([ExecuteJavaScriptTool(sandbox)]),
-        keys_loader=lambda s: {"groq": "gsk_test0123456789", "openai": None},
+        keys={"groq": "gsk_test0123456789", "openai": None},
     )
 
 
 @pytest.fixture
-def handler_runtime():
+def handler_runtime(app_runtime):
     """Installs a runtime in the Lambda handler's app for one test."""
-    previous = lambda_app.app.state.runtime
-
-    def install(runtime: Runtime) -> Runtime:
-        lambda_app.app.state.runtime = runtime
-        return runtime
-
-    yield install
-    lambda_app.app.state.runtime = previous
+    return app_runtime.install
 
 
 @contextlib.contextmanager
@@ -111,11 +103,6 @@ def captured_logs() -> Iterator[list[str]]:
     finally:
         handler.setStream(old)
         lines += stream.getvalue().splitlines()
-
-
-def invoke(path: str, body: dict[str, Any], remaining_ms: int = 28_000) -> tuple[int, str]:
-    response = lambda_app.handler(rest_event("POST", path, body), FakeContext(remaining_ms=remaining_ms))
-    return response["statusCode"], response_body(response)
 
 
 def chat(stream: bool = False, **extra: Any) -> dict[str, Any]:

@@ -10,12 +10,11 @@ import json
 
 import pytest
 
-import app as lambda_app
-from chatloop.api.runtime import Runtime
 from chatloop.config import Settings
 from chatloop.tools.base import ToolRegistry
-from tests.support.events import FakeContext, response_body, rest_event
-from tests.support.fake_llm import FakeLLM, error, text
+from tests.support.events import response_body, rest_event
+from tests.support.fake_llm import error, text
+from tests.support.handler import handle
 
 KNOWN = "gpt-4.1-mini"  # the catalog lists json_schema and seed/stop/penalties for it
 NEW = "gpt-brand-new"  # not in the catalog: tried with whatever the request asks
@@ -23,30 +22,25 @@ REASONING = "gpt-5-mini"  # the catalog lists reasoning_effort but not stop
 
 
 @pytest.fixture
-def upstream(monkeypatch):
-    with FakeLLM() as server:
-        monkeypatch.setenv("OPENAI_BASE_URL", server.openai_base_url)
-        server.default = lambda body: text(body["model"], "ok")
-        yield server
+def upstream(fake_llm):
+    fake_llm.default = lambda body: text(body["model"], "ok")
+    return fake_llm
 
 
 @pytest.fixture
-def chain_of():
-    saved = lambda_app.app.state.runtime
-
+def chain_of(app_runtime):
     def use(*models: str) -> None:
-        lambda_app.app.state.runtime = Runtime(
+        app_runtime(
             Settings(model_chain=",".join(f"openai:{m}" for m in models)),
             registry=ToolRegistry(),
-            keys_loader=lambda s: {"groq": None, "openai": "sk-test-0000000000000000"},
+            keys={"groq": None, "openai": "sk-test-0000000000000000"},
         )
 
-    yield use
-    lambda_app.app.state.runtime = saved
+    return use
 
 
 def post(path: str, body: dict) -> tuple[int, dict]:
-    response = lambda_app.handler(rest_event("POST", path, json.dumps(body)), FakeContext())
+    response = handle(rest_event("POST", path, json.dumps(body)))
     return response["statusCode"], json.loads(response_body(response))
 
 
@@ -143,32 +137,28 @@ def test_responses_echo_what_they_honoured(upstream, chain_of):
 
 
 def test_truncation_disabled_refuses_what_does_not_fit_and_auto_trims(
-    upstream, chain_of, tmp_path, monkeypatch
+    upstream, chain_of, tmp_path, monkeypatch, app_runtime
 ):
     catalog = tmp_path / "catalog.json"
     catalog.write_text(json.dumps({"models": {f"openai:{KNOWN}": {"context_window": 2000}}}))
     monkeypatch.setenv("MODEL_CATALOG_FILE", str(catalog))
-    saved = lambda_app.app.state.runtime
-    try:
-        lambda_app.app.state.runtime = Runtime(
-            Settings(model_chain=f"openai:{KNOWN}", model_catalog_file=str(catalog)),
-            registry=ToolRegistry(),
-            keys_loader=lambda s: {"groq": None, "openai": "sk-test-0000000000000000"},
-        )
-        history = []
-        for i in range(40):
-            history += [
-                {"role": "user", "content": f"question {i} " + "words " * 60},
-                {"role": "assistant", "content": "answer " * 60},
-            ]
-        items = [*history, {"role": "user", "content": "and now?"}]
-        code, body = post("/v1/responses", {"input": items})
-        assert code == 413 and body["error"]["code"] == "context_length_exceeded", body
-        assert "truncation" in body["error"]["message"] and upstream.requests == []
-        code, body = post("/v1/responses", {"input": items, "truncation": "auto"})
-        assert code == 200 and body["x_chatloop"]["context"]["action"] == "trim", body
-    finally:
-        lambda_app.app.state.runtime = saved
+    app_runtime(
+        Settings(model_chain=f"openai:{KNOWN}", model_catalog_file=str(catalog)),
+        registry=ToolRegistry(),
+        keys={"groq": None, "openai": "sk-test-0000000000000000"},
+    )
+    history = []
+    for i in range(40):
+        history += [
+            {"role": "user", "content": f"question {i} " + "words " * 60},
+            {"role": "assistant", "content": "answer " * 60},
+        ]
+    items = [*history, {"role": "user", "content": "and now?"}]
+    code, body = post("/v1/responses", {"input": items})
+    assert code == 413 and body["error"]["code"] == "context_length_exceeded", body
+    assert "truncation" in body["error"]["message"] and upstream.requests == []
+    code, body = post("/v1/responses", {"input": items, "truncation": "auto"})
+    assert code == 200 and body["x_chatloop"]["context"]["action"] == "trim", body
 
 
 def test_structured_output_is_tried_on_a_model_the_catalog_does_not_list(upstream, chain_of):

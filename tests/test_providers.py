@@ -35,7 +35,7 @@ from chatloop.providers.factory import build_chain, build_model
 from chatloop.providers.stream import ToolCallAccumulator
 from chatloop.tools.base import ToolRegistry
 from chatloop.tools.javascript import ExecuteJavaScriptTool
-from tests.support.fake_llm import FakeLLM, error, text, tool_calls
+from tests.support.fake_llm import error, text, tool_calls
 
 G70, G8, OSS = "llama-3.3-70b-versatile", "llama-3.1-8b-instant", "openai/gpt-oss-120b"
 MINI = "gpt-4.1-mini"
@@ -52,11 +52,8 @@ JS_TOOL = [
 
 
 @pytest.fixture
-def llm(monkeypatch):
-    with FakeLLM() as server:
-        monkeypatch.setenv("GROQ_BASE_URL", server.groq_base_url)
-        monkeypatch.setenv("OPENAI_BASE_URL", server.openai_base_url)
-        yield server
+def llm(fake_llm):
+    return fake_llm
 
 
 KEYS = {"groq": "gsk_test_key_0000000000", "openai": "sk-test-key-000000000000"}

@@ -14,7 +14,6 @@ from typing import Any
 import openai
 import pytest
 
-import app as lambda_app
 from chatloop.api import create_app
 from chatloop.api.runtime import Runtime
 from chatloop.config import Settings
@@ -22,7 +21,8 @@ from chatloop.providers.base import ModelRequest, ModelResponse, TextDelta
 from chatloop.providers.chain import FallbackChain
 from chatloop.tools.base import ToolRegistry
 from chatloop.tools.javascript import ExecuteJavaScriptTool
-from tests.support.events import FakeContext, response_body, rest_event
+from tests.support.events import response_body, rest_event
+from tests.support.handler import handle
 from tests.support.server import Server
 from tests.test_conversations import client
 
@@ -151,33 +151,29 @@ def test_continuing_a_missing_or_malformed_id_is_a_4xx_with_no_model_call(server
     assert len(model.seen) == calls
 
 
-def test_the_handler_keeps_each_api_keys_responses_apart(tmp_path, sandbox):
-    saved = lambda_app.app.state.runtime
+def test_the_handler_keeps_each_api_keys_responses_apart(tmp_path, sandbox, app_runtime):
     recorder = Recorder()
-    lambda_app.app.state.runtime = Runtime(
+    app_runtime(
         Settings(conversation_store_path=str(tmp_path / "h.sqlite3")),
-        chain=FallbackChain([recorder]),
+        model=recorder,
         registry=ToolRegistry([ExecuteJavaScriptTool(sandbox)]),
     )
-    try:
 
-        def post(key_id: str, body: dict[str, Any]) -> tuple[int, dict[str, Any]]:
-            event = rest_event("POST", "/v1/responses", json.dumps(body))
-            event["requestContext"]["identity"]["apiKeyId"] = key_id
-            response = lambda_app.handler(event, FakeContext())
-            return response["statusCode"], json.loads(response_body(response))
+    def post(key_id: str, body: dict[str, Any]) -> tuple[int, dict[str, Any]]:
+        event = rest_event("POST", "/v1/responses", json.dumps(body))
+        event["requestContext"]["identity"]["apiKeyId"] = key_id
+        response = handle(event)
+        return response["statusCode"], json.loads(response_body(response))
 
-        code, first = post("key-a", {"input": "from a"})
-        assert code == 200 and first["store"] is True
-        code, _ = post("key-b", {"input": "from b", "previous_response_id": first["id"]})
-        assert code == 404
-        code, _ = post("key-a", {"input": "again", "previous_response_id": first["id"]})
-        assert code == 200 and [m["content"] for m in recorder.seen[-1] if m["role"] == "user"] == [
-            "from a",
-            "again",
-        ]
-    finally:
-        lambda_app.app.state.runtime = saved
+    code, first = post("key-a", {"input": "from a"})
+    assert code == 200 and first["store"] is True
+    code, _ = post("key-b", {"input": "from b", "previous_response_id": first["id"]})
+    assert code == 404
+    code, _ = post("key-a", {"input": "again", "previous_response_id": first["id"]})
+    assert code == 200 and [m["content"] for m in recorder.seen[-1] if m["role"] == "user"] == [
+        "from a",
+        "again",
+    ]
 
 
 def test_a_running_stored_response_can_be_followed_live_from_another_connection(server):

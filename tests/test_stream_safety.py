@@ -8,14 +8,12 @@ import json
 
 import pytest
 
-import app as lambda_app
-from chatloop.api.runtime import Runtime
 from chatloop.config import Settings
 from chatloop.observability import SecretHold, register_secret
 from chatloop.providers.base import ModelRequest, ModelResponse, TextDelta
-from chatloop.providers.chain import FallbackChain
 from chatloop.tools.base import ToolRegistry
-from tests.support.events import FakeContext, response_body, rest_event
+from tests.support.events import response_body, rest_event
+from tests.support.handler import handle
 
 SECRET = "Tr0ub4dor&3-correct-horse"
 ROUTES = {
@@ -40,19 +38,15 @@ class WritesPieces:
 
 
 @pytest.fixture
-def model_writes():
-    saved = lambda_app.app.state.runtime
-
+def model_writes(app_runtime):
     def use(pieces: list[str]) -> None:
-        chain = FallbackChain([WritesPieces(pieces)])
-        lambda_app.app.state.runtime = Runtime(Settings(), chain=chain, registry=ToolRegistry())
+        app_runtime(Settings(), model=WritesPieces(pieces), registry=ToolRegistry())
 
-    yield use
-    lambda_app.app.state.runtime = saved
+    return use
 
 
 def stream(path: str) -> str:
-    response = lambda_app.handler(rest_event("POST", path, json.dumps(ROUTES[path])), FakeContext())
+    response = handle(rest_event("POST", path, json.dumps(ROUTES[path])))
     assert response["statusCode"] == 200
     return response_body(response)
 

@@ -58,11 +58,8 @@ def narrated_call(model: str, prose: str = PROSE, code: str = CODE) -> Reply:
 
 
 @pytest.fixture
-def upstream(monkeypatch) -> Iterator[FakeLLM]:
-    with FakeLLM() as llm:
-        monkeypatch.setenv("GROQ_BASE_URL", llm.groq_base_url)
-        monkeypatch.setenv("OPENAI_BASE_URL", llm.openai_base_url)
-        yield llm
+def upstream(fake_llm: FakeLLM) -> FakeLLM:
+    return fake_llm
 
 
 @pytest.fixture

@@ -15,15 +15,14 @@ from typing import Any
 
 import pytest
 
-import app as lambda_app
-from chatloop.api.runtime import Runtime
 from chatloop.config import Settings
 from chatloop.engine.messages import normalize_conversation
 from chatloop.observability import logger
 from chatloop.tools.base import ToolRegistry
 from chatloop.tools.javascript import ExecuteJavaScriptTool
-from tests.support.events import FakeContext, parse_sse, response_body, rest_event
+from tests.support.events import parse_sse
 from tests.support.fake_llm import FakeLLM, Reply, text, tool_calls
+from tests.support.handler import post
 
 JS = "execute_javascript"
 QUESTION = "calculate compound interest: $10,000 at 5% annually for 15 years"
@@ -69,29 +68,22 @@ def _default_answer(result: str) -> str:
 
 
 @pytest.fixture
-def upstream(monkeypatch):
-    with FakeLLM() as server:
-        monkeypatch.setenv("GROQ_BASE_URL", server.groq_base_url)
-        monkeypatch.setenv("OPENAI_BASE_URL", server.openai_base_url)
-        monkeypatch.setenv("LOCAL_BASE_URL", server.openai_base_url)
-        yield server
+def upstream(fake_llm):
+    return fake_llm
 
 
-def use(entry: str, sandbox) -> None:
-    lambda_app.app.state.runtime = Runtime(
-        Settings(model_chain=entry),
-        registry=ToolRegistry([ExecuteJavaScriptTool(sandbox)]),
-        keys_loader=lambda s: {
-            "groq": "gsk_test_key_0000000000",
-            "openai": "sk-test-key-000000000000",
-            "local": None,
-        },
-    )
+@pytest.fixture
+def use(app_runtime):
+    """``use(entry, sandbox)``: the handler's runtime with the chain ``entry``, keys for groq and openai."""
 
+    def install(entry: str, sandbox) -> None:
+        app_runtime(
+            Settings(model_chain=entry),
+            registry=ToolRegistry([ExecuteJavaScriptTool(sandbox)]),
+            keys={"groq": "gsk_test_key_0000000000", "openai": "sk-test-key-000000000000", "local": None},
+        )
 
-def post(path: str, body: dict[str, Any]) -> tuple[int, str]:
-    response = lambda_app.handler(rest_event("POST", path, body), FakeContext(remaining_ms=28_000))
-    return response["statusCode"], response_body(response)
+    return install
 
 
 def every_upstream_conversation_is_valid(upstream: FakeLLM) -> None:
@@ -114,7 +106,7 @@ def assert_clean(text_shown: str) -> None:
 
 @pytest.mark.parametrize("provider", list(PROVIDERS))
 @pytest.mark.parametrize("fmt", list(WRITTEN_AS_TEXT))
-def test_a_call_written_as_text_runs_once_and_never_reaches_the_user(upstream, sandbox, fmt, provider):
+def test_a_call_written_as_text_runs_once_and_never_reaches_the_user(upstream, sandbox, fmt, provider, use):
     entry, _, groq = PROVIDERS[provider]
     upstream.default = model_that_writes(WRITTEN_AS_TEXT[fmt], groq)
     use(entry, sandbox)
@@ -133,7 +125,7 @@ def test_a_call_written_as_text_runs_once_and_never_reaches_the_user(upstream, s
 
 
 @pytest.mark.parametrize("fmt", list(WRITTEN_AS_TEXT))
-def test_sse_deltas_never_show_the_pseudo_call(upstream, sandbox, fmt):
+def test_sse_deltas_never_show_the_pseudo_call(upstream, sandbox, fmt, use):
     upstream.default = model_that_writes(WRITTEN_AS_TEXT[fmt], groq=True)
     use(PROVIDERS["groq"][0], sandbox)
 
@@ -154,7 +146,7 @@ def test_sse_deltas_never_show_the_pseudo_call(upstream, sandbox, fmt):
 
 
 @pytest.mark.parametrize("fmt", ["hermes", "json", "fenced_json"])
-def test_v1_stream_sends_only_the_answer(upstream, sandbox, fmt):
+def test_v1_stream_sends_only_the_answer(upstream, sandbox, fmt, use):
     upstream.default = model_that_writes(WRITTEN_AS_TEXT[fmt], groq=False)
     use(PROVIDERS["openai"][0], sandbox)
 
@@ -175,7 +167,7 @@ def test_v1_stream_sends_only_the_answer(upstream, sandbox, fmt):
     assert all("tool_calls" not in c["choices"][0]["delta"] for c in chunks if c["choices"])
 
 
-def test_a_text_call_to_an_unknown_tool_then_a_native_call_to_the_real_one(upstream, sandbox):
+def test_a_text_call_to_an_unknown_tool_then_a_native_call_to_the_real_one(upstream, sandbox, use):
     model = "llama-3.3-70b-versatile"
     unknown = '```json\n{"name": "calculator", "arguments": {"expression": "10000 * 1.05 ** 15"}}\n```'
     upstream.script(
@@ -195,7 +187,7 @@ def test_a_text_call_to_an_unknown_tool_then_a_native_call_to_the_real_one(upstr
     every_upstream_conversation_is_valid(upstream)
 
 
-def test_a_json_answer_with_a_name_key_passes_untouched(upstream, sandbox):
+def test_a_json_answer_with_a_name_key_passes_untouched(upstream, sandbox, use):
     model = "llama-3.3-70b-versatile"
     person = json.dumps({"name": "Alice", "age": 30, "email": "alice@example.com"}, indent=2)
     upstream.script(model, text(model, person, pieces=6, groq=True))
@@ -219,7 +211,7 @@ def test_a_json_answer_with_a_name_key_passes_untouched(upstream, sandbox):
     ],
     ids=["truncated hermes", "function tag, not JSON", "python_tag builtin"],
 )
-def test_malformed_text_calls_end_in_a_clean_answer(upstream, sandbox, broken):
+def test_malformed_text_calls_end_in_a_clean_answer(upstream, sandbox, broken, use):
     upstream.default = model_that_writes(broken, groq=True)
     use(PROVIDERS["groq"][0], sandbox)
 
@@ -237,7 +229,7 @@ def test_malformed_text_calls_end_in_a_clean_answer(upstream, sandbox, broken):
     every_upstream_conversation_is_valid(upstream)
 
 
-def test_a_model_that_only_ever_writes_broken_calls_gets_the_fallback_text(upstream, sandbox):
+def test_a_model_that_only_ever_writes_broken_calls_gets_the_fallback_text(upstream, sandbox, use):
     model = "llama-3.3-70b-versatile"
     upstream.default = lambda body: text(model, '<tool_call>{"name": "execute_javascript", "argu', groq=True)
     use(PROVIDERS["groq"][0], sandbox)
@@ -248,7 +240,7 @@ def test_a_model_that_only_ever_writes_broken_calls_gets_the_fallback_text(upstr
     assert data["stop_reason"] in ("error", "iteration_cap")
 
 
-def test_each_recovery_is_a_decision_line_and_a_metric(upstream, sandbox, capsys):
+def test_each_recovery_is_a_decision_line_and_a_metric(upstream, sandbox, capsys, use):
     upstream.default = model_that_writes(WRITTEN_AS_TEXT["hermes"], groq=True)
     use(PROVIDERS["groq"][0], sandbox)
     stream = io.StringIO()
@@ -266,7 +258,7 @@ def test_each_recovery_is_a_decision_line_and_a_metric(upstream, sandbox, capsys
     assert "TextToolCalls_hermes" in metrics
 
 
-def test_the_local_provider_needs_a_base_url_not_a_key(upstream, sandbox, monkeypatch):
+def test_the_local_provider_needs_a_base_url_not_a_key(upstream, sandbox, monkeypatch, use):
     upstream.default = model_that_writes(WRITTEN_AS_TEXT["flat_json"], groq=False)
     use(PROVIDERS["local"][0], sandbox)
     code, body = post("/chat", {"messages": [{"role": "user", "content": QUESTION}], "stream": False})

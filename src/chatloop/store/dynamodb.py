@@ -29,10 +29,11 @@ import math
 import secrets
 import threading
 import zlib
-from collections.abc import Iterator, Mapping, Sequence
-from typing import Any
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from types import TracebackType
+from typing import Protocol, TypedDict
 
-from chatloop.store.model import Item, ListName, Order, Record, StoreUnavailable
+from chatloop.store.model import Item, JSONObject, ListName, Order, Record, StoreUnavailable, record_kind
 
 PART_BYTES = 300_000
 """A part's payload: the rest of DynamoDB's 400 KB item limit is left for the key and attributes."""
@@ -42,8 +43,56 @@ TRANSACTION_BYTES = 3_500_000
 META = "#meta"
 MAX_POSITION = 10**12 - 1
 TTL_ATTRIBUTE = "expires_at"
-Attr = dict[str, Any]
-TABLE_DEFINITION: dict[str, Any] = {
+
+
+class AttributeValue(TypedDict, total=False):
+    """One DynamoDB attribute value in the low-level client's shape: this backend writes strings, numbers (as
+    text) and binary only."""
+
+    S: str
+    N: str
+    B: bytes
+
+
+Attr = dict[str, AttributeValue]
+"""An item, a key, or a map of expression values: attribute name -> value."""
+
+
+class _GetItemOutput(TypedDict, total=False):
+    Item: Attr
+
+
+class _QueryOutput(TypedDict, total=False):
+    Items: list[Attr]
+    LastEvaluatedKey: Attr
+
+
+class _UpdateItemOutput(TypedDict, total=False):
+    Attributes: Attr
+
+
+class DynamoDBClient(Protocol):
+    """The calls this backend makes on a boto3 DynamoDB client (botocore builds the client at run time, untyped),
+    with the parts of their answers it reads."""
+
+    def get_item(self, **request: object) -> _GetItemOutput: ...
+
+    def query(self, **request: object) -> _QueryOutput: ...
+
+    def put_item(self, **request: object) -> object: ...
+
+    def update_item(self, **request: object) -> _UpdateItemOutput: ...
+
+    def delete_item(self, **request: object) -> object: ...
+
+    def transact_write_items(self, **request: object) -> object: ...
+
+    def create_table(self, **request: object) -> object: ...
+
+    def update_time_to_live(self, **request: object) -> object: ...
+
+
+TABLE_DEFINITION: dict[str, object] = {
     "KeySchema": [{"AttributeName": "pk", "KeyType": "HASH"}, {"AttributeName": "sk", "KeyType": "RANGE"}],
     "AttributeDefinitions": [
         {"AttributeName": "pk", "AttributeType": "S"},
@@ -54,7 +103,7 @@ TABLE_DEFINITION: dict[str, Any] = {
 """The table as template.yaml declares it (tests and the bench create it from this), TTL on ``TTL_ATTRIBUTE``."""
 
 
-def create_table(client: Any, table_name: str) -> None:
+def create_table(client: DynamoDBClient, table_name: str) -> None:
     """Create the table with TTL enabled (tests, the bench, a local DynamoDB; the template does it when deployed)."""
     client.create_table(TableName=table_name, **TABLE_DEFINITION)
     client.update_time_to_live(
@@ -65,7 +114,7 @@ def create_table(client: Any, table_name: str) -> None:
 class DynamoDBBackend:
     def __init__(self, table_name: str):
         self.table_name = table_name
-        self._clients: dict[int, Any] = {}
+        self._clients: dict[int, DynamoDBClient] = {}
         self._lock = threading.Lock()
 
     # --- records ----------------------------------------------------------------------------------
@@ -83,7 +132,7 @@ class DynamoDBBackend:
             parts: list[Attr] = []
             for name, items in lists.items():
                 parts += _list_records(pk, name, 0, items, record.expires_at)
-            meta = {
+            meta: Attr = {
                 "pk": {"S": pk},
                 "sk": {"S": META},
                 "kind": {"S": record.kind},
@@ -137,13 +186,13 @@ class DynamoDBBackend:
                     if not data:
                         continue
                     body = _load(data)
-                kind, created_at = meta["kind"]["S"], int(meta["created_at"]["N"])
+                kind, created_at = record_kind(meta["kind"]["S"]), int(meta["created_at"]["N"])
+                if kind is None:  # not a record this store wrote
+                    return None
                 return Record(kind, created_at, int(meta["expires_at"]["N"]), body)
             raise StoreUnavailable("the conversation store failed (a record's body kept changing)")
 
-    def replace_body(
-        self, owner: str, record_id: str, body: dict[str, Any], now: float, timeout: float
-    ) -> bool:
+    def replace_body(self, owner: str, record_id: str, body: JSONObject, now: float, timeout: float) -> bool:
         pk = f"{owner}#{record_id}"
         with self._errors():
             client = self._client(timeout)
@@ -153,6 +202,7 @@ class DynamoDBBackend:
             expires_at = int(meta["expires_at"]["N"])
             body_parts, attrs = _body_records(pk, body, expires_at)
             self._put_all(client, body_parts, conditional=True)
+            values: Attr
             if "body" in attrs:
                 update, values = "SET body = :b REMOVE body_ref", {":b": attrs["body"]}
             else:
@@ -312,7 +362,7 @@ class DynamoDBBackend:
             )
 
     # --- DynamoDB calls ---------------------------------------------------------------------------
-    def _client(self, timeout: float) -> Any:
+    def _client(self, timeout: float) -> DynamoDBClient:
         """A client whose connect/read timeouts and retries fit in ``timeout`` (one client per whole second of
         budget, up to 10, built once): a store that hangs ends the call, and the request, in time."""
         budget = max(1, min(10, math.ceil(timeout)))
@@ -323,18 +373,18 @@ class DynamoDBBackend:
 
                 from chatloop.aws import bounded_config
 
-                client = boto3.session.Session().client("dynamodb", config=bounded_config(budget))
-                self._clients[budget] = client
+                built: DynamoDBClient = boto3.session.Session().client(
+                    "dynamodb", config=bounded_config(budget)
+                )
+                self._clients[budget] = client = built
             return client
 
     @staticmethod
     def _errors() -> _Errors:
         return _Errors()
 
-    def _meta(self, client: Any, pk: str, now: float) -> Attr | None:
-        item: Attr | None = client.get_item(
-            TableName=self.table_name, Key=_key(pk, META), ConsistentRead=True
-        ).get("Item")
+    def _meta(self, client: DynamoDBClient, pk: str, now: float) -> Attr | None:
+        item = client.get_item(TableName=self.table_name, Key=_key(pk, META), ConsistentRead=True).get("Item")
         if item is None or int(item["expires_at"]["N"]) <= now:
             return None
         return item
@@ -347,7 +397,7 @@ class DynamoDBBackend:
             client = self._client(timeout)
             if self._meta(client, pk, now) is None:
                 return None
-            item: Attr | None = client.get_item(
+            item = client.get_item(
                 TableName=self.table_name, Key=_key(pk, f"{name}@{item_id}"), ConsistentRead=True
             ).get("Item")
         if item is None or int(item["expires_at"]["N"]) <= now:
@@ -356,7 +406,7 @@ class DynamoDBBackend:
 
     def _query(
         self,
-        client: Any,
+        client: DynamoDBClient,
         pk: str,
         low: str | None,
         high: str | None,
@@ -366,16 +416,18 @@ class DynamoDBBackend:
     ) -> Iterator[Attr]:
         """Every record of ``pk`` with ``low <= sk <= high`` (all of them when None), page by page, strongly
         consistent (unexpired only, when ``now`` is given)."""
-        request: dict[str, Any] = {
+        condition = "pk = :pk"
+        values: Attr = {":pk": {"S": pk}}
+        if low is not None and high is not None:
+            condition += " AND sk BETWEEN :low AND :high"
+            values.update({":low": {"S": low}, ":high": {"S": high}})
+        request: dict[str, object] = {
             "TableName": self.table_name,
-            "KeyConditionExpression": "pk = :pk",
-            "ExpressionAttributeValues": {":pk": {"S": pk}},
+            "KeyConditionExpression": condition,
+            "ExpressionAttributeValues": values,
             "ConsistentRead": True,
             "ScanIndexForward": forward,
         }
-        if low is not None and high is not None:
-            request["KeyConditionExpression"] += " AND sk BETWEEN :low AND :high"
-            request["ExpressionAttributeValues"].update({":low": {"S": low}, ":high": {"S": high}})
         if keys_only:
             request["ProjectionExpression"] = "pk, sk"
         while True:
@@ -387,7 +439,7 @@ class DynamoDBBackend:
                 return
             request["ExclusiveStartKey"] = answer["LastEvaluatedKey"]
 
-    def _put_all(self, client: Any, records: list[Attr], conditional: bool) -> None:
+    def _put_all(self, client: DynamoDBClient, records: list[Attr], conditional: bool) -> None:
         """Write ``records`` in transactions (100 items, ~3.5 MB each); ``conditional``: never over an existing one."""
         condition = {"ConditionExpression": "attribute_not_exists(sk)"} if conditional else {}
         for batch in _batches(records):
@@ -395,7 +447,7 @@ class DynamoDBBackend:
                 TransactItems=[{"Put": {"TableName": self.table_name, "Item": r, **condition}} for r in batch]
             )
 
-    def _delete_all(self, client: Any, records: Iterator[Attr]) -> None:
+    def _delete_all(self, client: DynamoDBClient, records: Iterator[Attr]) -> None:
         """Delete ``records`` (keys), 100 at a time: transactions, so the table needs no permission beyond
         DeleteItem."""
         keys = [{"pk": record["pk"], "sk": record["sk"]} for record in records]
@@ -408,7 +460,7 @@ class DynamoDBBackend:
             )
 
     @staticmethod
-    def _conditional(call: Any, **request: Any) -> bool:
+    def _conditional(call: Callable[..., object], **request: object) -> bool:
         """``call(**request)``; False when its condition failed (the record is not there, or not any more)."""
         from botocore.exceptions import ClientError
 
@@ -428,7 +480,9 @@ class _Errors:
     def __enter__(self) -> None:
         return None
 
-    def __exit__(self, kind: type[BaseException] | None, error: BaseException | None, tb: Any) -> None:
+    def __exit__(
+        self, kind: type[BaseException] | None, error: BaseException | None, tb: TracebackType | None
+    ) -> None:
         if error is None or isinstance(error, StoreUnavailable):
             return
         from botocore.exceptions import BotoCoreError, ClientError
@@ -448,12 +502,12 @@ def _key(pk: str, sk: str) -> Attr:
     return {"pk": {"S": pk}, "sk": {"S": sk}}
 
 
-def _dump(value: dict[str, Any]) -> bytes:
+def _dump(value: JSONObject) -> bytes:
     return zlib.compress(json.dumps(value, ensure_ascii=False, separators=(",", ":")).encode(), 6)
 
 
-def _load(data: bytes) -> dict[str, Any]:
-    value: dict[str, Any] = json.loads(zlib.decompress(data))
+def _load(data: bytes) -> JSONObject:
+    value: JSONObject = json.loads(zlib.decompress(data))  # only ever what _dump wrote: a JSON object
     return value
 
 
@@ -461,13 +515,13 @@ def _split(data: bytes) -> list[bytes]:
     return [data[i : i + PART_BYTES] for i in range(0, len(data), PART_BYTES)] or [b""]
 
 
-def _body_records(pk: str, body: dict[str, Any], expires_at: int) -> tuple[list[Attr], Attr]:
+def _body_records(pk: str, body: JSONObject, expires_at: int) -> tuple[list[Attr], Attr]:
     """A body's storage: inline on the meta item when it fits, else parts under a fresh reference."""
     data = _dump(body)
     if len(data) <= PART_BYTES:
         return [], {"body": {"B": data}}
     ref = secrets.token_hex(8)
-    records = [
+    records: list[Attr] = [
         {
             "pk": {"S": pk},
             "sk": {"S": f"#body#{ref}#{i:03d}"},
@@ -483,7 +537,7 @@ def _list_records(pk: str, name: ListName, start: int, items: Sequence[Item], ex
     records: list[Attr] = []
     for offset, item in enumerate(items):
         position = start + offset
-        ttl = {"N": str(item.expires_at or expires_at)}
+        ttl: AttributeValue = {"N": str(item.expires_at or expires_at)}
         parts = _split(_dump(item.body))
         for i, part in enumerate(parts):
             records.append(

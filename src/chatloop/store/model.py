@@ -18,7 +18,12 @@ from __future__ import annotations
 import secrets
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal, Protocol
+from typing import Any, Literal, Protocol, TypeAlias
+
+JSONValue: TypeAlias = bool | int | float | str | list["JSONValue"] | dict[str, "JSONValue"] | None
+"""A value ``json.loads`` returns. Local to the store until ``chatloop.jsontypes`` (the same two names) lands."""
+JSONObject: TypeAlias = dict[str, JSONValue]
+"""What the store keeps as a body: a JSON object, written and read back whole."""
 
 ListName = Literal["items", "input", "output", "events", "conversations"]
 """``items``: a conversation's items. ``input`` / ``output``: a response's input and output items. ``events``: a
@@ -26,12 +31,18 @@ streamed response's events, at the position of their ``sequence_number``. ``conv
 their conversations (each entry expiring with its conversation)."""
 Order = Literal["asc", "desc"]
 RecordKind = Literal["conversation", "response", "index"]
+RECORD_KINDS: tuple[RecordKind, ...] = ("conversation", "response", "index")
 ID_RANDOM_BYTES = 24
 """192 bits: an id is never guessed, and never collides."""
 
 
 class StoreUnavailable(Exception):
     """The store failed or did not answer in time (a 503 for the client); the message names no secret."""
+
+
+def record_kind(text: str) -> RecordKind | None:
+    """``text`` as a ``RecordKind`` (what a backend reads back as a plain string), or None when it names none."""
+    return next((kind for kind in RECORD_KINDS if kind == text), None)
 
 
 def new_id(prefix: str) -> str:
@@ -57,7 +68,7 @@ class Record:
     created_at: int
     expires_at: int
     """Epoch seconds; the record and its lists read as missing from then on."""
-    body: dict[str, Any] = field(default_factory=dict)
+    body: JSONObject = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -67,13 +78,15 @@ class Conversation:
     metadata: dict[str, str]
     expires_at: int
 
-    def as_object(self) -> dict[str, Any]:
+    def as_object(self) -> JSONObject:
         """OpenAI's ``Conversation`` (openai-python ``types/conversations/conversation.py``)."""
         return {
             "id": self.id,
             "object": "conversation",
             "created_at": self.created_at,
-            "metadata": self.metadata,
+            "metadata": dict(
+                self.metadata
+            ),  # a JSON object of its own (dict[str, str] is not one to the checker)
         }
 
 
@@ -116,7 +129,7 @@ class Page:
     def last_id(self) -> str | None:
         return self.data[-1].id if self.data else None
 
-    def as_object(self) -> dict[str, Any]:
+    def as_object(self) -> JSONObject:
         """OpenAI's list shape (``ConversationItemList``, ``ResponseItemList``)."""
         return {
             "object": "list",
@@ -148,7 +161,7 @@ class Backend(Protocol):
     def read(self, owner: str, record_id: str, now: float, timeout: float) -> Record | None: ...
 
     def replace_body(
-        self, owner: str, record_id: str, body: dict[str, Any], now: float, timeout: float
+        self, owner: str, record_id: str, body: JSONObject, now: float, timeout: float
     ) -> bool: ...
 
     def delete(self, owner: str, record_id: str, now: float, timeout: float) -> bool: ...

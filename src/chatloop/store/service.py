@@ -30,6 +30,7 @@ from chatloop.store.model import (
     Backend,
     Conversation,
     Item,
+    JSONObject,
     ListName,
     Page,
     PageQuery,
@@ -354,7 +355,7 @@ class Store:
         return None if rows is None else [StoredEvent(position, item.body) for position, item in rows]
 
     # --- shared steps -----------------------------------------------------------------------------
-    def _new_record(self, kind: Literal["conversation", "response"], body: dict[str, Any]) -> Record:
+    def _new_record(self, kind: Literal["conversation", "response"], body: JSONObject) -> Record:
         now = time.time()
         return Record(kind, int(now), math.ceil(now + self.ttl_seconds), body)
 
@@ -390,7 +391,7 @@ class Store:
             return None
         return Page([item for _, item in rows[: query.limit]], has_more=len(rows) > query.limit)
 
-    async def _run(self, deadline: Deadline, call: Callable[..., T], *args: Any) -> T:
+    async def _run(self, deadline: Deadline, call: Callable[..., T], *args: object) -> T:
         """``call(*args, timeout=…)`` in a worker thread, abandoned (and ``StoreUnavailable``) at the deadline."""
         remaining = deadline.remaining()
         if remaining <= 0:
@@ -412,5 +413,6 @@ def _index_id(key: str) -> str:
 
 
 def _conversation(conversation_id: str, record: Record) -> Conversation:
-    metadata = record.body.get("metadata") or {}
-    return Conversation(conversation_id, record.created_at, dict(metadata), record.expires_at)
+    stored = record.body.get("metadata")
+    metadata = {k: v for k, v in stored.items() if isinstance(v, str)} if isinstance(stored, dict) else {}
+    return Conversation(conversation_id, record.created_at, metadata, record.expires_at)

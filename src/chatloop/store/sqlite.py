@@ -18,9 +18,8 @@ import time
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
 
-from chatloop.store.model import Item, ListName, Order, Record, StoreUnavailable
+from chatloop.store.model import Item, JSONObject, ListName, Order, Record, StoreUnavailable
 
 SWEEP_EVERY_SECONDS = 600.0
 SCHEMA = """
@@ -137,9 +136,7 @@ class SQLiteBackend:
             ).fetchone()
         return Record(row[0], row[1], row[2], json.loads(row[3])) if row else None
 
-    def replace_body(
-        self, owner: str, record_id: str, body: dict[str, Any], now: float, timeout: float
-    ) -> bool:
+    def replace_body(self, owner: str, record_id: str, body: JSONObject, now: float, timeout: float) -> bool:
         with self._db(timeout, write=True) as db:
             cursor = db.execute(
                 "UPDATE records SET body = ? WHERE id = ? AND owner = ? AND expires_at > ?",
@@ -293,5 +290,5 @@ def _exists(db: sqlite3.Connection, owner: str, record_id: str, now: float) -> b
     return row is not None
 
 
-def _dump(body: dict[str, Any]) -> str:
+def _dump(body: JSONObject) -> str:
     return json.dumps(body, ensure_ascii=False, separators=(",", ":"))

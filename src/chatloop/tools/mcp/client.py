@@ -9,7 +9,7 @@ import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, TypeVar
 
 from chatloop.config import MCPServerConfig
 from chatloop.observability import logger, redact
@@ -19,6 +19,7 @@ from chatloop.tools.mcp.results import describe_result
 
 if TYPE_CHECKING:
     from mcp import Client
+    from mcp_types import CallToolResult, Tool
 
 T = TypeVar("T")
 
@@ -49,7 +50,8 @@ class ListedTool:
 
     name: str
     description: str
-    input_schema: dict[str, Any]
+    input_schema: dict[str, object]
+    """A JSON object schema (``type: object``), its text made safe."""
 
 
 @dataclass
@@ -99,15 +101,13 @@ class MCPServer:
         async def note_status(response: httpx2.Response) -> None:
             statuses.append(response.status_code)
 
-        hooks: dict[str, list[Callable[[Any], Awaitable[None]]]] = {
-            "request": [stay_under_prefix],
-            "response": [note_status],
-        }
         known = self.protocol_version
         # A server already listed speaks a known version: a modern one is adopted without the discovery probe.
         mode = known if known in MODERN_PROTOCOL_VERSIONS else "auto"
         async with httpx2.AsyncClient(
-            headers=self._headers, timeout=httpx2.Timeout(timeout), event_hooks=hooks
+            headers=self._headers,
+            timeout=httpx2.Timeout(timeout),
+            event_hooks={"request": [stay_under_prefix], "response": [note_status]},
         ) as http:
             transport = streamable_http_client(
                 self.config.url, http_client=http, max_sse_event_size=MAX_EVENT_BYTES
@@ -137,7 +137,7 @@ class MCPServer:
         self.protocol_version = listed.protocol_version
         return listed
 
-    def _checked(self, tool: Any) -> ListedTool | None:
+    def _checked(self, tool: Tool) -> ListedTool | None:
         """A listed tool as offered: its text made safe and its description capped; a tool whose schema is not an
         object schema of reasonable size is left out (logged)."""
         name = text_safe(str(tool.name))
@@ -155,10 +155,10 @@ class MCPServer:
         description = text_safe(tool.description or "")[:MAX_DESCRIPTION_CHARS]
         return ListedTool(name, description, {"type": "object", **schema})
 
-    async def call(self, tool: str, arguments: dict[str, Any], timeout: float) -> ToolResult:
+    async def call(self, tool: str, arguments: dict[str, object], timeout: float) -> ToolResult:
         started = time.perf_counter()
 
-        async def calling(statuses: list[int]) -> Any:
+        async def calling(statuses: list[int]) -> CallToolResult:
             async with self.session(timeout, statuses) as client:
                 return await client.call_tool(tool, arguments)
 
