@@ -24,11 +24,13 @@ import json
 import math
 import re
 import string
-from collections.abc import Callable
-from dataclasses import dataclass, field
-from typing import Any
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field, replace
+from typing import Literal
 
-from chatloop.providers.base import ModelRequest
+from chatloop.jsontypes import JSONObject
+from chatloop.providers.base import ContextFit, ModelRequest
+from chatloop.providers.errors import ContextTooLong
 
 CLASS_TOKENS = {
     "l": 0.26,  # ASCII lowercase letters: English packs ~4.5 characters a token
@@ -122,7 +124,7 @@ def text_tokens(text: str) -> float:
     return tokens
 
 
-def message_tokens(message: dict[str, Any]) -> float:
+def message_tokens(message: JSONObject) -> float:
     content = message.get("content")
     if isinstance(content, str):
         tokens = text_tokens(content)
@@ -130,24 +132,32 @@ def message_tokens(message: dict[str, Any]) -> float:
         tokens = sum(text_tokens(str(p.get("text", ""))) for p in content if isinstance(p, dict))
     else:
         tokens = 0.0
-    for call in message.get("tool_calls") or []:
-        function = call.get("function") or {}
+    for function in _called_functions(message):
         tokens += (
             text_tokens(str(function.get("name", ""))) + text_tokens(str(function.get("arguments", ""))) + 8
         )
     return tokens + MESSAGE_TOKENS
 
 
-def message_chars(message: dict[str, Any]) -> int:
+def message_chars(message: JSONObject) -> int:
     """The characters of a message's text and tool calls."""
     content = message.get("content")
     size = len(content) if isinstance(content, str) else 0
-    for call in message.get("tool_calls") or []:
-        size += len(str((call.get("function") or {}).get("arguments", "")))
+    for function in _called_functions(message):
+        size += len(str(function.get("arguments", "")))
     return size
 
 
-def raw_tokens(messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None) -> float:
+def _called_functions(message: JSONObject) -> list[JSONObject]:
+    """The ``function`` of each of an assistant message's tool calls (``{}`` for a call without one)."""
+    calls = message.get("tool_calls")
+    if not isinstance(calls, list):
+        return []
+    functions = (call.get("function") for call in calls if isinstance(call, dict))
+    return [function if isinstance(function, dict) else {} for function in functions]
+
+
+def raw_tokens(messages: list[JSONObject], tools: list[JSONObject] | None) -> float:
     """The estimate before any model's calibration."""
     return sum(message_tokens(m) for m in messages) + (text_tokens(json.dumps(tools)) if tools else 0.0) + 3
 
@@ -160,24 +170,30 @@ class TokenEstimator:
     scale: dict[str, float] = field(default_factory=dict)
     """Per model: its reported prompt tokens over the raw estimate (a moving average)."""
 
-    def prompt_tokens(
-        self, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None, model: str
-    ) -> int:
+    def prompt_tokens(self, messages: list[JSONObject], tools: list[JSONObject] | None, model: str) -> int:
         return math.ceil(raw_tokens(messages, tools) * self.scale.get(model, 1.0) * SAFETY)
 
     def tokens(self, request: ModelRequest, model: str) -> int:
         """What ``request`` needs of ``model``'s window: the prompt and the answer's reserve."""
         return self.needs(request, [model])[model]
 
-    def needs(self, request: ModelRequest, models: list[str]) -> dict[str, int]:
+    def needs(self, request: ModelRequest, models: Iterable[str]) -> dict[str, int]:
         """``tokens`` for several models, the conversation read once."""
-        raw = raw_tokens(request.messages, request.tools)
-        reserve = request.max_tokens or ANSWER_RESERVE_TOKENS
+        return self.needs_of(request.messages, request.tools, request.max_tokens, models)
+
+    def needs_of(
+        self,
+        messages: list[JSONObject],
+        tools: list[JSONObject] | None,
+        max_tokens: int | None,
+        models: Iterable[str],
+    ) -> dict[str, int]:
+        """``needs`` for a conversation not (yet) made a request: the prompt and the answer's reserve, per model."""
+        raw = raw_tokens(messages, tools)
+        reserve = max_tokens or ANSWER_RESERVE_TOKENS
         return {m: math.ceil(raw * self.scale.get(m, 1.0) * SAFETY) + reserve for m in models}
 
-    def fits_in(
-        self, request: ModelRequest, model: str, window: int
-    ) -> Callable[[list[dict[str, Any]]], bool]:
+    def fits_in(self, request: ModelRequest, model: str, window: int) -> Callable[[list[JSONObject]], bool]:
         """A test of whether a version of ``request``'s conversation fits ``window`` (for ``trim``). Each message is
         estimated once, however many versions are tried: a 2,000-message history is not read 700 times."""
         scale = self.scale.get(model, 1.0) * SAFETY
@@ -185,13 +201,13 @@ class TokenEstimator:
         reserve = request.max_tokens or ANSWER_RESERVE_TOKENS
         known: dict[int, float] = {}
 
-        def cost(message: dict[str, Any]) -> float:
+        def cost(message: JSONObject) -> float:
             key = id(message)  # the versions share their message objects; an excerpt is a new one
             if key not in known:
                 known[key] = message_tokens(message)
             return known[key]
 
-        def fits(messages: list[dict[str, Any]]) -> bool:
+        def fits(messages: list[JSONObject]) -> bool:
             return math.ceil((sum(cost(m) for m in messages) + fixed) * scale) + reserve <= window
 
         return fits
@@ -208,16 +224,116 @@ class TokenEstimator:
         self.scale[model] = seen if known is None else 0.5 * known + 0.5 * seen
 
 
+# --- the decision: which model holds the conversation, or what it is trimmed to ------------------------
+@dataclass(frozen=True)
+class Window:
+    """A model a conversation may be sent to, as fitting sees it."""
+
+    model: str
+    size: int | None
+    """Its context window in tokens; None when the catalog does not know it (tried, never assumed too small)."""
+    need: int
+    """What the conversation needs of that window: the prompt as that model counts it, and the answer's reserve."""
+
+    @property
+    def holds(self) -> bool:
+        return self.size is None or self.need <= self.size
+
+
+@dataclass(frozen=True)
+class Fitting:
+    """``fit``'s decision, with every input it used (a logged decision, like ``policy.decide``'s)."""
+
+    action: Literal["fits", "skip", "trim", "refuse"]
+    """``fits``: the first model holds the conversation; ``skip``: models before the first that holds it are passed
+    over; ``trim``: none holds it, so it is trimmed to fit the largest window; ``refuse``: none holds it and trimming
+    is not allowed."""
+    model: str
+    """The model it is fitted to: the first that holds it, else the one with the largest window."""
+    need: int
+    window: int | None
+    skipped: tuple[str, ...]
+    """The models passed over for it, in order."""
+    windows: tuple[Window, ...]
+    allow_trimming: bool
+
+    @property
+    def holds(self) -> bool:
+        """Whether some model holds the conversation as it is."""
+        return self.action in ("fits", "skip")
+
+
+def fit(windows: Sequence[Window], allow_trimming: bool = True) -> Fitting:
+    """Which of ``windows`` (models in the order they are tried) the conversation is sent to, and whether it must be
+    trimmed first. Pure: the chain asks it before each call, the HTTP pre-check before any.
+
+    Usage::
+
+        fit([Window("groq:small", 8192, 9000), Window("openai:large", 128000, 9100)])
+        # Fitting(action="skip", model="openai:large", need=9100, window=128000, skipped=("groq:small",), ...)
+    """
+    if not windows:
+        raise ValueError("no model to fit a conversation to")
+    kept = tuple(windows)
+    first = next((i for i, w in enumerate(kept) if w.holds), None)
+    if first is not None:
+        chosen, skipped = kept[first], tuple(w.model for w in kept[:first])
+        action: Literal["fits", "skip", "trim", "refuse"] = "skip" if skipped else "fits"
+    else:
+        # Nothing holds it (so every window is known): the largest, the first of equals, gets the trimmed version.
+        chosen = max(kept, key=lambda w: w.size or 0)
+        skipped = tuple(w.model for w in kept if w.model != chosen.model)
+        action = "trim" if allow_trimming else "refuse"
+    return Fitting(action, chosen.model, chosen.need, chosen.size, skipped, kept, allow_trimming)
+
+
+def fitted(
+    request: ModelRequest, fitting: Fitting, estimator: TokenEstimator, needs: dict[str, int]
+) -> tuple[ModelRequest, ContextFit, dict[str, int]]:
+    """``request`` as ``fitting`` decided (trimmed to the chosen window when no model holds it, refused with
+    ``ContextTooLong`` when trimming is not allowed), the ``ContextFit`` that reports it, and what the request sent
+    needs of each model's window (``needs``: what ``request`` needs of each, as ``fitting`` was decided from). The
+    model it was trimmed for is left out of those: it is tried whatever its estimate, and its own error may follow."""
+    if fitting.holds:
+        fit_item = ContextFit(
+            fitting.action, fitting.need, fitting.window, fitting.model, list(fitting.skipped)
+        )
+        return request, fit_item, needs
+    window = fitting.window or 0
+    if fitting.action == "refuse":  # the client said no (truncation: disabled): refuse rather than trim
+        refusal = ContextTooLong(
+            f"the conversation needs about {fitting.need} tokens, more than the largest window in the chain "
+            f"({window}); trimming is disabled for this request (truncation: disabled)",
+            model=fitting.model,
+        )
+        refusal.fallback = False
+        raise refusal
+    trimmed = trim(request.messages, estimator.fits_in(request, fitting.model, window))
+    request = replace(request, messages=trimmed.messages)
+    needs = estimator.needs(request, list(needs))
+    fit_item = ContextFit(
+        "trim",
+        needs[fitting.model],
+        window,
+        fitting.model,
+        list(fitting.skipped),
+        trimmed.dropped,
+        trimmed.shortened,
+    )
+    needs.pop(fitting.model)
+    return request, fit_item, needs
+
+
 @dataclass(frozen=True)
 class Trimmed:
-    messages: list[dict[str, Any]]
+    messages: list[JSONObject]
     dropped: int
     """Messages left out (whole older turns)."""
     shortened: int
     """Old tool results cut to an excerpt."""
 
 
-def trim(messages: list[dict[str, Any]], fits: Callable[[list[dict[str, Any]]], bool]) -> Trimmed:
+def trim(messages: list[JSONObject], fits: Callable[[list[JSONObject]], bool]) -> Trimmed:
     """The longest version of ``messages`` that ``fits``, by the policy in the module docstring. When even the
     system messages and the current turn do not fit, that is what is returned: the model's own error follows."""
     last_user = max((i for i, m in enumerate(messages) if m["role"] == "user"), default=len(messages))
@@ -238,7 +354,7 @@ def trim(messages: list[dict[str, Any]], fits: Callable[[list[dict[str, Any]]], 
         return Trimmed(excerpted + current, 0, shortened)
     turns = _turns(excerpted)
 
-    def without(count: int) -> list[dict[str, Any]]:
+    def without(count: int) -> list[JSONObject]:
         """The conversation with its ``count`` oldest turns dropped, their system messages kept in order."""
         systems = [m for turn in turns[:count] for m in turn if m["role"] == "system"]
         return systems + [m for turn in turns[count:] for m in turn] + current
@@ -256,10 +372,10 @@ def trim(messages: list[dict[str, Any]], fits: Callable[[list[dict[str, Any]]], 
     return Trimmed(kept, dropped, shortened)
 
 
-def _turns(messages: list[dict[str, Any]]) -> list[list[dict[str, Any]]]:
+def _turns(messages: list[JSONObject]) -> list[list[JSONObject]]:
     """Older messages as whole turns: each starts at a user message and holds everything up to the next one (the
     assistant's tool calls with every result), so dropping a turn never leaves an orphan."""
-    turns: list[list[dict[str, Any]]] = []
+    turns: list[list[JSONObject]] = []
     for message in messages:
         if message["role"] == "user" or not turns:
             turns.append([])
