@@ -13,20 +13,13 @@ import pytest
 import app as lambda_app
 from chatloop.api.runtime import Runtime
 from chatloop.config import Settings
+from chatloop.deadline import Deadline
 from chatloop.providers.base import ModelRequest
 from chatloop.providers.catalog import Catalog, CatalogError
-from chatloop.deadline import Deadline
 from chatloop.providers.chain import FallbackChain
-from chatloop.providers.context import (
-    EXCERPT_CHARS,
-    TokenEstimator,
-    Window,
-    fit,
-    fitted,
-    message_chars,
-    trim,
-)
+from chatloop.providers.context import EXCERPT_CHARS, Window, fit, fitted, trim
 from chatloop.providers.errors import ContextTooLong
+from chatloop.providers.tokens import TokenEstimator, message_chars
 from chatloop.tools.base import ToolRegistry
 from chatloop.tools.javascript import ExecuteJavaScriptTool
 from tests.support.events import FakeContext, response_body, rest_event

@@ -17,7 +17,7 @@ from __future__ import annotations
 from typing import TypeAlias
 
 JSONValue: TypeAlias = "str | int | float | bool | list[JSONValue] | dict[str, JSONValue] | None"
-"""Any JSON value."""
+"""A JSON value of any kind."""
 JSONObject: TypeAlias = "dict[str, JSONValue]"
 """A JSON object: an OpenAI-shaped chat message, a tool definition, a JSON schema, a tool's arguments."""
 JSONArray: TypeAlias = "list[JSONValue]"

@@ -109,6 +109,9 @@ class FallbackChain:
 
     # --- the ChatModel: ordering and fallback ------------------------------------------------------
     async def stream(self, request: ModelRequest) -> AsyncIterator[StreamItem]:
+        """The first usable model's answer, in chain order (the turn's sticky model first); each failure another
+        model may fix is a ``ModelFallback`` to the next; when none is left, a short cooldown may be slept out once,
+        else ``AllModelsFailed``."""
         request, fit_item, self._needs = self._fit(request)
         yield fit_item
         failures: list[ModelError] = []
@@ -154,8 +157,13 @@ class FallbackChain:
                 return
             self._learn(waited, attempt.error, min_context)
             failures.append(attempt.error)
+        raise self._all_failed(failures, skipped)
+
+    def _all_failed(self, failures: list[ModelError], skipped: list[str]) -> AllModelsFailed:
+        """The turn's last error: every call that failed and every model passed over, and when every model is
+        cooling down after a rate limit, how long until the first may be called (the client's retry-after)."""
         detail = "; ".join([f"{e.model}: {e.kind}" for e in failures] + skipped) or "no model configured"
-        raise AllModelsFailed(
+        return AllModelsFailed(
             f"every model in the chain failed ({detail})",
             failures,
             self.health.rate_limited_for(self.entries()),

@@ -18,8 +18,8 @@ import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
-from chatloop.providers.context import TokenEstimator
 from chatloop.providers.errors import AuthFailed, ModelError, ModelGone, RateLimited, Transient
+from chatloop.providers.tokens import TokenEstimator
 
 DEFAULT_RATE_LIMIT_COOLDOWN = 20.0
 """Cooldown after a 429 that says nothing about when to come back."""
