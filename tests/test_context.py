@@ -12,9 +12,13 @@ import pytest
 
 from chatloop.api.runtime import Runtime
 from chatloop.config import Settings
+from chatloop.deadline import Deadline
 from chatloop.providers.base import ModelRequest
 from chatloop.providers.catalog import Catalog, CatalogError
-from chatloop.providers.context import EXCERPT_CHARS, TokenEstimator, message_chars, trim
+from chatloop.providers.chain import FallbackChain
+from chatloop.providers.context import EXCERPT_CHARS, Window, fit, fitted, trim
+from chatloop.providers.errors import ContextTooLong
+from chatloop.providers.tokens import TokenEstimator, message_chars
 from chatloop.tools.base import ToolRegistry
 from chatloop.tools.javascript import ExecuteJavaScriptTool
 from tests.support.events import response_body, rest_event
@@ -146,6 +150,74 @@ def test_a_broken_catalog_file_fails_at_start_with_its_name(tmp_path):
     bad.write_text("{not json")
     with pytest.raises(CatalogError, match="MODEL_CATALOG_FILE"):
         Catalog.load(overlay=str(bad))
+
+
+# --- the fitting decision (pure) -------------------------------------------------------------------
+A, B, C = "groq:a", "groq:b", "openai:c"
+
+
+@pytest.mark.parametrize(
+    ("windows", "allow_trimming", "action", "model", "skipped"),
+    [
+        ([(A, 8000, 5000), (B, 32000, 5000)], True, "fits", A, ()),
+        ([(A, 8000, 8000)], True, "fits", A, ()),  # exactly the window holds it
+        ([(A, 8000, 9000), (B, 32000, 9000)], True, "skip", B, (A,)),
+        ([(A, 8000, 9000), (B, 8000, 7000)], True, "skip", B, (A,)),  # each model's own calibration
+        ([(A, 8000, 9000), (B, None, 9000), (C, 32000, 9000)], True, "skip", B, (A,)),  # unknown: tried
+        ([(A, 8000, 40000), (B, 32000, 40000), (C, 16000, 40000)], True, "trim", B, (A, C)),
+        ([(A, 32000, 40000), (B, 32000, 40000)], True, "trim", A, (B,)),  # equal windows: the first
+        ([(A, 8000, 40000), (B, 32000, 40000)], False, "refuse", B, (A,)),
+        ([(A, 8000, 5000)], False, "fits", A, ()),  # nothing to refuse when it holds
+    ],
+)
+def test_fit_decides_which_window_takes_the_conversation(windows, allow_trimming, action, model, skipped):
+    fitting = fit([Window(*w) for w in windows], allow_trimming)
+    assert (fitting.action, fitting.model, fitting.skipped) == (action, model, skipped)
+    _, size, need = next(w for w in windows if w[0] == model)
+    assert (fitting.need, fitting.window) == (need, size)
+    assert fitting.holds == (action in ("fits", "skip"))
+    assert fitting.windows == tuple(Window(*w) for w in windows)  # every input kept
+
+
+def test_fitting_trims_to_the_chosen_window_or_refuses_without_touching_the_conversation():
+    estimator = TokenEstimator()
+    request = ModelRequest(messages=history(12), deadline=Deadline.after(10), max_tokens=200)
+    needs = estimator.needs(request, [A, B])
+    fitting = fit([Window(A, 2000, needs[A]), Window(B, 3000, needs[B])])
+    trimmed, report, after = fitted(request, fitting, estimator, needs)
+    assert report.action == "trim" and report.model == B and report.skipped == [A] and report.window == 3000
+    assert report.trimmed_messages > 0 and report.estimated_tokens <= 3000
+    assert len(trimmed.messages) < len(request.messages) and list(after) == [A]  # B is tried whatever it says
+    assert_valid_conversation(trimmed.messages)
+    refusing = fit([Window(A, 2000, needs[A]), Window(B, 3000, needs[B])], allow_trimming=False)
+    with pytest.raises(ContextTooLong, match="trimming is disabled") as refused:
+        fitted(request, refusing, estimator, needs)
+    assert refused.value.fallback is False and len(request.messages) == len(history(12))
+
+
+class Named:
+    """A chain entry that is never called: ``can_hold`` only reads names and windows."""
+
+    def __init__(self, name: str):
+        self.name = name
+
+    async def stream(self, request):  # pragma: no cover - never called
+        raise AssertionError("can_hold must not call a model")
+        yield
+
+
+@pytest.mark.parametrize(
+    ("entries", "words", "holds", "largest"),
+    [
+        ([SMALL, LARGE], 100, True, WINDOW),  # the first holds it: its window
+        ([SMALL, LARGE], 4_000, True, WINDOW * 4),
+        ([SMALL, LARGE], 60_000, False, WINDOW * 4),  # the largest window, for the 413's message
+        ([SMALL, "unknown-model"], 60_000, True, WINDOW),  # an unknown window could hold it
+    ],
+)
+def test_the_http_pre_check_asks_the_same_decision(catalog_file, entries, words, holds, largest):
+    chain = FallbackChain([Named(f"groq:{e}") for e in entries], catalog=Catalog.load(overlay=catalog_file))
+    assert chain.can_hold([{"role": "user", "content": "word " * words}], 200) == (holds, largest)
 
 
 # --- trimming --------------------------------------------------------------------------------------

@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
 from chatloop.deadline import Deadline
+from chatloop.jsontypes import JSONObject
 
 
 @dataclass
@@ -27,7 +28,7 @@ class ToolCall:
     arguments: str
     """The raw JSON text the model produced (may be invalid JSON; the engine checks)."""
 
-    def parsed_arguments(self) -> dict[str, Any] | None:
+    def parsed_arguments(self) -> JSONObject | None:
         """The arguments as a dict, or None when they are not a JSON object."""
         try:
             value = json.loads(self.arguments or "{}")
@@ -35,7 +36,7 @@ class ToolCall:
             return None
         return value if isinstance(value, dict) else None
 
-    def to_message(self) -> dict[str, Any]:
+    def to_message(self) -> JSONObject:
         return {
             "id": self.id,
             "type": "function",
@@ -67,23 +68,27 @@ class Usage:
 @dataclass
 class ModelRequest:
     messages: list[dict[str, Any]]
+    """OpenAI-shaped chat messages, sent as they are. Typed loosely on purpose: the engine, the test doubles and the
+    bench read what they built (``messages[-1]["content"]``) without narrowing it; the providers read them as
+    ``JSONObject``."""
     deadline: Deadline
-    tools: list[dict[str, Any]] | None = None
-    tool_choice: str | dict[str, Any] | None = None
+    tools: list[JSONObject] | None = None
+    """OpenAI tool definitions (``{"type": "function", "function": {"name": ..., "parameters": ...}}``)."""
+    tool_choice: str | JSONObject | None = None
     parallel_tool_calls: bool | None = None
     temperature: float | None = None
     top_p: float | None = None
     max_tokens: int | None = None
-    response_format: dict[str, Any] | None = None
+    response_format: JSONObject | None = None
     """OpenAI's ``response_format`` (``json_object`` or ``json_schema``), for models whose catalog entry honours it."""
-    params: dict[str, Any] = field(default_factory=dict)
+    params: JSONObject = field(default_factory=dict)
     """Further request parameters sent as they are (``stop``, ``seed``, ``reasoning_effort`` ...): a chain passes over
     models whose catalog entry does not take one of them."""
     allow_trimming: bool = True
     """When False, a conversation no model of a chain can hold is refused (``ContextTooLong``), not trimmed."""
 
     def tool_names(self) -> list[str]:
-        return [t["function"]["name"] for t in self.tools or []]
+        return [name for t in self.tools or [] if (name := tool_name(t)) is not None]
 
 
 @dataclass
@@ -120,14 +125,14 @@ class ContextFit:
     trimmed_messages: int = 0
     shortened_tool_results: int = 0
 
-    def summary(self) -> dict[str, Any]:
+    def summary(self) -> JSONObject:
         return {
             "action": self.action,
             "trimmed_messages": self.trimmed_messages,
             "shortened_tool_results": self.shortened_tool_results,
             "estimated_tokens": self.estimated_tokens,
             "window": self.window,
-            "skipped_models": self.skipped,
+            "skipped_models": list(self.skipped),
         }
 
 
@@ -152,3 +157,10 @@ class ChatModel(Protocol):
         ...
 
     def stream(self, request: ModelRequest) -> AsyncIterator[StreamItem]: ...
+
+
+def tool_name(tool: JSONObject) -> str | None:
+    """The function name of an OpenAI tool definition (None when it has none)."""
+    function = tool.get("function")
+    name = function.get("name") if isinstance(function, dict) else None
+    return name if isinstance(name, str) else None

@@ -16,7 +16,8 @@ import math
 from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
-from typing import Any
+
+from chatloop.jsontypes import JSONObject, JSONValue
 
 CATALOG_FILE = Path(__file__).with_name("models.json")
 
@@ -42,7 +43,7 @@ class ModelInfo:
     """Further request parameters the model takes (``stop``, ``seed``, ``reasoning_effort`` ...); None when the catalog
     does not say (tried, like an unknown format)."""
 
-    def honours(self, response_format: dict[str, Any] | None) -> bool | None:
+    def honours(self, response_format: JSONObject | None) -> bool | None:
         """Whether this model can be sent ``response_format`` (no format, or ``text``, is always fine); None: unknown."""
         kind = (response_format or {}).get("type", "text")
         if kind == "text":
@@ -67,9 +68,10 @@ class ProviderInfo:
 
 @dataclass
 class Catalog:
-    models: dict[str, dict[str, Any]]
+    models: dict[str, JSONObject]
+    """Entries as ``models.json`` (and the overlay) hold them, checked by ``validate_catalog``."""
     providers: dict[str, ProviderInfo]
-    defaults: dict[str, Any] = field(default_factory=dict)
+    defaults: JSONObject = field(default_factory=dict)
 
     @classmethod
     def load(cls, path: Path = CATALOG_FILE, overlay: str | None = None) -> Catalog:
@@ -80,23 +82,30 @@ class Catalog:
     def get(self, name: str) -> ModelInfo:
         provider, model_id = split_entry(name)
         raw = {**self.defaults, **self.models.get(f"{provider}:{model_id}", {})}
+        window = raw.get("context_window")
+        max_tokens_param = raw.get("max_tokens_param", "max_tokens")
         return ModelInfo(
             name=f"{provider}:{model_id}",
             provider=provider,
             model_id=model_id,
-            context_window=int(raw["context_window"]) if raw.get("context_window") else None,
+            context_window=int(window) if window and isinstance(window, int | float) else None,
             tools=bool(raw.get("tools", True)),
             parallel_tool_calls=bool(raw.get("parallel_tool_calls", False)),
             decommissioned=bool(raw.get("decommissioned", False)),
-            drop_params=tuple(raw.get("drop_params", ())),
-            max_tokens_param=raw.get("max_tokens_param", "max_tokens"),
+            drop_params=_strings(raw.get("drop_params")),
+            max_tokens_param=max_tokens_param if isinstance(max_tokens_param, str) else "max_tokens",
             known=f"{provider}:{model_id}" in self.models,
-            response_formats=tuple(raw["response_format"]) if "response_format" in raw else None,
-            params=tuple(raw["params"]) if "params" in raw else None,
+            response_formats=_strings(raw["response_format"]) if "response_format" in raw else None,
+            params=_strings(raw["params"]) if "params" in raw else None,
         )
 
     def provider(self, name: str) -> ProviderInfo | None:
         return self.providers.get(name)
+
+
+def _strings(value: JSONValue) -> tuple[str, ...]:
+    """The strings of a catalog list (``drop_params``, ``params``, ``response_format``)."""
+    return tuple(v for v in value if isinstance(v, str)) if isinstance(value, list) else ()
 
 
 def split_entry(entry: str) -> tuple[str, str]:
@@ -118,7 +127,7 @@ _STRING_LISTS = ("drop_params",)
 _PROVIDER_FLAGS = ("stream_usage", "tool_message_name", "key_required")
 
 
-def validate_catalog(data: Any, source: str) -> None:
+def validate_catalog(data: object, source: str) -> None:
     """Raise ``CatalogError`` naming ``source``, the entry and the field when ``data`` is not a usable catalog: an
     entry that is not an object, a window that is not a positive whole number (a string, NaN, an infinity), a flag
     that is not a boolean. Run once at start-up, so no request ever meets a bad entry. Fields it does not know are
@@ -169,7 +178,7 @@ def validate_catalog(data: Any, source: str) -> None:
                 raise fail(f"{where}.{flag}", f"must be true or false, got {provider[flag]!r}")
 
 
-def _overlaid(data: dict[str, Any], overlay: str) -> dict[str, Any]:
+def _overlaid(data: JSONObject, overlay: str) -> JSONObject:
     try:
         extra = json.loads(Path(overlay).read_text())
     except (OSError, ValueError) as exc:
@@ -178,13 +187,18 @@ def _overlaid(data: dict[str, Any], overlay: str) -> dict[str, Any]:
     merged = dict(data)
     for section in ("models", "providers", "defaults"):
         if section == "defaults":
-            merged[section] = {**data.get(section, {}), **extra.get(section, {})}
+            merged[section] = {**_object(data.get(section)), **extra.get(section, {})}
             continue
-        combined = dict(data.get(section, {}))
+        combined = _object(data.get(section))
         for name, entry in extra.get(section, {}).items():
-            combined[name] = {**combined.get(name, {}), **entry}
+            combined[name] = {**_object(combined.get(name)), **entry}
         merged[section] = combined
     return merged
+
+
+def _object(value: JSONValue) -> JSONObject:
+    """A copy of ``value``, a JSON object by ``validate_catalog``'s check (a missing section: an empty one)."""
+    return dict(value) if isinstance(value, dict) else {}
 
 
 @lru_cache(maxsize=4)

@@ -7,6 +7,10 @@ tool-use failed -> recover the call from ``failed_generation`` or retry once wit
 next; auth -> skip every model of that provider; transient -> next. A bad request is not retried elsewhere.
 Every switch is a ``ModelFallback`` item (the engine turns it into an event, a log line and a metric).
 
+``stream`` holds the ordering and the fallback; what it asks along the way has its own place: fitting the conversation
+to the models' windows is ``context.fit`` (a pure decision, also the HTTP pre-check's through ``can_hold``), what a
+failure teaches about a model is ``health.ChainHealth``, and the tool-call recovery is ``recovery``.
+
 Health (cooldowns, disabled models) lives as long as the container; stickiness lives for one turn:
 ``chain.for_turn()`` returns a chain that keeps using the model that last worked.
 
@@ -20,11 +24,10 @@ from __future__ import annotations
 
 import asyncio
 import json
-import time
 from collections.abc import AsyncIterator, Awaitable, Callable
-from dataclasses import dataclass, field, replace
-from typing import Any
+from dataclasses import dataclass
 
+from chatloop.jsontypes import JSONObject
 from chatloop.providers.base import (
     ChatModel,
     ContextFit,
@@ -35,53 +38,29 @@ from chatloop.providers.base import (
     TextDelta,
 )
 from chatloop.providers.catalog import Catalog
-from chatloop.providers.context import ANSWER_RESERVE_TOKENS, TokenEstimator, trim
+from chatloop.providers.context import Window, fit, fitted
 from chatloop.providers.errors import (
     AllModelsFailed,
     AuthFailed,
     BadRequest,
     ContextTooLong,
     ModelError,
-    ModelGone,
-    RateLimited,
-    RequestTooLarge,
     ToolUseFailed,
-    Transient,
 )
-from chatloop.providers.textcalls import find_text_calls, tool_keys
+from chatloop.providers.health import ChainHealth, provider_of
+from chatloop.providers.recovery import may_retry, recovered_calls, with_corrective_note
 
-DEFAULT_RATE_LIMIT_COOLDOWN = 20.0
-"""Cooldown after a 429 that says nothing about when to come back."""
-TRANSIENT_COOLDOWN = 5.0
-AUTH_COOLDOWN = 60.0
-TOOL_USE_NOTE = (
-    "Your previous tool call could not be parsed ({detail}). Call tools only with the official function-calling "
-    "format and valid JSON arguments that match the schema, or answer in plain text."
-)
+__all__ = ["ChainHealth", "FallbackChain", "estimate_tokens"]
 
 
 @dataclass
-class ChainHealth:
-    """What the chain has learned about its models; shared by every turn in the container."""
+class _Attempt:
+    """How one model's try went: filled in by the helper that streams it (an async generator returns nothing)."""
 
-    cooldown_until: dict[str, float] = field(default_factory=dict)
-    disabled: dict[str, str] = field(default_factory=dict)
-    rate_limited: set[str] = field(default_factory=set)
-    """Models whose current cooldown comes from a rate limit (not a transient or auth failure)."""
-    estimator: TokenEstimator = field(default_factory=TokenEstimator)
-    """Characters per token as each model has reported it: the context check's calibration."""
-    clock: Callable[[], float] = time.monotonic
-
-    def cooling(self, name: str) -> float:
-        """Seconds until ``name`` may be called again (0 when it may be called now)."""
-        return max(0.0, self.cooldown_until.get(name, 0.0) - self.clock())
-
-    def cool(self, name: str, seconds: float, rate_limit: bool = False) -> None:
-        self.cooldown_until[name] = max(self.cooldown_until.get(name, 0.0), self.clock() + seconds)
-        if rate_limit:
-            self.rate_limited.add(name)
-        else:
-            self.rate_limited.discard(name)
+    error: ModelError | None = None
+    """The failure another model may fix; None when the model answered."""
+    streamed: bool = False
+    """Whether its last call streamed text (void, when it then failed)."""
 
 
 class FallbackChain:
@@ -128,10 +107,13 @@ class FallbackChain:
             models, catalog=self.catalog, health=self.health, max_wait=self.max_wait, sleep=self._sleep
         )
 
-    # --- the ChatModel ------------------------------------------------------------------------
+    # --- the ChatModel: ordering and fallback ------------------------------------------------------
     async def stream(self, request: ModelRequest) -> AsyncIterator[StreamItem]:
-        request, fit, self._needs = self._fit(request)
-        yield fit
+        """The first usable model's answer, in chain order (the turn's sticky model first); each failure another
+        model may fix is a ``ModelFallback`` to the next; when none is left, a short cooldown may be slept out once,
+        else ``AllModelsFailed``."""
+        request, fit_item, self._needs = self._fit(request)
+        yield fit_item
         failures: list[ModelError] = []
         skipped: list[str] = []
         min_context = 0
@@ -144,140 +126,140 @@ class FallbackChain:
             if why_not:
                 skipped.append(f"{model.name}: {why_not}")
                 continue
-            attempt, retried = request, False
-            error: ModelError
-            while True:
-                streamed = False
-                try:
-                    async for item in model.stream(attempt):
-                        if isinstance(item, TextDelta):
-                            streamed = True
-                        elif isinstance(item, ModelResponse) and item.usage is not None:
-                            self.health.estimator.observe(model.name, attempt, item.usage.prompt_tokens)
-                        yield item
-                    self._sticky = model
-                    return
-                except ToolUseFailed as exc:
-                    found = find_text_calls(
-                        exc.failed_generation or "", tool_keys(request.tools or []), offered_only=True
-                    )
-                    if found:
-                        self._sticky = model
-                        yield ModelResponse(
-                            model=model.name, tool_calls=found.calls, finish_reason="tool_calls"
-                        )
-                        return
-                    if not retried and request.deadline.remaining() > 1.0:
-                        retried = True
-                        note = TOOL_USE_NOTE.format(detail=exc.message[:200])
-                        attempt = replace(
-                            request, messages=[*request.messages, {"role": "system", "content": note}]
-                        )
-                        yield ModelFallback(
-                            model.name,
-                            model.name,
-                            exc.kind,
-                            discard_partial=streamed,
-                            message="retrying once with a corrective note",
-                        )
-                        continue
-                    error = exc
-                except ModelError as exc:
-                    if not exc.fallback and not self._guessed(model, request, exc):
-                        raise
-                    error = exc
-                break
+            attempt = _Attempt()
+            async for item in self._try(model, request, attempt):
+                yield item
+            if attempt.error is None:
+                self._sticky = model
+                return
+            error = attempt.error
             failures.append(error)
-            min_context = self._learn(model, error, request, min_context)
+            min_context = self._learn(model, error, min_context)
             if isinstance(error, ContextTooLong):
-                # Larger known windows first; unknown ones after them, still tried.
-                order = order[:i] + sorted(
-                    order[i:], key=lambda m: -(self.catalog.get(m.name).context_window or 0)
-                )
+                order = order[:i] + self._largest_first(order[i:])
             next_model = self._next_usable(order[i:], request, min_context)
             yield ModelFallback(
                 model.name,
                 next_model.name if next_model else None,
                 error.kind,
                 retry_after=error.retry_after,
-                discard_partial=streamed,
+                discard_partial=attempt.streamed,
                 message=error.message,
             )
         # Nothing left. A short rate-limit wait that fits the deadline is worth sleeping out once.
         waited = await self._wait_for_cooldown(request, min_context)
         if waited is not None:
-            try:
-                async for item in waited.stream(request):
-                    yield item
+            attempt = _Attempt()
+            async for item in self._try_after_wait(waited, request, attempt):
+                yield item
+            if attempt.error is None:
                 self._sticky = waited
                 return
-            except ModelError as exc:
-                if not exc.fallback:
-                    raise
-                self._learn(waited, exc, request, min_context)
-                failures.append(exc)
+            self._learn(waited, attempt.error, min_context)
+            failures.append(attempt.error)
+        raise self._all_failed(failures, skipped)
+
+    def _all_failed(self, failures: list[ModelError], skipped: list[str]) -> AllModelsFailed:
+        """The turn's last error: every call that failed and every model passed over, and when every model is
+        cooling down after a rate limit, how long until the first may be called (the client's retry-after)."""
         detail = "; ".join([f"{e.model}: {e.kind}" for e in failures] + skipped) or "no model configured"
-        raise AllModelsFailed(
-            f"every model in the chain failed ({detail})", failures, self._rate_limited_for()
+        return AllModelsFailed(
+            f"every model in the chain failed ({detail})",
+            failures,
+            self.health.rate_limited_for(self.entries()),
         )
+
+    # --- one model's try ----------------------------------------------------------------------
+    async def _try(
+        self, model: ChatModel, request: ModelRequest, attempt: _Attempt
+    ) -> AsyncIterator[StreamItem]:
+        """``model``'s answer to ``request``, streamed. A tool call it failed to format is recovered from the
+        failure's text, or asked for once more with a corrective note (a ``ModelFallback`` to itself says so). A
+        failure another model may fix is left in ``attempt.error``; any other is raised."""
+        sent, retried = request, False
+        while True:
+            attempt.streamed = False
+            try:
+                async for item in model.stream(sent):
+                    if isinstance(item, TextDelta):
+                        attempt.streamed = True
+                    elif isinstance(item, ModelResponse) and item.usage is not None:
+                        self.health.estimator.observe(model.name, sent, item.usage.prompt_tokens)
+                    yield item
+                return
+            except ToolUseFailed as exc:
+                response = recovered_calls(exc, request, model.name)
+                if response is not None:
+                    yield response
+                    return
+                if not retried and may_retry(request):
+                    retried, sent = True, with_corrective_note(request, exc)
+                    yield ModelFallback(
+                        model.name,
+                        model.name,
+                        exc.kind,
+                        discard_partial=attempt.streamed,
+                        message="retrying once with a corrective note",
+                    )
+                    continue
+                attempt.error = exc
+            except ModelError as exc:
+                if not exc.fallback and not self._guessed(model, request, exc):
+                    raise
+                attempt.error = exc
+            return
+
+    async def _try_after_wait(
+        self, model: ChatModel, request: ModelRequest, attempt: _Attempt
+    ) -> AsyncIterator[StreamItem]:
+        """The last resort's call, once its cooldown was slept out: as it comes, no recovery, no second try."""
+        try:
+            async for item in model.stream(request):
+                yield item
+        except ModelError as exc:
+            if not exc.fallback:
+                raise
+            attempt.error = exc
+
+    async def _wait_for_cooldown(self, request: ModelRequest, min_context: int) -> ChatModel | None:
+        """The model whose cooldown ends first, after sleeping it out, when that is short and fits the deadline."""
+        candidates = [
+            (self.health.cooling(m.name), m)
+            for m in self.models
+            if (self._unusable(m, request, min_context) or "").startswith("cooling")
+        ]
+        if not candidates:
+            return None
+        wait, model = min(candidates, key=lambda c: c[0])
+        if wait > self.max_wait or wait + 1.0 > request.deadline.remaining():
+            return None
+        await self._sleep(wait)
+        return model
 
     # --- the context window ------------------------------------------------------------------
     def _fit(self, request: ModelRequest) -> tuple[ModelRequest, ContextFit, dict[str, int]]:
-        """Pass over models whose window cannot hold ``request``; when none can, trim it to fit the largest. Also
-        returns what the request sent needs of each model's window (the conversation is read once for all)."""
+        """``request`` fitted to the windows of the models that may take it (``context.fit``), the ``ContextFit``
+        to report, and what it needs of each model's window (the conversation is read once for all)."""
         self._needs = {}
         candidates = [m for m in self._order() if not self._unusable(m, request, 0)] or self._order()
-        estimator = self.health.estimator
-        windows = {m.name: self.catalog.get(m.name).context_window for m in candidates}
-        needs = estimator.needs(request, [m.name for m in self.models])
-        holding = [
-            m for m in candidates if windows[m.name] is None or needs[m.name] <= (windows[m.name] or 0)
-        ]
-        if holding:
-            first = holding[0].name
-            skipped = [m.name for m in candidates[: candidates.index(holding[0])]]
-            action = "skip" if skipped else "fits"
-            return request, ContextFit(action, needs[first], windows[first], first, skipped), needs
-        target = max(candidates, key=lambda m: windows[m.name] or 0).name
-        window = windows[target] or 0
-        if not request.allow_trimming:  # the client said no (truncation: disabled): refuse rather than trim
-            refusal = ContextTooLong(
-                f"the conversation needs about {needs[target]} tokens, more than the largest window in the chain "
-                f"({window}); trimming is disabled for this request (truncation: disabled)",
-                model=target,
-            )
-            refusal.fallback = False
-            raise refusal
-        trimmed = trim(request.messages, estimator.fits_in(request, target, window))
-        fitted = replace(request, messages=trimmed.messages)
-        needs = estimator.needs(fitted, [m.name for m in self.models])
-        skipped = [m.name for m in candidates if m.name != target]
-        fit = ContextFit("trim", needs[target], window, target, skipped, trimmed.dropped, trimmed.shortened)
-        # Trimmed as far as the policy goes: the largest window is still tried (its own error may follow).
-        needs.pop(target)
-        return fitted, fit, needs
+        needs = self.health.estimator.needs(request, self.entries())
+        fitting = fit([self._window(m.name, needs[m.name]) for m in candidates], request.allow_trimming)
+        return fitted(request, fitting, self.health.estimator, needs)
 
-    def can_hold(self, messages: list[dict[str, Any]], max_tokens: int | None) -> tuple[bool, int]:
+    def can_hold(self, messages: list[JSONObject], max_tokens: int | None) -> tuple[bool, int]:
         """Whether any model of the chain could hold ``messages`` (whatever else the turn adds), and the largest
         known window: a model whose window is unknown could."""
-        estimator = self.health.estimator
-        largest = 0
-        for model in self.models:
-            window = self.catalog.get(model.name).context_window
-            if window is None:
-                return True, largest
-            need = estimator.prompt_tokens(messages, None, model.name) + (max_tokens or ANSWER_RESERVE_TOKENS)
-            if need <= window:
-                return True, window
-            largest = max(largest, window)
-        return False, largest
+        needs = self.health.estimator.needs_of(messages, None, max_tokens, self.entries())
+        fitting = fit([self._window(name, needs[name]) for name in self.entries()], allow_trimming=False)
+        passed = [w.size or 0 for w in fitting.windows[: len(fitting.skipped)]]
+        return fitting.holds, fitting.window if fitting.window is not None else max(passed, default=0)
 
-    def _rate_limited_for(self) -> float | None:
-        """Seconds until the first model may be called again, when every model is cooling down after a rate
-        limit (the client should come back then); None when any model failed for another reason."""
-        waits = [self.health.cooling(m.name) for m in self.models]
-        rate_limited = all(m.name in self.health.rate_limited for m in self.models)
-        return min(waits) if rate_limited and all(w > 0 for w in waits) else None
+    def _window(self, name: str, need: int) -> Window:
+        return Window(name, self.catalog.get(name).context_window, need)
+
+    def _largest_first(self, models: list[ChatModel]) -> list[ChatModel]:
+        """Larger known windows first; unknown ones after them, still tried."""
+        return sorted(models, key=lambda m: -(self.catalog.get(m.name).context_window or 0))
 
     # --- choosing -----------------------------------------------------------------------------
     def _order(self) -> list[ChatModel]:
@@ -288,8 +270,7 @@ class FallbackChain:
     def _unusable(self, model: ChatModel, request: ModelRequest, min_context: int) -> str | None:
         if model.name in self.health.disabled:
             return f"disabled ({self.health.disabled[model.name]})"
-        provider = model.name.partition(":")[0]
-        if provider in self._failed_providers:
+        if provider_of(model.name) in self._failed_providers:
             return "provider authentication failed"
         wait = self.health.cooling(model.name)
         if wait > 0:
@@ -324,45 +305,16 @@ class FallbackChain:
     ) -> ChatModel | None:
         return next((m for m in rest if not self._unusable(m, request, min_context)), None)
 
-    def _learn(self, model: ChatModel, error: ModelError, request: ModelRequest, min_context: int) -> int:
+    def _learn(self, model: ChatModel, error: ModelError, min_context: int) -> int:
         """Update health after ``error``; returns the context size later candidates must exceed."""
-        if isinstance(error, RateLimited):
-            self.health.cool(
-                model.name,
-                error.retry_after if error.retry_after is not None else DEFAULT_RATE_LIMIT_COOLDOWN,
-                rate_limit=True,
-            )
-        elif isinstance(error, ModelGone):
-            self.health.disabled[model.name] = error.message[:200]
-        elif isinstance(error, AuthFailed):
-            # A bad key stays bad until it is replaced: skip the provider this turn, and for a minute after.
-            provider = model.name.partition(":")[0]
-            self._failed_providers.add(provider)
-            for other in self.models:
-                if other.name.partition(":")[0] == provider:
-                    self.health.cool(other.name, AUTH_COOLDOWN)
-        elif isinstance(error, Transient):
-            self.health.cool(model.name, TRANSIENT_COOLDOWN)
+        self.health.learn(error, model.name, self.entries())
+        if isinstance(
+            error, AuthFailed
+        ):  # skip the provider for the rest of the turn, not only for its cooldown
+            self._failed_providers.add(provider_of(model.name))
         elif isinstance(error, ContextTooLong):
             return max(min_context, self.catalog.get(model.name).context_window or 0)
-        elif isinstance(error, RequestTooLarge):
-            pass  # the tier's TPM, not the model, is the limit: another model may take it
         return min_context
-
-    async def _wait_for_cooldown(self, request: ModelRequest, min_context: int) -> ChatModel | None:
-        """The model whose cooldown ends first, after sleeping it out, when that is short and fits the deadline."""
-        candidates = [
-            (self.health.cooling(m.name), m)
-            for m in self.models
-            if (self._unusable(m, request, min_context) or "").startswith("cooling")
-        ]
-        if not candidates:
-            return None
-        wait, model = min(candidates, key=lambda c: c[0])
-        if wait > self.max_wait or wait + 1.0 > request.deadline.remaining():
-            return None
-        await self._sleep(wait)
-        return model
 
 
 def estimate_tokens(request: ModelRequest) -> int:

@@ -19,8 +19,8 @@ import json
 import re
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
-from typing import Any
 
+from chatloop.jsontypes import JSONObject, JSONValue
 from chatloop.providers.base import ModelRequest, ModelResponse, StreamItem, TextDelta, ToolCall, Usage
 from chatloop.providers.schema_values import Hints, value_for
 
@@ -137,37 +137,37 @@ class DemoModel:
         )
         return self._answer(request, text, question)
 
-    def _chosen_tool(self, request: ModelRequest, question: str, answered: bool) -> dict[str, Any] | None:
+    def _chosen_tool(self, request: ModelRequest, question: str, answered: bool) -> JSONObject | None:
         """The tool ``tool_choice`` asks for: the named one, or for ``required`` the client tool the question
         mentions (else the first). A calculation under ``required`` goes to execute_javascript as usual, and so does
         ``required`` with no client tool offered. Nothing for ``auto``, ``none`` or no choice."""
         choice = request.tool_choice
-        tools = {t["function"]["name"]: t["function"] for t in request.tools or []}
+        tools = _functions(request)
         if isinstance(choice, dict):
-            named: dict[str, Any] | None = tools.get(choice.get("function", {}).get("name", ""))
-            return named
+            named = choice.get("function")
+            return tools.get(_name_of(named) or "") if isinstance(named, dict) else None
         if choice != "required" or not tools:
             return None
-        client = [f for n, f in tools.items() if n not in self.server_tools]
+        client = {n: f for n, f in tools.items() if n not in self.server_tools}
         if not client or (not answered and calculation_for(question) and "execute_javascript" in tools):
-            fallback: dict[str, Any] = tools.get("execute_javascript") or next(iter(tools.values()))
-            return fallback
+            return tools.get("execute_javascript") or next(iter(tools.values()))
         asked = set(re.findall(r"[a-z]{4,}", question[:QUESTION_CHARS].lower()))
-        mentioned = [f for f in client if asked & set(re.findall(r"[a-z]{4,}", f["name"].lower()))]
-        chosen: dict[str, Any] = (mentioned or client)[0]
-        return chosen
+        mentioned = [f for n, f in client.items() if asked & set(re.findall(r"[a-z]{4,}", n.lower()))]
+        return (mentioned or list(client.values()))[0]
 
     def _call(
-        self, request: ModelRequest, function: dict[str, Any], question: str, result: Any = None
+        self, request: ModelRequest, function: JSONObject, question: str, result: JSONValue = None
     ) -> ModelResponse:
         """A call to ``function``; a client tool's arguments are drawn, like a structured answer, from the latest
         tool result when it is a number (the sandbox's 20789.28), else from the question."""
-        if function["name"] == "execute_javascript":
+        name = _name_of(function) or ""
+        arguments: JSONValue
+        if name == "execute_javascript":
             plan = calculation_for(question)
             arguments = {"code": plan[0] if plan else "'no calculation found in the question'"}
         else:
             arguments = value_for(function.get("parameters") or {"type": "object"}, _hints(question, result))
-        call = ToolCall(f"call_demo_{len(request.messages)}", function["name"], json.dumps(arguments))
+        call = ToolCall(f"call_demo_{len(request.messages)}", name, json.dumps(arguments))
         return ModelResponse(
             model=self.name, tool_calls=[call], finish_reason="tool_calls", usage=_usage(request, 20)
         )
@@ -194,12 +194,17 @@ class DemoModel:
         who = f"{result.name} returned" if result.name else "The tool returned"
         return f"{who}: {_quoted(result.content)}."
 
-    def _answer(self, request: ModelRequest, text: str, question: str, result: Any = None) -> ModelResponse:
+    def _answer(
+        self, request: ModelRequest, text: str, question: str, result: JSONValue = None
+    ) -> ModelResponse:
         """Text with the demo's label, or JSON when the request asks for a response format."""
         response_format = request.response_format or {}
         if response_format.get("type") == "json_schema":
             hints = _hints(question, result, text)
-            content = json.dumps(value_for(response_format["json_schema"].get("schema") or {}, hints))
+            spec = response_format.get("json_schema")
+            content = json.dumps(
+                value_for((spec.get("schema") if isinstance(spec, dict) else None) or {}, hints)
+            )
         elif response_format.get("type") == "json_object":
             content = json.dumps({"answer": text, "result": result, "model": self.name, "note": LABEL})
         else:
@@ -212,37 +217,55 @@ class DemoModel:
         )
 
 
-def _hints(question: str, result: Any = None, text: str | None = None) -> Hints:
+def _hints(question: str, result: JSONValue = None, text: str | None = None) -> Hints:
     """What a structured value is drawn from: the question's words, and the tool's result when it is a number (else
     the question's numbers)."""
     asked = Hints.from_text(question)
-    numbers = [float(result)] if _is_number(result) else asked.numbers
+    number = _number(result)
+    numbers = [number] if number is not None else asked.numbers
     return Hints(words=asked.words, numbers=numbers, text=asked.text if text is None else text)
 
 
-def _is_number(value: Any) -> bool:
+def _number(value: JSONValue) -> float | None:
+    """``value`` as a float when it is a number or a string that reads as one (never a bool)."""
+    if isinstance(value, bool) or not isinstance(value, int | float | str):
+        return None
     try:
-        float(value)
-    except (TypeError, ValueError):
-        return False
-    return not isinstance(value, bool)
+        return float(value)
+    except ValueError:
+        return None
+
+
+def _name_of(function: JSONObject) -> str | None:
+    name = function.get("name")
+    return name if isinstance(name, str) else None
+
+
+def _functions(request: ModelRequest) -> dict[str, JSONObject]:
+    """The functions of the request's tools, by name."""
+    functions: dict[str, JSONObject] = {}
+    for tool in request.tools or []:
+        function = tool.get("function")
+        if isinstance(function, dict) and (name := _name_of(function)) is not None:
+            functions[name] = function
+    return functions
 
 
 @dataclass(frozen=True)
 class _ToolResult:
     content: str
     """The tool message's text, as it came."""
-    body: dict[str, Any]
+    body: JSONObject
     """Its JSON when that is an object, else ``{"result": <the JSON or the text>}``."""
     name: str | None = None
 
 
-def _quoted(value: Any) -> str:
+def _quoted(value: JSONValue) -> str:
     text = value if isinstance(value, str) else json.dumps(value, ensure_ascii=False, default=str)
     return text if len(text) <= RESULT_CHARS else text[: RESULT_CHARS - 1] + "…"
 
 
-def _current_turn(messages: list[dict[str, Any]]) -> tuple[str, list[_ToolResult]]:
+def _current_turn(messages: list[JSONObject]) -> tuple[str, list[_ToolResult]]:
     """The last user message and the tool results that came after it."""
     question, results = "", list[_ToolResult]()
     for message in messages:

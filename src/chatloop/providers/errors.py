@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
-from typing import Any
 
 from chatloop.observability import redact
 
@@ -58,8 +57,16 @@ class ToolUseFailed(ModelError):
 
     kind = "tool_use_failed"
 
-    def __init__(self, message: str, *, failed_generation: str | None = None, **kw: Any):
-        super().__init__(message, **kw)
+    def __init__(
+        self,
+        message: str,
+        *,
+        failed_generation: str | None = None,
+        model: str = "",
+        status: int | None = None,
+        retry_after: float | None = None,
+    ):
+        super().__init__(message, model=model, status=status, retry_after=retry_after)
         self.failed_generation = failed_generation
 
 
@@ -142,33 +149,36 @@ def retry_after_from(headers: Mapping[str, str], message: str) -> float | None:
 
 
 def classify(
-    status: int | None, body: Any, headers: Mapping[str, str] | None = None, model: str = ""
+    status: int | None, body: object, headers: Mapping[str, str] | None = None, model: str = ""
 ) -> ModelError:
-    """Map an HTTP error from an OpenAI-compatible API to a ModelError subclass."""
+    """Map an HTTP error from an OpenAI-compatible API to a ModelError subclass. ``body`` is the error's JSON as
+    the SDK parsed it (an object, usually ``{"error": {...}}``), or whatever else it had."""
     headers = headers or {}
     error = body.get("error", body) if isinstance(body, dict) else {}
     error = error if isinstance(error, dict) else {"message": str(error)}
     code = str(error.get("code") or "")
     message = str(error.get("message") or body or f"HTTP {status}")
-    kw: dict[str, Any] = {"model": model, "status": status}
     lowered = message.lower()
 
     if status == 413 or (code == "rate_limit_exceeded" and "request too large" in lowered):
-        return RequestTooLarge(message, **kw)
+        return RequestTooLarge(message, model=model, status=status)
     if status == 429:
-        return RateLimited(message, retry_after=retry_after_from(headers, message), **kw)
+        return RateLimited(
+            message, model=model, status=status, retry_after=retry_after_from(headers, message)
+        )
     if (
         code == "context_length_exceeded"
         or "reduce the length of the messages" in lowered
         or ("context" in lowered and ("length" in lowered or "window" in lowered) and status == 400)
     ):
-        return ContextTooLong(message, **kw)
+        return ContextTooLong(message, model=model, status=status)
     if code in {"model_decommissioned", "model_not_found"} or status == 404:
-        return ModelGone(message, **kw)
+        return ModelGone(message, model=model, status=status)
     if code == "tool_use_failed":
-        return ToolUseFailed(message, failed_generation=error.get("failed_generation"), **kw)
+        generation = error.get("failed_generation")
+        return ToolUseFailed(message, model=model, status=status, failed_generation=generation)
     if status in (401, 403):
-        return AuthFailed(message, **kw)
+        return AuthFailed(message, model=model, status=status)
     if status is None or status >= 500 or status in (408, 409, 498):
-        return Transient(message, **kw)
-    return BadRequest(message, **kw)
+        return Transient(message, model=model, status=status)
+    return BadRequest(message, model=model, status=status)

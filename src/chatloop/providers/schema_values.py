@@ -22,8 +22,10 @@ from __future__ import annotations
 import json
 import math
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+
+from chatloop.jsontypes import JSONObject, JSONValue
 
 MAX_DEPTH = 8
 """Levels of nesting filled (a ``$ref`` counts as one); deeper values are ``None``."""
@@ -99,12 +101,12 @@ class Hints:
         return cls(words=words, numbers=[n for n in numbers if math.isfinite(n)], text=text.strip())
 
 
-def value_for(schema: Any, hints: Hints | None = None) -> Any:
+def value_for(schema: JSONValue, hints: Hints | None = None) -> JSONValue:
     """A value that validates against ``schema`` (a dict; ``True``/``{}`` accept anything), within the caps above."""
     return _Filler(schema if isinstance(schema, dict) else {}, hints or Hints()).value(schema, "", 0)
 
 
-def finite(value: Any) -> float | None:
+def finite(value: object) -> float | None:
     """``value`` as a finite float, or None for anything else (a string, a bool, NaN, an infinity, 10**400)."""
     if isinstance(value, bool) or not isinstance(value, int | float):
         return None
@@ -115,7 +117,7 @@ def finite(value: Any) -> float | None:
     return number if math.isfinite(number) else None
 
 
-def count(value: Any, default: int, cap: int) -> int:
+def count(value: object, default: int, cap: int) -> int:
     """A size bound (``minItems``, ``maxLength``...) as an int in ``[0, cap]``; ``default`` when it is not a number."""
     number = finite(value)
     if number is None:
@@ -124,13 +126,13 @@ def count(value: Any, default: int, cap: int) -> int:
 
 
 class _Filler:
-    def __init__(self, root: dict[str, Any], hints: Hints):
+    def __init__(self, root: JSONObject, hints: Hints):
         self.root = root
         self.hints = hints
         self.nodes = MAX_NODES
         self.chars = MAX_OUTPUT_CHARS
 
-    def value(self, schema: Any, name: str, depth: int) -> Any:
+    def value(self, schema: JSONValue, name: str, depth: int) -> JSONValue:
         self.nodes -= 1
         if depth > MAX_DEPTH or self.nodes < 0 or self.chars <= 0:
             return None
@@ -155,7 +157,7 @@ class _Filler:
                 return self.value(options[0], name, depth + 1)
         parts = schema.get("allOf")
         if isinstance(parts, list) and parts:
-            merged: dict[str, Any] = {}
+            merged: JSONObject = {}
             for part in parts[:MAX_ITEMS]:
                 if isinstance(part, dict):
                     merged.update(self._resolve(part["$ref"]) if "$ref" in part else part)
@@ -168,7 +170,7 @@ class _Filler:
         filler = _KINDS.get(kind if isinstance(kind, str) else "string", _KINDS["string"])
         return filler(self, schema, name, depth)
 
-    def _given(self, value: Any) -> Any:
+    def _given(self, value: JSONValue) -> JSONValue:
         """A ``const``, ``default`` or ``enum`` value from the schema, charged to the output budget."""
         try:
             size = len(json.dumps(value))
@@ -181,19 +183,19 @@ class _Filler:
         text = self.hints.words[0] if self.hints.words and len(self.hints.words[0]) < 40 else self.hints.text
         return (text or name or "value")[:MAX_HINT_CHARS]
 
-    def _resolve(self, ref: Any) -> dict[str, Any]:
+    def _resolve(self, ref: JSONValue) -> JSONObject:
         if not isinstance(ref, str):
             return {}
-        node: Any = self.root
+        node: JSONValue = self.root
         for part in ref.removeprefix("#/").split("/")[: MAX_DEPTH * 4]:
             node = node.get(part, {}) if isinstance(node, dict) else {}
         return node if isinstance(node, dict) else {}
 
-    def _object(self, schema: dict[str, Any], name: str, depth: int) -> dict[str, Any]:
+    def _object(self, schema: JSONObject, name: str, depth: int) -> JSONObject:
         properties = schema.get("properties")
         if not isinstance(properties, dict):
             return {}
-        out: dict[str, Any] = {}
+        out: JSONObject = {}
         for key, sub in properties.items():
             if self.nodes <= 0 or self.chars <= 0:
                 break
@@ -201,11 +203,11 @@ class _Filler:
             out[key] = self.value(sub, key, depth + 1)
         return out
 
-    def _array(self, schema: dict[str, Any], name: str, depth: int) -> list[Any]:
+    def _array(self, schema: JSONObject, name: str, depth: int) -> list[JSONValue]:
         wanted = max(1, count(schema.get("minItems"), 1, MAX_ITEMS))
         wanted = min(wanted, count(schema.get("maxItems"), MAX_ITEMS, MAX_ITEMS))
         items = schema.get("items", {})
-        out = []
+        out: list[JSONValue] = []
         for _ in range(wanted):
             if self.nodes <= 0 or self.chars <= 0:
                 break
@@ -213,7 +215,7 @@ class _Filler:
             out.append(self.value(items, name, depth + 1))
         return out
 
-    def _string(self, schema: dict[str, Any], name: str, depth: int) -> str:
+    def _string(self, schema: JSONObject, name: str, depth: int) -> str:
         text = self._text(name)
         low = count(schema.get("minLength"), 0, max(self.chars, 0))
         high = count(schema.get("maxLength"), MAX_OUTPUT_CHARS, MAX_OUTPUT_CHARS)
@@ -222,7 +224,7 @@ class _Filler:
         self.chars -= len(text) + 2
         return text
 
-    def _number(self, schema: dict[str, Any], name: str, depth: int) -> float:
+    def _number(self, schema: JSONObject, name: str, depth: int) -> float:
         number = self.hints.numbers[0] if self.hints.numbers else 0.0
         low, high = _bounds(schema)
         if low is not None and number < low:
@@ -232,22 +234,22 @@ class _Filler:
         self.chars -= 24
         return number
 
-    def _integer(self, schema: dict[str, Any], name: str, depth: int) -> int:
+    def _integer(self, schema: JSONObject, name: str, depth: int) -> int:
         number = self._number(schema, name, depth)
         low, _ = _bounds(schema)
         whole = math.ceil(number) if low is not None and number <= low else math.floor(number)
         return whole if abs(whole) < 2**63 else 0
 
-    def _boolean(self, schema: dict[str, Any], name: str, depth: int) -> bool:
+    def _boolean(self, schema: JSONObject, name: str, depth: int) -> bool:
         self.chars -= 5
         return True
 
-    def _null(self, schema: dict[str, Any], name: str, depth: int) -> None:
+    def _null(self, schema: JSONObject, name: str, depth: int) -> None:
         self.chars -= 4
         return None
 
 
-def _bounds(schema: dict[str, Any]) -> tuple[float | None, float | None]:
+def _bounds(schema: JSONObject) -> tuple[float | None, float | None]:
     """The lowest and highest number a schema allows (exclusive bounds, numeric or draft-4 booleans, stepped past by
     one); None where it sets none, or sets one that is not a finite number."""
     low, high = finite(schema.get("minimum")), finite(schema.get("maximum"))
@@ -263,7 +265,7 @@ def _bounds(schema: dict[str, Any]) -> tuple[float | None, float | None]:
     return low, high
 
 
-_KINDS = {
+_KINDS: dict[str, Callable[[_Filler, JSONObject, str, int], JSONValue]] = {
     "object": _Filler._object,
     "array": _Filler._array,
     "string": _Filler._string,

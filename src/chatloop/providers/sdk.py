@@ -17,8 +17,9 @@ import asyncio
 import importlib
 import os
 import weakref
-from collections.abc import AsyncIterator
-from typing import Any
+from collections.abc import AsyncIterable, AsyncIterator, Awaitable
+from types import ModuleType
+from typing import Protocol
 
 from chatloop.deadline import until
 from chatloop.providers.base import ModelRequest, ModelResponse, StreamItem, TextDelta, Usage
@@ -29,9 +30,26 @@ from chatloop.textsafe import text_safe
 
 # One client per event loop (an httpx pool belongs to its loop), then per SDK, key and base URL. Keyed by the loop
 # object, not its id(): a later loop can reuse a dead loop's id and would get a client bound to that dead loop.
-_CLIENTS: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, dict[tuple[Any, ...], Any]] = (
-    weakref.WeakKeyDictionary()
-)
+_CLIENTS: weakref.WeakKeyDictionary[
+    asyncio.AbstractEventLoop, dict[tuple[str, str | None, str | None], _AsyncClient]
+] = weakref.WeakKeyDictionary()
+
+
+class _Completions(Protocol):
+    def create(self, **params: object) -> Awaitable[AsyncIterable[object]]: ...
+
+
+class _Chat(Protocol):
+    @property
+    def completions(self) -> _Completions: ...
+
+
+class _AsyncClient(Protocol):
+    """What this adapter uses of ``groq.AsyncGroq`` / ``openai.AsyncOpenAI`` (imported lazily, so not named here):
+    a streamed ``chat.completions.create``, whose chunks are read with ``field_of``."""
+
+    @property
+    def chat(self) -> _Chat: ...
 
 
 class SDKChatModel:
@@ -58,30 +76,30 @@ class SDKChatModel:
         )
 
     # --- the client --------------------------------------------------------------------------
-    def _sdk(self) -> Any:
+    def _sdk(self) -> ModuleType:
         return importlib.import_module(self.sdk_module)
 
-    def _client(self) -> Any:
+    def _client(self) -> _AsyncClient:
         clients = _CLIENTS.setdefault(asyncio.get_running_loop(), {})
         key = (self.sdk_module, self._api_key, self._base_url)
         client = clients.get(key)
         if client is None:
             cls = getattr(self._sdk(), self.client_class)
-            kwargs: dict[str, Any] = {"api_key": self._api_key or "missing", "max_retries": 0}
+            kwargs: dict[str, str | int] = {"api_key": self._api_key or "missing", "max_retries": 0}
             if self._base_url:
                 kwargs["base_url"] = self._base_url
             client = clients[key] = cls(**kwargs)
         return client
 
     # --- a call ------------------------------------------------------------------------------
-    def params(self, request: ModelRequest) -> dict[str, Any]:
+    def params(self, request: ModelRequest) -> dict[str, object]:
         """The create() parameters: only what was asked for, less what this model rejects."""
         messages = request.messages
         if not self.provider.tool_message_name:
             messages = [
                 {k: v for k, v in m.items() if k != "name"} if m["role"] == "tool" else m for m in messages
             ]
-        params: dict[str, Any] = {"model": self.info.model_id, "messages": messages, "stream": True}
+        params: dict[str, object] = {"model": self.info.model_id, "messages": messages, "stream": True}
         if self.provider.stream_usage:
             params["stream_options"] = {"include_usage": True}
         if request.tools:
@@ -159,7 +177,7 @@ class SDKChatModel:
             usage=usage,
         )
 
-    def _error(self, sdk: Any, exc: Exception, streamed: bool) -> ModelError:
+    def _error(self, sdk: ModuleType, exc: Exception, streamed: bool) -> ModelError:
         if isinstance(exc, sdk.APIStatusError):
             headers = dict(exc.response.headers) if getattr(exc, "response", None) is not None else {}
             return classify(exc.status_code, exc.body, headers, model=self.name)
@@ -173,7 +191,7 @@ class SDKChatModel:
         return Transient(f"{self.name}: the stream was cut {where} ({type(exc).__name__})", model=self.name)
 
 
-def _untransformed(params: dict[str, Any]) -> dict[str, Any]:
+def _untransformed(params: dict[str, object]) -> dict[str, object]:
     """``params`` with the conversation and tool schemas sent as ``extra_body``, which the SDK merges into the JSON
     body as they are. Passed normally, the SDK walks them with its type-driven transform on the event loop: 11.3 s
     for a 29,000-message history here, during which nothing else (not even /health) is served. They are plain
@@ -182,7 +200,7 @@ def _untransformed(params: dict[str, Any]) -> dict[str, Any]:
     return {**params, "messages": [], "extra_body": bulky}
 
 
-def _usage(chunk: Any) -> Usage | None:
+def _usage(chunk: object) -> Usage | None:
     raw = field_of(chunk, "usage") or field_of(field_of(chunk, "x_groq"), "usage")
     if raw is None:
         return None

@@ -16,14 +16,17 @@ from __future__ import annotations
 
 import json
 import uuid
+from collections.abc import Iterable
 from typing import Any
 
 from chatloop.providers.base import ToolCall
 from chatloop.textsafe import text_safe
 
 
-def field_of(obj: Any, name: str) -> Any:
-    """``obj.name`` or ``obj[name]``: SDK objects and plain dicts alike."""
+def field_of(obj: object, name: str) -> Any:
+    """``obj.name`` or ``obj[name]``: SDK objects and plain dicts alike. Typed ``Any`` on purpose: the SDK's chunk
+    classes are imported lazily (never named here), and a server may send any shape, so each caller reads the field as
+    the shape it expects and copes with another (``or []``, ``isinstance``)."""
     if obj is None:
         return None
     if isinstance(obj, dict):
@@ -40,7 +43,7 @@ class ToolCallAccumulator:
         self._slots: list[dict[str, str]] = []
         self._by_index: dict[int, dict[str, str]] = {}
 
-    def add(self, deltas: list[Any] | None) -> None:
+    def add(self, deltas: Iterable[object] | None) -> None:
         for delta in deltas or []:
             index = field_of(delta, "index")
             call_id = field_of(delta, "id") or ""

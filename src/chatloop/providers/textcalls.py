@@ -33,8 +33,8 @@ import re
 import uuid
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any
 
+from chatloop.jsontypes import JSONObject, JSONValue
 from chatloop.providers.base import ToolCall
 
 ToolKeys = Mapping[str, set[str]]
@@ -101,18 +101,23 @@ def strip_tag_calls(text: str) -> str:
     return _ANY_TAG.sub("", text).strip()
 
 
-def tool_keys(schemas: Iterable[Mapping[str, Any]]) -> dict[str, set[str]]:
+def tool_keys(schemas: Iterable[Mapping[str, JSONValue]]) -> dict[str, set[str]]:
     """``ToolKeys`` from OpenAI tool definitions."""
     keys: dict[str, set[str]] = {}
     for schema in schemas:
-        function = schema.get("function") or {}
-        properties = (function.get("parameters") or {}).get("properties") or {}
+        function = _object(schema.get("function"))
+        properties = _object(_object(function.get("parameters")).get("properties"))
         keys[str(function.get("name"))] = set(properties)
     return keys
 
 
+def _object(value: JSONValue) -> JSONObject:
+    """``value`` when it is a JSON object, else an empty one."""
+    return value if isinstance(value, dict) else {}
+
+
 # --- one function per format: (raw call objects, the text before them), or None ------------------------
-Found = tuple[list[Any], str]
+Found = tuple[list[JSONValue], str]
 
 
 def hermes(text: str, tools: ToolKeys) -> Found | None:
@@ -137,7 +142,7 @@ def function_tag(text: str, tools: ToolKeys) -> Found | None:
     if not starts:
         return None
     decoder = json.JSONDecoder()
-    raw: list[Any] = []
+    raw: list[JSONValue] = []
     end = starts[0].start()
     for match in starts:
         try:
@@ -232,7 +237,7 @@ _TAGGED = {"hermes", "python_tag", "function_tag"}
 
 
 # --- from raw objects to calls ---------------------------------------------------------------------------
-def _tool_calls(raw: list[Any], tools: ToolKeys, offered_only: bool) -> tuple[list[ToolCall], bool]:
+def _tool_calls(raw: list[JSONValue], tools: ToolKeys, offered_only: bool) -> tuple[list[ToolCall], bool]:
     """The calls, and whether any was flat. Every object must be a call, else none is: a half-recovered batch
     would run something other than what the model meant."""
     calls: list[ToolCall] = []
@@ -247,12 +252,13 @@ def _tool_calls(raw: list[Any], tools: ToolKeys, offered_only: bool) -> tuple[li
     return calls, flat
 
 
-def _as_call(item: Any, tools: ToolKeys) -> tuple[str, dict[str, Any], bool] | None:
+def _as_call(item: JSONValue, tools: ToolKeys) -> tuple[str, JSONObject, bool] | None:
     """``(name, arguments, flat)`` for an object shaped like a call, else None."""
     if not isinstance(item, dict):
         return None
-    if isinstance(item.get("function"), dict) and set(item) <= {"function", "type", "id"}:
-        item = item["function"]  # OpenAI's own tool_calls entry, written out as text
+    function = item.get("function")
+    if isinstance(function, dict) and set(item) <= {"function", "type", "id"}:
+        item = function  # OpenAI's own tool_calls entry, written out as text
     name = item.get("name")
     if not isinstance(name, str) or not name:
         return None
@@ -268,8 +274,9 @@ def _as_call(item: Any, tools: ToolKeys) -> tuple[str, dict[str, Any], bool] | N
     return None
 
 
-def _json_or_none(text: str) -> Any:
+def _json_or_none(text: str) -> JSONValue:
     try:
-        return json.loads(text)
+        value: JSONValue = json.loads(text)
     except ValueError:
         return None
+    return value
