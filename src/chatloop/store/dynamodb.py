@@ -1,19 +1,11 @@
-"""The deployed backend: one DynamoDB table (``CONVERSATION_TABLE_NAME``; the SAM template creates it), keyed
-``pk`` (string, hash) and ``sk`` (string, range), with TTL on ``expires_at``.
-
-Layout, all under ``pk = <owner hash>#<record id>`` (so another owner's record has another key: not found)::
-
-    sk "#meta"                       kind, created_at, expires_at, next (the list counter), body or body_ref
-    sk "#body#<ref>#<part>"          a body too large for the meta item, in parts
-    sk "<list>#<position>#<part>"    an item of a list (its JSON compressed, in parts of PART_BYTES)
-    sk "<list>@<item id>"            where an item is: its position and parts (not kept for events)
+"""The deployed backend: one DynamoDB table (``CONVERSATION_TABLE_NAME``; the SAM template creates it). How records
+map to its items (keys, parts over 400 KB, TTL) is ``dynamodb_layout.py``; this module makes the calls.
 
 - Read-after-write: every read is a ``GetItem`` / ``Query`` with ``ConsistentRead`` on the table (no index).
 - Concurrent appends: an atomic, conditional counter update reserves the positions, and each part is written with
   ``attribute_not_exists(sk)`` in a transaction, so two appends never take one position and no item is lost.
-- Any size: an item or body over DynamoDB's 400 KB item limit is split into parts and read back whole.
-- Expiry: every item carries its record's ``expires_at`` (epoch seconds, the TTL attribute); reads filter out what
-  has expired, since DynamoDB deletes expired items only eventually.
+- Expiry: reads filter out what has expired (``expires_at``, the TTL attribute), since DynamoDB deletes expired
+  items only eventually.
 - Deadlines: botocore's timeouts and retries are derived from the caller's time left (``timeout``), and boto3 is
   imported on first use.
 
@@ -24,91 +16,46 @@ Usage::
 
 from __future__ import annotations
 
-import json
 import math
-import secrets
 import threading
-import zlib
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from types import TracebackType
-from typing import Protocol, TypedDict
 
+from chatloop.store.dynamodb_layout import (
+    META,
+    PART_BYTES,
+    TABLE_DEFINITION,
+    TRANSACTION_ITEMS,
+    TTL_ATTRIBUTE,
+    Attr,
+    AttributeValue,
+    DynamoDBClient,
+    assemble,
+    body_items,
+    body_parts_range,
+    create_table,
+    dump,
+    list_items,
+    load,
+    page_range,
+    part_sk,
+    parts_range,
+    pointer_sk,
+    record_key,
+    table_key,
+    transaction_batches,
+)
 from chatloop.store.model import Item, JSONObject, ListName, Order, Record, StoreUnavailable, record_kind
 
-PART_BYTES = 300_000
-"""A part's payload: the rest of DynamoDB's 400 KB item limit is left for the key and attributes."""
-TRANSACTION_ITEMS = 100
-TRANSACTION_BYTES = 3_500_000
-"""``TransactWriteItems`` takes at most 100 items and 4 MB."""
-META = "#meta"
-MAX_POSITION = 10**12 - 1
-TTL_ATTRIBUTE = "expires_at"
-
-
-class AttributeValue(TypedDict, total=False):
-    """One DynamoDB attribute value in the low-level client's shape: this backend writes strings, numbers (as
-    text) and binary only."""
-
-    S: str
-    N: str
-    B: bytes
-
-
-Attr = dict[str, AttributeValue]
-"""An item, a key, or a map of expression values: attribute name -> value."""
-
-
-class _GetItemOutput(TypedDict, total=False):
-    Item: Attr
-
-
-class _QueryOutput(TypedDict, total=False):
-    Items: list[Attr]
-    LastEvaluatedKey: Attr
-
-
-class _UpdateItemOutput(TypedDict, total=False):
-    Attributes: Attr
-
-
-class DynamoDBClient(Protocol):
-    """The calls this backend makes on a boto3 DynamoDB client (botocore builds the client at run time, untyped),
-    with the parts of their answers it reads."""
-
-    def get_item(self, **request: object) -> _GetItemOutput: ...
-
-    def query(self, **request: object) -> _QueryOutput: ...
-
-    def put_item(self, **request: object) -> object: ...
-
-    def update_item(self, **request: object) -> _UpdateItemOutput: ...
-
-    def delete_item(self, **request: object) -> object: ...
-
-    def transact_write_items(self, **request: object) -> object: ...
-
-    def create_table(self, **request: object) -> object: ...
-
-    def update_time_to_live(self, **request: object) -> object: ...
-
-
-TABLE_DEFINITION: dict[str, object] = {
-    "KeySchema": [{"AttributeName": "pk", "KeyType": "HASH"}, {"AttributeName": "sk", "KeyType": "RANGE"}],
-    "AttributeDefinitions": [
-        {"AttributeName": "pk", "AttributeType": "S"},
-        {"AttributeName": "sk", "AttributeType": "S"},
-    ],
-    "BillingMode": "PAY_PER_REQUEST",
-}
-"""The table as template.yaml declares it (tests and the bench create it from this), TTL on ``TTL_ATTRIBUTE``."""
-
-
-def create_table(client: DynamoDBClient, table_name: str) -> None:
-    """Create the table with TTL enabled (tests, the bench, a local DynamoDB; the template does it when deployed)."""
-    client.create_table(TableName=table_name, **TABLE_DEFINITION)
-    client.update_time_to_live(
-        TableName=table_name, TimeToLiveSpecification={"Enabled": True, "AttributeName": TTL_ATTRIBUTE}
-    )
+__all__ = [
+    "PART_BYTES",
+    "TABLE_DEFINITION",
+    "TTL_ATTRIBUTE",
+    "AttributeValue",
+    "DynamoDBBackend",
+    "DynamoDBClient",
+    "create_table",
+]
 
 
 class DynamoDBBackend:
@@ -126,12 +73,12 @@ class DynamoDBBackend:
         lists: Mapping[ListName, Sequence[Item]],
         timeout: float,
     ) -> None:
-        pk = f"{owner}#{record_id}"
+        pk = record_key(owner, record_id)
         with self._errors():
             client = self._client(timeout)
             parts: list[Attr] = []
             for name, items in lists.items():
-                parts += _list_records(pk, name, 0, items, record.expires_at)
+                parts += list_items(pk, name, 0, items, record.expires_at)
             meta: Attr = {
                 "pk": {"S": pk},
                 "sk": {"S": META},
@@ -140,7 +87,7 @@ class DynamoDBBackend:
                 "expires_at": {"N": str(record.expires_at)},
                 "next": {"N": str(max((len(items) for items in lists.values()), default=0))},
             }
-            body_parts, body_attrs = _body_records(pk, record.body, record.expires_at)
+            body_parts, body_attrs = body_items(pk, record.body, record.expires_at)
             # The parts first, the meta item last: the record exists only once everything it holds is written.
             self._put_all(client, parts + body_parts, conditional=True)
             client.put_item(
@@ -155,7 +102,7 @@ class DynamoDBBackend:
             self._conditional(
                 self._client(timeout).update_item,
                 TableName=self.table_name,
-                Key=_key(f"{owner}#{record_id}", META),
+                Key=table_key(record_key(owner, record_id), META),
                 UpdateExpression="SET kind = if_not_exists(kind, :kind), created_at = if_not_exists(created_at, "
                 ":created), #n = if_not_exists(#n, :zero), body = if_not_exists(body, :body), expires_at = :expires",
                 ConditionExpression="attribute_not_exists(pk) OR expires_at < :expires",
@@ -164,13 +111,13 @@ class DynamoDBBackend:
                     ":kind": {"S": record.kind},
                     ":created": {"N": str(record.created_at)},
                     ":zero": {"N": "0"},
-                    ":body": {"B": _dump(record.body)},
+                    ":body": {"B": dump(record.body)},
                     ":expires": {"N": str(record.expires_at)},
                 },
             )
 
     def read(self, owner: str, record_id: str, now: float, timeout: float) -> Record | None:
-        pk = f"{owner}#{record_id}"
+        pk = record_key(owner, record_id)
         with self._errors():
             client = self._client(timeout)
             for _ in range(3):  # a body in parts replaced between the two reads: read the new one
@@ -178,14 +125,14 @@ class DynamoDBBackend:
                 if meta is None:
                     return None
                 if "body" in meta:
-                    body = _load(meta["body"]["B"])
+                    body = load(meta["body"]["B"])
                 else:
                     ref = meta["body_ref"]["S"]
-                    records = self._query(client, pk, f"#body#{ref}#", f"#body#{ref}#~", True, None)
+                    records = self._query(client, pk, *body_parts_range(ref), True, None)
                     data = b"".join(r["d"]["B"] for r in records)
                     if not data:
                         continue
-                    body = _load(data)
+                    body = load(data)
                 kind, created_at = record_kind(meta["kind"]["S"]), int(meta["created_at"]["N"])
                 if kind is None:  # not a record this store wrote
                     return None
@@ -193,14 +140,14 @@ class DynamoDBBackend:
             raise StoreUnavailable("the conversation store failed (a record's body kept changing)")
 
     def replace_body(self, owner: str, record_id: str, body: JSONObject, now: float, timeout: float) -> bool:
-        pk = f"{owner}#{record_id}"
+        pk = record_key(owner, record_id)
         with self._errors():
             client = self._client(timeout)
             meta = self._meta(client, pk, now)
             if meta is None:
                 return False
             expires_at = int(meta["expires_at"]["N"])
-            body_parts, attrs = _body_records(pk, body, expires_at)
+            body_parts, attrs = body_items(pk, body, expires_at)
             self._put_all(client, body_parts, conditional=True)
             values: Attr
             if "body" in attrs:
@@ -210,7 +157,7 @@ class DynamoDBBackend:
             if not self._conditional(
                 client.update_item,
                 TableName=self.table_name,
-                Key=_key(pk, META),
+                Key=table_key(pk, META),
                 UpdateExpression=update,
                 ConditionExpression="attribute_exists(pk) AND expires_at > :now",
                 ExpressionAttributeValues={**values, ":now": {"N": str(int(now))}},
@@ -218,18 +165,18 @@ class DynamoDBBackend:
                 return False
             if "body_ref" in meta:  # the parts of the body just replaced
                 old = meta["body_ref"]["S"]
-                stale = self._query(client, pk, f"#body#{old}#", f"#body#{old}#~", True, None, keys_only=True)
+                stale = self._query(client, pk, *body_parts_range(old), True, None, keys_only=True)
                 self._delete_all(client, stale)
             return True
 
     def delete(self, owner: str, record_id: str, now: float, timeout: float) -> bool:
-        pk = f"{owner}#{record_id}"
+        pk = record_key(owner, record_id)
         with self._errors():
             client = self._client(timeout)
             deleted = self._conditional(
                 client.delete_item,
                 TableName=self.table_name,
-                Key=_key(pk, META),
+                Key=table_key(pk, META),
                 ConditionExpression="attribute_exists(pk) AND expires_at > :now",
                 ExpressionAttributeValues={":now": {"N": str(int(now))}},
             )
@@ -242,7 +189,7 @@ class DynamoDBBackend:
     def append(
         self, owner: str, record_id: str, name: ListName, items: Sequence[Item], now: float, timeout: float
     ) -> bool:
-        pk = f"{owner}#{record_id}"
+        pk = record_key(owner, record_id)
         with self._errors():
             client = self._client(timeout)
             from botocore.exceptions import ClientError
@@ -250,7 +197,7 @@ class DynamoDBBackend:
             try:  # reserve len(items) positions: atomic, so concurrent appends get disjoint ones
                 reserved = client.update_item(
                     TableName=self.table_name,
-                    Key=_key(pk, META),
+                    Key=table_key(pk, META),
                     UpdateExpression="SET #n = #n + :k",
                     ConditionExpression="attribute_exists(pk) AND expires_at > :now",
                     ExpressionAttributeNames={"#n": "next"},
@@ -263,7 +210,7 @@ class DynamoDBBackend:
                 raise
             start = int(reserved["next"]["N"]) - len(items)
             expires_at = int(reserved["expires_at"]["N"])
-            self._put_all(client, _list_records(pk, name, start, items, expires_at), conditional=True)
+            self._put_all(client, list_items(pk, name, start, items, expires_at), conditional=True)
             return True
 
     def put_at(
@@ -275,7 +222,7 @@ class DynamoDBBackend:
         now: float,
         timeout: float,
     ) -> bool:
-        pk = f"{owner}#{record_id}"
+        pk = record_key(owner, record_id)
         with self._errors():
             client = self._client(timeout)
             meta = self._meta(client, pk, now)
@@ -284,7 +231,7 @@ class DynamoDBBackend:
             expires_at = int(meta["expires_at"]["N"])
             records: list[Attr] = []
             for position, item in entries:
-                records += _list_records(pk, name, position, [item], expires_at)
+                records += list_items(pk, name, position, [item], expires_at)
             self._put_all(client, records, conditional=False)  # the same event again overwrites itself
             return True
 
@@ -299,21 +246,16 @@ class DynamoDBBackend:
         now: float,
         timeout: float,
     ) -> list[tuple[int, Item]] | None:
-        pk = f"{owner}#{record_id}"
+        pk = record_key(owner, record_id)
         with self._errors():
             client = self._client(timeout)
             if self._meta(client, pk, now) is None:
                 return None
-            if order == "asc":
-                first = 0 if after_position is None else after_position + 1
-                low, high = f"{name}#{min(first, MAX_POSITION):012d}", f"{name}#~"
-            else:
-                if after_position is not None and after_position <= 0:
-                    return []
-                last = MAX_POSITION if after_position is None else after_position - 1
-                low, high = f"{name}#", f"{name}#{last:012d}#~"
-            records = self._query(client, pk, low, high, order == "asc", now)
-            return list(_assemble(records, limit))
+            sort_keys = page_range(name, order, after_position)
+            if sort_keys is None:
+                return []
+            records = self._query(client, pk, *sort_keys, order == "asc", now)
+            return list(assemble(records, limit))
 
     def position_of(
         self, owner: str, record_id: str, name: ListName, item_id: str, now: float, timeout: float
@@ -324,28 +266,28 @@ class DynamoDBBackend:
     def get_child(
         self, owner: str, record_id: str, name: ListName, item_id: str, now: float, timeout: float
     ) -> Item | None:
-        pk = f"{owner}#{record_id}"
+        pk = record_key(owner, record_id)
         pointer = self._pointer(owner, record_id, name, item_id, now, timeout)
         if pointer is None:
             return None
-        prefix = f"{name}#{int(pointer['pos']['N']):012d}#"
         with self._errors():
-            records = self._query(self._client(timeout), pk, prefix, prefix + "~", True, now)
-            found = [item for _, item in _assemble(records, 1)]
+            sort_keys = parts_range(name, int(pointer["pos"]["N"]))
+            records = self._query(self._client(timeout), pk, *sort_keys, True, now)
+            found = [item for _, item in assemble(records, 1)]
         return found[0] if found else None
 
     def delete_child(
         self, owner: str, record_id: str, name: ListName, item_id: str, now: float, timeout: float
     ) -> bool:
-        pk = f"{owner}#{record_id}"
+        pk = record_key(owner, record_id)
         pointer = self._pointer(owner, record_id, name, item_id, now, timeout)
         if pointer is None:
             return False
         position, parts = int(pointer["pos"]["N"]), int(pointer["parts"]["N"])
         with self._errors():
             client = self._client(timeout)
-            keys = [_key(pk, f"{name}@{item_id}")] + [
-                _key(pk, f"{name}#{position:012d}#{part:03d}") for part in range(parts)
+            keys = [table_key(pk, pointer_sk(name, item_id))] + [
+                table_key(pk, part_sk(name, position, part)) for part in range(parts)
             ]
             return self._conditional(
                 client.transact_write_items,
@@ -384,7 +326,9 @@ class DynamoDBBackend:
         return _Errors()
 
     def _meta(self, client: DynamoDBClient, pk: str, now: float) -> Attr | None:
-        item = client.get_item(TableName=self.table_name, Key=_key(pk, META), ConsistentRead=True).get("Item")
+        item = client.get_item(TableName=self.table_name, Key=table_key(pk, META), ConsistentRead=True).get(
+            "Item"
+        )
         if item is None or int(item["expires_at"]["N"]) <= now:
             return None
         return item
@@ -392,13 +336,13 @@ class DynamoDBBackend:
     def _pointer(
         self, owner: str, record_id: str, name: ListName, item_id: str, now: float, timeout: float
     ) -> Attr | None:
-        pk = f"{owner}#{record_id}"
+        pk = record_key(owner, record_id)
         with self._errors():
             client = self._client(timeout)
             if self._meta(client, pk, now) is None:
                 return None
             item = client.get_item(
-                TableName=self.table_name, Key=_key(pk, f"{name}@{item_id}"), ConsistentRead=True
+                TableName=self.table_name, Key=table_key(pk, pointer_sk(name, item_id)), ConsistentRead=True
             ).get("Item")
         if item is None or int(item["expires_at"]["N"]) <= now:
             return None
@@ -442,7 +386,7 @@ class DynamoDBBackend:
     def _put_all(self, client: DynamoDBClient, records: list[Attr], conditional: bool) -> None:
         """Write ``records`` in transactions (100 items, ~3.5 MB each); ``conditional``: never over an existing one."""
         condition = {"ConditionExpression": "attribute_not_exists(sk)"} if conditional else {}
-        for batch in _batches(records):
+        for batch in transaction_batches(records):
             client.transact_write_items(
                 TransactItems=[{"Put": {"TableName": self.table_name, "Item": r, **condition}} for r in batch]
             )
@@ -496,115 +440,3 @@ class _Errors:
 def _code(error: Exception) -> str:
     response = getattr(error, "response", None) or {}
     return str(response.get("Error", {}).get("Code", type(error).__name__))
-
-
-def _key(pk: str, sk: str) -> Attr:
-    return {"pk": {"S": pk}, "sk": {"S": sk}}
-
-
-def _dump(value: JSONObject) -> bytes:
-    return zlib.compress(json.dumps(value, ensure_ascii=False, separators=(",", ":")).encode(), 6)
-
-
-def _load(data: bytes) -> JSONObject:
-    value: JSONObject = json.loads(zlib.decompress(data))  # only ever what _dump wrote: a JSON object
-    return value
-
-
-def _split(data: bytes) -> list[bytes]:
-    return [data[i : i + PART_BYTES] for i in range(0, len(data), PART_BYTES)] or [b""]
-
-
-def _body_records(pk: str, body: JSONObject, expires_at: int) -> tuple[list[Attr], Attr]:
-    """A body's storage: inline on the meta item when it fits, else parts under a fresh reference."""
-    data = _dump(body)
-    if len(data) <= PART_BYTES:
-        return [], {"body": {"B": data}}
-    ref = secrets.token_hex(8)
-    records: list[Attr] = [
-        {
-            "pk": {"S": pk},
-            "sk": {"S": f"#body#{ref}#{i:03d}"},
-            "d": {"B": part},
-            "expires_at": {"N": str(expires_at)},
-        }
-        for i, part in enumerate(_split(data))
-    ]
-    return records, {"body_ref": {"S": ref}}
-
-
-def _list_records(pk: str, name: ListName, start: int, items: Sequence[Item], expires_at: int) -> list[Attr]:
-    records: list[Attr] = []
-    for offset, item in enumerate(items):
-        position = start + offset
-        ttl: AttributeValue = {"N": str(item.expires_at or expires_at)}
-        parts = _split(_dump(item.body))
-        for i, part in enumerate(parts):
-            records.append(
-                {
-                    "pk": {"S": pk},
-                    "sk": {"S": f"{name}#{position:012d}#{i:03d}"},
-                    "id": {"S": item.id},
-                    "d": {"B": part},
-                    "parts": {"N": str(len(parts))},
-                    "expires_at": ttl,
-                }
-            )
-        if name != "events":  # events are read by position only
-            records.append(
-                {
-                    "pk": {"S": pk},
-                    "sk": {"S": f"{name}@{item.id}"},
-                    "pos": {"N": str(position)},
-                    "parts": {"N": str(len(parts))},
-                    "expires_at": ttl,
-                }
-            )
-    return records
-
-
-def _batches(records: list[Attr]) -> Iterator[list[Attr]]:
-    batch: list[Attr] = []
-    size = 0
-    for record in records:
-        weight = sum(len(v.get("B", b"")) + len(v.get("S", "")) + 16 for v in record.values())
-        if batch and (len(batch) == TRANSACTION_ITEMS or size + weight > TRANSACTION_BYTES):
-            yield batch
-            batch, size = [], 0
-        batch.append(record)
-        size += weight
-    if batch:
-        yield batch
-
-
-def _assemble(records: Iterator[Attr], limit: int) -> Iterator[tuple[int, Item]]:
-    """Whole items from their parts (which come in key order, either way round), at most ``limit`` of them; a
-    partial item (its parts still being written) is left out."""
-    count = 0
-    current: int | None = None
-    parts: dict[int, Attr] = {}
-
-    def whole() -> tuple[int, Item] | None:
-        if current is None or not parts:
-            return None
-        first = next(iter(parts.values()))
-        if len(parts) != int(first["parts"]["N"]):
-            return None
-        data = b"".join(parts[i]["d"]["B"] for i in sorted(parts))
-        return current, Item(first["id"]["S"], _load(data))
-
-    for record in records:
-        _, position_text, part_text = record["sk"]["S"].rsplit("#", 2)
-        position = int(position_text)
-        if position != current:
-            done = whole()
-            if done is not None:
-                yield done
-                count += 1
-                if count >= limit:
-                    return
-            current, parts = position, {}
-        parts[int(part_text)] = record
-    done = whole()
-    if done is not None and count < limit:
-        yield done
