@@ -16,11 +16,9 @@ Usage::
 
 from __future__ import annotations
 
-import math
-import threading
-from collections.abc import Callable, Iterator, Mapping, Sequence
-from types import TracebackType
+from collections.abc import Iterator, Mapping, Sequence
 
+from chatloop.store.dynamodb_client import CONDITION_FAILED, ClientPool, conditional, error_code, store_errors
 from chatloop.store.dynamodb_layout import (
     META,
     PART_BYTES,
@@ -37,6 +35,7 @@ from chatloop.store.dynamodb_layout import (
     dump,
     list_items,
     load,
+    meta_item,
     page_range,
     part_sk,
     parts_range,
@@ -61,8 +60,7 @@ __all__ = [
 class DynamoDBBackend:
     def __init__(self, table_name: str):
         self.table_name = table_name
-        self._clients: dict[int, DynamoDBClient] = {}
-        self._lock = threading.Lock()
+        self._clients = ClientPool()
 
     # --- records ----------------------------------------------------------------------------------
     def create(
@@ -74,19 +72,14 @@ class DynamoDBBackend:
         timeout: float,
     ) -> None:
         pk = record_key(owner, record_id)
-        with self._errors():
-            client = self._client(timeout)
+        with store_errors():
+            client = self._clients.get(timeout)
             parts: list[Attr] = []
             for name, items in lists.items():
                 parts += list_items(pk, name, 0, items, record.expires_at)
-            meta: Attr = {
-                "pk": {"S": pk},
-                "sk": {"S": META},
-                "kind": {"S": record.kind},
-                "created_at": {"N": str(record.created_at)},
-                "expires_at": {"N": str(record.expires_at)},
-                "next": {"N": str(max((len(items) for items in lists.values()), default=0))},
-            }
+            meta = meta_item(
+                pk, record, next_position=max((len(items) for items in lists.values()), default=0)
+            )
             body_parts, body_attrs = body_items(pk, record.body, record.expires_at)
             # The parts first, the meta item last: the record exists only once everything it holds is written.
             self._put_all(client, parts + body_parts, conditional=True)
@@ -98,9 +91,9 @@ class DynamoDBBackend:
 
     def ensure(self, owner: str, record_id: str, record: Record, timeout: float) -> None:
         """An upsert: created with an empty list counter when absent; its expiry only ever moves later."""
-        with self._errors():
-            self._conditional(
-                self._client(timeout).update_item,
+        with store_errors():
+            conditional(
+                self._clients.get(timeout).update_item,
                 TableName=self.table_name,
                 Key=table_key(record_key(owner, record_id), META),
                 UpdateExpression="SET kind = if_not_exists(kind, :kind), created_at = if_not_exists(created_at, "
@@ -118,8 +111,8 @@ class DynamoDBBackend:
 
     def read(self, owner: str, record_id: str, now: float, timeout: float) -> Record | None:
         pk = record_key(owner, record_id)
-        with self._errors():
-            client = self._client(timeout)
+        with store_errors():
+            client = self._clients.get(timeout)
             for _ in range(3):  # a body in parts replaced between the two reads: read the new one
                 meta = self._meta(client, pk, now)
                 if meta is None:
@@ -141,8 +134,8 @@ class DynamoDBBackend:
 
     def replace_body(self, owner: str, record_id: str, body: JSONObject, now: float, timeout: float) -> bool:
         pk = record_key(owner, record_id)
-        with self._errors():
-            client = self._client(timeout)
+        with store_errors():
+            client = self._clients.get(timeout)
             meta = self._meta(client, pk, now)
             if meta is None:
                 return False
@@ -154,7 +147,7 @@ class DynamoDBBackend:
                 update, values = "SET body = :b REMOVE body_ref", {":b": attrs["body"]}
             else:
                 update, values = "SET body_ref = :r REMOVE body", {":r": attrs["body_ref"]}
-            if not self._conditional(
+            if not conditional(
                 client.update_item,
                 TableName=self.table_name,
                 Key=table_key(pk, META),
@@ -171,9 +164,9 @@ class DynamoDBBackend:
 
     def delete(self, owner: str, record_id: str, now: float, timeout: float) -> bool:
         pk = record_key(owner, record_id)
-        with self._errors():
-            client = self._client(timeout)
-            deleted = self._conditional(
+        with store_errors():
+            client = self._clients.get(timeout)
+            deleted = conditional(
                 client.delete_item,
                 TableName=self.table_name,
                 Key=table_key(pk, META),
@@ -190,8 +183,8 @@ class DynamoDBBackend:
         self, owner: str, record_id: str, name: ListName, items: Sequence[Item], now: float, timeout: float
     ) -> bool:
         pk = record_key(owner, record_id)
-        with self._errors():
-            client = self._client(timeout)
+        with store_errors():
+            client = self._clients.get(timeout)
             from botocore.exceptions import ClientError
 
             try:  # reserve len(items) positions: atomic, so concurrent appends get disjoint ones
@@ -205,7 +198,7 @@ class DynamoDBBackend:
                     ReturnValues="ALL_NEW",
                 )["Attributes"]
             except ClientError as exc:
-                if _code(exc) == "ConditionalCheckFailedException":
+                if error_code(exc) == CONDITION_FAILED:
                     return False
                 raise
             start = int(reserved["next"]["N"]) - len(items)
@@ -223,8 +216,8 @@ class DynamoDBBackend:
         timeout: float,
     ) -> bool:
         pk = record_key(owner, record_id)
-        with self._errors():
-            client = self._client(timeout)
+        with store_errors():
+            client = self._clients.get(timeout)
             meta = self._meta(client, pk, now)
             if meta is None:
                 return False
@@ -247,8 +240,8 @@ class DynamoDBBackend:
         timeout: float,
     ) -> list[tuple[int, Item]] | None:
         pk = record_key(owner, record_id)
-        with self._errors():
-            client = self._client(timeout)
+        with store_errors():
+            client = self._clients.get(timeout)
             if self._meta(client, pk, now) is None:
                 return None
             sort_keys = page_range(name, order, after_position)
@@ -270,9 +263,9 @@ class DynamoDBBackend:
         pointer = self._pointer(owner, record_id, name, item_id, now, timeout)
         if pointer is None:
             return None
-        with self._errors():
+        with store_errors():
             sort_keys = parts_range(name, int(pointer["pos"]["N"]))
-            records = self._query(self._client(timeout), pk, *sort_keys, True, now)
+            records = self._query(self._clients.get(timeout), pk, *sort_keys, True, now)
             found = [item for _, item in assemble(records, 1)]
         return found[0] if found else None
 
@@ -284,12 +277,12 @@ class DynamoDBBackend:
         if pointer is None:
             return False
         position, parts = int(pointer["pos"]["N"]), int(pointer["parts"]["N"])
-        with self._errors():
-            client = self._client(timeout)
+        with store_errors():
+            client = self._clients.get(timeout)
             keys = [table_key(pk, pointer_sk(name, item_id))] + [
                 table_key(pk, part_sk(name, position, part)) for part in range(parts)
             ]
-            return self._conditional(
+            return conditional(
                 client.transact_write_items,
                 TransactItems=[
                     {
@@ -304,27 +297,6 @@ class DynamoDBBackend:
             )
 
     # --- DynamoDB calls ---------------------------------------------------------------------------
-    def _client(self, timeout: float) -> DynamoDBClient:
-        """A client whose connect/read timeouts and retries fit in ``timeout`` (one client per whole second of
-        budget, up to 10, built once): a store that hangs ends the call, and the request, in time."""
-        budget = max(1, min(10, math.ceil(timeout)))
-        with self._lock:
-            client = self._clients.get(budget)
-            if client is None:
-                import boto3
-
-                from chatloop.aws import bounded_config
-
-                built: DynamoDBClient = boto3.session.Session().client(
-                    "dynamodb", config=bounded_config(budget)
-                )
-                self._clients[budget] = client = built
-            return client
-
-    @staticmethod
-    def _errors() -> _Errors:
-        return _Errors()
-
     def _meta(self, client: DynamoDBClient, pk: str, now: float) -> Attr | None:
         item = client.get_item(TableName=self.table_name, Key=table_key(pk, META), ConsistentRead=True).get(
             "Item"
@@ -337,8 +309,8 @@ class DynamoDBBackend:
         self, owner: str, record_id: str, name: ListName, item_id: str, now: float, timeout: float
     ) -> Attr | None:
         pk = record_key(owner, record_id)
-        with self._errors():
-            client = self._client(timeout)
+        with store_errors():
+            client = self._clients.get(timeout)
             if self._meta(client, pk, now) is None:
                 return None
             item = client.get_item(
@@ -402,41 +374,3 @@ class DynamoDBBackend:
                     for key in keys[start : start + TRANSACTION_ITEMS]
                 ]
             )
-
-    @staticmethod
-    def _conditional(call: Callable[..., object], **request: object) -> bool:
-        """``call(**request)``; False when its condition failed (the record is not there, or not any more)."""
-        from botocore.exceptions import ClientError
-
-        try:
-            call(**request)
-            return True
-        except ClientError as exc:
-            if _code(exc) in {"ConditionalCheckFailedException", "TransactionCanceledException"}:
-                return False
-            raise
-
-
-class _Errors:
-    """A context manager: botocore's failures (connection, timeout, throttling, a missing table) become
-    ``StoreUnavailable`` naming the error class, never a key or an endpoint's answer."""
-
-    def __enter__(self) -> None:
-        return None
-
-    def __exit__(
-        self, kind: type[BaseException] | None, error: BaseException | None, tb: TracebackType | None
-    ) -> None:
-        if error is None or isinstance(error, StoreUnavailable):
-            return
-        from botocore.exceptions import BotoCoreError, ClientError
-
-        if isinstance(error, ClientError):
-            raise StoreUnavailable(f"the conversation store failed ({_code(error)})") from None
-        if isinstance(error, BotoCoreError):
-            raise StoreUnavailable(f"the conversation store failed ({type(error).__name__})") from None
-
-
-def _code(error: Exception) -> str:
-    response = getattr(error, "response", None) or {}
-    return str(response.get("Error", {}).get("Code", type(error).__name__))

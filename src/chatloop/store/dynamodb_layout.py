@@ -1,5 +1,5 @@
 """How the DynamoDB backend lays records out in its one table: keys, attribute values, parts, TTL; and the shape
-of the boto3 client it calls. Pure functions (no I/O): ``dynamodb.py`` makes the calls.
+of the boto3 client it calls. Pure functions (``create_table`` aside): ``dynamodb.py`` makes the calls.
 
 The table is keyed ``pk`` (string, hash) and ``sk`` (string, range), with TTL on ``expires_at``. Everything of a
 record lives under ``pk = <owner hash>#<record id>`` (the store passes the owner already hashed, so no caller
@@ -27,7 +27,7 @@ import zlib
 from collections.abc import Iterator, Sequence
 from typing import Protocol, TypedDict
 
-from chatloop.store.model import Item, JSONObject, ListName, Order
+from chatloop.store.model import Item, JSONObject, ListName, Order, Record
 
 PART_BYTES = 300_000
 """A part's payload: the rest of DynamoDB's 400 KB item limit is left for the key and attributes."""
@@ -148,7 +148,19 @@ def page_range(name: ListName, order: Order, after_position: int | None) -> tupl
     return f"{name}#", f"{name}#{last:012d}#~"
 
 
-# --- values ---------------------------------------------------------------------------------------
+# --- items ----------------------------------------------------------------------------------------
+def meta_item(pk: str, record: Record, next_position: int) -> Attr:
+    """A record's meta item, its body aside (see ``body_items``); ``next``: the list counter (see the module)."""
+    return {
+        "pk": {"S": pk},
+        "sk": {"S": META},
+        "kind": {"S": record.kind},
+        "created_at": {"N": str(record.created_at)},
+        "expires_at": {"N": str(record.expires_at)},
+        "next": {"N": str(next_position)},
+    }
+
+
 def dump(value: JSONObject) -> bytes:
     return zlib.compress(json.dumps(value, ensure_ascii=False, separators=(",", ":")).encode(), 6)
 
