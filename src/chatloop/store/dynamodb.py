@@ -1,5 +1,6 @@
 """The deployed backend: one DynamoDB table (``CONVERSATION_TABLE_NAME``; the SAM template creates it). How records
-map to its items (keys, parts over 400 KB, TTL) is ``dynamodb_layout.py``; this module makes the calls.
+map to its items (keys, parts over 400 KB, TTL) is ``dynamodb_layout.py``, the client and its errors
+``dynamodb_client.py``; this module holds the operations and makes the calls.
 
 - Read-after-write: every read is a ``GetItem`` / ``Query`` with ``ConsistentRead`` on the table (no index).
 - Concurrent appends: an atomic, conditional counter update reserves the positions, and each part is written with
@@ -33,6 +34,7 @@ from chatloop.store.dynamodb_layout import (
     body_parts_range,
     create_table,
     dump,
+    expired,
     list_items,
     load,
     meta_item,
@@ -58,6 +60,16 @@ __all__ = [
 
 
 class DynamoDBBackend:
+    """The store's ``Backend`` on the table ``table_name``: every method is one synchronous operation, bounded by
+    ``timeout`` seconds, that fails as ``StoreUnavailable``.
+
+    Usage::
+
+        backend = DynamoDBBackend("chatloop-conversations")
+        backend.create(owner_key("caller"), "conv_1", record, {"items": [item]}, timeout=2.0)
+        backend.page(owner_key("caller"), "conv_1", "items", "asc", None, limit=20, now=time.time(), timeout=2.0)
+    """
+
     def __init__(self, table_name: str):
         self.table_name = table_name
         self._clients = ClientPool()
@@ -82,7 +94,7 @@ class DynamoDBBackend:
             )
             body_parts, body_attrs = body_items(pk, record.body, record.expires_at)
             # The parts first, the meta item last: the record exists only once everything it holds is written.
-            self._put_all(client, parts + body_parts, conditional=True)
+            self._put_all(client, parts + body_parts, only_new=True)
             client.put_item(
                 TableName=self.table_name,
                 Item={**meta, **body_attrs},
@@ -141,7 +153,7 @@ class DynamoDBBackend:
                 return False
             expires_at = int(meta["expires_at"]["N"])
             body_parts, attrs = body_items(pk, body, expires_at)
-            self._put_all(client, body_parts, conditional=True)
+            self._put_all(client, body_parts, only_new=True)
             values: Attr
             if "body" in attrs:
                 update, values = "SET body = :b REMOVE body_ref", {":b": attrs["body"]}
@@ -203,7 +215,7 @@ class DynamoDBBackend:
                 raise
             start = int(reserved["next"]["N"]) - len(items)
             expires_at = int(reserved["expires_at"]["N"])
-            self._put_all(client, list_items(pk, name, start, items, expires_at), conditional=True)
+            self._put_all(client, list_items(pk, name, start, items, expires_at), only_new=True)
             return True
 
     def put_at(
@@ -225,7 +237,7 @@ class DynamoDBBackend:
             records: list[Attr] = []
             for position, item in entries:
                 records += list_items(pk, name, position, [item], expires_at)
-            self._put_all(client, records, conditional=False)  # the same event again overwrites itself
+            self._put_all(client, records, only_new=False)  # the same event again overwrites itself
             return True
 
     def page(
@@ -296,14 +308,12 @@ class DynamoDBBackend:
                 ],
             )
 
-    # --- DynamoDB calls ---------------------------------------------------------------------------
+    # --- reads and writes the operations share ---------------------------------------------------------------------------
     def _meta(self, client: DynamoDBClient, pk: str, now: float) -> Attr | None:
-        item = client.get_item(TableName=self.table_name, Key=table_key(pk, META), ConsistentRead=True).get(
-            "Item"
-        )
-        if item is None or int(item["expires_at"]["N"]) <= now:
-            return None
-        return item
+        """The record's meta item; None when it is missing or expired."""
+        answer = client.get_item(TableName=self.table_name, Key=table_key(pk, META), ConsistentRead=True)
+        item = answer.get("Item")
+        return None if item is None or expired(item, now) else item
 
     def _pointer(
         self, owner: str, record_id: str, name: ListName, item_id: str, now: float, timeout: float
@@ -316,9 +326,7 @@ class DynamoDBBackend:
             item = client.get_item(
                 TableName=self.table_name, Key=table_key(pk, pointer_sk(name, item_id)), ConsistentRead=True
             ).get("Item")
-        if item is None or int(item["expires_at"]["N"]) <= now:
-            return None
-        return item
+        return None if item is None or expired(item, now) else item
 
     def _query(
         self,
@@ -349,15 +357,15 @@ class DynamoDBBackend:
         while True:
             answer = client.query(**request)
             for record in answer.get("Items", []):
-                if now is None or int(record["expires_at"]["N"]) > now:
+                if now is None or not expired(record, now):
                     yield record
             if "LastEvaluatedKey" not in answer:
                 return
             request["ExclusiveStartKey"] = answer["LastEvaluatedKey"]
 
-    def _put_all(self, client: DynamoDBClient, records: list[Attr], conditional: bool) -> None:
-        """Write ``records`` in transactions (100 items, ~3.5 MB each); ``conditional``: never over an existing one."""
-        condition = {"ConditionExpression": "attribute_not_exists(sk)"} if conditional else {}
+    def _put_all(self, client: DynamoDBClient, records: list[Attr], only_new: bool) -> None:
+        """Write ``records`` in transactions (100 items, ~3.5 MB each); ``only_new``: never over an existing one."""
+        condition = {"ConditionExpression": "attribute_not_exists(sk)"} if only_new else {}
         for batch in transaction_batches(records):
             client.transact_write_items(
                 TransactItems=[{"Put": {"TableName": self.table_name, "Item": r, **condition}} for r in batch]

@@ -170,6 +170,11 @@ def load(data: bytes) -> JSONObject:
     return value
 
 
+def expired(item: Attr, now: float) -> bool:
+    """Whether ``item`` has passed its ``expires_at`` (DynamoDB deletes expired items only eventually)."""
+    return int(item["expires_at"]["N"]) <= now
+
+
 def split(data: bytes) -> list[bytes]:
     return [data[i : i + PART_BYTES] for i in range(0, len(data), PART_BYTES)] or [b""]
 
