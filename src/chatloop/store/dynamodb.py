@@ -1,6 +1,6 @@
 """The deployed backend: one DynamoDB table (``CONVERSATION_TABLE_NAME``; the SAM template creates it). How records
-map to its items (keys, parts over 400 KB, TTL) is ``dynamodb_layout.py``, the client and its errors
-``dynamodb_client.py``; this module holds the operations and makes the calls.
+map to its items (keys, parts over 400 KB, TTL) is ``dynamodb_layout``, the client and its errors
+``dynamodb_client`` (modules beside this one); this module holds the operations and makes the calls.
 
 - Read-after-write: every read is a ``GetItem`` / ``Query`` with ``ConsistentRead`` on the table (no index).
 - Concurrent appends: an atomic, conditional counter update reserves the positions, and each part is written with
