@@ -10,7 +10,7 @@ identity is stored, and another owner's record has another key: not found)::
     sk "<list>#<position>#<part>"    an item of a list (its JSON compressed, in parts of PART_BYTES)
     sk "<list>@<item id>"            where an item is: its position and parts (not kept for events)
 
-- Any size: an item or body over DynamoDB's 400 KB item limit is split into parts and read back whole.
+- Size: an item or body over DynamoDB's 400 KB item limit is split into parts and read back whole.
 - Expiry: every item carries its record's ``expires_at`` (epoch seconds, the TTL attribute).
 
 Usage::
