@@ -5,6 +5,10 @@ input and output items and their stream events), behind one protocol with two ba
   keeps conversations with no setup.
 - ``DynamoDBBackend`` (``store/dynamodb.py``): one table when ``CONVERSATION_TABLE_NAME`` is set (deployed).
 
+Modules: ``model`` (the values and the ``Backend`` protocol), ``protocol`` (``ConversationStore``, what the API
+calls), ``service`` (``Store``, its implementation over a backend), ``sqlite``, and ``dynamodb`` (the operations)
+with ``dynamodb_layout`` (how records map to table items) and ``dynamodb_client`` (the client and its errors).
+
 Every record belongs to an owner (the caller): a read by another owner is exactly "not found". Every record
 expires ``CONVERSATION_TTL_SECONDS`` after it was created (its items with it), and an expired record reads as
 missing on both backends whether or not it was swept. Ids are unguessable (``conv_`` + 192 random bits).
@@ -12,7 +16,7 @@ missing on both backends whether or not it was swept. Ids are unguessable (``con
 Usage::
 
     store = open_store(settings)                              # lazily, once per container
-    conversation, items = await store.create_conversation(owner, {"topic": "x"}, [item], deadline)
+    conversation = await store.create_conversation(owner, {"topic": "x"}, [item], deadline)
     page = await store.list_items(owner, conversation.id, PageQuery(order="asc", limit=20), deadline)
 """
 

@@ -55,7 +55,7 @@ class Item:
     """One entry of a list: its id and its body as the API shows it (the body's ``id`` is the same id)."""
 
     id: str
-    body: dict[str, Any]
+    body: JSONObject
     expires_at: int | None = field(default=None, compare=False)
     """When this entry expires, if before its record (an index entry, with its conversation); None when read."""
 
@@ -95,7 +95,8 @@ class StoredResponse:
     id: str
     created_at: int
     body: dict[str, Any]
-    """The ``response`` object as it was last stored."""
+    """The ``response`` object as it was last stored (values untyped: the API reads its ``output`` list by key
+    and splices it into the next request's input, where a ``JSONObject`` would need narrowing)."""
     expires_at: int
 
 
@@ -104,7 +105,7 @@ class StoredEvent:
     """One event of a streamed response, as it was sent (``data["sequence_number"] == sequence_number``)."""
 
     sequence_number: int
-    data: dict[str, Any]
+    data: JSONObject
 
 
 @dataclass(frozen=True)

@@ -1,5 +1,5 @@
-"""``ConversationStore``: the asynchronous protocol the API uses, and ``Store``, its one implementation over a
-synchronous ``Backend`` (SQLite or DynamoDB) run in a worker thread.
+"""``Store``: the one implementation of ``ConversationStore`` (the protocol the API uses, in ``protocol.py``;
+importable from here too) over a synchronous ``Backend`` (SQLite or DynamoDB) run in a worker thread.
 
 Each call takes the request's ``Deadline``: the backend gets what is left of it as its timeout, and the caller gets
 ``StoreUnavailable`` when the deadline passes, even if the backend hangs (the worker thread is abandoned, and its
@@ -8,7 +8,7 @@ own timeouts end it). The event loop never blocks on the store.
 Usage::
 
     store = Store(SQLiteBackend(path), ttl_seconds=3600)
-    conversation, _ = await store.create_conversation("caller", {}, [], deadline)
+    conversation = await store.create_conversation("caller", {}, [], deadline)
     await store.get_conversation("someone else", conversation.id, deadline)      # None: not theirs
 """
 
@@ -20,7 +20,7 @@ import math
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import replace
-from typing import Any, Literal, Protocol, TypeVar
+from typing import Literal, TypeVar
 
 import anyio
 from anyio import to_thread
@@ -40,92 +40,13 @@ from chatloop.store.model import (
     StoreUnavailable,
     new_id,
 )
+from chatloop.store.protocol import ConversationStore, CursorNotFound
+
+__all__ = ["MAX_EVENTS_READ", "ConversationStore", "CursorNotFound", "Store", "owner_key"]
 
 T = TypeVar("T")
 MAX_EVENTS_READ = 10_000
 """The most events one replay reads (a response's stream has far fewer)."""
-
-
-class CursorNotFound(LookupError):
-    """``after`` names no item of the list (a 400 for the client)."""
-
-
-class ConversationStore(Protocol):
-    """What the API needs of the store. Every method is scoped to ``owner``: another owner's record is None / False,
-    exactly as a missing one. ``StoreUnavailable`` when the store fails or the deadline passes."""
-
-    async def create_conversation(
-        self, owner: str, metadata: dict[str, str], items: Sequence[Item], deadline: Deadline
-    ) -> Conversation: ...
-
-    async def get_conversation(
-        self, owner: str, conversation_id: str, deadline: Deadline
-    ) -> Conversation | None: ...
-
-    async def list_conversations(self, owner: str, query: PageQuery, deadline: Deadline) -> Page: ...
-
-    async def update_conversation(
-        self, owner: str, conversation_id: str, metadata: dict[str, str], deadline: Deadline
-    ) -> Conversation | None: ...
-
-    async def delete_conversation(self, owner: str, conversation_id: str, deadline: Deadline) -> bool: ...
-
-    async def append_items(
-        self, owner: str, conversation_id: str, items: Sequence[Item], deadline: Deadline
-    ) -> bool: ...
-
-    async def list_items(
-        self, owner: str, conversation_id: str, query: PageQuery, deadline: Deadline
-    ) -> Page | None: ...
-
-    async def get_item(
-        self, owner: str, conversation_id: str, item_id: str, deadline: Deadline
-    ) -> Item | None: ...
-
-    async def delete_item(
-        self, owner: str, conversation_id: str, item_id: str, deadline: Deadline
-    ) -> bool: ...
-
-    async def create_response(
-        self,
-        owner: str,
-        body: dict[str, Any],
-        input_items: Sequence[Item],
-        deadline: Deadline,
-        output_items: Sequence[Item] = (),
-    ) -> StoredResponse: ...
-
-    async def update_response(
-        self,
-        owner: str,
-        response_id: str,
-        body: dict[str, Any],
-        output_items: Sequence[Item],
-        deadline: Deadline,
-    ) -> bool: ...
-
-    async def get_response(
-        self, owner: str, response_id: str, deadline: Deadline
-    ) -> StoredResponse | None: ...
-
-    async def delete_response(self, owner: str, response_id: str, deadline: Deadline) -> bool: ...
-
-    async def list_response_items(
-        self,
-        owner: str,
-        response_id: str,
-        which: Literal["input", "output"],
-        query: PageQuery,
-        deadline: Deadline,
-    ) -> Page | None: ...
-
-    async def append_events(
-        self, owner: str, response_id: str, events: Sequence[StoredEvent], deadline: Deadline
-    ) -> bool: ...
-
-    async def events_after(
-        self, owner: str, response_id: str, after: int, deadline: Deadline
-    ) -> list[StoredEvent] | None: ...
 
 
 def owner_key(owner: str) -> str:
@@ -268,7 +189,7 @@ class Store:
     async def create_response(
         self,
         owner: str,
-        body: dict[str, Any],
+        body: JSONObject,
         input_items: Sequence[Item],
         deadline: Deadline,
         output_items: Sequence[Item] = (),
@@ -287,7 +208,7 @@ class Store:
         self,
         owner: str,
         response_id: str,
-        body: dict[str, Any],
+        body: JSONObject,
         output_items: Sequence[Item],
         deadline: Deadline,
     ) -> bool:
