@@ -19,6 +19,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Mapping, Sequence
 
+from chatloop.jsontypes import JSONObject
 from chatloop.store.dynamodb_client import CONDITION_FAILED, ClientPool, conditional, error_code, store_errors
 from chatloop.store.dynamodb_layout import (
     META,
@@ -46,7 +47,7 @@ from chatloop.store.dynamodb_layout import (
     table_key,
     transaction_batches,
 )
-from chatloop.store.model import Item, JSONObject, ListName, Order, Record, StoreUnavailable, record_kind
+from chatloop.store.model import Item, ListName, Order, Record, StoreUnavailable, record_kind
 
 __all__ = [
     "PART_BYTES",

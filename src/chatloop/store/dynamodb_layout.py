@@ -27,7 +27,8 @@ import zlib
 from collections.abc import Iterator, Sequence
 from typing import Protocol, TypedDict
 
-from chatloop.store.model import Item, JSONObject, ListName, Order, Record
+from chatloop.jsontypes import JSONObject
+from chatloop.store.model import Item, ListName, Order, Record
 
 PART_BYTES = 300_000
 """A part's payload: the rest of DynamoDB's 400 KB item limit is left for the key and attributes."""

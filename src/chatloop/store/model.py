@@ -18,12 +18,9 @@ from __future__ import annotations
 import secrets
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal, Protocol, TypeAlias
+from typing import Any, Literal, Protocol
 
-JSONValue: TypeAlias = bool | int | float | str | list["JSONValue"] | dict[str, "JSONValue"] | None
-"""A value ``json.loads`` returns. Local to the store until ``chatloop.jsontypes`` (the same two names) lands."""
-JSONObject: TypeAlias = dict[str, JSONValue]
-"""What the store keeps as a body: a JSON object, written and read back whole."""
+from chatloop.jsontypes import JSONObject
 
 ListName = Literal["items", "input", "output", "events", "conversations"]
 """``items``: a conversation's items. ``input`` / ``output``: a response's input and output items. ``events``: a

@@ -15,7 +15,8 @@ from collections.abc import Sequence
 from typing import Literal, Protocol
 
 from chatloop.deadline import Deadline
-from chatloop.store.model import Conversation, Item, JSONObject, Page, PageQuery, StoredEvent, StoredResponse
+from chatloop.jsontypes import JSONObject
+from chatloop.store.model import Conversation, Item, Page, PageQuery, StoredEvent, StoredResponse
 
 
 class CursorNotFound(LookupError):

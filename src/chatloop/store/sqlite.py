@@ -19,7 +19,8 @@ from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 
-from chatloop.store.model import Item, JSONObject, ListName, Order, Record, StoreUnavailable
+from chatloop.jsontypes import JSONObject
+from chatloop.store.model import Item, ListName, Order, Record, StoreUnavailable
 
 SWEEP_EVERY_SECONDS = 600.0
 SCHEMA = """
