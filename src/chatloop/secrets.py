@@ -16,11 +16,10 @@ Usage::
 
 from __future__ import annotations
 
-import os
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from chatloop.config import Settings
+from chatloop.config import Settings, from_environment
 from chatloop.observability import logger, register_secret
 
 KEY_VARIABLES = {"groq": "GROQ_API_KEY", "openai": "OPENAI_API_KEY", "local": "LOCAL_API_KEY"}
@@ -35,8 +34,7 @@ class KeysUnavailable(RuntimeError):
 
 
 def load_provider_keys(settings: Settings, environ: Mapping[str, str] | None = None) -> dict[str, str | None]:
-    env = os.environ if environ is None else environ
-    keys: dict[str, str | None] = {p: (env.get(v) or None) for p, v in KEY_VARIABLES.items()}
+    keys = {p: from_environment(v, environ) for p, v in KEY_VARIABLES.items()}
     if settings.provider_keys_secret_arn and not all(keys.values()):
         stored = _read_secret(settings.provider_keys_secret_arn)
         for provider, variable in KEY_VARIABLES.items():
@@ -52,9 +50,8 @@ def load_named_secrets(
     """The values of ``names``: from the environment when set (local use), else from the provider-keys secret.
     A name found in neither is left out (the caller says which is missing). Every value is registered for
     redaction."""
-    env = os.environ if environ is None else environ
     wanted = list(dict.fromkeys(names))
-    found = {n: env[n] for n in wanted if env.get(n)}
+    found = {n: value for n in wanted if (value := from_environment(n, environ))}
     missing = [n for n in wanted if n not in found]
     if missing and settings.provider_keys_secret_arn:
         stored = _read_secret(settings.provider_keys_secret_arn)

@@ -12,10 +12,9 @@ Usage::
 
 from __future__ import annotations
 
-import os
 from collections.abc import Mapping
 
-from chatloop.config import DEFAULT_MODEL_CHAIN, ConfigError, Settings
+from chatloop.config import DEFAULT_MODEL_CHAIN, ConfigError, Settings, from_environment
 from chatloop.observability import logger
 from chatloop.providers.base import ChatModel
 from chatloop.providers.catalog import Catalog, ProviderInfo, split_entry
@@ -33,7 +32,7 @@ def provider_usable(provider: ProviderInfo, keys: Mapping[str, str | None]) -> b
     """A hosted provider needs its key; a self-hosted one (``key_required: false``) needs its base URL."""
     if provider.key_required:
         return bool(keys.get(provider.name))
-    return bool(os.environ.get(provider.base_url_env or ""))
+    return bool(provider.base_url_env and from_environment(provider.base_url_env))
 
 
 def build_model(

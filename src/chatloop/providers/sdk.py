@@ -15,12 +15,12 @@ from __future__ import annotations
 
 import asyncio
 import importlib
-import os
 import weakref
 from collections.abc import AsyncIterable, AsyncIterator, Awaitable
 from types import ModuleType
 from typing import Protocol
 
+from chatloop.config import from_environment
 from chatloop.deadline import until
 from chatloop.providers.base import ModelRequest, ModelResponse, StreamItem, TextDelta, Usage
 from chatloop.providers.catalog import ModelInfo, ProviderInfo
@@ -72,7 +72,7 @@ class SDKChatModel:
         self.first_chunk_timeout = first_chunk_timeout
         self._api_key = api_key
         self._base_url = base_url or (
-            os.environ.get(provider.base_url_env) if provider.base_url_env else None
+            from_environment(provider.base_url_env) if provider.base_url_env else None
         )
 
     # --- the client --------------------------------------------------------------------------
