@@ -1,4 +1,15 @@
-"""The HTTP surface: a Starlette app serving /chat, /v1/chat/completions and /health."""
+"""The HTTP surface: a Starlette app, one module per wire API over one request context.
+
+- ``context.RequestContext``: built once per request (deadline, request id, the adapter's invocation, the caller);
+- ``serve.serve_turn``: a turn served through a renderer, streamed or not (one guarded stream, one redaction point);
+- ``chat`` (/chat), ``openai_chat`` (/v1/chat/completions), ``responses`` (/v1/responses), ``models`` (/v1/models,
+  /health), ``page`` (/), ``conversations`` and ``stored`` (the stored state's endpoints), each a renderer and its
+  endpoint; ``checks`` holds the checks the turn endpoints share, ``schemas`` their request bodies.
+
+Usage::
+
+    app = create_app(Settings.from_env())
+"""
 
 from chatloop.api.app import create_app
 

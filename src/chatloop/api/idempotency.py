@@ -22,7 +22,7 @@ record (in progress, then the stored response).
 
 Usage (in the app)::
 
-    Route("/chat", idempotent(routes.chat), methods=["POST"])
+    Route("/chat", idempotent(chat.chat), methods=["POST"])
 """
 
 from __future__ import annotations
@@ -40,8 +40,7 @@ from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
 from starlette.types import Receive, Scope, Send
 
-from chatloop.api.adapter import invocation_of
-from chatloop.api.caller import caller_of
+from chatloop.api.context import RequestContext
 from chatloop.api.errors import error_response
 from chatloop.api.limits import read_within
 from chatloop.aws import bounded_config
@@ -53,7 +52,7 @@ MAX_STORED_BYTES = 350_000
 """DynamoDB items are at most 400 KB; the record's other attributes need the rest."""
 REPLAYED_HEADER = "idempotent-replayed"
 STOP_REASON = "chatloop.stop_reason"
-"""Where the turn's stop reason is left in the request's scope (``routes.observed``): a streamed turn that ended
+"""Where the turn's stop reason is left in the request's scope (``serve.observed``): a streamed turn that ended
 with ``all_models_failed`` is a failure, as its JSON form (a 503) is, and is not stored."""
 Route = Callable[[Request], Awaitable[Response]]
 BUCKETS = (0.5, 1.0, 2.0, 4.0, 8.0)
@@ -114,8 +113,8 @@ class Store:
 def budget_of(request: Request, share: float = STORE_SHARE) -> float:
     """Seconds one store call may take now: IDEMPOTENCY_TIMEOUT_SECONDS, and at most ``share`` of the time left
     (a fifth before the turn, half after it)."""
-    limit: float = request.app.state.runtime.settings.idempotency_timeout_seconds
-    return min(limit, _remaining_ms(request) / 1000 * share)
+    ctx = RequestContext.of(request)
+    return min(ctx.settings.idempotency_timeout_seconds, ctx.remaining_ms() / 1000 * share)
 
 
 def idempotent(route: Route) -> Route:
@@ -130,8 +129,8 @@ def idempotent(route: Route) -> Route:
             return error_response(
                 request, 400, "invalid_idempotency_key", f"{HEADER}: 1 to {MAX_KEY_LENGTH} characters"
             )
-        _remaining_ms(request)  # the request's clock starts now (make run)
-        caller = caller_of(request)
+        ctx = RequestContext.of(request)  # the request's clock starts now (make run)
+        caller = ctx.caller
         if caller is None:  # never a shared scope: another caller could replay this answer
             logger.warning("idempotency: the request names no caller; answering without deduplication")
             return await route(request)
@@ -169,7 +168,8 @@ async def _claim(store: Store, data: dict[str, Any], request: Request, attempt: 
 
     try:
         layer = store.layer(budget_of(request))  # no region or credentials fails here: a store failure too
-        await to_thread.run_sync(layer.save_inprogress, data, _remaining_ms(request))
+        remaining_ms = RequestContext.of(request).remaining_ms()
+        await to_thread.run_sync(layer.save_inprogress, data, remaining_ms)
         return True
     except IdempotencyValidationError:
         return _mismatch(request)
@@ -215,19 +215,6 @@ def _store_failed(failure: BaseException) -> bool:
     logger.warning(f"idempotency store failed ({type(failure).__name__}): answering without deduplication")
     metrics.add_metric(name="IdempotencyErrors", unit="Count", value=1)
     return False
-
-
-def _remaining_ms(request: Request) -> int:
-    """How long the in-progress record holds: until this invocation must end (a retry after that runs again)."""
-    context = request.scope.get("aws.context")
-    if context is not None and hasattr(context, "get_remaining_time_in_millis"):
-        return int(context.get_remaining_time_in_millis())
-    invocation = invocation_of(request)  # stream mode, behind the adapter
-    if invocation is not None:
-        return max(0, int(invocation.seconds_left() * 1000))
-    started: float = request.scope.setdefault("chatloop.started", time.monotonic())  # make run
-    timeout: float = request.app.state.runtime.settings.request_timeout_seconds
-    return max(0, int((timeout - (time.monotonic() - started)) * 1000))
 
 
 def _replay(stored: dict[str, Any]) -> Response:

@@ -29,14 +29,13 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
 
-from chatloop.api.caller import caller_of
+from chatloop.api.context import RequestContext
 from chatloop.api.conversations import not_found, store_context, store_errors
 from chatloop.api.errors import RequestError
-from chatloop.api.render import JSONBody, dumps
-from chatloop.api.routes import request_deadline, runtime_of
 from chatloop.api.schemas import InputItem, ReasoningItem, ResponsesBody
+from chatloop.api.wire import JSONBody, sse_frame
 from chatloop.engine.events import Event, EventType
-from chatloop.observability import logger
+from chatloop.observability import logger, redact
 
 if TYPE_CHECKING:
     from chatloop.deadline import Deadline
@@ -79,7 +78,8 @@ async def prepare(request: Request, body: ResponsesBody) -> Keeping:
         )
     if body.store is False and not wants_history:
         return Keeping(None, None, None)
-    owner = caller_of(request)
+    ctx = RequestContext.of(request)
+    owner = ctx.caller
     if owner is None:
         if body.store or wants_history:
             raise RequestError(
@@ -88,10 +88,8 @@ async def prepare(request: Request, body: ResponsesBody) -> Keeping:
                 "this request names no caller (no API key id or IAM identity) to keep it for",
             )
         return Keeping(None, None, None)  # store left to its default: nothing can be kept for nobody
-    runtime = runtime_of(request)
-    deadline = request_deadline(request, runtime).earliest(
-        runtime.settings.conversation_store_timeout_seconds
-    )
+    runtime = ctx.runtime
+    deadline = ctx.store_deadline()
     keeping = Keeping(runtime.conversations() if body.store is not False else None, owner, deadline)
     store = runtime.conversations()
     with store_errors():
@@ -116,11 +114,9 @@ async def save(
 
     if keeping.owner is None or (keeping.store is None and keeping.conversation_id is None):
         return response
-    runtime = runtime_of(request)
-    store = runtime.conversations()
-    deadline = request_deadline(request, runtime).earliest(
-        runtime.settings.conversation_store_timeout_seconds
-    )
+    ctx = RequestContext.of(request)
+    store = ctx.runtime.conversations()
+    deadline = ctx.store_deadline()
     inputs = input_items(body)
     outputs = [Item(str(o["id"]), o) for o in response["output"]]
     try:
@@ -278,10 +274,10 @@ def _as_items(bodies: list[dict[str, Any]]) -> list[Any]:
 async def _replay(events: Iterable[dict[str, Any]] | AsyncIterator[dict[str, Any]]) -> AsyncIterator[bytes]:
     if isinstance(events, AsyncIterator):
         async for data in events:
-            yield f"event: {data['type']}\ndata: {dumps(data)}\n\n".encode()
+            yield redact(sse_frame(data, event=data["type"])).encode()
         return
     for data in events:
-        yield f"event: {data['type']}\ndata: {dumps(data)}\n\n".encode()
+        yield redact(sse_frame(data, event=data["type"])).encode()
 
 
 def _checked(response_id: str) -> str:
@@ -414,7 +410,7 @@ LIVE: dict[str, LiveStream] = {}
 async def ended_when_stopped(events: AsyncIterator[Event]) -> AsyncIterator[Event]:
     """``events``, closed with an ``error`` and a ``done`` when the turn was stopped (``POST /chat/stop``) before its
     own ``done``: every stream ends with its terminal event."""
-    from chatloop.api.render import _failed_summary
+    from chatloop.api.serve import failed_summary
 
     done = False
     async for event in events:
@@ -422,7 +418,7 @@ async def ended_when_stopped(events: AsyncIterator[Event]) -> AsyncIterator[Even
         yield event
     if not done:
         yield Event(EventType.ERROR, {"code": "stopped", "message": "the turn was stopped by its client"})
-        yield Event(EventType.DONE, _failed_summary("Stopped.", "client_disconnected"))
+        yield Event(EventType.DONE, failed_summary("Stopped.", "client_disconnected"))
 
 
 _RUNNING: set[asyncio.Task[None]] = set()
@@ -435,10 +431,10 @@ async def stop_chat(request: Request) -> Response:
     page's Stop button). A stored conversation's turn outlives its client, so that a reload finds the answer; a Stop
     is the one way to end it early. A stopped turn is not stored (the conversation stays as it was). ``stopped`` says
     whether a turn was running here (behind a load balancer of several containers, the one that runs it)."""
-    from chatloop.api.routes import read_body
+    from chatloop.api.checks import read_body
     from chatloop.api.schemas import StopBody
 
-    body = await read_body(request, StopBody, runtime_of(request).settings.max_body_bytes)
+    body = await read_body(request, StopBody)
     _, owner, _ = store_context(request)
     conversation_id = _conversation_id(body.conversation)
     task = TURNS.get((owner, conversation_id))
@@ -456,45 +452,45 @@ async def save_chat_turn(
     as the Responses API shows it) and the answer. A turn every model failed leaves the conversation as it was (a
     retry sends the same message again); a store that fails is logged, the answer was already sent."""
     from chatloop.api.conversation_items import stored_items
-    from chatloop.api.responses import ResponseOutput, _Events
+    from chatloop.api.response_items import ResponseEvents, ResponseOutput
     from chatloop.api.schemas import InputMessage
     from chatloop.store.model import Item, StoreUnavailable, new_id
 
     done = next((e.data for e in events if e.type is EventType.DONE), None)
     if done is None or done["stop_reason"] in ("all_models_failed", "error"):
         return
-    output = ResponseOutput(new_id("turn").removeprefix("turn_"), _Events())
+    output = ResponseOutput(new_id("turn").removeprefix("turn_"), ResponseEvents())
     for event in events:
         if event.type is not EventType.DONE:
             output.feed(event)
     output.finish({"message": {}})
     inputs = stored_items([InputMessage(role=m["role"], content=m["content"]) for m in new])
     outputs = [Item(str(i["id"]), i) for i in output.items]
-    runtime = runtime_of(request)
-    deadline = request_deadline(request, runtime).earliest(
-        runtime.settings.conversation_store_timeout_seconds
-    )
+    ctx = RequestContext.of(request)
+    deadline = ctx.store_deadline()
     try:
-        await runtime.conversations().append_items(
+        await ctx.runtime.conversations().append_items(
             thread.owner, thread.conversation_id, [*inputs, *outputs], deadline
         )
     except StoreUnavailable as error:
         logger.warning(f"conversation {thread.conversation_id}: the turn was not stored: {error}")
 
 
-def followable(
-    response_id: str,
-    owner: str,
-    chunks: Callable[[Callable[[dict[str, Any]], None]], AsyncIterator[bytes]],
-) -> AsyncIterator[bytes]:
-    """A stored response's stream: registered in ``LIVE`` while it runs (a resumed stream follows it), and run to its
-    end whether or not its own client stays."""
+def live_stream(response_id: str, owner: str) -> LiveStream:
+    """A stored response's stream, registered in ``LIVE`` while it runs (a resumed stream follows it): its renderer
+    tells it each event (``live.add``), ``followable`` ends it."""
     live = LiveStream(owner)
     LIVE[response_id] = live
+    return live
+
+
+def followable(response_id: str, live: LiveStream, chunks: AsyncIterator[bytes]) -> AsyncIterator[bytes]:
+    """A stored response's stream (``chunks``), run to its end whether or not its own client stays, and taken out
+    of ``LIVE`` once it ended."""
 
     async def followed() -> AsyncIterator[bytes]:
         try:
-            async for chunk in chunks(live.add):
+            async for chunk in chunks:
                 yield chunk
         finally:
             LIVE.pop(response_id, None)

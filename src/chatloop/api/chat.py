@@ -1,0 +1,132 @@
+"""``POST /chat``: this server's own API. Its events as SSE (every event, ``done`` last) or, with
+``stream: false``, the ``done`` summary as a JSON body (a 503 when every model failed).
+
+Usage::
+
+    curl -s localhost:8000/chat -d '{"messages": [{"role": "user", "content": "5!"}], "stream": false}'
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from typing import Any
+
+from starlette.requests import Request
+from starlette.responses import Response
+
+from chatloop.api.checks import ChatChoice, check_context, conversation, model_for, named_choice, read_body
+from chatloop.api.context import RequestContext
+from chatloop.api.errors import RequestError
+from chatloop.api.runtime import Runtime
+from chatloop.api.schemas import ChatBody
+from chatloop.api.serve import INTERNAL_ERROR, failed_summary, serve_turn, turn_events
+from chatloop.api.wire import sse_frame
+from chatloop.engine import Event, EventType, TurnRequest
+from chatloop.tools.base import ToolRegistry
+
+SUMMARY_FIELDS = (
+    "message",
+    "stop_reason",
+    "iterations",
+    "tool_calls",
+    "tool_counts",
+    "usage",
+    "model",
+    "context",
+    "request_id",
+)
+
+
+def chat_summary(done: dict[str, Any]) -> dict[str, Any]:
+    """The /chat JSON body: the same fields as the ``done`` event."""
+    return {k: done.get(k) for k in SUMMARY_FIELDS}
+
+
+class ChatRenderer:
+    """/chat's wire format: ``event: <type>\\ndata: <json>`` per event; ``done`` always last, exactly once."""
+
+    stream_failure_log = "SSE stream failed"
+    answers_failure = True
+
+    def __init__(self) -> None:
+        self._done = False
+
+    async def frames(self, events: AsyncIterator[Event]) -> AsyncIterator[str]:
+        async for event in events:
+            self._done = self._done or event.type is EventType.DONE
+            yield sse_frame(event.data, event=event.name)
+
+    def broken(self) -> str:
+        if self._done:
+            return ""
+        return sse_frame(INTERNAL_ERROR, event="error") + sse_frame(failed_summary(), event="done")
+
+    def observe(self, event: Event) -> None:
+        pass
+
+    async def answer(self, done: dict[str, Any]) -> tuple[int, object]:
+        status = 503 if done["stop_reason"] == "all_models_failed" else 200
+        return status, chat_summary(done)
+
+
+async def chat(request: Request) -> Response:
+    ctx = RequestContext.of(request)
+    runtime = ctx.runtime
+    body = await read_body(request, ChatBody)
+    thread = None
+    if body.conversation is not None:
+        from chatloop.api import stored
+
+        thread = await stored.chat_thread(request, body.conversation, body.messages)
+    messages = conversation(
+        [*(thread.history if thread else []), *body.messages], runtime.settings.max_messages
+    )
+    choice = named_choice(body.tool_choice)
+    tool_names = tools_for_chat(runtime, body, choice)
+    model = model_for(runtime, body.model)
+    check_context(model, messages, body.max_tokens)
+    turn = TurnRequest(
+        messages=messages,
+        tool_names=tool_names,
+        tool_choice=None if choice == "none" else choice,
+        parallel_tool_calls=body.parallel_tool_calls,
+        temperature=body.temperature,
+        top_p=body.top_p,
+        max_tokens=body.max_tokens,
+        max_iterations=body.max_iterations,
+    )
+    registry = await runtime.tools_for_turn(ctx.deadline) if tool_names != [] else ToolRegistry()
+    events = turn_events(ctx, turn, model, registry)
+    if thread is not None:  # a stored conversation's turn runs to its end even when the client goes away
+        from chatloop.api import stored
+
+        async def keep(seen: list[Event]) -> None:
+            await stored.save_chat_turn(request, thread, body.messages, seen)
+
+        events = stored.ended_when_stopped(
+            stored.run_to_the_end(events, keep, key=(thread.owner, thread.conversation_id))
+        )
+    return await serve_turn(ctx, ChatRenderer(), events, stream=body.stream)
+
+
+def tools_for_chat(runtime: Runtime, body: ChatBody, choice: ChatChoice) -> list[str] | None:
+    """The tools a /chat turn may use: None for all of them (the MCP servers' tools included), [] for none."""
+    if choice == "none":
+        return []
+    known = runtime.tool_names()
+    names = body.tools
+    unknown = [n for n in names or [] if n not in known and not runtime.mcp_name(n)]
+    if unknown:
+        raise RequestError(
+            400, "unknown_tool", f"tools: unknown tool(s) {unknown}; built-in tools: {known}", "tools"
+        )
+    chosen = choice["function"]["name"] if isinstance(choice, dict) else None
+    if (
+        chosen is not None
+        and chosen not in (names if names is not None else known)
+        and not runtime.mcp_name(chosen)
+    ):
+        raise RequestError(
+            400, "invalid_request", "tool_choice names a tool that is not enabled", "tool_choice"
+        )
+    return names

@@ -1,0 +1,188 @@
+"""Serving a turn through a renderer: the one path every turn endpoint takes once its request is checked.
+
+``turn_events`` runs the engine for the request (with the request id on ``done`` and the turn's metrics recorded);
+``serve_turn`` answers with its renderer, streamed or not. A stream is guarded once here for every API (whatever
+fails mid-way, the renderer's terminal event still goes out), each chunk is redacted once as it leaves, and the
+deltas are redacted as one text (``held_secrets``) before any renderer sees them.
+
+Usage (an endpoint)::
+
+    events = turn_events(ctx, turn, model, registry)
+    return await serve_turn(ctx, ChatRenderer(), events, stream=body.stream)
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import AsyncIterator, Callable
+from typing import Any, Protocol
+
+from starlette.responses import Response, StreamingResponse
+
+from chatloop.api.context import RequestContext
+from chatloop.api.errors import RequestError
+from chatloop.api.idempotency import STOP_REASON
+from chatloop.api.wire import JSONBody, with_heartbeats
+from chatloop.engine import Event, EventType, TurnRequest, run_turn
+from chatloop.observability import SecretHold, logger, metrics, record_turn_metrics, redact
+from chatloop.providers.chain import FallbackChain
+from chatloop.tools.base import ToolRegistry
+
+INTERNAL_ERROR = {"code": "internal_error", "message": "internal error while sending the response"}
+"""What a stream that broke mid-way tells its client (the traceback stays in the log)."""
+
+
+class Renderer(Protocol):
+    """One wire API's view of a turn's events (``chat.ChatRenderer``, ``openai_chat.CompletionRenderer``,
+    ``responses.ResponsesRenderer``). A renderer serves one request; it may keep state between its calls."""
+
+    stream_failure_log: str
+    """The log line (with the traceback) when its stream breaks mid-way."""
+    answers_failure: bool
+    """True: a turn every model failed is answered by ``answer`` (its body says so); False: it is an error
+    response (``failed_turn``: 429 or 503)."""
+
+    def frames(self, events: AsyncIterator[Event]) -> AsyncIterator[str]:
+        """The stream: SSE frames, unredacted, a chunk at a time (frames known together may share a chunk)."""
+        ...
+
+    def broken(self) -> str:
+        """The frames that end a stream which broke before its terminal event ('' when that went out)."""
+        ...
+
+    def observe(self, event: Event) -> None:
+        """Not streamed: each event before ``done`` (and none of the ``error`` ones), in order."""
+        ...
+
+    async def answer(self, done: dict[str, Any]) -> tuple[int, object]:
+        """Not streamed: the status and JSON body for the turn's ``done``."""
+        ...
+
+
+def turn_events(
+    ctx: RequestContext, turn: TurnRequest, model: FallbackChain, registry: ToolRegistry
+) -> AsyncIterator[Event]:
+    """The turn's events, with the request id on ``done`` and metrics recorded from them."""
+    ctx.request_id  # noqa: B018 - settled before the turn: behind the adapter it is the turn's log correlation id
+    return observed(run_turn(turn, model, registry, ctx.deadline, ctx.settings), ctx)
+
+
+async def observed(events: AsyncIterator[Event], ctx: RequestContext) -> AsyncIterator[Event]:
+    seen: list[Event] = []
+    async for event in events:
+        if event.type is EventType.DONE:
+            event = Event(EventType.DONE, {**event.data, "request_id": ctx.request_id})
+            ctx.request.scope[STOP_REASON] = event.data.get("stop_reason")  # a failed stream is not stored
+        seen.append(event)
+        yield event
+    behind_adapter = ctx.invocation is not None
+    if behind_adapter:  # the handler counts requests under Mangum; behind the adapter, the turn does
+        metrics.add_metric(name="Requests", unit="Count", value=1)
+    record_turn_metrics(seen, in_lambda=ctx.in_lambda)
+    if behind_adapter:  # no log_metrics decorator around a long-running server: flush per request
+        metrics.flush_metrics()
+
+
+async def serve_turn(
+    ctx: RequestContext,
+    renderer: Renderer,
+    events: AsyncIterator[Event],
+    *,
+    stream: bool,
+    keep_running: Callable[[AsyncIterator[bytes]], AsyncIterator[bytes]] | None = None,
+) -> Response:
+    """The turn's response through ``renderer``: its event stream (``keep_running`` may wrap the bytes, as a stored
+    response does to outlive its client), or its JSON body once the turn is done."""
+    if stream:
+        chunks = guarded(renderer, events)
+        return event_stream(keep_running(chunks) if keep_running else chunks, ctx)
+    done: dict[str, Any] = {}
+    errors: list[dict[str, Any]] = []
+    async for event in held_secrets(events):
+        if event.type is EventType.DONE:
+            done = event.data
+        elif event.type is EventType.ERROR:
+            errors.append(event.data)
+        else:
+            renderer.observe(event)
+    if done["stop_reason"] == "all_models_failed" and not renderer.answers_failure:
+        raise failed_turn(errors)
+    status, body = await renderer.answer(done)
+    return JSONBody(body, status_code=status, headers={"x-request-id": ctx.request_id})
+
+
+def event_stream(chunks: AsyncIterator[bytes], ctx: RequestContext) -> StreamingResponse:
+    return StreamingResponse(
+        with_heartbeats(chunks, ctx.settings.sse_heartbeat_seconds),
+        media_type="text/event-stream",
+        headers={"cache-control": "no-cache", "x-request-id": ctx.request_id},
+    )
+
+
+async def guarded(renderer: Renderer, events: AsyncIterator[Event]) -> AsyncIterator[bytes]:
+    """The renderer's stream as bytes, each chunk redacted once, whole (no configured secret or key-shaped string
+    leaves, whatever produced it), and always ending with the renderer's terminal event: whatever fails on the
+    way is logged and followed by ``renderer.broken()``."""
+    try:
+        async for chunk in renderer.frames(held_secrets(events)):
+            yield redact(chunk).encode()
+    except Exception:
+        logger.exception(renderer.stream_failure_log)
+        ending = renderer.broken()
+        if ending:
+            yield redact(ending).encode()
+
+
+def failed_turn(errors: list[dict[str, Any]]) -> RequestError:
+    """Every model failed: 429 with ``retry-after`` while the whole chain cools down after rate limits, else 503."""
+    failure = next((e for e in errors if e.get("code") == "all_models_failed"), {})
+    detail = failure.get("message", "no model could answer")
+    retry_after = failure.get("retry_after")
+    if retry_after is not None:
+        seconds = str(max(1, math.ceil(retry_after)))
+        return RequestError(429, "rate_limit_exceeded", detail, headers={"retry-after": seconds})
+    return RequestError(503, "all_models_failed", detail)
+
+
+def failed_summary(
+    text: str = "I could not finish this answer because of an internal error. Please ask again.",
+    stop_reason: str = "error",
+) -> dict[str, Any]:
+    """A ``done`` for a turn that did not end on its own (it failed, or was stopped)."""
+    return {
+        "message": {"role": "assistant", "content": text},
+        "stop_reason": stop_reason,
+        "iterations": 0,
+        "tool_calls": [],
+        "tool_counts": {},
+        "usage": {"prompt_tokens": 0, "completion_tokens": 0, "total_tokens": 0},
+        "model": None,
+    }
+
+
+async def held_secrets(events: AsyncIterator[Event]) -> AsyncIterator[Event]:
+    """The turn's events with their ``delta`` text redacted as one stream: a secret a model writes across several
+    deltas is held until it can be redacted whole (``SecretHold``), then released; anything else releases what is
+    held first, so no text is lost or reordered."""
+    hold = SecretHold()
+    last: dict[str, Any] = {}
+    async for event in events:
+        if event.type is EventType.DELTA:
+            if event.data.get("seam"):
+                yield _from_hold(hold.flush(), last)
+            last = event.data
+            text = hold.feed(event.data["content"])
+            if text:
+                yield Event(EventType.DELTA, {**event.data, "content": text})
+            continue
+        rest = hold.flush()
+        if rest:
+            yield _from_hold(rest, last)
+        yield event
+    rest = hold.flush()
+    if rest:
+        yield _from_hold(rest, last)
+
+
+def _from_hold(text: str, last: dict[str, Any]) -> Event:
+    return Event(EventType.DELTA, {**{k: v for k, v in last.items() if k != "seam"}, "content": text})
