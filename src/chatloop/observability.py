@@ -16,10 +16,14 @@ import logging
 import os
 import re
 from collections import Counter
-from typing import Any
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Protocol
 
 from aws_lambda_powertools import Logger, Metrics
 from aws_lambda_powertools.metrics import MetricUnit, single_metric
+
+if TYPE_CHECKING:
+    from chatloop.engine.events import Event
 
 SERVICE = os.environ.get("POWERTOOLS_SERVICE_NAME") or "chatloop"
 NAMESPACE = os.environ.get("POWERTOOLS_METRICS_NAMESPACE") or "ChatLoop"
@@ -117,7 +121,7 @@ def _whole_secrets_before(text: str, cut: int) -> int:
     return cut
 
 
-def redact_value(value: Any) -> Any:
+def redact_value(value: object) -> object:
     if isinstance(value, str):
         return redact(value)
     if isinstance(value, dict | list):
@@ -144,16 +148,38 @@ for _secret_var in ("GROQ_API_KEY", "OPENAI_API_KEY", "AWS_SECRET_ACCESS_KEY", "
     register_secret(os.environ.get(_secret_var))
 
 
-def log_decision(line: str, fields: dict[str, Any], content: dict[str, Any] | None = None) -> None:
+def log_decision(
+    line: str, fields: Mapping[str, object], content: Mapping[str, object] | None = None
+) -> None:
     """One record per model response: ``Tool execution decision: ...`` as the message (for grep), the same fields
     as a ``decision`` object (for CloudWatch Logs Insights), and the content only when LOG_CONTENT is on."""
-    extra: dict[str, Any] = {"decision": fields}
+    extra: dict[str, object] = {"decision": fields}
     if content is not None:
         extra["content"] = content
     logger.info(line, extra=extra)
 
 
-def log_context_decision(fit: Any, iteration: int) -> None:
+class FitDecision(Protocol):
+    """What ``log_context_decision`` reads of a context fit (the providers' ``ContextFit``)."""
+
+    @property
+    def action(self) -> str: ...
+    @property
+    def model(self) -> str | None: ...
+    @property
+    def estimated_tokens(self) -> int: ...
+    @property
+    def window(self) -> int | None: ...
+    @property
+    def trimmed_messages(self) -> int: ...
+    @property
+    def shortened_tool_results(self) -> int: ...
+    @property
+    def skipped(self) -> list[str]: ...
+    def summary(self) -> Mapping[str, object]: ...
+
+
+def log_context_decision(fit: FitDecision, iteration: int) -> None:
     """``Context decision: ...`` before each model call, greppable like the tool decisions: how the conversation
     was fitted to the model's window (``fits``, ``skip`` smaller models, or ``trim`` old turns)."""
     line = (
@@ -216,7 +242,7 @@ MCP_METRIC_SERVERS: set[str] = set()
 ``client`` (a request must not be able to create metrics)."""
 
 
-def record_server_metrics(events: list[Any]) -> None:
+def record_server_metrics(events: Sequence[Event]) -> None:
     """``MCPToolCalls`` and ``MCPToolErrors`` per server (dimensions ``service`` and ``server``), one EMF record each,
     from the turn's tool results that ran on a server."""
     calls: Counter[str] = Counter()
@@ -240,7 +266,7 @@ def record_server_metrics(events: list[Any]) -> None:
                 metric.add_dimension(name="server", value=server)
 
 
-def record_turn_metrics(events: list[Any], in_lambda: bool) -> None:
+def record_turn_metrics(events: Sequence[Event], in_lambda: bool) -> None:
     """CloudWatch metrics (EMF, flushed by the handler's ``log_metrics``) from one turn's events: iterations, tool executions, skipped tool calls, fallbacks, the stop reason and sandbox milliseconds.
     Outside Lambda nothing is recorded (nothing would flush it)."""
     if not in_lambda:

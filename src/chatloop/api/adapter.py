@@ -32,7 +32,6 @@ import json
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
 
 from starlette.requests import HTTPConnection
 
@@ -86,7 +85,7 @@ def invocation_of(request: HTTPConnection) -> Invocation | None:
     return invocation
 
 
-def gateway_context(request: HTTPConnection) -> dict[str, Any]:
+def gateway_context(request: HTTPConnection) -> dict[str, object]:
     """API Gateway's request context (stage path, identity, ...): from the Lambda event in buffered mode (Mangum),
     from the adapter's ``x-amzn-request-context`` header in stream mode when the adapter sent it, else empty."""
     context = (request.scope.get("aws.event") or {}).get("requestContext")
@@ -97,16 +96,16 @@ def gateway_context(request: HTTPConnection) -> dict[str, Any]:
     return _adapter_gateway(request)
 
 
-def _adapter_gateway(request: HTTPConnection) -> dict[str, Any]:
+def _adapter_gateway(request: HTTPConnection) -> dict[str, object]:
     """The adapter's ``x-amzn-request-context`` header as JSON, parsed once per request (the invocation's request
     id and the caller's identity both come from it)."""
     if "chatloop.gateway" not in request.scope:
         request.scope["chatloop.gateway"] = _json_object(request.headers.get(REQUEST_CONTEXT_HEADER))
-    gateway: dict[str, Any] = request.scope["chatloop.gateway"]
+    gateway: dict[str, object] = request.scope["chatloop.gateway"]
     return gateway
 
 
-def _json_object(text: str | None) -> dict[str, Any]:
+def _json_object(text: str | None) -> dict[str, object]:
     if not text or len(text) > 64 * 1024:
         return {}
     try:

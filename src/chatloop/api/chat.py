@@ -101,7 +101,7 @@ async def chat(request: Request) -> Response:
         from chatloop.api import stored
 
         async def keep(seen: list[Event]) -> None:
-            await stored.save_chat_turn(request, thread, body.messages, seen)
+            await stored.save_chat_turn(request, thread, seen)
 
         events = stored.ended_when_stopped(
             stored.run_to_the_end(events, keep, key=(thread.owner, thread.conversation_id))

@@ -32,7 +32,7 @@ import json
 import math
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
-from typing import Any
+from typing import TYPE_CHECKING, TypedDict
 
 import anyio
 from anyio import to_thread
@@ -45,6 +45,10 @@ from chatloop.api.errors import error_response
 from chatloop.api.limits import read_within
 from chatloop.aws import bounded_config
 from chatloop.observability import logger, metrics
+
+if TYPE_CHECKING:
+    from aws_lambda_powertools.utilities.idempotency import DynamoDBPersistenceLayer
+    from boto3.session import Session
 
 HEADER = "idempotency-key"
 MAX_KEY_LENGTH = 255
@@ -64,6 +68,15 @@ END_SHARE = 0.5
 """... and after it (recording or releasing the answer), when what is left is the Lambda's safety margin."""
 
 
+class StoredAnswer(TypedDict):
+    """A recorded answer, replayed byte for byte."""
+
+    status: int
+    media_type: str
+    headers: dict[str, str]
+    body: str
+
+
 class StoreTimeout(TimeoutError):
     """Too little of the request's time is left to ask the store anything."""
 
@@ -78,10 +91,10 @@ class Store:
     def __init__(self, table_name: str, expires_after_seconds: int):
         self.table_name = table_name
         self.expires_after_seconds = expires_after_seconds
-        self._layers: dict[float, Any] = {}
-        self._session: Any = None
+        self._layers: dict[float, DynamoDBPersistenceLayer] = {}
+        self._session: Session | None = None
 
-    def layer(self, budget: float = BUCKETS[-1]) -> Any:
+    def layer(self, budget: float = BUCKETS[-1]) -> DynamoDBPersistenceLayer:
         bucket = max((b for b in BUCKETS if b <= budget), default=None)
         if bucket is None:
             raise StoreTimeout(f"{max(budget, 0):.2f} s is too little for a store call")
@@ -135,7 +148,7 @@ def idempotent(route: Route) -> Route:
             logger.warning("idempotency: the request names no caller; answering without deduplication")
             return await route(request)
         body = await read_within(request, request.app.state.runtime.settings.max_body_bytes)  # 413 past it
-        data = {
+        data = {  # the record's key (caller, path, Idempotency-Key) and the body's hash
             "key": f"{caller}|{request.url.path}|{key}",
             "body": hashlib.sha256(body).hexdigest(),
         }
@@ -157,7 +170,7 @@ def idempotent(route: Route) -> Route:
     return handle
 
 
-async def _claim(store: Store, data: dict[str, Any], request: Request, attempt: int = 0) -> Response | bool:
+async def _claim(store: Store, data: dict[str, str], request: Request, attempt: int = 0) -> Response | bool:
     """True: this request runs and records its answer. False: the store failed (run unrecorded). A Response: the
     stored answer, or why it cannot be had (409, 422)."""
     from aws_lambda_powertools.utilities.idempotency.exceptions import (
@@ -217,14 +230,14 @@ def _store_failed(failure: BaseException) -> bool:
     return False
 
 
-def _replay(stored: dict[str, Any]) -> Response:
+def _replay(stored: StoredAnswer) -> Response:
     headers = {**stored.get("headers", {}), REPLAYED_HEADER: "true"}
     return Response(
         stored["body"], status_code=stored["status"], headers=headers, media_type=stored["media_type"]
     )
 
 
-async def _release(store: Store, data: dict[str, Any], request: Request) -> None:
+async def _release(store: Store, data: dict[str, str], request: Request) -> None:
     """Forget the in-progress record: the request did not finish, so a retry must run it. Shielded: it runs when
     the request is being cancelled (a client that went away) too."""
     with anyio.CancelScope(shield=True):
@@ -236,7 +249,7 @@ async def _release(store: Store, data: dict[str, Any], request: Request) -> None
 
 
 async def _save(
-    store: Store, data: dict[str, Any], request: Request, response: Response, body: bytes
+    store: Store, data: dict[str, str], request: Request, response: Response, body: bytes
 ) -> None:
     if response.status_code != 200:
         await _release(store, data, request)
@@ -245,7 +258,7 @@ async def _save(
         logger.info(f"idempotency: the answer is {len(body)} bytes, over {MAX_STORED_BYTES}; not stored")
         await _release(store, data, request)
         return
-    stored = {
+    stored: StoredAnswer = {
         "status": response.status_code,
         "media_type": response.media_type or response.headers.get("content-type", "application/json"),
         "headers": {k: v for k, v in response.headers.items() if k in {"x-request-id", "cache-control"}},
@@ -254,7 +267,7 @@ async def _save(
     with anyio.CancelScope(shield=True):
         try:
             layer = store.layer(budget_of(request, END_SHARE))
-            await to_thread.run_sync(layer.save_success, data, stored)
+            await to_thread.run_sync(layer.save_success, data, dict(stored))
         except Exception as failure:
             _store_failed(failure)
 
@@ -264,7 +277,7 @@ class RecordedStream(Response):
     client went away, the stream failed), its in-progress record is released once the response is over: a retry
     with the same key runs again."""
 
-    def __init__(self, inner: StreamingResponse, store: Store, data: dict[str, Any], request: Request):
+    def __init__(self, inner: StreamingResponse, store: Store, data: dict[str, str], request: Request):
         self.inner, self.store, self.data, self.request = inner, store, data, request
         self.status_code = inner.status_code
         self.media_type = inner.media_type

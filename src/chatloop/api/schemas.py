@@ -42,12 +42,12 @@ ToolName = Annotated[StrictStr, AfterValidator(_tool_name)]
 """A function tool's name, as OpenAI takes it: checked wherever a client names a tool (chat and Responses alike)."""
 
 
-def _client_schema(value: dict[str, Any]) -> dict[str, Any]:
+def _client_schema(value: dict[str, object]) -> dict[str, object]:
     check_schema(value)
     return value
 
 
-ClientSchema = Annotated[dict[str, Any], AfterValidator(_client_schema)]
+ClientSchema = Annotated[dict[str, object], AfterValidator(_client_schema)]
 """A JSON schema a client sends (tool ``parameters``, a ``json_schema`` format): its bounds checked (schema_checks)."""
 
 
@@ -75,7 +75,8 @@ class _ChatFields(BaseModel):
 
     model_config = LAZY
 
-    messages: list[Any]
+    messages: list[object]
+    """Checked by the engine's ``normalize_conversation`` (its rules name ``messages[i]``), not here."""
     model: StrictStr | None = None
     tool_choice: ToolChoice | None = None
     parallel_tool_calls: StrictBool | None = None
@@ -240,11 +241,11 @@ class OpenAIChatBody(_OpenAIParams, _ChatFields):
     verbosity: Verbosity | None = None
     logprobs: StrictBool | None = None
     modalities: list[StrictStr] | None = None
-    audio: dict[str, Any] | None = None
-    prediction: dict[str, Any] | None = None
-    web_search_options: dict[str, Any] | None = None
-    functions: list[Any] | None = None
-    function_call: Any = None
+    audio: dict[str, object] | None = None
+    prediction: dict[str, object] | None = None
+    web_search_options: dict[str, object] | None = None
+    functions: list[object] | None = None
+    function_call: object = None
 
     def refusals(self) -> list[Unsupported]:
         refused = super().refusals()
@@ -387,10 +388,10 @@ class ResponsesMcpTool(BaseModel):
     type: Literal["mcp"]
     server_label: StrictStr
     server_url: StrictStr | None = None
-    allowed_tools: Any = None
+    allowed_tools: object = None
     headers: dict[StrictStr, StrictStr] | None = Field(default=None, exclude=True)
     authorization: StrictStr | None = Field(default=None, exclude=True)
-    require_approval: Any = None
+    require_approval: object = None
     server_description: StrictStr | None = None
     connector_id: StrictStr | None = None
 
@@ -474,8 +475,8 @@ class ResponsesBody(_OpenAIParams):
     stream_options: ResponsesStreamOptions | None = None
     background: StrictBool | None = None
     previous_response_id: StrictStr | None = None
-    conversation: StrictStr | dict[str, Any] | None = None
-    prompt: dict[str, Any] | None = None
+    conversation: StrictStr | dict[str, object] | None = None
+    prompt: dict[str, object] | None = None
 
     def forwarded(self) -> dict[str, Any]:
         params = super().forwarded()

@@ -305,14 +305,17 @@ class ChatThread:
     owner: str
     conversation_id: str
     history: list[dict[str, Any]]
+    new: list[dict[str, object]]
+    """The request's new messages (user or system), appended to the conversation with the answer."""
 
 
-async def chat_thread(request: Request, conversation: str, new: list[Any]) -> ChatThread:
+async def chat_thread(request: Request, conversation: str, new: list[object]) -> ChatThread:
     """The conversation a ``/chat`` request continues (a 4xx or 503 before any model call when it cannot be had).
     With a conversation the client sends only what is new: user (or system) messages."""
     from chatloop.api.responses import messages_of
 
-    if any(not isinstance(m, dict) or m.get("role") not in ("user", "system") for m in new):
+    messages = [m for m in new if isinstance(m, dict) and m.get("role") in ("user", "system")]
+    if len(messages) != len(new):
         raise RequestError(
             400,
             "invalid_messages",
@@ -323,7 +326,7 @@ async def chat_thread(request: Request, conversation: str, new: list[Any]) -> Ch
     conversation_id = _conversation_id(conversation)
     with store_errors():
         items = await _conversation_items(store, owner, conversation_id, deadline)
-    return ChatThread(owner, conversation_id, messages_of(items))
+    return ChatThread(owner, conversation_id, messages_of(items), messages)
 
 
 T = TypeVar("T")
@@ -445,9 +448,7 @@ async def stop_chat(request: Request) -> Response:
     return JSONBody({"conversation": conversation_id, "stopped": running})
 
 
-async def save_chat_turn(
-    request: Request, thread: ChatThread, new: list[dict[str, Any]], events: list[Event]
-) -> None:
+async def save_chat_turn(request: Request, thread: ChatThread, events: list[Event]) -> None:
     """Append the turn to its conversation: the new messages, each sandbox run (a ``code_interpreter_call`` item,
     as the Responses API shows it) and the answer. A turn every model failed leaves the conversation as it was (a
     retry sends the same message again); a store that fails is logged, the answer was already sent."""
@@ -464,7 +465,9 @@ async def save_chat_turn(
         if event.type is not EventType.DONE:
             output.feed(event)
     output.finish({"message": {}})
-    inputs = stored_items([InputMessage(role=m["role"], content=m["content"]) for m in new])
+    inputs = stored_items(
+        [InputMessage.model_validate({"role": m["role"], "content": m["content"]}) for m in thread.new]
+    )
     outputs = [Item(str(i["id"]), i) for i in output.items]
     ctx = RequestContext.of(request)
     deadline = ctx.store_deadline()
