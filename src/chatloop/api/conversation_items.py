@@ -55,7 +55,7 @@ class ItemsCreate(BaseModel):
     items: Annotated[list[InputItem], Field(min_length=1, max_length=MAX_ITEMS_AT_ONCE)]
 
 
-def stored_items(items: Sequence[Any]) -> list[Item]:
+def stored_items(items: Sequence[InputItem]) -> list[Item]:
     """Input items as OpenAI's ``ConversationItem`` shapes, each with a new unguessable id (a client's own ``id`` is
     not kept). A ``reasoning`` item carries nothing this server uses, and is refused rather than kept empty."""
     stored = []

@@ -32,13 +32,15 @@ from chatloop.api.checks import (
 )
 from chatloop.api.context import RequestContext
 from chatloop.api.errors import RequestError
-from chatloop.api.mcp_items import McpCallInput, client_servers, listed_items
+from chatloop.api.mcp_items import McpCallInput, listed_items
+from chatloop.api.mcp_servers import client_servers
 from chatloop.api.openai_chat import extension
 from chatloop.api.response_items import JAVASCRIPT_TOOL, ResponseEvents, ResponseOutput
 from chatloop.api.schemas import (
     CodeInterpreterCallItem,
     FunctionCallItem,
     FunctionCallOutputItem,
+    InputItem,
     InputMessage,
     ResponsesBody,
     ResponsesFunctionTool,
@@ -51,7 +53,7 @@ INCOMPLETE = {"length": "max_output_tokens", "iteration_cap": "iteration_cap", "
 
 
 # --- input ---------------------------------------------------------------------------------------------
-def conversation_of(body: ResponsesBody, history: Sequence[Any] = ()) -> list[dict[str, Any]]:
+def conversation_of(body: ResponsesBody, history: Sequence[InputItem] = ()) -> list[dict[str, Any]]:
     """The chat conversation for ``instructions``, the earlier items a request continues from (``history``: a
     previous response's chain, or a conversation's items) and ``input``: ``developer`` is ``system``, consecutive
     ``function_call`` items join the assistant message before them, ``function_call_output`` is a tool message,
@@ -63,7 +65,7 @@ def conversation_of(body: ResponsesBody, history: Sequence[Any] = ()) -> list[di
     return messages + messages_of([*history, *current])
 
 
-def messages_of(items: Sequence[Any]) -> list[dict[str, Any]]:
+def messages_of(items: Sequence[InputItem]) -> list[dict[str, Any]]:
     """Input items (a request's, or stored ones read back) as chat messages."""
     messages: list[dict[str, Any]] = []
     for item in items:

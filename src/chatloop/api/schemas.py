@@ -25,6 +25,7 @@ from pydantic import (
 )
 
 from chatloop.api.mcp_items import McpCallInput, McpListToolsInput
+from chatloop.api.mcp_servers import ResponsesMcpTool
 from chatloop.api.schema_checks import check_schema
 
 # Each endpoint validates with one schema: build it on first use (cold start), not at import.
@@ -377,23 +378,6 @@ class ResponsesFunctionTool(BaseModel):
     def as_chat_tool(self) -> ClientTool:
         fields = self.model_dump(exclude={"type"}, exclude_none=True)
         return ClientTool(type="function", function=ClientFunction(**fields))
-
-
-class ResponsesMcpTool(BaseModel):
-    """A client-supplied MCP server (OpenAI's hosted ``mcp`` tool), checked by ``api.mcp_items.client_servers``.
-    Its ``headers`` and ``authorization`` are never echoed back (``exclude``)."""
-
-    model_config = ConfigDict(extra="ignore", defer_build=True)
-
-    type: Literal["mcp"]
-    server_label: StrictStr
-    server_url: StrictStr | None = None
-    allowed_tools: object = None
-    headers: dict[StrictStr, StrictStr] | None = Field(default=None, exclude=True)
-    authorization: StrictStr | None = Field(default=None, exclude=True)
-    require_approval: object = None
-    server_description: StrictStr | None = None
-    connector_id: StrictStr | None = None
 
 
 class ResponsesNamedChoice(BaseModel):

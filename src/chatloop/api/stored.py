@@ -24,6 +24,7 @@ import asyncio
 import re
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
 from dataclasses import dataclass, field
+from functools import partial
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from starlette.requests import Request
@@ -39,7 +40,7 @@ from chatloop.observability import logger, redact
 
 if TYPE_CHECKING:
     from chatloop.deadline import Deadline
-    from chatloop.store.model import Item
+    from chatloop.store.model import Item, Page, PageQuery
     from chatloop.store.service import ConversationStore
 
 RESPONSE_ID = re.compile(r"^resp_[A-Za-z0-9_-]{1,128}$")
@@ -57,7 +58,7 @@ class Keeping:
     owner: str | None
     deadline: Deadline | None
     conversation_id: str | None = None
-    history: list[Any] = field(default_factory=list)
+    history: list[InputItem] = field(default_factory=list)
     """The earlier items (input and output) the model is given before this request's input."""
 
     @property
@@ -138,7 +139,7 @@ def input_items(body: ResponsesBody) -> list[Item]:
     from chatloop.api.conversation_items import stored_items
     from chatloop.api.schemas import InputMessage
 
-    items: list[Any] = (
+    items: list[InputItem] = (
         [InputMessage(role="user", content=body.input)]
         if isinstance(body.input, str)
         else [i for i in body.input if not isinstance(i, ReasoningItem)]
@@ -202,7 +203,9 @@ async def list_input_items(request: Request) -> Response:
 
 
 # --- shared steps ---------------------------------------------------------------------------------
-async def _chain(store: ConversationStore, owner: str, response_id: str, deadline: Deadline) -> list[Any]:
+async def _chain(
+    store: ConversationStore, owner: str, response_id: str, deadline: Deadline
+) -> list[InputItem]:
     """Every earlier response's input and output items, oldest first, following ``previous_response_id`` back."""
     from chatloop.store.model import PageQuery
 
@@ -219,9 +222,8 @@ async def _chain(store: ConversationStore, owner: str, response_id: str, deadlin
         stored = await store.get_response(owner, current, deadline)
         if stored is None:
             raise not_found("response", current, param="previous_response_id")
-        inputs = await _all(
-            store.list_response_items, owner, current, "input", PageQuery("asc", PAGE), deadline
-        )
+        read = partial(store.list_response_items, owner, current, "input", deadline=deadline)
+        inputs = await _all(read, PageQuery("asc", PAGE))
         turns.append([*(inputs or []), *stored.body.get("output", [])])
         previous = stored.body.get("previous_response_id")
         current = previous if isinstance(previous, str) else None
@@ -230,25 +232,25 @@ async def _chain(store: ConversationStore, owner: str, response_id: str, deadlin
 
 async def _conversation_items(
     store: ConversationStore, owner: str, conversation_id: str, deadline: Deadline
-) -> list[Any]:
+) -> list[InputItem]:
     from chatloop.store.model import PageQuery
 
-    query = PageQuery("asc", PAGE)
-    items = await _all(store.list_items, owner, conversation_id, query, deadline)
+    read = partial(store.list_items, owner, conversation_id, deadline=deadline)
+    items = await _all(read, PageQuery("asc", PAGE))
     if items is None:
         raise not_found("conversation", conversation_id, param="conversation")
     return _as_items(items)
 
 
-async def _all(read: Any, owner: str, record_id: str, *args: Any) -> list[dict[str, Any]] | None:
-    """Every item of a list, page after page (``read`` is a store method taking ``query`` before ``deadline``);
-    None when the record is not there."""
+async def _all(
+    read: Callable[[PageQuery], Awaitable[Page | None]], query: PageQuery
+) -> list[dict[str, Any]] | None:
+    """Every item of a list, page after page (``read`` reads one page); None when the record is not there."""
     from dataclasses import replace
 
-    *which, query, deadline = args
     bodies: list[dict[str, Any]] = []
     while True:
-        page = await read(owner, record_id, *which, query, deadline)
+        page = await read(query)
         if page is None:
             return None
         bodies += [item.body for item in page.data]
@@ -257,7 +259,7 @@ async def _all(read: Any, owner: str, record_id: str, *args: Any) -> list[dict[s
         query = replace(query, after=page.last_id)
 
 
-def _as_items(bodies: list[dict[str, Any]]) -> list[Any]:
+def _as_items(bodies: list[dict[str, Any]]) -> list[InputItem]:
     """Stored item bodies as the input items the request schema reads (so they become messages like any input)."""
     from pydantic import TypeAdapter
 
@@ -288,7 +290,7 @@ def _checked(response_id: str) -> str:
     return response_id
 
 
-def _conversation_id(value: str | dict[str, Any]) -> str:
+def _conversation_id(value: str | dict[str, object]) -> str:
     conversation_id = value.get("id") if isinstance(value, dict) else value
     if not isinstance(conversation_id, str) or not CONVERSATION_ID.match(conversation_id):
         raise RequestError(
