@@ -15,11 +15,13 @@ import json
 import re
 import time
 from collections.abc import AsyncIterator
+from dataclasses import replace
 from typing import Any
 
 from starlette.responses import JSONResponse
 
-from chatloop.engine.events import Event, EventType
+from chatloop.engine.events import Delta, Done, Event, EventType, TurnError
+from chatloop.engine.summary import TurnSummary
 from chatloop.observability import SecretHold, logger, redact
 from chatloop.textsafe import text_safe
 
@@ -116,24 +118,8 @@ async def sse_stream(events: AsyncIterator[Event]) -> AsyncIterator[bytes]:
     except Exception:
         logger.exception("SSE stream failed")
         if not done:
-            yield sse(Event(EventType.ERROR, INTERNAL_ERROR))
-            yield sse(Event(EventType.DONE, _failed_summary()))
-
-
-def _failed_summary(
-    text: str = "I could not finish this answer because of an internal error. Please ask again.",
-    stop_reason: str = "error",
-) -> dict[str, Any]:
-    """A ``done`` for a turn that did not end on its own (it failed, or was stopped)."""
-    return {
-        "message": {"role": "assistant", "content": text},
-        "stop_reason": stop_reason,
-        "iterations": 0,
-        "tool_calls": [],
-        "tool_counts": {},
-        "usage": {"prompt_tokens": 0, "completion_tokens": 0, "total_tokens": 0},
-        "model": None,
-    }
+            yield sse(TurnError(INTERNAL_ERROR["code"], INTERNAL_ERROR["message"]))
+            yield sse(Done(TurnSummary.failed()))
 
 
 def chat_summary(done: dict[str, Any]) -> dict[str, Any]:
@@ -212,15 +198,15 @@ async def held_secrets(events: AsyncIterator[Event]) -> AsyncIterator[Event]:
     deltas is held until it can be redacted whole (``SecretHold``), then released; anything else releases what is
     held first, so no text is lost or reordered."""
     hold = SecretHold()
-    last: dict[str, Any] = {}
+    last: Delta | None = None
     async for event in events:
-        if event.type is EventType.DELTA:
-            if event.data.get("seam"):
+        if isinstance(event, Delta):
+            if event.seam:
                 yield from_hold(hold.flush(), last)
-            last = event.data
-            text = hold.feed(event.data["content"])
+            last = event
+            text = hold.feed(event.content)
             if text:
-                yield Event(EventType.DELTA, {**event.data, "content": text})
+                yield replace(event, content=text)
             continue
         rest = hold.flush()
         if rest:
@@ -231,8 +217,8 @@ async def held_secrets(events: AsyncIterator[Event]) -> AsyncIterator[Event]:
         yield from_hold(rest, last)
 
 
-def from_hold(text: str, last: dict[str, Any]) -> Event:
-    return Event(EventType.DELTA, {**{k: v for k, v in last.items() if k != "seam"}, "content": text})
+def from_hold(text: str, last: Delta | None) -> Delta:
+    return Delta(text, last.iteration if last else 0)
 
 
 async def _openai_chunks(

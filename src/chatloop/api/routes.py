@@ -44,6 +44,7 @@ from chatloop.api.schemas import (
 )
 from chatloop.deadline import Deadline
 from chatloop.engine import Event, EventType, TurnRequest, run_turn
+from chatloop.engine.events import Done
 from chatloop.engine.messages import ConversationError, normalize_conversation
 from chatloop.observability import logger, metrics, record_turn_metrics
 from chatloop.providers.catalog import ModelInfo
@@ -248,8 +249,8 @@ async def observed(events: AsyncIterator[Event], request: Request, rid: str) -> 
     """The turn's events, with the request id on ``done`` and metrics recorded from them."""
     seen: list[Event] = []
     async for event in events:
-        if event.type is EventType.DONE:
-            event = Event(EventType.DONE, {**event.data, "request_id": rid})
+        if isinstance(event, Done):
+            event = Done(event.summary.with_request_id(rid))
             request.scope[STOP_REASON] = event.data.get("stop_reason")  # a failed stream is not stored
         seen.append(event)
         yield event

@@ -35,7 +35,8 @@ from chatloop.api.errors import RequestError
 from chatloop.api.render import JSONBody, dumps
 from chatloop.api.routes import request_deadline, runtime_of
 from chatloop.api.schemas import InputItem, ReasoningItem, ResponsesBody
-from chatloop.engine.events import Event, EventType
+from chatloop.engine.events import Done, Event, EventType, TurnError
+from chatloop.engine.summary import StopReason, TurnSummary
 from chatloop.observability import logger
 
 if TYPE_CHECKING:
@@ -414,15 +415,13 @@ LIVE: dict[str, LiveStream] = {}
 async def ended_when_stopped(events: AsyncIterator[Event]) -> AsyncIterator[Event]:
     """``events``, closed with an ``error`` and a ``done`` when the turn was stopped (``POST /chat/stop``) before its
     own ``done``: every stream ends with its terminal event."""
-    from chatloop.api.render import _failed_summary
-
     done = False
     async for event in events:
         done = done or event.type is EventType.DONE
         yield event
     if not done:
-        yield Event(EventType.ERROR, {"code": "stopped", "message": "the turn was stopped by its client"})
-        yield Event(EventType.DONE, _failed_summary("Stopped.", "client_disconnected"))
+        yield TurnError("stopped", "the turn was stopped by its client")
+        yield Done(TurnSummary.failed("Stopped.", StopReason.CLIENT_DISCONNECTED))
 
 
 _RUNNING: set[asyncio.Task[None]] = set()
