@@ -17,7 +17,8 @@ from chatloop.api import create_app
 from chatloop.api.runtime import Runtime
 from chatloop.config import Settings
 from chatloop.deadline import Deadline
-from chatloop.engine import Event, EventType, TurnRequest, run_turn
+from chatloop.engine import TurnRequest, run_turn
+from chatloop.engine.events import Delta, Started
 from chatloop.observability import register_secret
 from chatloop.providers.base import ModelRequest, ModelResponse, ToolCall
 from chatloop.providers.catalog import Catalog
@@ -147,8 +148,8 @@ def answer_of(path: str, stream: bool, body: str) -> str:
 # --- streams always end with their terminal event ----------------------------------------------------------
 def failing_turn(*args, **kwargs):
     async def events():
-        yield Event(EventType.STATUS, {"status": "started"})
-        yield Event(EventType.DELTA, {"content": "partial ", "iteration": 1})
+        yield Started("fake")
+        yield Delta("partial ", 1)
         raise RuntimeError("something broke after the stream began")
 
     return events()

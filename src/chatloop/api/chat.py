@@ -19,27 +19,20 @@ from chatloop.api.context import RequestContext
 from chatloop.api.errors import RequestError
 from chatloop.api.runtime import Runtime
 from chatloop.api.schemas import ChatBody
-from chatloop.api.serve import INTERNAL_ERROR, failed_summary, serve_turn, turn_events
+from chatloop.api.serve import INTERNAL_ERROR, serve_turn, turn_events
 from chatloop.api.wire import sse_frame
-from chatloop.engine import Event, EventType, TurnRequest
+from chatloop.engine import Event, StopReason, TurnRequest, TurnSummary
+from chatloop.engine.events import Done
 from chatloop.tools.base import ToolRegistry
 
-SUMMARY_FIELDS = (
-    "message",
-    "stop_reason",
-    "iterations",
-    "tool_calls",
-    "tool_counts",
-    "usage",
-    "model",
-    "context",
-    "request_id",
-)
 
-
-def chat_summary(done: dict[str, Any]) -> dict[str, Any]:
-    """The /chat JSON body: the same fields as the ``done`` event."""
-    return {k: done.get(k) for k in SUMMARY_FIELDS}
+def chat_body(summary: TurnSummary) -> dict[str, Any]:
+    """The /chat JSON body: the ``done`` event's fields, ``context`` and ``request_id`` always present (null when the
+    turn has none) and last, in that order."""
+    body = summary.wire()
+    body["context"] = body.pop("context", None)
+    body["request_id"] = body.pop("request_id", None)
+    return body
 
 
 class ChatRenderer:
@@ -53,20 +46,21 @@ class ChatRenderer:
 
     async def frames(self, events: AsyncIterator[Event]) -> AsyncIterator[str]:
         async for event in events:
-            self._done = self._done or event.type is EventType.DONE
+            self._done = self._done or isinstance(event, Done)
             yield sse_frame(event.data, event=event.name)
 
     def broken(self) -> str:
         if self._done:
             return ""
-        return sse_frame(INTERNAL_ERROR, event="error") + sse_frame(failed_summary(), event="done")
+        ending: list[Event] = [INTERNAL_ERROR, Done(TurnSummary.failed())]
+        return "".join(sse_frame(event.data, event=event.name) for event in ending)
 
     def observe(self, event: Event) -> None:
         pass
 
-    async def answer(self, done: dict[str, Any]) -> tuple[int, object]:
-        status = 503 if done["stop_reason"] == "all_models_failed" else 200
-        return status, chat_summary(done)
+    async def answer(self, summary: TurnSummary) -> tuple[int, object]:
+        status = 503 if summary.stop_reason is StopReason.ALL_MODELS_FAILED else 200
+        return status, chat_body(summary)
 
 
 async def chat(request: Request) -> Response:

@@ -32,10 +32,10 @@ from chatloop.api.errors import openai_error
 from chatloop.api.schemas import OpenAIChatBody
 from chatloop.api.serve import INTERNAL_ERROR, serve_turn, turn_events
 from chatloop.api.wire import sse_frame
-from chatloop.engine import Event, EventType, TurnRequest
+from chatloop.engine import Event, TurnRequest, TurnSummary
+from chatloop.engine.events import Delta, Done, FallbackMade, LlmResponse, Started, TurnError
 
 FINISH_REASONS = {"stop": "stop", "length": "length", "tool_calls": "tool_calls"}
-EXTENSION_FIELDS = ("stop_reason", "iterations", "tool_calls", "tool_counts", "context", "request_id")
 DONE_LINE = "data: [DONE]\n\n"
 
 
@@ -44,37 +44,44 @@ def finish_reason(stop_reason: str) -> str:
     return FINISH_REASONS.get(stop_reason, "stop")
 
 
-def extension(done: dict[str, Any]) -> dict[str, Any]:
+def extension(summary: TurnSummary) -> dict[str, object]:
     """``x_chatloop``: what the turn did beyond OpenAI's fields (the stop reason, the tool records ...)."""
-    return {k: done.get(k) for k in EXTENSION_FIELDS}
+    return {
+        "stop_reason": summary.stop_reason.value,
+        "iterations": summary.iterations,
+        "tool_calls": [c.wire() for c in summary.tool_calls],
+        "tool_counts": dict(summary.tool_counts),
+        "context": summary.context.summary() if summary.context else None,
+        "request_id": summary.request_id,
+    }
 
 
-def openai_message(done: dict[str, Any]) -> dict[str, Any]:
-    message = done["message"]
-    out: dict[str, Any] = {"role": "assistant", "content": message.get("content") or None}
-    if message.get("tool_calls"):
-        out["tool_calls"] = message["tool_calls"]
+def openai_message(summary: TurnSummary) -> dict[str, object]:
+    message = summary.message
+    out: dict[str, object] = {"role": "assistant", "content": message.content or None}
+    if message.tool_calls:
+        out["tool_calls"] = [c.to_message() for c in message.tool_calls]
     elif out["content"] is None:
         out["content"] = ""
     return out
 
 
-def openai_completion(done: dict[str, Any], request_id: str, created: int | None = None) -> dict[str, Any]:
+def openai_completion(summary: TurnSummary, request_id: str, created: int | None = None) -> dict[str, object]:
     return {
         "id": f"chatcmpl-{request_id}",
         "object": "chat.completion",
         "created": created or int(time.time()),
-        "model": done["model"],
+        "model": summary.model,
         "choices": [
             {
                 "index": 0,
-                "message": openai_message(done),
-                "finish_reason": finish_reason(done["stop_reason"]),
+                "message": openai_message(summary),
+                "finish_reason": finish_reason(summary.stop_reason),
                 "logprobs": None,
             }
         ],
-        "usage": done["usage"],
-        "x_chatloop": extension(done),
+        "usage": summary.usage.as_dict(),
+        "x_chatloop": extension(summary),
     }
 
 
@@ -104,46 +111,46 @@ class CompletionRenderer:
 
         started = failed = False
         async for event in events:
-            data = event.data
-            if event.type is EventType.STATUS and data.get("status") == "started" and not started:
-                model = data.get("model") or model
+            if isinstance(event, Started) and not started:
+                model = event.model or model
                 started = True
                 yield chunk({"role": "assistant", "content": ""})
-            elif event.type is EventType.MODEL_FALLBACK and data.get("to"):
-                model = data["to"]
-            elif event.type is EventType.LLM_RESPONSE:
-                model = data["model"]
+            elif isinstance(event, FallbackMade) and event.to_model:
+                model = event.to_model
+            elif isinstance(event, LlmResponse):
+                model = event.model
             elif failed:
                 continue  # after an error chunk, nothing but [DONE]
-            elif event.type is EventType.DELTA:
-                yield chunk({"content": data["content"]})
-            elif event.type is EventType.ERROR and data.get("code") == "all_models_failed":
+            elif isinstance(event, Delta):
+                yield chunk({"content": event.content})
+            elif isinstance(event, TurnError) and event.code == "all_models_failed":
                 failed = True
-                error = openai_error(data["message"], "all_models_failed", "service_unavailable")
+                error = openai_error(event.message, "all_models_failed", "service_unavailable")
                 yield sse_frame(error)  # OpenAI clients raise on an error chunk
-            elif event.type is EventType.DONE:
-                model = data["model"] or model
-                message = openai_message(data)
-                if message.get("tool_calls"):
-                    calls = [{"index": i, **c} for i, c in enumerate(message["tool_calls"])]
+            elif isinstance(event, Done):
+                summary = event.summary
+                model = summary.model or model
+                if summary.message.tool_calls:
+                    calls = [{"index": i, **c.to_message()} for i, c in enumerate(summary.message.tool_calls)]
                     yield chunk({"tool_calls": calls})
-                yield chunk({}, finish_reason(data["stop_reason"]), x_chatloop=extension(data))
+                yield chunk({}, finish_reason(summary.stop_reason), x_chatloop=extension(summary))
                 if self.include_usage:
-                    yield sse_frame({**base, "model": model, "choices": [], "usage": data["usage"]})
+                    usage = summary.usage.as_dict()
+                    yield sse_frame({**base, "model": model, "choices": [], "usage": usage})
         self._finished = True
         yield DONE_LINE
 
     def broken(self) -> str:
         if self._finished:
             return ""
-        error = openai_error(INTERNAL_ERROR["message"], "internal_error", "server_error")
+        error = openai_error(INTERNAL_ERROR.message, "internal_error", "server_error")
         return sse_frame(error) + DONE_LINE
 
     def observe(self, event: Event) -> None:
         pass
 
-    async def answer(self, done: dict[str, Any]) -> tuple[int, object]:
-        return 200, openai_completion(done, self.request_id)
+    async def answer(self, summary: TurnSummary) -> tuple[int, object]:
+        return 200, openai_completion(summary, self.request_id)
 
 
 async def chat_completions(request: Request) -> Response:

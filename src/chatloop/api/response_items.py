@@ -26,7 +26,8 @@ from chatloop.api.mcp_items import (
     started_call_item,
 )
 from chatloop.api.wire import sse_frame
-from chatloop.engine.events import Event, EventType
+from chatloop.engine.events import Delta, Event, ToolCallResult, ToolCallStart
+from chatloop.providers.base import ToolCall
 
 CONTAINER_ID = "chatloop-sandbox"
 """What a ``code_interpreter_call`` names as its container: each run gets a fresh sandbox, nothing persists."""
@@ -67,28 +68,28 @@ def message_item(item_id: str, text: str, status: str = "completed") -> dict[str
     return {"type": "message", "id": item_id, "status": status, "role": "assistant", "content": content}
 
 
-def call_item(call: dict[str, Any], status: str = "completed") -> dict[str, Any]:
-    function = call["function"]
+def call_item(call: ToolCall, status: str = "completed") -> dict[str, str]:
+    """A client tool call as a ``function_call`` item (in progress: its arguments not yet given)."""
     return {
         "type": "function_call",
-        "id": f"fc_{call['id']}",
-        "call_id": call["id"],
-        "name": function["name"],
-        "arguments": function["arguments"] if status == "completed" else "",
+        "id": f"fc_{call.id}",
+        "call_id": call.id,
+        "name": call.name,
+        "arguments": call.arguments if status == "completed" else "",
         "status": status,
     }
 
 
-def code_interpreter_item(start: dict[str, Any]) -> dict[str, Any]:
+def code_interpreter_item(call_id: str, arguments: str) -> dict[str, Any]:
     """An ``execute_javascript`` run as OpenAI's hosted-code item (in progress: no outputs yet)."""
     try:
-        code = json.loads(start["arguments"]).get("code")
+        code = json.loads(arguments).get("code")
     except (ValueError, AttributeError):
         code = None
     return {
         "type": "code_interpreter_call",
-        "id": f"ci_{start['id']}",
-        "code": code if isinstance(code, str) else start["arguments"],
+        "id": f"ci_{call_id}",
+        "code": code if isinstance(code, str) else arguments,
         "container_id": CONTAINER_ID,
         "outputs": None,
         "status": "in_progress",
@@ -124,29 +125,28 @@ class ResponseOutput:
         return frames
 
     def feed(self, event: Event) -> list[str]:
-        data = event.data
-        if event.type is EventType.DELTA:
-            if data.get("seam") and self._message is None:
+        if isinstance(event, Delta):
+            if event.seam and self._message is None:
                 return []  # a seam separates texts; after a tool item the next message stands apart anyway
-            return self._add_text(data["content"])
-        if event.type is EventType.TOOL_CALL_START and data["name"] == JAVASCRIPT_TOOL:
-            return self._close_message() + self._open_run(code_interpreter_item(data))
-        if event.type is EventType.TOOL_CALL_RESULT and data["id"] in self._runs:
-            return self._finish_run(data)
-        if event.type is EventType.TOOL_CALL_START and data.get("server"):  # a tool on an MCP server
-            self.items.append(started_call_item(data))
-            self._mcp_calls[data["id"]] = self._index()
+            return self._add_text(event.content)
+        if isinstance(event, ToolCallStart) and event.tool_name == JAVASCRIPT_TOOL:
+            return self._close_message() + self._open_run(code_interpreter_item(event.id, event.arguments))
+        if isinstance(event, ToolCallResult) and event.id in self._runs:
+            return self._finish_run(event)
+        if isinstance(event, ToolCallStart) and event.server:  # a tool on an MCP server
+            self.items.append(started_call_item(event.data))
+            self._mcp_calls[event.id] = self._index()
             return self._close_message() + call_started_frames(self.emit, self.items[-1], self._index())
-        if event.type is EventType.TOOL_CALL_RESULT and data["id"] in self._mcp_calls:
-            index = self._mcp_calls.pop(data["id"])
-            finish_call_item(self.items[index], data)
+        if isinstance(event, ToolCallResult) and event.id in self._mcp_calls:
+            index = self._mcp_calls.pop(event.id)
+            finish_call_item(self.items[index], event.data)
             return call_finished_frames(self.emit, self.items[index], index)
         return []
 
-    def finish(self, done: dict[str, Any]) -> list[str]:
+    def finish(self, client_calls: Sequence[ToolCall] = ()) -> list[str]:
         """Close the open message, then add each client tool call as a ``function_call`` item."""
         frames = self._close_message()
-        for call in done["message"].get("tool_calls") or []:
+        for call in client_calls:
             item, index = call_item(call), len(self.items)
             self.items.append(item)
             where = {"item_id": item["id"], "output_index": index}
@@ -219,12 +219,12 @@ class ResponseOutput:
             self.emit("response.code_interpreter_call.interpreting", **where),
         ]
 
-    def _finish_run(self, result: dict[str, Any]) -> list[str]:
-        index = self._runs.pop(result["id"])
+    def _finish_run(self, result: ToolCallResult) -> list[str]:
+        index = self._runs.pop(result.id)
         item = self.items[index]
         item.update(
-            outputs=[{"type": "logs", "logs": result["content"]}],
-            status="completed" if result["status"] == "ok" else "failed",
+            outputs=[{"type": "logs", "logs": result.content}],
+            status="completed" if result.status == "ok" else "failed",
         )
         where = {"item_id": item["id"], "output_index": index}
         return [

@@ -46,7 +46,9 @@ from chatloop.api.schemas import (
     ResponsesFunctionTool,
 )
 from chatloop.api.serve import INTERNAL_ERROR, serve_turn, turn_events
-from chatloop.engine import Event, EventType, TurnRequest
+from chatloop.engine import Event, TurnRequest, TurnSummary
+from chatloop.engine.events import Done, TurnError
+from chatloop.providers.base import Usage
 
 INCOMPLETE = {"length": "max_output_tokens", "iteration_cap": "iteration_cap", "deadline": "deadline"}
 """Stop reasons that leave a response ``incomplete``, and the reason ``incomplete_details`` gives."""
@@ -166,18 +168,18 @@ def _skeleton(request_id: str, echo: dict[str, Any], created: int) -> dict[str, 
     }
 
 
-def _usage(usage: dict[str, int]) -> dict[str, Any]:
+def _usage(usage: Usage) -> dict[str, object]:
     return {
-        "input_tokens": usage["prompt_tokens"],
+        "input_tokens": usage.prompt_tokens,
         "input_tokens_details": {"cached_tokens": 0},
-        "output_tokens": usage["completion_tokens"],
+        "output_tokens": usage.completion_tokens,
         "output_tokens_details": {"reasoning_tokens": 0},
-        "total_tokens": usage["total_tokens"],
+        "total_tokens": usage.total_tokens,
     }
 
 
 def response_object(
-    done: dict[str, Any],
+    summary: TurnSummary,
     request_id: str,
     echo: dict[str, Any],
     output: list[dict[str, Any]],
@@ -186,14 +188,14 @@ def response_object(
     """The finished ``response``: ``incomplete`` (with its reason) when the turn stopped on the output-token cap, the
     iteration cap or the deadline; the stop reason and tool records under ``x_chatloop``."""
     body = _skeleton(request_id, echo, created or int(time.time()))
-    reason = INCOMPLETE.get(done["stop_reason"])
+    reason = INCOMPLETE.get(summary.stop_reason)
     body.update(
-        model=done["model"] or echo["model"],
+        model=summary.model or echo["model"],
         status="incomplete" if reason else "completed",
         incomplete_details={"reason": reason} if reason else None,
         output=output,
-        usage=_usage(done["usage"]),
-        x_chatloop=extension(done),
+        usage=_usage(summary.usage),
+        x_chatloop=extension(summary),
     )
     return body
 
@@ -235,12 +237,12 @@ class ResponsesRenderer:
         head = [emit("response.created", response=started), emit("response.in_progress", response=started)]
         yield "".join(head + output.start())
         async for event in events:
-            if event.type is EventType.ERROR and event.data.get("code") == "all_models_failed":
-                yield emit("response.failed", response=self._failed(event.data["message"]))
+            if isinstance(event, TurnError) and event.code == "all_models_failed":
+                yield emit("response.failed", response=self._failed(event.message))
                 return
-            if event.type is EventType.DONE:
-                frames = output.finish(event.data)
-                final = response_object(event.data, self.request_id, self.echo, output.items, self.created)
+            if isinstance(event, Done):
+                frames = output.finish(event.summary.message.tool_calls or ())
+                final = response_object(event.summary, self.request_id, self.echo, output.items, self.created)
                 kind = "response.incomplete" if final["status"] == "incomplete" else "response.completed"
                 if self.keep is not None:
                     # The terminal event is stored as it will be sent: numbered next, with the rest.
@@ -256,8 +258,8 @@ class ResponsesRenderer:
     def broken(self) -> str:
         if self.emit.ended:
             return ""
-        error = self.emit("error", code=INTERNAL_ERROR["code"], message=INTERNAL_ERROR["message"], param=None)
-        return error + self.emit("response.failed", response=self._failed(INTERNAL_ERROR["message"]))
+        error = self.emit("error", code=INTERNAL_ERROR.code, message=INTERNAL_ERROR.message, param=None)
+        return error + self.emit("response.failed", response=self._failed(INTERNAL_ERROR.message))
 
     def _failed(self, message: str) -> dict[str, Any]:
         failed = _skeleton(self.request_id, self.echo, self.created)
@@ -267,9 +269,9 @@ class ResponsesRenderer:
     def observe(self, event: Event) -> None:
         self.output.feed(event)
 
-    async def answer(self, done: dict[str, Any]) -> tuple[int, object]:
-        self.output.finish(done)
-        response = response_object(done, self.request_id, self.echo, self.output.items)
+    async def answer(self, summary: TurnSummary) -> tuple[int, object]:
+        self.output.finish(summary.message.tool_calls or ())
+        response = response_object(summary, self.request_id, self.echo, self.output.items)
         if self.keep is not None:
             response = await self.keep(response, [])
         return 200, response

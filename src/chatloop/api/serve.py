@@ -14,8 +14,9 @@ Usage (an endpoint)::
 from __future__ import annotations
 
 import math
-from collections.abc import AsyncIterator, Callable
-from typing import Any, Protocol
+from collections.abc import AsyncIterator, Callable, Sequence
+from dataclasses import replace
+from typing import Protocol
 
 from starlette.responses import Response, StreamingResponse
 
@@ -23,12 +24,13 @@ from chatloop.api.context import RequestContext
 from chatloop.api.errors import RequestError
 from chatloop.api.idempotency import STOP_REASON
 from chatloop.api.wire import JSONBody, with_heartbeats
-from chatloop.engine import Event, EventType, TurnRequest, run_turn
+from chatloop.engine import Event, StopReason, TurnRequest, TurnSummary, run_turn
+from chatloop.engine.events import Delta, Done, TurnError
 from chatloop.observability import SecretHold, logger, metrics, record_turn_metrics, redact
 from chatloop.providers.chain import FallbackChain
 from chatloop.tools.base import ToolRegistry
 
-INTERNAL_ERROR = {"code": "internal_error", "message": "internal error while sending the response"}
+INTERNAL_ERROR = TurnError("internal_error", "internal error while sending the response")
 """What a stream that broke mid-way tells its client (the traceback stays in the log)."""
 
 
@@ -54,8 +56,8 @@ class Renderer(Protocol):
         """Not streamed: each event before ``done`` (and none of the ``error`` ones), in order."""
         ...
 
-    async def answer(self, done: dict[str, Any]) -> tuple[int, object]:
-        """Not streamed: the status and JSON body for the turn's ``done``."""
+    async def answer(self, summary: TurnSummary) -> tuple[int, object]:
+        """Not streamed: the status and JSON body for the turn's summary."""
         ...
 
 
@@ -68,17 +70,18 @@ def turn_events(
 
 
 async def observed(events: AsyncIterator[Event], ctx: RequestContext) -> AsyncIterator[Event]:
-    seen: list[Event] = []
+    summary: TurnSummary | None = None
     async for event in events:
-        if event.type is EventType.DONE:
-            event = Event(EventType.DONE, {**event.data, "request_id": ctx.request_id})
-            ctx.request.scope[STOP_REASON] = event.data.get("stop_reason")  # a failed stream is not stored
-        seen.append(event)
+        if isinstance(event, Done):
+            summary = event.summary.with_request_id(ctx.request_id)
+            event = Done(summary)
+            ctx.request.scope[STOP_REASON] = summary.stop_reason.value  # a failed stream is not stored
         yield event
     behind_adapter = ctx.invocation is not None
     if behind_adapter:  # the handler counts requests under Mangum; behind the adapter, the turn does
         metrics.add_metric(name="Requests", unit="Count", value=1)
-    record_turn_metrics(seen, in_lambda=ctx.in_lambda)
+    if summary is not None:
+        record_turn_metrics(summary, in_lambda=ctx.in_lambda)
     if behind_adapter:  # no log_metrics decorator around a long-running server: flush per request
         metrics.flush_metrics()
 
@@ -96,18 +99,18 @@ async def serve_turn(
     if stream:
         chunks = guarded(renderer, events)
         return event_stream(keep_running(chunks) if keep_running else chunks, ctx)
-    done: dict[str, Any] = {}
-    errors: list[dict[str, Any]] = []
+    summary = TurnSummary.failed()  # a turn always ends with its Done: this stands in for none
+    errors: list[TurnError] = []
     async for event in held_secrets(events):
-        if event.type is EventType.DONE:
-            done = event.data
-        elif event.type is EventType.ERROR:
-            errors.append(event.data)
+        if isinstance(event, Done):
+            summary = event.summary
+        elif isinstance(event, TurnError):
+            errors.append(event)
         else:
             renderer.observe(event)
-    if done["stop_reason"] == "all_models_failed" and not renderer.answers_failure:
+    if summary.stop_reason is StopReason.ALL_MODELS_FAILED and not renderer.answers_failure:
         raise failed_turn(errors)
-    status, body = await renderer.answer(done)
+    status, body = await renderer.answer(summary)
     return JSONBody(body, status_code=status, headers={"x-request-id": ctx.request_id})
 
 
@@ -133,31 +136,15 @@ async def guarded(renderer: Renderer, events: AsyncIterator[Event]) -> AsyncIter
             yield redact(ending).encode()
 
 
-def failed_turn(errors: list[dict[str, Any]]) -> RequestError:
+def failed_turn(errors: Sequence[TurnError]) -> RequestError:
     """Every model failed: 429 with ``retry-after`` while the whole chain cools down after rate limits, else 503."""
-    failure = next((e for e in errors if e.get("code") == "all_models_failed"), {})
-    detail = failure.get("message", "no model could answer")
-    retry_after = failure.get("retry_after")
+    failure = next((e for e in errors if e.code == "all_models_failed"), None)
+    detail = failure.message if failure else "no model could answer"
+    retry_after = failure.retry_after if failure else None
     if retry_after is not None:
         seconds = str(max(1, math.ceil(retry_after)))
         return RequestError(429, "rate_limit_exceeded", detail, headers={"retry-after": seconds})
     return RequestError(503, "all_models_failed", detail)
-
-
-def failed_summary(
-    text: str = "I could not finish this answer because of an internal error. Please ask again.",
-    stop_reason: str = "error",
-) -> dict[str, Any]:
-    """A ``done`` for a turn that did not end on its own (it failed, or was stopped)."""
-    return {
-        "message": {"role": "assistant", "content": text},
-        "stop_reason": stop_reason,
-        "iterations": 0,
-        "tool_calls": [],
-        "tool_counts": {},
-        "usage": {"prompt_tokens": 0, "completion_tokens": 0, "total_tokens": 0},
-        "model": None,
-    }
 
 
 async def held_secrets(events: AsyncIterator[Event]) -> AsyncIterator[Event]:
@@ -165,15 +152,15 @@ async def held_secrets(events: AsyncIterator[Event]) -> AsyncIterator[Event]:
     deltas is held until it can be redacted whole (``SecretHold``), then released; anything else releases what is
     held first, so no text is lost or reordered."""
     hold = SecretHold()
-    last: dict[str, Any] = {}
+    last: Delta | None = None
     async for event in events:
-        if event.type is EventType.DELTA:
-            if event.data.get("seam"):
+        if isinstance(event, Delta):
+            if event.seam:
                 yield _from_hold(hold.flush(), last)
-            last = event.data
-            text = hold.feed(event.data["content"])
+            last = event
+            text = hold.feed(event.content)
             if text:
-                yield Event(EventType.DELTA, {**event.data, "content": text})
+                yield replace(event, content=text)
             continue
         rest = hold.flush()
         if rest:
@@ -184,5 +171,5 @@ async def held_secrets(events: AsyncIterator[Event]) -> AsyncIterator[Event]:
         yield _from_hold(rest, last)
 
 
-def _from_hold(text: str, last: dict[str, Any]) -> Event:
-    return Event(EventType.DELTA, {**{k: v for k, v in last.items() if k != "seam"}, "content": text})
+def _from_hold(text: str, last: Delta | None) -> Delta:
+    return Delta(text, last.iteration if last else 0)

@@ -35,7 +35,8 @@ from chatloop.api.conversations import not_found, store_context, store_errors
 from chatloop.api.errors import RequestError
 from chatloop.api.schemas import InputItem, ReasoningItem, ResponsesBody
 from chatloop.api.wire import JSONBody, sse_frame
-from chatloop.engine.events import Event, EventType
+from chatloop.engine.events import Done, Event, TurnError
+from chatloop.engine.summary import StopReason, TurnSummary
 from chatloop.observability import logger, redact
 
 if TYPE_CHECKING:
@@ -415,15 +416,13 @@ LIVE: dict[str, LiveStream] = {}
 async def ended_when_stopped(events: AsyncIterator[Event]) -> AsyncIterator[Event]:
     """``events``, closed with an ``error`` and a ``done`` when the turn was stopped (``POST /chat/stop``) before its
     own ``done``: every stream ends with its terminal event."""
-    from chatloop.api.serve import failed_summary
-
     done = False
     async for event in events:
-        done = done or event.type is EventType.DONE
+        done = done or isinstance(event, Done)
         yield event
     if not done:
-        yield Event(EventType.ERROR, {"code": "stopped", "message": "the turn was stopped by its client"})
-        yield Event(EventType.DONE, failed_summary("Stopped.", "client_disconnected"))
+        yield TurnError("stopped", "the turn was stopped by its client")
+        yield Done(TurnSummary.failed("Stopped.", StopReason.CLIENT_DISCONNECTED))
 
 
 _RUNNING: set[asyncio.Task[None]] = set()
@@ -459,14 +458,14 @@ async def save_chat_turn(request: Request, thread: ChatThread, events: list[Even
     from chatloop.api.schemas import InputMessage
     from chatloop.store.model import Item, StoreUnavailable, new_id
 
-    done = next((e.data for e in events if e.type is EventType.DONE), None)
-    if done is None or done["stop_reason"] in ("all_models_failed", "error"):
+    done = next((e.summary for e in events if isinstance(e, Done)), None)
+    if done is None or done.stop_reason in (StopReason.ALL_MODELS_FAILED, StopReason.ERROR):
         return
     output = ResponseOutput(new_id("turn").removeprefix("turn_"), ResponseEvents())
     for event in events:
-        if event.type is not EventType.DONE:
+        if not isinstance(event, Done):
             output.feed(event)
-    output.finish({"message": {}})
+    output.finish()
     inputs = stored_items(
         [InputMessage.model_validate({"role": m["role"], "content": m["content"]}) for m in thread.new]
     )

@@ -19,6 +19,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
 
+from chatloop.engine.summary import DecisionReason
 from chatloop.providers.base import ToolCall
 
 JAVASCRIPT_TOOL = "execute_javascript"
@@ -97,7 +98,7 @@ class ToolLedger:
     executions: Counter[str] = field(default_factory=Counter)
     succeeded: set[str] = field(default_factory=set)
     duplicate_repeats: int = 0
-    loop: str | None = None
+    loop: DecisionReason | None = None
     """``duplicate_loop`` or ``result_loop`` once a loop is detected: tool use ends for the turn."""
     _results: dict[str, tuple[str, str]] = field(default_factory=dict)
     _result_hashes: set[tuple[str, str]] = field(default_factory=set)
@@ -117,14 +118,14 @@ class ToolLedger:
             return None
         return max(0, self.max_runs - sum(self.executions.values()))
 
-    def withdrawn(self, name: str) -> str | None:
+    def withdrawn(self, name: str) -> DecisionReason | None:
         """Why ``name`` is no longer offered this turn, or None."""
         if self.loop:
             return self.loop
         if name == JAVASCRIPT_TOOL and name in self.succeeded:
-            return "js_already_succeeded"
+            return DecisionReason.JS_ALREADY_SUCCEEDED
         if self.budget_left(name) == 0:
-            return "budget_exhausted"
+            return DecisionReason.BUDGET_EXHAUSTED
         return None
 
     def offerable(self, names: Iterable[str]) -> list[str]:
@@ -151,9 +152,9 @@ class ToolLedger:
                 why = self.withdrawn(call.name)
                 disposition = (
                     Disposition.JS_ALREADY_SUCCEEDED
-                    if why == "js_already_succeeded"
+                    if why is DecisionReason.JS_ALREADY_SUCCEEDED
                     else Disposition.OVER_BUDGET
-                    if why == "budget_exhausted"
+                    if why is DecisionReason.BUDGET_EXHAUSTED
                     else Disposition.NOT_OFFERED
                 )
             else:

@@ -33,7 +33,22 @@ from chatloop.config import Settings
 from chatloop.deadline import Deadline, until
 from chatloop.engine import prompts
 from chatloop.engine.answers import describe, judge_final
-from chatloop.engine.events import Event, EventType, StopReason
+from chatloop.engine.events import (
+    ContextFitted,
+    DecisionMade,
+    Delta,
+    Done,
+    Event,
+    LlmResponse,
+    MessageComplete,
+    Retrying,
+    Started,
+    TextCallsRecovered,
+    ToolCallResult,
+    ToolCallStart,
+    ToolsUnavailable,
+    TurnError,
+)
 from chatloop.engine.guards import (
     JAVASCRIPT_TOOL,
     BatchPlan,
@@ -43,8 +58,9 @@ from chatloop.engine.guards import (
     duplicate_answer,
 )
 from chatloop.engine.policy import Action, Decision, DecisionInput, decide
-from chatloop.engine.record import TurnRecord, error_event, fallback_event, response_event, text_calls_event
+from chatloop.engine.record import TurnRecord
 from chatloop.engine.request import TurnRequest
+from chatloop.engine.summary import AssistantMessage, DecisionReason, StopReason, TurnSummary
 from chatloop.engine.textcalls import Reply, read_text_calls
 from chatloop.engine.textfilter import TextCallFilter
 from chatloop.observability import log_context_decision, log_decision, log_turn_end, logger
@@ -66,31 +82,23 @@ MIN_CALL_SECONDS = 0.5
 RENDER_MARGIN_SECONDS = 0.25
 """Kept back from the last model call so the response is rendered before the deadline."""
 
-NOT_RUN_STATUS = {
+NOT_RUN_STATUS: dict[Disposition, tuple[str, str | None]] = {
     Disposition.INVALID_ARGUMENTS: ("error", None),
     Disposition.NOT_OFFERED: ("error", None),
-    Disposition.JS_ALREADY_SUCCEEDED: ("skipped", "js_already_succeeded"),
-    Disposition.OVER_BUDGET: ("skipped", "budget_exhausted"),
+    Disposition.JS_ALREADY_SUCCEEDED: ("skipped", DecisionReason.JS_ALREADY_SUCCEEDED),
+    Disposition.OVER_BUDGET: ("skipped", DecisionReason.BUDGET_EXHAUSTED),
     Disposition.CLIENT: ("skipped", "client_tools_pending"),
-}
-
-_GUARD_FOR_REASON = {
-    "duplicate_loop": StopReason.LOOP_DETECTED,
-    "result_loop": StopReason.LOOP_DETECTED,
-    "budget_exhausted": StopReason.TOOL_BUDGET,
-    "deadline": StopReason.DEADLINE,
-    "iteration_cap": StopReason.ITERATION_CAP,
 }
 
 
 @dataclass(frozen=True)
 class TurnEnd:
-    """The last item of a phase that ends the turn: why it stopped, the assistant message it answers with (its
-    content becomes what was shown), and text still to show (a fallback text, or an answer held back whole)."""
+    """The last item of a phase that ends the turn: why it stopped, text still to show (a fallback text, or an
+    answer held back whole) and the client tools' calls it answers with (the answer's content is what was shown)."""
 
     stop: StopReason
-    answer: dict[str, Any]
     show: str = ""
+    client_calls: tuple[ToolCall, ...] | None = None
 
 
 @dataclass(frozen=True)
@@ -140,7 +148,7 @@ class _Turn:
         self.iteration = 0
         self.record = TurnRecord()
         self.guard: StopReason | None = None
-        self.tools_ended: str | None = None  # why tool use ended for the turn (a decision reason)
+        self.tools_ended: DecisionReason | None = None  # why tool use ended for the turn
         self.final_call_made = False
         self.reminders = 0
         self.nudges = 0
@@ -154,11 +162,9 @@ class _Turn:
 
     # --- the loop --------------------------------------------------------------------------
     async def run(self) -> AsyncIterator[Event]:
-        yield Event(EventType.STATUS, {"status": "started", "model": self.model.name, "tools": self.builtin})
+        yield Started(self.model.name, tuple(self.builtin))
         if self.tools.unavailable and self.request.tool_names != []:  # e.g. an MCP server that is down
-            yield Event(
-                EventType.STATUS, {"status": "tools_unavailable", "sources": dict(self.tools.unavailable)}
-            )
+            yield ToolsUnavailable(dict(self.tools.unavailable))
         end: TurnEnd | None = None
         try:
             while end is None:
@@ -173,24 +179,20 @@ class _Turn:
         except ModelError as exc:
             stop = StopReason.ALL_MODELS_FAILED if isinstance(exc, AllModelsFailed) else StopReason.ERROR
             end = self._end_with_fallback(stop)
-            yield error_event(exc)
+            yield TurnError.of(exc)
         except Exception:
             logger.exception("turn failed")
-            yield Event(
-                EventType.ERROR,
-                {"code": "internal_error", "message": "internal error while running the turn"},
-            )
+            yield TurnError("internal_error", "internal error while running the turn")
         end = end or self._end_with_fallback(StopReason.ERROR)
         if end.show:
             # A fallback text, or an answer held back whole, is set off from any text shown before it.
             self.new_segment = True
             for piece in self._show(end.show):
                 yield piece
-        answer = {**end.answer, "content": "".join(self.shown)}
-        end = TurnEnd(end.stop, answer)
-        if answer["content"] or answer.get("tool_calls"):
-            yield Event(EventType.MESSAGE_COMPLETE, dict(answer))
-        yield Event(EventType.DONE, self._summary(end))
+        answer = AssistantMessage("".join(self.shown), end.client_calls)
+        if answer.content or answer.tool_calls:
+            yield MessageComplete(answer.content, answer.tool_calls)
+        yield Done(self._summary(end.stop, answer))
         self._log_end(end.stop)
 
     async def _iteration(self) -> AsyncIterator[Event | TurnEnd]:
@@ -241,7 +243,7 @@ class _Turn:
                         for piece in self._show(text):
                             yield piece
                 elif isinstance(item, ModelFallback):
-                    yield fallback_event(item)
+                    yield self.record.fallback(item)
                     if item.discard_partial:  # the text shown stays; the next model's follows a seam
                         visible = self._text_filter(request, offer)
                         self.new_segment = True
@@ -255,7 +257,7 @@ class _Turn:
             late = exc if isinstance(exc, DeadlineExceeded) else self._late()
             # The text this call already showed stays part of the answer (the client has it); what follows is
             # set off by a seam.
-            yield error_event(late, discard_partial=streamed)
+            yield TurnError.of(late, discard_partial=streamed)
             return
         if response is None:
             raise Transient("the model stream ended without a response", model=self.model.name)
@@ -265,9 +267,10 @@ class _Turn:
             for piece in self._show(tail):
                 yield piece
         self.record.response(response)
-        yield response_event(response, self.iteration)
+        yield LlmResponse.of(response, self.iteration)
         if reply.text_calls:
-            yield text_calls_event(reply.text_calls, self.iteration)
+            self.record.text_calls(reply.text_calls)
+            yield TextCallsRecovered.of(reply.text_calls, self.iteration)
         yield reply
 
     # --- what the user may be shown (text-call filter and the final answer check) -----------------
@@ -351,7 +354,7 @@ class _Turn:
         """A call that ran out of time. While tools were offered, it ran into the reserve kept for the answer:
         spend the reserve on a tool-less answer. Otherwise the turn ends."""
         if offer.tools and not self.final_call_made:
-            self._end_tool_use("deadline")
+            self._end_tool_use(DecisionReason.DEADLINE)
             return None
         return self._end_with_fallback(StopReason.DEADLINE)
 
@@ -362,10 +365,7 @@ class _Turn:
         log_context_decision(fit, self.iteration)
         if fit.action == "fits":
             return None
-        return Event(
-            EventType.STATUS,
-            {"status": f"context_{fit.action}", "iteration": self.iteration, **fit.summary()},
-        )
+        return ContextFitted(fit, self.iteration)
 
     def _make_ids_unique(self, calls: list[ToolCall]) -> None:
         """Some OpenAI-compatible servers reuse ids (``call_0`` in every reply); a conversation with two calls of one
@@ -411,20 +411,20 @@ class _Turn:
 
     def _logged(self, decision: Decision, response: ModelResponse) -> Event:
         """Log the decision (the greppable line and its record) and return it as the ``decision`` event."""
-        fields = decision.fields()
         line = decision.log_line()
-        calls = [(c.name, self.tools.source(c.name)) for c in response.tool_calls]
+        calls = tuple((c.name, self.tools.source(c.name)) for c in response.tool_calls)
+        event = DecisionMade(decision)
         if any(source for _, source in calls):  # tools run elsewhere (an MCP server): name tool and server
             line += " tools=" + ",".join(f"{name}@{source}" if source else name for name, source in calls)
-            fields["tools"] = [{"name": name, "server": source} for name, source in calls]
+            event = DecisionMade(decision, calls)
         content = None
         if self.settings.log_content:  # off by default: message text can hold personal data
             content = {
                 "content": response.content,
                 "tool_calls": [c.to_message() for c in response.tool_calls],
             }
-        log_decision(line, fields, content)
-        return Event(EventType.DECISION, fields)
+        log_decision(line, event.data, content)
+        return event
 
     # --- act -------------------------------------------------------------------------------
     async def _act(
@@ -453,9 +453,9 @@ class _Turn:
                 # The answer is what was shown; a call whose text was all held back (it looked like a call as it
                 # came) shows its content now.
                 held = "" if self.call_shown else response.content
-                yield TurnEnd(self._answer_stop(response, offer), {"role": "assistant"}, held)
+                yield TurnEnd(self._answer_stop(response, offer), held)
             else:  # Action.FALLBACK
-                guard = _GUARD_FOR_REASON.get(decision.reason)
+                guard = decision.reason.stop_reason
                 yield self._end_with_fallback(self.guard or offer.withheld_by or guard or StopReason.ERROR)
 
     def _answer_stop(self, response: ModelResponse, offer: Offer) -> StopReason:
@@ -467,25 +467,21 @@ class _Turn:
         """Calls to client-defined tools end the turn; the server's calls in the same batch are skipped."""
         client = plan.of(Disposition.CLIENT)
         self.record.skipped((p.call for p in plan.calls if p not in client), "client_tools_pending")
-        calls = [p.call.to_message() for p in client]
         held = "" if self.call_shown else response.content
-        return TurnEnd(StopReason.TOOL_CALLS, {"role": "assistant", "tool_calls": calls}, held)
+        return TurnEnd(StopReason.TOOL_CALLS, held, tuple(p.call for p in client))
 
-    def _remind(self, response: ModelResponse) -> Event:
+    def _remind(self, response: ModelResponse) -> Retrying:
         self.reminders += 1
         if response.content:
             self.messages.append({"role": "assistant", "content": response.content})
         self.messages.append({"role": "system", "content": prompts.LEGACY_SYNTAX_REMINDER})
-        return Event(
-            EventType.STATUS,
-            {"status": "retrying", "reason": "legacy_syntax_reminder", "reminder": self.reminders},
-        )
+        return Retrying(self.reminders)
 
-    def _end_tool_use(self, reason: str) -> None:
+    def _end_tool_use(self, reason: DecisionReason) -> None:
         """No more tools this turn: the next call is made without tools, with a note saying why."""
         self.tools_ended = reason
         self.final_call_made = True
-        self.guard = self.guard or _GUARD_FOR_REASON.get(reason)
+        self.guard = self.guard or reason.stop_reason
         client_tools = sorted(self.client_names) if self.client_required else None
         self.messages.append({"role": "system", "content": prompts.final_answer_note(reason, client_tools)})
 
@@ -495,18 +491,11 @@ class _Turn:
         calls = [c.to_message() for c in response.tool_calls]
         assistant = {"role": "assistant", "content": response.content or "", "tool_calls": calls}
         self.messages.append(assistant)
-        yield Event(EventType.MESSAGE_COMPLETE, {**assistant, "iteration": self.iteration})
+        yield MessageComplete(response.content or "", tuple(response.tool_calls), iteration=self.iteration)
         runs = plan.of(Disposition.RUN)
         for p in runs:
-            yield Event(
-                EventType.TOOL_CALL_START,
-                {
-                    "id": p.call.id,
-                    "name": p.call.name,
-                    "arguments": p.call.arguments,
-                    **self._server(p.call.name),
-                },
-            )
+            server, server_tool = self._server(p.call.name)
+            yield ToolCallStart(p.call.id, p.call.name, p.call.arguments, server, server_tool)
         results = await self._run_tools(runs)
         budget_was_open = {n for n in self.builtin if self.ledger.budget_left(n) != 0}
         for p in plan.calls:
@@ -533,7 +522,7 @@ class _Turn:
             message = f"{type(exc).__name__}: tool failed"
             return ToolResult(content=json.dumps({"error": message}), ok=False, error=message)
 
-    def _answer_call(self, p: PlannedCall, result: ToolResult | None) -> Event:
+    def _answer_call(self, p: PlannedCall, result: ToolResult | None) -> ToolCallResult:
         """One call's tool message (its result, or why it did not run), added to the conversation and recorded."""
         reason: str | None = None
         if result is None:
@@ -543,24 +532,16 @@ class _Turn:
             status, content = ("ok" if result.ok else "error"), result.content
             self.record.tool_result(result)
             if self.ledger.record(p.call.name, p.key, p.call.id, content, result.ok, executed=True):
-                self.ledger.loop = self.ledger.loop or "result_loop"
+                self.ledger.loop = self.ledger.loop or DecisionReason.RESULT_LOOP
         self.messages.append(
             {"role": "tool", "tool_call_id": p.call.id, "name": p.call.name, "content": content}
         )
-        server = self._server(p.call.name)
-        self.record.tool_call(p.call, status, content, reason, **server)
-        data: dict[str, Any] = {
-            "id": p.call.id,
-            "name": p.call.name,
-            "status": status,
-            "content": content,
-            **server,
-        }
-        if result is not None:
-            data["duration_ms"] = round(result.duration_ms, 1)
-        if reason:
-            data["reason"] = reason
-        return Event(EventType.TOOL_CALL_RESULT, data)
+        server, server_tool = self._server(p.call.name)
+        duration_ms = None if result is None else result.duration_ms
+        self.record.tool_call(p.call, status, content, reason, server, server_tool, duration_ms)
+        return ToolCallResult(
+            p.call.id, p.call.name, status, content, server, server_tool, duration_ms, reason
+        )
 
     def _answer_without_running(self, p: PlannedCall) -> tuple[str, str | None, str]:
         """``(status, reason, tool message content)`` for a call that is answered but not run."""
@@ -589,12 +570,12 @@ class _Turn:
             self._end_tool_use(self.ledger.loop)
 
     # --- bookkeeping -----------------------------------------------------------------------
-    def _server(self, name: str) -> dict[str, str]:
-        """``{"server": label, "server_tool": name there}`` for a tool that runs on a server (an MCP tool), else
-        nothing."""
-        return self.tools.origin(name)
+    def _server(self, name: str) -> tuple[str | None, str | None]:
+        """``(server label, name there)`` for a tool that runs on a server (an MCP tool), else ``(None, None)``."""
+        origin = self.tools.origin(name)
+        return origin.get("server"), origin.get("server_tool")
 
-    def _show(self, text: str) -> list[Event]:
+    def _show(self, text: str) -> list[Delta]:
         """``text`` as ``delta`` events, after a seam when it starts a new model call's text."""
         events = []
         if self.new_segment:
@@ -602,12 +583,10 @@ class _Turn:
             seam = _seam("".join(self.shown[-2:]))
             if seam:
                 self.shown.append(seam)
-                events.append(
-                    Event(EventType.DELTA, {"content": seam, "iteration": self.iteration, "seam": True})
-                )
+                events.append(Delta(seam, self.iteration, seam=True))
         self.shown.append(text)
         self.call_shown = True
-        events.append(Event(EventType.DELTA, {"content": text, "iteration": self.iteration}))
+        events.append(Delta(text, self.iteration))
         return events
 
     def _one_call_unless_parallel(self, response: ModelResponse) -> None:
@@ -635,13 +614,12 @@ class _Turn:
         )
 
     def _end_with_fallback(self, stop: StopReason) -> TurnEnd:
-        message = self.record.fallback_message(stop, self.ledger.executions)
-        return TurnEnd(stop, {"role": "assistant"}, message["content"])
+        return TurnEnd(stop, self.record.fallback_text(stop, self.ledger.executions))
 
-    def _summary(self, end: TurnEnd) -> dict[str, Any]:
+    def _summary(self, stop: StopReason, answer: AssistantMessage) -> TurnSummary:
         return self.record.summary(
-            end.stop,
-            end.answer,
+            stop,
+            answer,
             iterations=self.iteration,
             tool_counts=self.ledger.executions,
             model=self.model.name,

@@ -9,6 +9,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from chatloop.engine.summary import DecisionReason, StopReason
+
 JS_GUIDANCE = (
     "When a question needs a calculation, call execute_javascript once with the whole calculation in one "
     "snippet that ends with the value to report. IMPORTANT: after execute_javascript returns a result, give "
@@ -17,13 +19,13 @@ JS_GUIDANCE = (
 )
 
 FINAL_ANSWER_NOTES = {
-    "duplicate_loop": "You asked for the same tool call again.",
-    "result_loop": "The tools keep returning the same result.",
-    "budget_exhausted": "The tool budget for this question is used up.",
-    "js_already_succeeded": "execute_javascript already returned a result for this question.",
-    "deadline": "There is no time left for more tool calls.",
-    "legacy_syntax": "Tool calls written as text cannot be run.",
-    "client_tool_required": "Your reply must be a tool call, not plain text.",
+    DecisionReason.DUPLICATE_LOOP: "You asked for the same tool call again.",
+    DecisionReason.RESULT_LOOP: "The tools keep returning the same result.",
+    DecisionReason.BUDGET_EXHAUSTED: "The tool budget for this question is used up.",
+    DecisionReason.JS_ALREADY_SUCCEEDED: "execute_javascript already returned a result for this question.",
+    DecisionReason.DEADLINE: "There is no time left for more tool calls.",
+    DecisionReason.LEGACY_SYNTAX: "Tool calls written as text cannot be run.",
+    DecisionReason.CLIENT_TOOL_REQUIRED: "Your reply must be a tool call, not plain text.",
 }
 
 EMPTY_REPLY_NUDGE = "Your last reply was empty. Answer the user's last message now."
@@ -35,12 +37,12 @@ LEGACY_SYNTAX_REMINDER = (
 )
 
 STOP_PHRASES = {
-    "iteration_cap": "I reached the limit of steps I can take for one question before I had a final answer.",
-    "deadline": "I ran out of time for this request before I had a final answer.",
-    "loop_detected": "I kept repeating the same step without getting closer to an answer.",
-    "tool_budget": "I used up the tool budget for this question before I had a final answer.",
-    "error": "The model returned no usable answer.",
-    "all_models_failed": "No model was available to answer right now.",
+    StopReason.ITERATION_CAP: "I reached the limit of steps I can take for one question before I had a final answer.",
+    StopReason.DEADLINE: "I ran out of time for this request before I had a final answer.",
+    StopReason.LOOP_DETECTED: "I kept repeating the same step without getting closer to an answer.",
+    StopReason.TOOL_BUDGET: "I used up the tool budget for this question before I had a final answer.",
+    StopReason.ERROR: "The model returned no usable answer.",
+    StopReason.ALL_MODELS_FAILED: "No model was available to answer right now.",
 }
 
 
@@ -67,7 +69,7 @@ def with_guidance(messages: list[dict[str, Any]], guidance: str = JS_GUIDANCE) -
     return [{"role": "system", "content": guidance}, *out]
 
 
-def final_answer_note(reason: str, client_tools: list[str] | None = None) -> str:
+def final_answer_note(reason: DecisionReason, client_tools: list[str] | None = None) -> str:
     """The note before the turn's last model call. With ``client_tools`` (the client's ``tool_choice`` requires
     one of them), that call must end in a call to one of those tools instead of plain text."""
     why = FINAL_ANSWER_NOTES.get(reason, "Tool use is finished for this question.")
@@ -81,7 +83,7 @@ def final_answer_note(reason: str, client_tools: list[str] | None = None) -> str
 
 
 def fallback_text(
-    stop_reason: str,
+    stop_reason: StopReason,
     tool_counts: Mapping[str, int],
     last_error: str | None = None,
     last_result: str | None = None,
