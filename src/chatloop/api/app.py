@@ -17,7 +17,7 @@ from starlette.middleware import Middleware
 from starlette.routing import Route
 
 from chatloop import snapstart
-from chatloop.api import chat, conversations, models, openai_chat, page, responses
+from chatloop.api import chat, chat_threads, conversations, models, openai_chat, page, responses
 from chatloop.api import stored as stored_responses
 from chatloop.api.errors import RequestError, on_http_error, on_request_error, on_unexpected
 from chatloop.api.idempotency import idempotent
@@ -41,7 +41,7 @@ def create_app(
     app = Starlette(
         routes=[
             Route("/chat", idempotent(chat.chat), methods=["POST"]),
-            Route("/chat/stop", stored_responses.stop_chat, methods=["POST"]),
+            Route("/chat/stop", chat_threads.stop_chat, methods=["POST"]),
             Route("/v1/chat/completions", idempotent(openai_chat.chat_completions), methods=["POST"]),
             Route("/v1/responses", idempotent(responses.responses), methods=["POST"]),
             Route("/v1/responses/{response_id}", stored_responses.retrieve_response, methods=["GET"]),

@@ -69,9 +69,9 @@ async def chat(request: Request) -> Response:
     body = await read_body(request, ChatBody)
     thread = None
     if body.conversation is not None:
-        from chatloop.api import stored
+        from chatloop.api import chat_threads
 
-        thread = await stored.chat_thread(request, body.conversation, body.messages)
+        thread = await chat_threads.chat_thread(request, body.conversation, body.messages)
     messages = conversation(
         [*(thread.history if thread else []), *body.messages], runtime.settings.max_messages
     )
@@ -92,13 +92,14 @@ async def chat(request: Request) -> Response:
     registry = await runtime.tools_for_turn(ctx.deadline) if tool_names != [] else ToolRegistry()
     events = turn_events(ctx, turn, model, registry)
     if thread is not None:  # a stored conversation's turn runs to its end even when the client goes away
-        from chatloop.api import stored
+        from chatloop.api import chat_threads
+        from chatloop.api.running import run_to_the_end
 
         async def keep(seen: list[Event]) -> None:
-            await stored.save_chat_turn(request, thread, seen)
+            await chat_threads.save_chat_turn(request, thread, seen)
 
-        events = stored.ended_when_stopped(
-            stored.run_to_the_end(events, keep, key=(thread.owner, thread.conversation_id))
+        events = chat_threads.ended_when_stopped(
+            run_to_the_end(events, keep, key=(thread.owner, thread.conversation_id))
         )
     return await serve_turn(ctx, ChatRenderer(), events, stream=body.stream)
 

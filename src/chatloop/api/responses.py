@@ -283,7 +283,10 @@ class ResponsesRenderer:
 async def responses(request: Request) -> Response:
     """OpenAI's Responses API: the same turn as chat completions, rendered as a ``response``; stored, and continued
     from a stored response or a conversation, by ``api.stored``."""
-    from chatloop.api import stored  # the store and its schemas load with the first Responses request
+    from chatloop.api import (  # the store and its schemas load with the first Responses request
+        running,
+        stored,
+    )
 
     ctx = RequestContext.of(request)
     runtime = ctx.runtime
@@ -335,11 +338,11 @@ async def responses(request: Request) -> Response:
 
     if body.stream and keeping.store is not None and keeping.owner is not None:
         # Stored: the turn runs to its end if the client goes away, and can be followed live meanwhile.
-        live = stored.live_stream(f"resp_{rid}", keeping.owner)
+        live = running.live_stream(f"resp_{rid}", keeping.owner)
         renderer = ResponsesRenderer(rid, echo, keep, live.add, listed)
 
         def followed(chunks: AsyncIterator[bytes]) -> AsyncIterator[bytes]:
-            return stored.followable(f"resp_{rid}", live, chunks)
+            return running.followable(f"resp_{rid}", live, chunks)
 
         return await serve_turn(ctx, renderer, events, stream=True, keep_running=followed)
     if body.stream:

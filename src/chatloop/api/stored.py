@@ -20,23 +20,21 @@ Usage (the routes, in api/app.py)::
 
 from __future__ import annotations
 
-import asyncio
 import re
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
 from dataclasses import dataclass, field
 from functools import partial
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any
 
 from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
 
+from chatloop.api import running
 from chatloop.api.context import RequestContext
 from chatloop.api.conversations import not_found, store_context, store_errors
 from chatloop.api.errors import RequestError
 from chatloop.api.schemas import InputItem, ReasoningItem, ResponsesBody
 from chatloop.api.wire import JSONBody, sse_frame
-from chatloop.engine.events import Done, Event, TurnError
-from chatloop.engine.summary import StopReason, TurnSummary
 from chatloop.observability import logger, redact
 
 if TYPE_CHECKING:
@@ -98,8 +96,8 @@ async def prepare(request: Request, body: ResponsesBody) -> Keeping:
         if body.previous_response_id is not None:
             keeping.history = await _chain(store, owner, _checked(body.previous_response_id), deadline)
         elif body.conversation is not None:
-            keeping.conversation_id = _conversation_id(body.conversation)
-            keeping.history = await _conversation_items(store, owner, keeping.conversation_id, deadline)
+            keeping.conversation_id = conversation_id_of(body.conversation)
+            keeping.history = await conversation_items(store, owner, keeping.conversation_id, deadline)
     return keeping
 
 
@@ -159,7 +157,7 @@ async def retrieve_response(request: Request) -> Response:
             raise RequestError(
                 400, "invalid_request", "starting_after: must be an integer", param="starting_after"
             )
-        live = LIVE.get(response_id)
+        live = running.LIVE.get(response_id)
         if live is not None and live.owner == owner:  # still running here: follow it as it goes
             return StreamingResponse(_replay(live.after(int(after))), media_type="text/event-stream")
         with store_errors():
@@ -231,7 +229,7 @@ async def _chain(
     return _as_items([item for turn in reversed(turns) for item in turn])
 
 
-async def _conversation_items(
+async def conversation_items(
     store: ConversationStore, owner: str, conversation_id: str, deadline: Deadline
 ) -> list[InputItem]:
     from chatloop.store.model import PageQuery
@@ -291,213 +289,10 @@ def _checked(response_id: str) -> str:
     return response_id
 
 
-def _conversation_id(value: str | dict[str, object]) -> str:
+def conversation_id_of(value: str | dict[str, object]) -> str:
     conversation_id = value.get("id") if isinstance(value, dict) else value
     if not isinstance(conversation_id, str) or not CONVERSATION_ID.match(conversation_id):
         raise RequestError(
             400, "invalid_request", "conversation: not a conversation id (conv_…)", param="conversation"
         )
     return conversation_id
-
-
-# --- /chat in a conversation ------------------------------------------------------------------------
-@dataclass
-class ChatThread:
-    """A ``/chat`` turn inside a stored conversation: whose it is, and the messages that came before it."""
-
-    owner: str
-    conversation_id: str
-    history: list[dict[str, Any]]
-    new: list[dict[str, object]]
-    """The request's new messages (user or system), appended to the conversation with the answer."""
-
-
-async def chat_thread(request: Request, conversation: str, new: list[object]) -> ChatThread:
-    """The conversation a ``/chat`` request continues (a 4xx or 503 before any model call when it cannot be had).
-    With a conversation the client sends only what is new: user (or system) messages."""
-    from chatloop.api.responses import messages_of
-
-    messages = [m for m in new if isinstance(m, dict) and m.get("role") in ("user", "system")]
-    if len(messages) != len(new):
-        raise RequestError(
-            400,
-            "invalid_messages",
-            "messages: with a conversation, send only the new user message(s); the earlier turns are on the server",
-            param="messages",
-        )
-    store, owner, deadline = store_context(request)
-    conversation_id = _conversation_id(conversation)
-    with store_errors():
-        items = await _conversation_items(store, owner, conversation_id, deadline)
-    return ChatThread(owner, conversation_id, messages_of(items), messages)
-
-
-T = TypeVar("T")
-
-
-def run_to_the_end(
-    items: AsyncIterator[T],
-    finish: Callable[[list[T]], Awaitable[None]] | None = None,
-    key: tuple[str, str] | None = None,
-) -> AsyncIterator[T]:
-    """``items`` (a turn's events, or a stream's bytes), produced by a task of their own that a client going away
-    does not cancel: a stored turn finishes (within its deadline) and ``finish`` stores it before the stream ends,
-    so a client that reloads, or reads the record next, finds the answer. The returned iterator only reads what the
-    task produces."""
-    queue: asyncio.Queue[tuple[T] | None] = asyncio.Queue()
-
-    async def pump() -> None:
-        seen: list[T] = []
-        try:
-            async for item in items:
-                seen.append(item)
-                queue.put_nowait((item,))
-            if finish is not None:
-                await finish(
-                    seen
-                )  # before the stream ends: a client that reads the record next finds the turn
-        finally:
-            queue.put_nowait(None)
-
-    task = asyncio.get_running_loop().create_task(pump())
-    _RUNNING.add(task)  # a strong reference until it is done: the event loop keeps only weak ones
-    task.add_done_callback(_RUNNING.discard)
-    if key is not None:  # the caller's running turn in a conversation: what POST /chat/stop cancels
-        TURNS[key] = task
-        task.add_done_callback(lambda done: TURNS.pop(key, None) if TURNS.get(key) is done else None)
-
-    async def read() -> AsyncIterator[T]:
-        while (item := await queue.get()) is not None:
-            yield item[0]
-
-    return read()
-
-
-class LiveStream:
-    """A stored streamed response while its turn runs in this container: the events sent so far, for a client that
-    resumes it (``GET /v1/responses/{id}?stream=true&starting_after=N``) before it is stored whole."""
-
-    def __init__(self, owner: str) -> None:
-        self.owner = owner
-        self.events: list[dict[str, Any]] = []
-        self.ended = False
-        self._changed = asyncio.Condition()
-
-    def add(self, data: dict[str, Any]) -> None:
-        self.events.append(data)
-        asyncio.get_running_loop().create_task(self._notify())
-
-    async def end(self) -> None:
-        self.ended = True
-        await self._notify()
-
-    async def _notify(self) -> None:
-        async with self._changed:
-            self._changed.notify_all()
-
-    async def after(self, number: int) -> AsyncIterator[dict[str, Any]]:
-        """Every event after ``number``, then each new one as it is sent, until the response's last."""
-        sent = number + 1
-        while True:
-            while sent < len(self.events):
-                yield self.events[sent]
-                sent += 1
-            if self.ended:
-                return
-            async with self._changed:
-                while not self.ended and len(self.events) <= sent:
-                    await self._changed.wait()
-
-
-LIVE: dict[str, LiveStream] = {}
-"""Stored streamed responses whose turn is running in this container, by response id."""
-
-
-async def ended_when_stopped(events: AsyncIterator[Event]) -> AsyncIterator[Event]:
-    """``events``, closed with an ``error`` and a ``done`` when the turn was stopped (``POST /chat/stop``) before its
-    own ``done``: every stream ends with its terminal event."""
-    done = False
-    async for event in events:
-        done = done or isinstance(event, Done)
-        yield event
-    if not done:
-        yield TurnError("stopped", "the turn was stopped by its client")
-        yield Done(TurnSummary.failed("Stopped.", StopReason.CLIENT_DISCONNECTED))
-
-
-_RUNNING: set[asyncio.Task[None]] = set()
-TURNS: dict[tuple[str, str], asyncio.Task[None]] = {}
-"""Running ``/chat`` turns of stored conversations in this container, by (caller, conversation id)."""
-
-
-async def stop_chat(request: Request) -> Response:
-    """``POST /chat/stop {"conversation": "conv_…"}``: stop the caller's turn running in that conversation (the
-    page's Stop button). A stored conversation's turn outlives its client, so that a reload finds the answer; a Stop
-    is the one way to end it early. A stopped turn is not stored (the conversation stays as it was). ``stopped`` says
-    whether a turn was running here (behind a load balancer of several containers, the one that runs it)."""
-    from chatloop.api.checks import read_body
-    from chatloop.api.schemas import StopBody
-
-    body = await read_body(request, StopBody)
-    _, owner, _ = store_context(request)
-    conversation_id = _conversation_id(body.conversation)
-    task = TURNS.get((owner, conversation_id))
-    running = task is not None and not task.done()
-    if task is not None and running:
-        task.cancel()
-        logger.info(f"turn stopped by its client: conversation={conversation_id}")
-    return JSONBody({"conversation": conversation_id, "stopped": running})
-
-
-async def save_chat_turn(request: Request, thread: ChatThread, events: list[Event]) -> None:
-    """Append the turn to its conversation: the new messages, each sandbox run (a ``code_interpreter_call`` item,
-    as the Responses API shows it) and the answer. A turn every model failed leaves the conversation as it was (a
-    retry sends the same message again); a store that fails is logged, the answer was already sent."""
-    from chatloop.api.conversation_items import stored_items
-    from chatloop.api.response_items import ResponseEvents, ResponseOutput
-    from chatloop.api.schemas import InputMessage
-    from chatloop.store.model import Item, StoreUnavailable, new_id
-
-    done = next((e.summary for e in events if isinstance(e, Done)), None)
-    if done is None or done.stop_reason in (StopReason.ALL_MODELS_FAILED, StopReason.ERROR):
-        return
-    output = ResponseOutput(new_id("turn").removeprefix("turn_"), ResponseEvents())
-    for event in events:
-        if not isinstance(event, Done):
-            output.feed(event)
-    output.finish()
-    inputs = stored_items(
-        [InputMessage.model_validate({"role": m["role"], "content": m["content"]}) for m in thread.new]
-    )
-    outputs = [Item(str(i["id"]), i) for i in output.items]
-    ctx = RequestContext.of(request)
-    deadline = ctx.store_deadline()
-    try:
-        await ctx.runtime.conversations().append_items(
-            thread.owner, thread.conversation_id, [*inputs, *outputs], deadline
-        )
-    except StoreUnavailable as error:
-        logger.warning(f"conversation {thread.conversation_id}: the turn was not stored: {error}")
-
-
-def live_stream(response_id: str, owner: str) -> LiveStream:
-    """A stored response's stream, registered in ``LIVE`` while it runs (a resumed stream follows it): its renderer
-    tells it each event (``live.add``), ``followable`` ends it."""
-    live = LiveStream(owner)
-    LIVE[response_id] = live
-    return live
-
-
-def followable(response_id: str, live: LiveStream, chunks: AsyncIterator[bytes]) -> AsyncIterator[bytes]:
-    """A stored response's stream (``chunks``), run to its end whether or not its own client stays, and taken out
-    of ``LIVE`` once it ended."""
-
-    async def followed() -> AsyncIterator[bytes]:
-        try:
-            async for chunk in chunks:
-                yield chunk
-        finally:
-            LIVE.pop(response_id, None)
-            await live.end()
-
-    return run_to_the_end(followed())
