@@ -531,7 +531,7 @@ def test_output_items_are_what_the_openai_sdk_parses():
 
 
 def test_mcp_items_sent_back_as_input_are_read_as_the_call_they_were():
-    from chatloop.api.schemas import ResponsesBody
+    from chatloop.api.response_schemas import ResponsesBody
 
     body = ResponsesBody.model_validate(
         {

@@ -95,7 +95,7 @@ async def save_chat_turn(request: Request, thread: ChatThread, events: list[Even
     retry sends the same message again); a store that fails is logged, the answer was already sent."""
     from chatloop.api.conversation_items import stored_items
     from chatloop.api.response_items import ResponseEvents, ResponseOutput
-    from chatloop.api.schemas import InputMessage
+    from chatloop.api.response_schemas import InputMessage
     from chatloop.store.model import Item, StoreUnavailable, new_id
 
     done = next((e.summary for e in events if isinstance(e, Done)), None)

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from functools import partial
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from pydantic import BaseModel, ValidationError
 from starlette.requests import Request
@@ -22,12 +22,15 @@ from chatloop.api.context import RequestContext
 from chatloop.api.errors import RequestError, from_validation
 from chatloop.api.limits import check_message_count, parse_json_body, read_within
 from chatloop.api.runtime import Runtime, UnknownModel
-from chatloop.api.schemas import ClientTool, OpenAIChatBody, ResponseFormat, ResponsesBody
+from chatloop.api.schemas import ClientTool, OpenAIChatBody, ResponseFormat
 from chatloop.engine.messages import ConversationError, normalize_conversation
 from chatloop.observability import logger
 from chatloop.providers.catalog import ModelInfo
 from chatloop.providers.chain import FallbackChain
 from chatloop.secrets import KeysUnavailable
+
+if TYPE_CHECKING:  # the Responses API's schemas load with its first request
+    from chatloop.api.response_schemas import ResponsesBody
 
 Body = TypeVar("Body", bound=BaseModel)
 
@@ -110,7 +113,7 @@ def structured_output(
     return response_format
 
 
-def model_params(runtime: Runtime, model: FallbackChain, requested: dict[str, Any]) -> dict[str, Any]:
+def model_params(runtime: Runtime, model: FallbackChain, requested: dict[str, object]) -> dict[str, object]:
     """The sampling and output parameters a turn sends as they are (``stop``, ``seed``, ``reasoning_effort`` ...),
     never silently dropped (see ``_some_model_takes``)."""
     for name in requested:

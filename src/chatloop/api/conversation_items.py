@@ -17,7 +17,7 @@ from pydantic import BaseModel, ConfigDict, Field, StrictStr
 
 from chatloop.api.errors import RequestError
 from chatloop.api.mcp_items import McpCallInput, McpListToolsInput
-from chatloop.api.schemas import (
+from chatloop.api.response_schemas import (
     CodeInterpreterCallItem,
     FunctionCallItem,
     FunctionCallOutputItem,

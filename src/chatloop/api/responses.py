@@ -36,7 +36,7 @@ from chatloop.api.mcp_items import McpCallInput, listed_items
 from chatloop.api.mcp_servers import client_servers
 from chatloop.api.openai_chat import extension
 from chatloop.api.response_items import JAVASCRIPT_TOOL, ResponseEvents, ResponseOutput
-from chatloop.api.schemas import (
+from chatloop.api.response_schemas import (
     CodeInterpreterCallItem,
     FunctionCallItem,
     FunctionCallOutputItem,

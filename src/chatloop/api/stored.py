@@ -33,7 +33,7 @@ from chatloop.api import running
 from chatloop.api.context import RequestContext
 from chatloop.api.conversations import not_found, store_context, store_errors
 from chatloop.api.errors import RequestError
-from chatloop.api.schemas import InputItem, ReasoningItem, ResponsesBody
+from chatloop.api.response_schemas import InputItem, ReasoningItem, ResponsesBody
 from chatloop.api.wire import JSONBody, sse_frame
 from chatloop.observability import logger, redact
 
@@ -136,7 +136,7 @@ async def save(
 def input_items(body: ResponsesBody) -> list[Item]:
     """This request's input as stored items (each with a new id): what ``input_items`` lists for it."""
     from chatloop.api.conversation_items import stored_items
-    from chatloop.api.schemas import InputMessage
+    from chatloop.api.response_schemas import InputMessage
 
     items: list[InputItem] = (
         [InputMessage(role="user", content=body.input)]
