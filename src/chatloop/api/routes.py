@@ -303,7 +303,7 @@ async def chat(request: Request) -> Response:
     rid = request_id(request)
     deadline = request_deadline(request, runtime)
     registry = await runtime.tools_for_turn(deadline) if tool_names != [] else ToolRegistry()
-    events = observed(run_turn(turn, model, registry, deadline, runtime.settings), request, rid)
+    events = observed(run_turn(turn, model, registry, deadline, runtime.limits), request, rid)
     if thread is not None:  # a stored conversation's turn runs to its end even when the client goes away
         from chatloop.api import stored
 
@@ -370,7 +370,7 @@ async def chat_completions(request: Request) -> Response:
     rid = request_id(request)
     deadline = request_deadline(request, runtime)
     registry = await runtime.tools_for_turn(deadline)
-    events = observed(run_turn(turn, model, registry, deadline, runtime.settings), request, rid)
+    events = observed(run_turn(turn, model, registry, deadline, runtime.limits), request, rid)
     if body.stream:
         include_usage = bool(body.stream_options and body.stream_options.include_usage)
         return event_stream(openai_chunks(events, rid, include_usage), runtime, rid)
@@ -428,7 +428,7 @@ async def responses(request: Request) -> Response:
     mcp = await runtime.mcp_for_turn(deadline, servers)
     registry = runtime.registry().with_tools(mcp.tools, mcp.skipped)
     listed = listed_items(servers, mcp)  # mcp_list_tools items: what each of the request's servers offered
-    events = observed(run_turn(turn, model, registry, deadline, runtime.settings), request, rid)
+    events = observed(run_turn(turn, model, registry, deadline, runtime.limits), request, rid)
 
     async def keep(response: dict[str, Any], sent: list[dict[str, Any]]) -> dict[str, Any]:
         return await stored.save(keeping, request, body, response, sent)
