@@ -77,7 +77,7 @@ class PlainCalculator(Lookup):
 
     name = "execute_javascript"
     answered_once_succeeded = False
-    guidance = None
+    guidance = ""
 
 
 def keeps_calling(name: str):
