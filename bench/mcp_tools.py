@@ -11,6 +11,7 @@ import time
 from typing import Any
 
 from bench.common import median
+from chatloop.api.runtime import engine_limits
 from chatloop.config import MCPServerConfig, Settings
 from chatloop.deadline import Deadline
 from chatloop.engine import EventType, TurnRequest, run_turn
@@ -57,7 +58,7 @@ async def _turn(registry: ToolRegistry, tool: str, settings: Settings) -> tuple[
         Caller(tool, CALLS_PER_TURN),
         registry,
         Deadline.after(60),
-        settings,
+        engine_limits(settings),
     ):
         if event.type is EventType.TOOL_CALL_RESULT:
             calls_ms += event.data.get("duration_ms", 0.0)

@@ -66,7 +66,7 @@ def turn_events(
 ) -> AsyncIterator[Event]:
     """The turn's events, with the request id on ``done`` and metrics recorded from them."""
     ctx.request_id  # noqa: B018 - settled before the turn: behind the adapter it is the turn's log correlation id
-    return observed(run_turn(turn, model, registry, ctx.deadline, ctx.settings), ctx)
+    return observed(run_turn(turn, model, registry, ctx.deadline, ctx.runtime.limits), ctx)
 
 
 async def observed(events: AsyncIterator[Event], ctx: RequestContext) -> AsyncIterator[Event]:

@@ -5,7 +5,7 @@ run and what is answered without running, so the policy sees counts and the loop
 
 Usage::
 
-    ledger = ToolLedger(budgets={"execute_javascript": 3})
+    ledger = ToolLedger(budgets={"execute_javascript": 3}, answered_once=frozenset({"execute_javascript"}))
     plan = ledger.plan_batch(calls, offered={"execute_javascript"}, client_tools=set())
     plan.counts()["run"]          # calls that will execute
 """
@@ -21,8 +21,6 @@ from enum import StrEnum
 
 from chatloop.engine.summary import DecisionReason
 from chatloop.providers.base import ToolCall
-
-JAVASCRIPT_TOOL = "execute_javascript"
 
 
 def call_key(name: str, arguments: str) -> str:
@@ -95,6 +93,8 @@ class ToolLedger:
     budgets: Mapping[str, int] = field(default_factory=dict)
     max_runs: int | None = None
     """A cap on all tool runs of the turn together (the Responses API's ``max_tool_calls``), beside the budgets."""
+    answered_once: frozenset[str] = frozenset()
+    """Tools whose first success answers the question (``Tool.answered_once_succeeded``): withdrawn after it."""
     executions: Counter[str] = field(default_factory=Counter)
     succeeded: set[str] = field(default_factory=set)
     duplicate_repeats: int = 0
@@ -122,11 +122,16 @@ class ToolLedger:
         """Why ``name`` is no longer offered this turn, or None."""
         if self.loop:
             return self.loop
-        if name == JAVASCRIPT_TOOL and name in self.succeeded:
+        if name in self.answered_once and name in self.succeeded:
             return DecisionReason.JS_ALREADY_SUCCEEDED
         if self.budget_left(name) == 0:
             return DecisionReason.BUDGET_EXHAUSTED
         return None
+
+    @property
+    def answered(self) -> bool:
+        """Whether a tool whose success answers the question has succeeded."""
+        return not self.answered_once.isdisjoint(self.succeeded)
 
     def offerable(self, names: Iterable[str]) -> list[str]:
         return [n for n in names if self.withdrawn(n) is None]

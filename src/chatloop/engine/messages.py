@@ -18,6 +18,9 @@ from typing import Any
 
 from chatloop.providers.textcalls import strip_tag_calls
 
+Message = dict[str, Any]
+"""One OpenAI-format conversation message."""
+
 ROLES = {"system", "developer", "user", "assistant", "tool"}
 
 

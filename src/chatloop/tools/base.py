@@ -29,7 +29,17 @@ class ToolResult:
 
 @runtime_checkable
 class Tool(Protocol):
-    """A tool the engine may offer. Read-only members, so a class attribute (a constant schema) satisfies them."""
+    """A tool the engine may offer. Read-only members, so a class attribute (a constant schema) satisfies them.
+
+    A tool may also declare its own policy, as class attributes the engine reads (``tool_policy``), so the engine
+    never needs to know a tool by name:
+
+    - ``answered_once_succeeded = True``: its first success answers the question: it is withdrawn for the rest of
+      the turn, and a later call to it is answered without running (``js_already_succeeded``);
+    - ``guidance = "..."``: a sentence for the system prompt on when and how to use it;
+    - ``default_budget = 3``: runs per turn unless the operator's budgets name it;
+    - ``source = "label"``: it runs elsewhere (an MCP server), named in its events and the decision log line.
+    """
 
     @property
     def name(self) -> str: ...
@@ -50,6 +60,24 @@ def tool_source(tool: Tool) -> str | None:
     label, say), which the decision log line and the tool-call events carry."""
     source = getattr(tool, "source", None)
     return source if isinstance(source, str) and source else None
+
+
+@dataclass(frozen=True)
+class ToolPolicy:
+    """What a tool declares about how the engine treats it (see ``Tool``)."""
+
+    answered_once_succeeded: bool = False
+    guidance: str | None = None
+
+
+def tool_policy(tool: Tool) -> ToolPolicy:
+    """The policy ``tool`` declares; a tool that declares none gets the defaults."""
+    answered_once = getattr(tool, "answered_once_succeeded", False)
+    guidance = getattr(tool, "guidance", None)
+    return ToolPolicy(
+        answered_once_succeeded=answered_once is True,
+        guidance=guidance if isinstance(guidance, str) and guidance else None,
+    )
 
 
 def tool_schema(tool: Tool) -> dict[str, Any]:
@@ -78,6 +106,17 @@ class ToolRegistry:
 
     def schemas(self, names: Iterable[str]) -> list[dict[str, Any]]:
         return [tool_schema(self._tools[n]) for n in names if n in self._tools]
+
+    def answered_once(self, names: Iterable[str]) -> frozenset[str]:
+        """Those of ``names`` whose first success answers the question (``answered_once_succeeded``)."""
+        return frozenset(
+            n for n in names if n in self._tools and tool_policy(self._tools[n]).answered_once_succeeded
+        )
+
+    def guidance(self, names: Iterable[str]) -> list[str]:
+        """The system-prompt guidance the tools ``names`` declare, in their order."""
+        policies = [tool_policy(self._tools[n]) for n in names if n in self._tools]
+        return [p.guidance for p in policies if p.guidance]
 
     def source(self, name: str) -> str | None:
         """The ``source`` of tool ``name`` (see ``tool_source``), or None."""

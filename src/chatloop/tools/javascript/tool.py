@@ -20,6 +20,14 @@ from chatloop.observability import redact
 from chatloop.tools.base import ToolResult
 from chatloop.tools.javascript.sandbox import JavaScriptSandbox
 
+GUIDANCE = (
+    "When a question needs a calculation, call execute_javascript once with the whole calculation in one "
+    "snippet that ends with the value to report. IMPORTANT: after execute_javascript returns a result, give "
+    "the final answer to the user immediately. Do not call tools again unless the result shows an error or "
+    "the user asks something new."
+)
+"""Added to the system prompt while the tool is offered (SYSTEM_PROMPT_GUIDANCE)."""
+
 DEFAULT_TIMEOUT = 5.0
 MIN_TIMEOUT, MAX_TIMEOUT = 1.0, 10.0
 
@@ -46,6 +54,9 @@ class ExecuteJavaScriptTool:
         },
         "required": ["code"],
     }
+    answered_once_succeeded = True
+    """A calculation's result answers the question: once it succeeded, the tool is withdrawn for the turn."""
+    guidance = GUIDANCE
 
     def __init__(self, sandbox: JavaScriptSandbox):
         self.sandbox = sandbox
