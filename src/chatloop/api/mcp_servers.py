@@ -66,61 +66,65 @@ async def client_servers(
     taken = set(reserved)
     servers: list[MCPServerConfig] = []
     for i, tool in enumerate(requested):
-        param = f"tools[{i}]"
-        label = tool.server_label
-        if not MCP_LABEL.match(label):
-            raise RequestError(
-                400,
-                "invalid_request",
-                f"{param}.server_label must be 1-32 letters, digits or hyphens, starting with a letter",
-                f"{param}.server_label",
-            )
-        if label in taken:
-            raise RequestError(
-                400,
-                "invalid_request",
-                f"{param}.server_label {label!r} is already in use",
-                f"{param}.server_label",
-            )
-        taken.add(label)
-        if tool.connector_id is not None or not tool.server_url:
-            raise RequestError(
-                400,
-                "unsupported_parameter",
-                f"{param}: only server_url is supported (no connectors)",
-                f"{param}.server_url",
-            )
-        if tool.require_approval != "never":
-            raise RequestError(
-                400,
-                "unsupported_parameter",
-                f"{param}.require_approval: approvals are not supported by this server; "
-                'send "require_approval": "never"',
-                f"{param}.require_approval",
-            )
-        prefix = allowed_prefix(tool.server_url, prefixes)
-        if prefix is None:
-            raise RequestError(
-                400,
-                "invalid_request",
-                f"{param}.server_url {tool.server_url!r} is not allowed on this server (MCP_ALLOWED_URLS)",
-                f"{param}.server_url",
-            )
-        await refuse_internal_addresses(tool.server_url, f"{param}.server_url")
-        headers = checked_headers(tool.headers or {}, f"{param}.headers")
-        if tool.authorization:
-            headers["Authorization"] = f"Bearer {tool.authorization}"
-        servers.append(
-            MCPServerConfig(
-                label=label,
-                url=tool.server_url,
-                headers=headers,
-                allowed_tools=allowed_tool_names(tool.allowed_tools, f"{param}.allowed_tools"),
-                timeout_seconds=DEFAULT_TIMEOUT_SECONDS,
-                url_prefix=prefix,
-            )
-        )
+        servers.append(await _checked_server(tool, f"tools[{i}]", prefixes, taken))
+        taken.add(tool.server_label)
     return servers
+
+
+async def _checked_server(
+    tool: ResponsesMcpTool, param: str, prefixes: Sequence[str], taken: set[str]
+) -> MCPServerConfig:
+    """One request ``mcp`` tool as a server, or the 400 naming its first problem (``taken``: labels in use)."""
+    label = tool.server_label
+    if not MCP_LABEL.match(label):
+        raise RequestError(
+            400,
+            "invalid_request",
+            f"{param}.server_label must be 1-32 letters, digits or hyphens, starting with a letter",
+            f"{param}.server_label",
+        )
+    if label in taken:
+        raise RequestError(
+            400,
+            "invalid_request",
+            f"{param}.server_label {label!r} is already in use",
+            f"{param}.server_label",
+        )
+    if tool.connector_id is not None or not tool.server_url:
+        raise RequestError(
+            400,
+            "unsupported_parameter",
+            f"{param}: only server_url is supported (no connectors)",
+            f"{param}.server_url",
+        )
+    if tool.require_approval != "never":
+        raise RequestError(
+            400,
+            "unsupported_parameter",
+            f"{param}.require_approval: approvals are not supported by this server; "
+            'send "require_approval": "never"',
+            f"{param}.require_approval",
+        )
+    prefix = allowed_prefix(tool.server_url, prefixes)
+    if prefix is None:
+        raise RequestError(
+            400,
+            "invalid_request",
+            f"{param}.server_url {tool.server_url!r} is not allowed on this server (MCP_ALLOWED_URLS)",
+            f"{param}.server_url",
+        )
+    await refuse_internal_addresses(tool.server_url, f"{param}.server_url")
+    headers = checked_headers(tool.headers or {}, f"{param}.headers")
+    if tool.authorization:
+        headers["Authorization"] = f"Bearer {tool.authorization}"
+    return MCPServerConfig(
+        label=label,
+        url=tool.server_url,
+        headers=headers,
+        allowed_tools=allowed_tool_names(tool.allowed_tools, f"{param}.allowed_tools"),
+        timeout_seconds=DEFAULT_TIMEOUT_SECONDS,
+        url_prefix=prefix,
+    )
 
 
 _HEADER_NAME = re.compile(r"^[!#$%&'*+.^_`|~0-9A-Za-z-]{1,128}$")

@@ -46,9 +46,11 @@ from chatloop.api.response_schemas import (
     ResponsesFunctionTool,
 )
 from chatloop.api.serve import INTERNAL_ERROR, serve_turn, turn_events
+from chatloop.config import MCPServerConfig
 from chatloop.engine import Event, TurnRequest, TurnSummary
 from chatloop.engine.events import Done, TurnError
 from chatloop.providers.base import Usage
+from chatloop.providers.chain import FallbackChain
 
 INCOMPLETE = {"length": "max_output_tokens", "iteration_cap": "iteration_cap", "deadline": "deadline"}
 """Stop reasons that leave a response ``incomplete``, and the reason ``incomplete_details`` gives."""
@@ -293,7 +295,39 @@ async def responses(request: Request) -> Response:
     body = await read_body(request, ResponsesBody)
     refuse_unsupported(body)
     keeping = await stored.prepare(request, body)
-    messages = conversation(conversation_of(body, keeping.history), runtime.settings.max_messages)
+    turn, model, servers = await turn_of(ctx, body, keeping.history)
+    rid = ctx.request_id
+    echo = echo_of(body, model.name, keeping.store is not None, keeping.conversation_id)
+    mcp = await runtime.mcp_for_turn(ctx.deadline, servers)
+    registry = runtime.registry().with_tools(mcp.tools, mcp.skipped)
+    listed = listed_items(servers, mcp)  # mcp_list_tools items: what each of the request's servers offered
+    events = turn_events(ctx, turn, model, registry)
+
+    async def keep(response: dict[str, Any], sent: list[dict[str, Any]]) -> dict[str, Any]:
+        return await stored.save(keeping, request, body, response, sent)
+
+    if body.stream and keeping.store is not None and keeping.owner is not None:
+        # Stored: the turn runs to its end if the client goes away, and can be followed live meanwhile.
+        live = running.live_stream(f"resp_{rid}", keeping.owner)
+        renderer = ResponsesRenderer(rid, echo, keep, live.add, listed)
+
+        def followed(chunks: AsyncIterator[bytes]) -> AsyncIterator[bytes]:
+            return running.followable(f"resp_{rid}", live, chunks)
+
+        return await serve_turn(ctx, renderer, events, stream=True, keep_running=followed)
+    if body.stream:
+        return await serve_turn(ctx, ResponsesRenderer(rid, echo, listed=listed), events, stream=True)
+    renderer = ResponsesRenderer(rid, echo, keep, listed=listed, stream=False)
+    return await serve_turn(ctx, renderer, events, stream=False)
+
+
+async def turn_of(
+    ctx: RequestContext, body: ResponsesBody, history: Sequence[InputItem]
+) -> tuple[TurnRequest, FallbackChain, list[MCPServerConfig]]:
+    """The turn a request asks for, its chain and its own MCP servers, every check passed (a 4xx before any model
+    call otherwise)."""
+    runtime = ctx.runtime
+    messages = conversation(conversation_of(body, history), runtime.settings.max_messages)
     chat_choice: ChatChoice = None
     if isinstance(body.tool_choice, str):
         chat_choice = body.tool_choice
@@ -326,26 +360,4 @@ async def responses(request: Request) -> Response:
         max_tool_calls=body.max_tool_calls,
         allow_trimming=trimming,
     )
-    rid = ctx.request_id
-    echo = echo_of(body, model.name, keeping.store is not None, keeping.conversation_id)
-    mcp = await runtime.mcp_for_turn(ctx.deadline, servers)
-    registry = runtime.registry().with_tools(mcp.tools, mcp.skipped)
-    listed = listed_items(servers, mcp)  # mcp_list_tools items: what each of the request's servers offered
-    events = turn_events(ctx, turn, model, registry)
-
-    async def keep(response: dict[str, Any], sent: list[dict[str, Any]]) -> dict[str, Any]:
-        return await stored.save(keeping, request, body, response, sent)
-
-    if body.stream and keeping.store is not None and keeping.owner is not None:
-        # Stored: the turn runs to its end if the client goes away, and can be followed live meanwhile.
-        live = running.live_stream(f"resp_{rid}", keeping.owner)
-        renderer = ResponsesRenderer(rid, echo, keep, live.add, listed)
-
-        def followed(chunks: AsyncIterator[bytes]) -> AsyncIterator[bytes]:
-            return running.followable(f"resp_{rid}", live, chunks)
-
-        return await serve_turn(ctx, renderer, events, stream=True, keep_running=followed)
-    if body.stream:
-        return await serve_turn(ctx, ResponsesRenderer(rid, echo, listed=listed), events, stream=True)
-    renderer = ResponsesRenderer(rid, echo, keep, listed=listed, stream=False)
-    return await serve_turn(ctx, renderer, events, stream=False)
+    return turn, model, servers
