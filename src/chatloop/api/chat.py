@@ -9,7 +9,6 @@ Usage::
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
-from typing import Any
 
 from starlette.requests import Request
 from starlette.responses import Response
@@ -26,7 +25,7 @@ from chatloop.engine.events import Done
 from chatloop.tools.base import ToolRegistry
 
 
-def chat_body(summary: TurnSummary) -> dict[str, Any]:
+def chat_body(summary: TurnSummary) -> dict[str, object]:
     """The /chat JSON body: the ``done`` event's fields, ``context`` and ``request_id`` always present (null when the
     turn has none) and last, in that order."""
     body = summary.wire()

@@ -11,7 +11,7 @@ Usage::
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Annotated, Any
+from typing import Annotated
 
 from pydantic import BaseModel, ConfigDict, Field, StrictStr
 
@@ -63,10 +63,10 @@ def stored_items(items: Sequence[InputItem]) -> list[Item]:
         if isinstance(item, InputMessage):
             item_id = new_id("msg")
             kind = "output_text" if item.role == "assistant" else "input_text"
-            part: dict[str, Any] = {"type": kind, "text": item.text()}
+            part: dict[str, object] = {"type": kind, "text": item.text()}
             if kind == "output_text":
                 part["annotations"] = []
-            body: dict[str, Any] = {
+            body: dict[str, object] = {
                 "type": "message",
                 "id": item_id,
                 "role": item.role,

@@ -10,8 +10,7 @@ Usage::
 from __future__ import annotations
 
 import time
-from collections.abc import AsyncIterator
-from typing import Any
+from collections.abc import AsyncIterator, Mapping
 
 from starlette.requests import Request
 from starlette.responses import Response
@@ -103,9 +102,9 @@ class CompletionRenderer:
         created = int(time.time())
         base = {"id": f"chatcmpl-{self.request_id}", "object": "chat.completion.chunk", "created": created}
         model = "unknown"
-        usage_field: dict[str, Any] = {"usage": None} if self.include_usage else {}
+        usage_field: dict[str, object] = {"usage": None} if self.include_usage else {}
 
-        def chunk(delta: dict[str, Any], finish: str | None = None, **extra: object) -> str:
+        def chunk(delta: Mapping[str, object], finish: str | None = None, **extra: object) -> str:
             choice = {"index": 0, "delta": delta, "finish_reason": finish}
             return sse_frame({**base, "model": model, "choices": [choice], **usage_field, **extra})
 

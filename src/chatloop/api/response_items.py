@@ -201,7 +201,7 @@ class ResponseOutput:
     def _index(self) -> int:
         return len(self.items) - 1
 
-    def _where(self) -> dict[str, Any]:
+    def _where(self) -> dict[str, object]:
         """Where the open message is (it is always the last item while it is open)."""
         return {"item_id": self.items[-1]["id"], "output_index": self._index(), "content_index": 0}
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator, Awaitable, Callable
-from typing import Any, TypeVar
+from typing import TypeVar
 
 T = TypeVar("T")
 
@@ -61,11 +61,11 @@ class LiveStream:
 
     def __init__(self, owner: str) -> None:
         self.owner = owner
-        self.events: list[dict[str, Any]] = []
+        self.events: list[dict[str, object]] = []
         self.ended = False
         self._changed = asyncio.Condition()
 
-    def add(self, data: dict[str, Any]) -> None:
+    def add(self, data: dict[str, object]) -> None:
         self.events.append(data)
         asyncio.get_running_loop().create_task(self._notify())
 
@@ -77,7 +77,7 @@ class LiveStream:
         async with self._changed:
             self._changed.notify_all()
 
-    async def after(self, number: int) -> AsyncIterator[dict[str, Any]]:
+    async def after(self, number: int) -> AsyncIterator[dict[str, object]]:
         """Every event after ``number``, then each new one as it is sent, until the response's last."""
         sent = number + 1
         while True:

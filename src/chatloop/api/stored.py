@@ -21,7 +21,7 @@ Usage (the routes, in api/app.py)::
 from __future__ import annotations
 
 import re
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from functools import partial
 from typing import TYPE_CHECKING, Any
@@ -272,13 +272,15 @@ def _as_items(bodies: list[dict[str, Any]]) -> list[InputItem]:
     )
 
 
-async def _replay(events: Iterable[dict[str, Any]] | AsyncIterator[dict[str, Any]]) -> AsyncIterator[bytes]:
+async def _replay(
+    events: Iterable[Mapping[str, object]] | AsyncIterator[Mapping[str, object]],
+) -> AsyncIterator[bytes]:
     if isinstance(events, AsyncIterator):
         async for data in events:
-            yield redact(sse_frame(data, event=data["type"])).encode()
+            yield redact(sse_frame(data, event=str(data["type"]))).encode()
         return
     for data in events:
-        yield redact(sse_frame(data, event=data["type"])).encode()
+        yield redact(sse_frame(data, event=str(data["type"]))).encode()
 
 
 def _checked(response_id: str) -> str:
