@@ -4,11 +4,20 @@ import asyncio
 import json
 from collections.abc import AsyncIterator, Iterable
 
+import pytest
+
 from chatloop.api.chat import ChatRenderer, chat_body
 from chatloop.api.serve import guarded
 from chatloop.engine import StopReason, TurnSummary
 from chatloop.engine.events import Delta, Done, Event, Started
 from chatloop.engine.summary import AssistantMessage
+
+
+@pytest.fixture(autouse=True)
+def no_registered_secrets(monkeypatch):
+    """Secrets other tests registered (``register_secret`` is process-wide) would hold back pieces of these
+    deltas; key-shaped strings are still redacted."""
+    monkeypatch.setattr("chatloop.observability._SECRETS", [])
 
 
 def summary(text: str = "Hello", stop: StopReason = StopReason.STOP, **fields) -> TurnSummary:
@@ -29,6 +38,16 @@ def stream(renderer, events: Iterable[Event], fail: bool = False) -> str:
     return asyncio.run(read()).decode()
 
 
+def rendered(renderer, events: Iterable[Event]) -> str:
+    """The renderer's own frames, before the guarded stream (no redaction hold: another test's registered secret
+    may hold back a piece of a delta there)."""
+
+    async def read() -> str:
+        return "".join([frame async for frame in renderer.frames(_events(events, fail=False))])
+
+    return asyncio.run(read())
+
+
 def frames(body: str) -> list[tuple[str, dict]]:
     out = []
     for block in body.split("\n\n")[:-1]:
@@ -39,7 +58,7 @@ def frames(body: str) -> list[tuple[str, dict]]:
 
 def test_every_event_is_one_frame_named_by_its_type_with_its_wire_data():
     done = summary(request_id="req-1")
-    body = stream(ChatRenderer(), [Started("groq:m"), Delta("Hel", 1), Delta("lo", 1), Done(done)])
+    body = rendered(ChatRenderer(), [Started("groq:m"), Delta("Hel", 1), Delta("lo", 1), Done(done)])
     assert body == (
         'event: status\ndata: {"status":"started","model":"groq:m","tools":[]}\n\n'
         'event: delta\ndata: {"content":"Hel","iteration":1}\n\n'

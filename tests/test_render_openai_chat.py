@@ -9,7 +9,7 @@ from chatloop.engine import StopReason, TurnSummary
 from chatloop.engine.events import Delta, Done, FallbackMade, Started, TurnError
 from chatloop.engine.summary import AssistantMessage
 from chatloop.providers.base import ToolCall, Usage
-from tests.test_render_chat import stream
+from tests.test_render_chat import no_registered_secrets, rendered, stream  # noqa: F401 (autouse)
 
 USAGE = Usage(10, 2, 12)
 
@@ -27,7 +27,7 @@ def chunks(body: str) -> list:
 
 def test_the_role_chunk_then_each_delta_then_the_finish_then_done():
     events = [Started("groq:m"), Delta("Hel", 1), Delta("lo", 1), Done(summary())]
-    got = chunks(stream(CompletionRenderer("req-1"), events))
+    got = chunks(rendered(CompletionRenderer("req-1"), events))
     assert [c["choices"][0]["delta"] for c in got] == [
         {"role": "assistant", "content": ""},
         {"content": "Hel"},

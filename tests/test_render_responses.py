@@ -9,7 +9,7 @@ from chatloop.engine import StopReason, TurnSummary
 from chatloop.engine.events import Delta, Done, Started, ToolCallResult, ToolCallStart, TurnError
 from chatloop.engine.summary import AssistantMessage
 from chatloop.providers.base import ToolCall, Usage
-from tests.test_render_chat import stream
+from tests.test_render_chat import no_registered_secrets, stream  # noqa: F401 (autouse)
 
 ECHO = {"model": "chatloop", "store": False}
 

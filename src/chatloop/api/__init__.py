@@ -2,9 +2,11 @@
 
 - ``context.RequestContext``: built once per request (deadline, request id, the adapter's invocation, the caller);
 - ``serve.serve_turn``: a turn served through a renderer, streamed or not (one guarded stream, one redaction point);
-- ``chat`` (/chat), ``openai_chat`` (/v1/chat/completions), ``responses`` (/v1/responses), ``models`` (/v1/models,
-  /health), ``page`` (/), ``conversations`` and ``stored`` (the stored state's endpoints), each a renderer and its
-  endpoint; ``checks`` holds the checks the turn endpoints share, ``schemas`` their request bodies.
+- ``chat`` (/chat), ``openai_chat`` (/v1/chat/completions), ``responses`` (/v1/responses), each a renderer and its
+  endpoint; ``models`` (/v1/models, /health), ``page`` (/); ``checks`` holds the checks the turn endpoints share,
+  ``schemas`` and ``response_schemas`` their request bodies;
+- the stored state: ``conversations`` (/v1/conversations), ``stored`` (stored responses), ``chat_threads`` (/chat in
+  a conversation, /chat/stop), ``running`` (turns that outlive their client).
 
 Usage::
 

@@ -88,6 +88,7 @@ async def chat(request: Request) -> Response:
         max_tokens=body.max_tokens,
         max_iterations=body.max_iterations,
     )
+    ctx.request_id  # noqa: B018 - settled before the tools are listed (the adapter's log correlation id)
     registry = await runtime.tools_for_turn(ctx.deadline) if tool_names != [] else ToolRegistry()
     events = turn_events(ctx, turn, model, registry)
     if thread is not None:  # a stored conversation's turn runs to its end even when the client goes away

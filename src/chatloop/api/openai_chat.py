@@ -177,6 +177,7 @@ async def chat_completions(request: Request) -> Response:
         response_format=response_format,
         model_params=params,
     )
+    ctx.request_id  # noqa: B018 - settled before the tools are listed (the adapter's log correlation id)
     registry = await runtime.tools_for_turn(ctx.deadline)
     events = turn_events(ctx, turn, model, registry)
     include_usage = bool(body.stream_options and body.stream_options.include_usage)
