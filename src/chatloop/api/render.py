@@ -20,7 +20,16 @@ from typing import Any
 
 from starlette.responses import JSONResponse
 
-from chatloop.engine.events import Delta, Done, Event, EventType, TurnError
+from chatloop.engine.events import (
+    Delta,
+    Done,
+    Event,
+    EventType,
+    FallbackMade,
+    LlmResponse,
+    Started,
+    TurnError,
+)
 from chatloop.engine.summary import TurnSummary
 from chatloop.observability import SecretHold, logger, redact
 from chatloop.textsafe import text_safe
@@ -245,30 +254,30 @@ async def _openai_chunks(
 
     started = failed = False
     async for event in held_secrets(events):
-        data = event.data
-        if event.type is EventType.STATUS and data.get("status") == "started" and not started:
-            model = data.get("model") or model
+        if isinstance(event, Started) and not started:
+            model = event.model or model
             started = True
             yield chunk({"role": "assistant", "content": ""})
-        elif event.type is EventType.MODEL_FALLBACK and data.get("to"):
-            model = data["to"]
-        elif event.type is EventType.LLM_RESPONSE:
-            model = data["model"]
+        elif isinstance(event, FallbackMade) and event.to_model:
+            model = event.to_model
+        elif isinstance(event, LlmResponse):
+            model = event.model
         elif failed:
             continue  # after an error chunk, nothing but [DONE]
-        elif event.type is EventType.DELTA:
-            yield chunk({"content": data["content"]})
-        elif event.type is EventType.ERROR and data.get("code") == "all_models_failed":
+        elif isinstance(event, Delta):
+            yield chunk({"content": event.content})
+        elif isinstance(event, TurnError) and event.code == "all_models_failed":
             failed = True
-            error = openai_error(data["message"], "all_models_failed", "service_unavailable")
+            error = openai_error(event.message, "all_models_failed", "service_unavailable")
             yield f"data: {dumps(error)}\n\n".encode()  # OpenAI clients raise on an error chunk
-        elif event.type is EventType.DONE:
-            model = data["model"] or model
+        elif isinstance(event, Done):
+            data = event.data
+            model = event.summary.model or model
             message = openai_message(data)
             if message.get("tool_calls"):
                 calls = [{"index": i, **c} for i, c in enumerate(message["tool_calls"])]
                 yield chunk({"tool_calls": calls})
-            yield chunk({}, finish_reason(data["stop_reason"]), x_chatloop=extension(data))
+            yield chunk({}, finish_reason(event.summary.stop_reason.value), x_chatloop=extension(data))
             if include_usage:
                 body = {**base, "model": model, "choices": [], "usage": data["usage"]}
                 yield f"data: {dumps(body)}\n\n".encode()

@@ -35,7 +35,7 @@ from chatloop.api.schemas import (
     InputMessage,
     ResponsesBody,
 )
-from chatloop.engine.events import Event, EventType
+from chatloop.engine.events import Delta, Event, EventType, ToolCallResult, ToolCallStart
 from chatloop.observability import logger, redact
 
 INCOMPLETE = {"length": "max_output_tokens", "iteration_cap": "iteration_cap", "deadline": "deadline"}
@@ -237,21 +237,21 @@ class ResponseOutput:
         return frames
 
     def feed(self, event: Event) -> list[str]:
-        data = event.data
-        if event.type is EventType.DELTA:
-            if data.get("seam") and self._message is None:
+        if isinstance(event, Delta):
+            if event.seam and self._message is None:
                 return []  # a seam separates texts; after a tool item the next message stands apart anyway
-            return self._add_text(data["content"])
-        if event.type is EventType.TOOL_CALL_START and data["name"] == JAVASCRIPT_TOOL:
+            return self._add_text(event.content)
+        data = event.data
+        if isinstance(event, ToolCallStart) and event.tool_name == JAVASCRIPT_TOOL:
             return self._close_message() + self._open_run(code_interpreter_item(data))
-        if event.type is EventType.TOOL_CALL_RESULT and data["id"] in self._runs:
+        if isinstance(event, ToolCallResult) and event.id in self._runs:
             return self._finish_run(data)
-        if event.type is EventType.TOOL_CALL_START and data.get("server"):  # a tool on an MCP server
+        if isinstance(event, ToolCallStart) and event.server:  # a tool on an MCP server
             self.items.append(started_call_item(data))
-            self._mcp_calls[data["id"]] = self._index()
+            self._mcp_calls[event.id] = self._index()
             return self._close_message() + call_started_frames(self.emit, self.items[-1], self._index())
-        if event.type is EventType.TOOL_CALL_RESULT and data["id"] in self._mcp_calls:
-            index = self._mcp_calls.pop(data["id"])
+        if isinstance(event, ToolCallResult) and event.id in self._mcp_calls:
+            index = self._mcp_calls.pop(event.id)
             finish_call_item(self.items[index], data)
             return call_finished_frames(self.emit, self.items[index], index)
         return []

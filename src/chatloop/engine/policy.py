@@ -14,9 +14,9 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass
 from enum import StrEnum
-from typing import Any
 
 from chatloop.engine.summary import DecisionReason
+from chatloop.jsontypes import JSONObject, JSONValue
 
 
 class Action(StrEnum):
@@ -92,7 +92,7 @@ class Decision:
     end_tool_use: bool = False
     """After executing this batch, offer no more tools this turn."""
 
-    def fields(self) -> dict[str, Any]:
+    def fields(self) -> JSONObject:
         """The decision as the flat record logged and sent in the ``decision`` event."""
         i = self.inputs
         return {
@@ -143,7 +143,7 @@ class Decision:
         return "Tool execution decision: " + " ".join(parts)
 
 
-def _fmt(value: Any) -> str:
+def _fmt(value: JSONValue) -> str:
     if isinstance(value, bool):
         return "true" if value else "false"
     return "null" if value is None else str(value)
