@@ -181,7 +181,9 @@ def tool_call_ids(messages: Iterable[Message]) -> set[str]:
     ids: set[str] = set()
     for message in messages:
         calls = message.get("tool_calls")
-        for call in calls if isinstance(calls, list) else []:
+        if not calls or not isinstance(calls, list):  # most messages hold none
+            continue
+        for call in calls:
             call_id = call.get("id") if isinstance(call, dict) else None
             if isinstance(call_id, str):
                 ids.add(call_id)

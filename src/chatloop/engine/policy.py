@@ -12,7 +12,7 @@ Usage::
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from enum import StrEnum
 
 from chatloop.engine.summary import DecisionReason
@@ -94,6 +94,13 @@ class Decision:
 
     def fields(self) -> JSONObject:
         """The decision as the flat record logged and sent in the ``decision`` event."""
+        fields = self._named()
+        # Every input is a scalar: a shallow copy is what asdict() gave, without its deep copy per field.
+        fields["inputs"] = dict(vars(self.inputs))
+        return fields
+
+    def _named(self) -> JSONObject:
+        """The record's named fields (the log line's, and the event's before its ``inputs``)."""
         i = self.inputs
         return {
             "iteration": i.iteration,
@@ -113,11 +120,10 @@ class Decision:
             "shouldExecuteTools": self.should_execute_tools,
             "reason": self.reason,
             "action": self.action.value,
-            "inputs": asdict(i),
         }
 
     def log_line(self) -> str:
-        f = self.fields()
+        f = self._named()
         order = [
             "iteration",
             "hasToolCalls",
