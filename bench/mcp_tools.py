@@ -14,7 +14,8 @@ from bench.common import median
 from chatloop.api.runtime import engine_limits
 from chatloop.config import MCPServerConfig, Settings
 from chatloop.deadline import Deadline
-from chatloop.engine import EventType, TurnRequest, run_turn
+from chatloop.engine import TurnRequest, run_turn
+from chatloop.engine.events import ToolCallResult
 from chatloop.providers.base import ModelRequest, ModelResponse, ToolCall
 from chatloop.tools.base import ToolRegistry, ToolResult
 
@@ -60,8 +61,8 @@ async def _turn(registry: ToolRegistry, tool: str, settings: Settings) -> tuple[
         Deadline.after(60),
         engine_limits(settings),
     ):
-        if event.type is EventType.TOOL_CALL_RESULT:
-            calls_ms += event.data.get("duration_ms", 0.0)
+        if isinstance(event, ToolCallResult) and event.duration_ms is not None:
+            calls_ms += round(event.duration_ms, 1)
     return (time.perf_counter() - start) * 1000, calls_ms
 
 

@@ -22,10 +22,12 @@ from chatloop.api.serve import INTERNAL_ERROR, serve_turn, turn_events
 from chatloop.api.wire import sse_frame
 from chatloop.engine import Event, StopReason, TurnRequest, TurnSummary
 from chatloop.engine.events import Done
+from chatloop.engine.request import function_name
+from chatloop.jsontypes import JSONObject
 from chatloop.tools.base import ToolRegistry
 
 
-def chat_body(summary: TurnSummary) -> dict[str, object]:
+def chat_body(summary: TurnSummary) -> JSONObject:
     """The /chat JSON body: the ``done`` event's fields, ``context`` and ``request_id`` always present (null when the
     turn has none) and last, in that order."""
     body = summary.wire()
@@ -115,7 +117,7 @@ def tools_for_chat(runtime: Runtime, body: ChatBody, choice: ChatChoice) -> list
         raise RequestError(
             400, "unknown_tool", f"tools: unknown tool(s) {unknown}; built-in tools: {known}", "tools"
         )
-    chosen = choice["function"]["name"] if isinstance(choice, dict) else None
+    chosen = function_name(choice) if isinstance(choice, dict) else None
     if (
         chosen is not None
         and chosen not in (names if names is not None else known)

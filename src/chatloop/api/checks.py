@@ -11,9 +11,9 @@ Usage (an endpoint)::
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from functools import partial
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, TypeAlias, TypeVar
 
 from pydantic import BaseModel, ValidationError
 from starlette.requests import Request
@@ -23,7 +23,9 @@ from chatloop.api.errors import RequestError, from_validation
 from chatloop.api.limits import check_message_count, parse_json_body, read_within
 from chatloop.api.runtime import Runtime, UnknownModel
 from chatloop.api.schemas import ClientTool, OpenAIChatBody, ResponseFormat
-from chatloop.engine.messages import ConversationError, normalize_conversation
+from chatloop.engine.messages import ConversationError, Message, normalize_conversation
+from chatloop.engine.request import function_name
+from chatloop.jsontypes import JSONObject
 from chatloop.observability import logger
 from chatloop.providers.catalog import ModelInfo
 from chatloop.providers.chain import FallbackChain
@@ -48,7 +50,7 @@ async def read_body(request: Request, schema: type[Body]) -> Body:
         raise from_validation(exc) from None
 
 
-def conversation(messages: list[Any], max_messages: int) -> list[dict[str, Any]]:
+def conversation(messages: Sequence[object], max_messages: int) -> list[Message]:
     """The client's conversation, normalised by the engine's rules (a 400 ``invalid_messages`` naming
     ``messages[i]``), after MAX_MESSAGES."""
     check_message_count(messages, max_messages)
@@ -72,7 +74,7 @@ def model_for(runtime: Runtime, requested: str | None, *, openai: bool = False) 
 
 
 def check_context(
-    model: FallbackChain, messages: list[dict[str, Any]], max_tokens: int | None, whole: bool = False
+    model: FallbackChain, messages: list[Message], max_tokens: int | None, whole: bool = False
 ) -> None:
     """A conversation whose system messages and latest user message alone exceed every model's window cannot be
     answered however it is trimmed: a 413 now, no model call. With ``whole`` (trimming disabled: the Responses API's
@@ -102,7 +104,7 @@ def check_context(
 
 def structured_output(
     runtime: Runtime, model: FallbackChain, requested: ResponseFormat | None, param: str
-) -> dict[str, Any] | None:
+) -> JSONObject | None:
     """The upstream ``response_format`` for a turn, never silently dropped (see ``_some_model_takes``)."""
     response_format = requested.upstream() if requested else None
     if response_format is None:
@@ -113,7 +115,7 @@ def structured_output(
     return response_format
 
 
-def model_params(runtime: Runtime, model: FallbackChain, requested: dict[str, object]) -> dict[str, object]:
+def model_params(runtime: Runtime, model: FallbackChain, requested: JSONObject) -> JSONObject:
     """The sampling and output parameters a turn sends as they are (``stop``, ``seed``, ``reasoning_effort`` ...),
     never silently dropped (see ``_some_model_takes``)."""
     for name in requested:
@@ -165,7 +167,7 @@ def refuse_unsupported(body: OpenAIChatBody | ResponsesBody) -> None:
         )
 
 
-ChatChoice = str | dict[str, Any] | None
+ChatChoice: TypeAlias = "str | JSONObject | None"
 """A ``tool_choice`` as chat completions send it: ``"auto"``/``"none"``/``"required"``, a named function, or
 nothing."""
 
@@ -174,20 +176,19 @@ def named_choice(choice: BaseModel | str | None) -> ChatChoice:
     return choice.model_dump() if isinstance(choice, BaseModel) else choice
 
 
-def checked_client_tools(
-    runtime: Runtime, tools: list[ClientTool], choice: ChatChoice
-) -> list[dict[str, Any]]:
+def checked_client_tools(runtime: Runtime, tools: list[ClientTool], choice: ChatChoice) -> list[JSONObject]:
     """The client's function tools as the model is offered them: none may take a built-in tool's name, and a
     named ``tool_choice`` must name an offered tool."""
     client_tools = [t.schema_for_model() for t in tools]
     builtin = runtime.tool_names()
-    clash = sorted({t["function"]["name"] for t in client_tools} & set(builtin))
+    names = {function_name(t) for t in client_tools}
+    clash = sorted(name for name in names & set(builtin) if name is not None)
     if clash:
         raise RequestError(
             400, "invalid_request", f"tools: {clash} clash with the server's built-in tools", "tools"
         )
-    offered = set(builtin) | {t["function"]["name"] for t in client_tools}
-    if isinstance(choice, dict) and choice["function"]["name"] not in offered:
+    offered = set(builtin) | names
+    if isinstance(choice, dict) and function_name(choice) not in offered:
         raise RequestError(
             400, "invalid_request", "tool_choice names a tool that is not offered", "tool_choice"
         )

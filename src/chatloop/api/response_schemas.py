@@ -30,6 +30,7 @@ from chatloop.api.schemas import (
     Unsupported,
     Verbosity,
 )
+from chatloop.jsontypes import JSONObject
 
 
 class InputText(BaseModel):
@@ -224,7 +225,7 @@ class ResponsesBody(OpenAIParams):
     conversation: StrictStr | dict[str, object] | None = None
     prompt: dict[str, object] | None = None
 
-    def forwarded(self) -> dict[str, object]:
+    def forwarded(self) -> JSONObject:
         params = super().forwarded()
         if self.reasoning and self.reasoning.effort:
             params["reasoning_effort"] = self.reasoning.effort

@@ -49,6 +49,8 @@ from chatloop.api.serve import INTERNAL_ERROR, serve_turn, turn_events
 from chatloop.config import MCPServerConfig
 from chatloop.engine import Event, TurnRequest, TurnSummary
 from chatloop.engine.events import Done, TurnError
+from chatloop.engine.messages import Message
+from chatloop.jsontypes import JSONObject
 from chatloop.providers.base import Usage
 from chatloop.providers.chain import FallbackChain
 
@@ -57,55 +59,58 @@ INCOMPLETE = {"length": "max_output_tokens", "iteration_cap": "iteration_cap", "
 
 
 # --- input ---------------------------------------------------------------------------------------------
-def conversation_of(body: ResponsesBody, history: Sequence[InputItem] = ()) -> list[dict[str, Any]]:
+def conversation_of(body: ResponsesBody, history: Sequence[InputItem] = ()) -> list[Message]:
     """The chat conversation for ``instructions``, the earlier items a request continues from (``history``: a
     previous response's chain, or a conversation's items) and ``input``: ``developer`` is ``system``, consecutive
     ``function_call`` items join the assistant message before them, ``function_call_output`` is a tool message,
     reasoning items carry nothing this server needs."""
-    messages: list[dict[str, Any]] = []
+    messages: list[Message] = []
     if body.instructions:
         messages.append({"role": "system", "content": body.instructions})
     current = [InputMessage(role="user", content=body.input)] if isinstance(body.input, str) else body.input
     return messages + messages_of([*history, *current])
 
 
-def messages_of(items: Sequence[InputItem]) -> list[dict[str, Any]]:
+def messages_of(items: Sequence[InputItem]) -> list[Message]:
     """Input items (a request's, or stored ones read back) as chat messages."""
-    messages: list[dict[str, Any]] = []
+    messages: list[Message] = []
     for item in items:
         if isinstance(item, InputMessage):
             role = "system" if item.role == "developer" else item.role
             messages.append({"role": role, "content": item.text()})
         elif isinstance(item, FunctionCallItem):
-            call = {
-                "id": item.call_id,
-                "type": "function",
-                "function": {"name": item.name, "arguments": item.arguments},
-            }
-            last = messages[-1] if messages else None
-            if last is not None and last["role"] == "assistant":
-                last.setdefault("tool_calls", []).append(call)
-            else:
-                messages.append({"role": "assistant", "content": None, "tool_calls": [call]})
+            call = _call(item.call_id, item.name, item.arguments)
+            _add_call(messages, call, lambda last: last["role"] == "assistant")
         elif isinstance(item, FunctionCallOutputItem):
             messages.append({"role": "tool", "tool_call_id": item.call_id, "content": item.text()})
         elif isinstance(
             item, CodeInterpreterCallItem
         ):  # an earlier run, replayed (the Agents SDK sends outputs)
-            call = {
-                "id": item.call_id(),
-                "type": "function",
-                "function": {"name": JAVASCRIPT_TOOL, "arguments": json.dumps({"code": item.code or ""})},
-            }
-            last = messages[-1] if messages else None
-            if last is not None and last["role"] == "assistant" and not last.get("content"):
-                last.setdefault("tool_calls", []).append(call)
-            else:
-                messages.append({"role": "assistant", "content": None, "tool_calls": [call]})
-            messages.append({"role": "tool", "tool_call_id": call["id"], "content": item.logs()})
+            code = json.dumps({"code": item.code or ""})
+            call = _call(item.call_id(), JAVASCRIPT_TOOL, code)
+            _add_call(messages, call, lambda last: last["role"] == "assistant" and not last.get("content"))
+            messages.append({"role": "tool", "tool_call_id": item.call_id(), "content": item.logs()})
         elif isinstance(item, McpCallInput):  # an earlier MCP call, replayed: the call and its answer
             messages += item.messages()
     return messages
+
+
+def _call(call_id: str, name: str, arguments: str) -> JSONObject:
+    return {"id": call_id, "type": "function", "function": {"name": name, "arguments": arguments}}
+
+
+def _add_call(messages: list[Message], call: JSONObject, joins: Callable[[Message], bool]) -> None:
+    """``call`` added to the last message when ``joins`` it (an assistant message's calls), else as a new assistant
+    message that calls it."""
+    last = messages[-1] if messages else None
+    if last is not None and joins(last):
+        calls = last.get("tool_calls")
+        if isinstance(calls, list):
+            calls.append(call)
+        else:
+            last["tool_calls"] = [call]
+    else:
+        messages.append({"role": "assistant", "content": None, "tool_calls": [call]})
 
 
 def echo_of(

@@ -12,7 +12,7 @@ Usage::
 from __future__ import annotations
 
 import re
-from typing import Annotated, Any, Literal
+from typing import Annotated, Literal
 
 from pydantic import (
     AfterValidator,
@@ -26,6 +26,7 @@ from pydantic import (
 )
 
 from chatloop.api.schema_checks import check_schema
+from chatloop.jsontypes import JSONObject
 
 # Each endpoint validates with one schema: build it on first use (cold start), not at import.
 LAZY = ConfigDict(defer_build=True)
@@ -118,7 +119,7 @@ class ClientTool(BaseModel):
     type: Literal["function"]
     function: ClientFunction
 
-    def schema_for_model(self) -> dict[str, Any]:
+    def schema_for_model(self) -> JSONObject:
         return {"type": "function", "function": self.function.model_dump(exclude_none=True)}
 
 
@@ -153,7 +154,7 @@ class ResponseFormat(BaseModel):
             raise ValueError("json_schema is required when type is json_schema")
         return self
 
-    def upstream(self) -> dict[str, Any] | None:
+    def upstream(self) -> JSONObject | None:
         """What the model is sent: None for plain text."""
         if self.type == "text":
             return None
@@ -215,7 +216,7 @@ class OpenAIParams(BaseModel):
     store: StrictBool | None = None
     top_logprobs: Annotated[StrictInt, Field(ge=0, le=20)] | None = None
 
-    def forwarded(self) -> dict[str, object]:
+    def forwarded(self) -> JSONObject:
         """The parameters the model is sent as they are (the catalog says which models take them)."""
         return {name: value for name in FORWARDED if (value := getattr(self, name, None)) is not None}
 

@@ -15,13 +15,14 @@ Usage::
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
 
 from chatloop.engine.answers import describe, judge_final
+from chatloop.engine.request import function_name
 from chatloop.engine.state import TurnSetup, TurnState
 from chatloop.engine.summary import StopReason
 from chatloop.engine.textcalls import Reply, read_text_calls
 from chatloop.engine.textfilter import TextCallFilter
+from chatloop.jsontypes import JSONObject
 from chatloop.observability import logger
 from chatloop.providers.base import ModelRequest, ModelResponse
 from chatloop.providers.textcalls import tool_keys
@@ -56,7 +57,7 @@ def next_offer(setup: TurnSetup, state: TurnState) -> Offer:
     return Offer(available)
 
 
-def tool_choice(setup: TurnSetup, state: TurnState, offered: list[str]) -> str | dict[str, Any] | None:
+def tool_choice(setup: TurnSetup, state: TurnState, offered: list[str]) -> str | JSONObject | None:
     """The client's ``tool_choice`` goes with the first call, and with the last call when it requires a client
     tool; any other call chooses freely, so a forced server tool is not forced again every round (seed 001)."""
     choice = setup.request.tool_choice
@@ -65,7 +66,7 @@ def tool_choice(setup: TurnSetup, state: TurnState, offered: list[str]) -> str |
     last_call = setup.client_required and (state.tools_ended or not set(offered) - setup.client_names)
     if state.iteration != 1 and not last_call:
         return None
-    if isinstance(choice, dict) and choice.get("function", {}).get("name") not in offered:
+    if isinstance(choice, dict) and function_name(choice) not in offered:
         return None
     return choice
 
@@ -75,7 +76,7 @@ def model_request(setup: TurnSetup, state: TurnState, offered: list[str]) -> Mod
     # A call made while tools are offered must leave the reserve for the answer that follows.
     reserve = setup.limits.deadline_reserve_seconds if offered else RENDER_MARGIN_SECONDS
     schemas = setup.tools.schemas(n for n in offered if n not in setup.client_names)
-    schemas += [t for t in r.client_tools if t["function"]["name"] in offered]
+    schemas += [t for t in r.client_tools if function_name(t) in offered]
     return ModelRequest(
         messages=list(state.messages),
         deadline=setup.deadline.minus(reserve),
@@ -91,7 +92,7 @@ def model_request(setup: TurnSetup, state: TurnState, offered: list[str]) -> Mod
     )
 
 
-def withdrawn_tools(setup: TurnSetup, state: TurnState, offer: Offer) -> list[dict[str, Any]]:
+def withdrawn_tools(setup: TurnSetup, state: TurnState, offer: Offer) -> list[JSONObject]:
     """The turn's tools when this call is made without them after tools were in play (a guard ended tool use,
     or the tool that answered was withdrawn): the final, tool-less call. Empty otherwise."""
     if offer.tools or not (state.iteration > 1 or state.tools_ended or offer.withheld_by):

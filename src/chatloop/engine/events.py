@@ -19,10 +19,11 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from enum import StrEnum
-from typing import Any, ClassVar
+from typing import ClassVar
 
 from chatloop.engine.policy import Decision
-from chatloop.engine.summary import StopReason, TurnSummary
+from chatloop.engine.summary import StopReason, TurnSummary, calls_json, usage_json
+from chatloop.jsontypes import JSONObject
 from chatloop.providers.base import ContextFit, ModelFallback, ModelResponse, ToolCall, Usage
 from chatloop.providers.errors import AllModelsFailed, ModelError
 from chatloop.providers.textcalls import TextCalls
@@ -87,7 +88,7 @@ class Started(_Payload):
     tools: tuple[str, ...] = ()
 
     @property
-    def data(self) -> dict[str, Any]:
+    def data(self) -> JSONObject:
         return {"status": "started", "model": self.model, "tools": list(self.tools)}
 
 
@@ -99,7 +100,7 @@ class ToolsUnavailable(_Payload):
     sources: Mapping[str, str]
 
     @property
-    def data(self) -> dict[str, Any]:
+    def data(self) -> JSONObject:
         return {"status": "tools_unavailable", "sources": dict(self.sources)}
 
 
@@ -112,7 +113,7 @@ class Retrying(_Payload):
     reason: str = "legacy_syntax_reminder"
 
     @property
-    def data(self) -> dict[str, Any]:
+    def data(self) -> JSONObject:
         return {"status": "retrying", "reason": self.reason, "reminder": self.reminder}
 
 
@@ -130,7 +131,7 @@ class TextCallsRecovered(_Payload):
         return cls(found.format, len(found.calls), iteration)
 
     @property
-    def data(self) -> dict[str, Any]:
+    def data(self) -> JSONObject:
         return {
             "status": "text_tool_calls_recovered",
             "format": self.format,
@@ -148,7 +149,7 @@ class ContextFitted(_Payload):
     iteration: int
 
     @property
-    def data(self) -> dict[str, Any]:
+    def data(self) -> JSONObject:
         return {"status": f"context_{self.fit.action}", "iteration": self.iteration, **self.fit.summary()}
 
 
@@ -163,8 +164,8 @@ class Delta(_Payload):
     seam: bool = False
 
     @property
-    def data(self) -> dict[str, Any]:
-        data: dict[str, Any] = {"content": self.content, "iteration": self.iteration}
+    def data(self) -> JSONObject:
+        data: JSONObject = {"content": self.content, "iteration": self.iteration}
         if self.seam:
             data["seam"] = True
         return data
@@ -196,14 +197,14 @@ class LlmResponse(_Payload):
         )
 
     @property
-    def data(self) -> dict[str, Any]:
+    def data(self) -> JSONObject:
         return {
             "iteration": self.iteration,
             "model": self.model,
             "content": self.content,
-            "tool_calls": [c.to_message() for c in self.tool_calls],
+            "tool_calls": calls_json(self.tool_calls),
             "finish_reason": self.finish_reason,
-            "usage": self.usage.as_dict() if self.usage else None,
+            "usage": usage_json(self.usage) if self.usage else None,
         }
 
 
@@ -218,8 +219,8 @@ class MessageComplete(_Payload):
     """Set on a message that called the server's tools (it is part of the conversation, not the answer)."""
 
     @property
-    def data(self) -> dict[str, Any]:
-        calls = None if self.tool_calls is None else [c.to_message() for c in self.tool_calls]
+    def data(self) -> JSONObject:
+        calls = None if self.tool_calls is None else calls_json(self.tool_calls)
         if self.iteration is not None:
             return {
                 "role": "assistant",
@@ -245,8 +246,8 @@ class ToolCallStart(_Payload):
     server_tool: str | None = None
 
     @property
-    def data(self) -> dict[str, Any]:
-        data: dict[str, Any] = {"id": self.id, "name": self.tool_name, "arguments": self.arguments}
+    def data(self) -> JSONObject:
+        data: JSONObject = {"id": self.id, "name": self.tool_name, "arguments": self.arguments}
         if self.server is not None:
             data["server"] = self.server
             data["server_tool"] = self.server_tool
@@ -268,8 +269,8 @@ class ToolCallResult(_Payload):
     reason: str | None = None
 
     @property
-    def data(self) -> dict[str, Any]:
-        data: dict[str, Any] = {
+    def data(self) -> JSONObject:
+        data: JSONObject = {
             "id": self.id,
             "name": self.tool_name,
             "status": self.status,
@@ -295,7 +296,7 @@ class DecisionMade(_Payload):
     tools: tuple[tuple[str, str | None], ...] | None = None
 
     @property
-    def data(self) -> dict[str, Any]:
+    def data(self) -> JSONObject:
         fields = self.decision.fields()
         if self.tools is not None:
             fields["tools"] = [{"name": name, "server": server} for name, server in self.tools]
@@ -321,7 +322,7 @@ class FallbackMade(_Payload):
         )
 
     @property
-    def data(self) -> dict[str, Any]:
+    def data(self) -> JSONObject:
         return {
             "from": self.from_model,
             "to": self.to_model,
@@ -368,8 +369,8 @@ class TurnError(_Payload):
         return cls(exc.kind, exc.message, model=exc.model, discard_partial=discard_partial)
 
     @property
-    def data(self) -> dict[str, Any]:
-        data: dict[str, Any] = {"code": self.code, "message": self.message}
+    def data(self) -> JSONObject:
+        data: JSONObject = {"code": self.code, "message": self.message}
         if self.attempts is not None:
             data["attempts"] = [
                 {"model": a.model, "kind": a.kind, "message": a.message} for a in self.attempts
@@ -391,7 +392,7 @@ class Done(_Payload):
     summary: TurnSummary
 
     @property
-    def data(self) -> dict[str, Any]:
+    def data(self) -> JSONObject:
         return self.summary.wire()
 
 

@@ -22,7 +22,7 @@ from chatloop.engine import prompts
 from chatloop.engine.events import MessageComplete, ToolCallResult, ToolCallStart
 from chatloop.engine.guards import BatchPlan, Disposition, PlannedCall, duplicate_answer
 from chatloop.engine.state import TurnState
-from chatloop.engine.summary import DecisionReason, StopReason
+from chatloop.engine.summary import DecisionReason, StopReason, calls_json
 from chatloop.observability import logger
 from chatloop.providers.base import ModelResponse, ToolCall
 from chatloop.tools.base import ToolRegistry, ToolResult, cap_tool_message
@@ -59,7 +59,7 @@ class ToolExecutor:
         self, response: ModelResponse, plan: BatchPlan
     ) -> AsyncIterator[MessageComplete | ToolCallStart | ToolCallResult]:
         """Answer every call of the batch, running those that may run (in parallel), then update the guards."""
-        calls = [c.to_message() for c in response.tool_calls]
+        calls = calls_json(response.tool_calls)
         content = response.content or ""
         self.state.messages.append({"role": "assistant", "content": content, "tool_calls": calls})
         yield MessageComplete(content, tuple(response.tool_calls), iteration=self.state.iteration)

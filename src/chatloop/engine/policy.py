@@ -12,11 +12,11 @@ Usage::
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from enum import StrEnum
-from typing import Any
 
 from chatloop.engine.summary import DecisionReason
+from chatloop.jsontypes import JSONObject, JSONValue
 
 
 class Action(StrEnum):
@@ -92,8 +92,15 @@ class Decision:
     end_tool_use: bool = False
     """After executing this batch, offer no more tools this turn."""
 
-    def fields(self) -> dict[str, Any]:
+    def fields(self) -> JSONObject:
         """The decision as the flat record logged and sent in the ``decision`` event."""
+        fields = self._named()
+        # Every input is a scalar: a shallow copy is what asdict() gave, without its deep copy per field.
+        fields["inputs"] = dict(vars(self.inputs))
+        return fields
+
+    def _named(self) -> JSONObject:
+        """The record's named fields (the log line's, and the event's before its ``inputs``)."""
         i = self.inputs
         return {
             "iteration": i.iteration,
@@ -113,11 +120,10 @@ class Decision:
             "shouldExecuteTools": self.should_execute_tools,
             "reason": self.reason,
             "action": self.action.value,
-            "inputs": asdict(i),
         }
 
     def log_line(self) -> str:
-        f = self.fields()
+        f = self._named()
         order = [
             "iteration",
             "hasToolCalls",
@@ -143,7 +149,7 @@ class Decision:
         return "Tool execution decision: " + " ".join(parts)
 
 
-def _fmt(value: Any) -> str:
+def _fmt(value: JSONValue) -> str:
     if isinstance(value, bool):
         return "true" if value else "false"
     return "null" if value is None else str(value)

@@ -20,7 +20,7 @@ from chatloop.engine import prompts
 from chatloop.engine.events import Delta
 from chatloop.engine.guards import ToolLedger
 from chatloop.engine.limits import EngineLimits
-from chatloop.engine.messages import Message
+from chatloop.engine.messages import Message, tool_call_ids
 from chatloop.engine.record import TurnRecord
 from chatloop.engine.request import TurnRequest
 from chatloop.engine.summary import DecisionReason, StopReason
@@ -83,7 +83,7 @@ class TurnSetup:
             messages,
             ledger,
             required_client_tools=sorted(self.client_names) if self.client_required else None,
-            call_ids={c["id"] for m in messages for c in m.get("tool_calls") or []},
+            call_ids=tool_call_ids(messages),
         )
 
 

@@ -14,11 +14,11 @@ Usage::
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from enum import StrEnum
-from typing import Any
 
+from chatloop.jsontypes import JSONObject, JSONValue
 from chatloop.providers.base import ContextFit, ToolCall, Usage
 
 
@@ -75,6 +75,15 @@ _GUARD_STOPS = {
 }
 
 
+def calls_json(calls: Iterable[ToolCall]) -> list[JSONValue]:
+    """Tool calls as an assistant message holds them."""
+    return [c.to_message() for c in calls]
+
+
+def usage_json(usage: Usage) -> JSONObject:
+    return {**usage.as_dict()}
+
+
 @dataclass(frozen=True)
 class ToolCallRecord:
     """One tool call the model made and what became of it (``done``'s ``tool_calls`` entries)."""
@@ -93,8 +102,8 @@ class ToolCallRecord:
     duration_ms: float | None = None
     """How long it ran (calls that ran only; not on the wire: metrics read it)."""
 
-    def wire(self) -> dict[str, Any]:
-        entry: dict[str, Any] = {
+    def wire(self) -> JSONObject:
+        entry: JSONObject = {
             "id": self.id,
             "name": self.name,
             "arguments": self.arguments,
@@ -116,11 +125,10 @@ class AssistantMessage:
     content: str
     tool_calls: tuple[ToolCall, ...] | None = None
 
-    def wire(self) -> dict[str, Any]:
+    def wire(self) -> JSONObject:
         if self.tool_calls is None:
             return {"role": "assistant", "content": self.content}
-        calls = [c.to_message() for c in self.tool_calls]
-        return {"role": "assistant", "tool_calls": calls, "content": self.content}
+        return {"role": "assistant", "tool_calls": calls_json(self.tool_calls), "content": self.content}
 
 
 @dataclass(frozen=True)
@@ -169,15 +177,15 @@ class TurnSummary:
         """How long each call that ran took, by call id."""
         return {c.id: c.duration_ms for c in self.tool_calls if c.duration_ms is not None}
 
-    def wire(self) -> dict[str, Any]:
+    def wire(self) -> JSONObject:
         """The ``done`` event's data (and the /chat JSON body)."""
-        done: dict[str, Any] = {
+        done: JSONObject = {
             "message": self.message.wire(),
             "stop_reason": self.stop_reason.value,
             "iterations": self.iterations,
             "tool_calls": [c.wire() for c in self.tool_calls],
             "tool_counts": dict(self.tool_counts),
-            "usage": self.usage.as_dict(),
+            "usage": usage_json(self.usage),
             "model": self.model,
         }
         if self.reports_context:

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol, runtime_checkable
 
 from chatloop.deadline import Deadline
+from chatloop.jsontypes import JSONObject
 
 
 @dataclass
@@ -49,10 +50,11 @@ class Tool(Protocol):
 
     @property
     def parameters(self) -> dict[str, Any]:
-        """The JSON schema of the arguments."""
+        """The JSON schema of the arguments. ``Any``, not ``JSONObject``: a schema written as a class-level literal is
+        inferred as ``dict[str, object]``, which a ``dict[str, JSONValue]`` would refuse."""
         ...
 
-    async def run(self, arguments: dict[str, Any], deadline: Deadline) -> ToolResult: ...
+    async def run(self, arguments: JSONObject, deadline: Deadline) -> ToolResult: ...
 
 
 def tool_source(tool: Tool) -> str | None:
@@ -80,7 +82,7 @@ def tool_policy(tool: Tool) -> ToolPolicy:
     )
 
 
-def tool_schema(tool: Tool) -> dict[str, Any]:
+def tool_schema(tool: Tool) -> JSONObject:
     return {
         "type": "function",
         "function": {"name": tool.name, "description": tool.description, "parameters": tool.parameters},
@@ -104,7 +106,7 @@ class ToolRegistry:
     def get(self, name: str) -> Tool | None:
         return self._tools.get(name)
 
-    def schemas(self, names: Iterable[str]) -> list[dict[str, Any]]:
+    def schemas(self, names: Iterable[str]) -> list[JSONObject]:
         return [tool_schema(self._tools[n]) for n in names if n in self._tools]
 
     def answered_once(self, names: Iterable[str]) -> frozenset[str]:
@@ -170,7 +172,7 @@ def cap_tool_message(content: str, limit: int = MAX_TOOL_MESSAGE_BYTES) -> str:
     return content.encode()[: limit - len(note.encode())].decode("utf-8", "ignore") + note
 
 
-def fit_tool_message(payload: dict[str, Any], limit: int = MAX_TOOL_MESSAGE_BYTES) -> str:
+def fit_tool_message(payload: JSONObject, limit: int = MAX_TOOL_MESSAGE_BYTES) -> str:
     """``payload`` as JSON of at most ``limit`` bytes: the console ``output`` is cut first, then the ``result``
     (as its JSON text), then the ``error``; each cut field ends with "…" and a ``<field>_truncated`` flag says so.
 

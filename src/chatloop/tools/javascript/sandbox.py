@@ -32,11 +32,12 @@ import tempfile
 import threading
 import time
 import weakref
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import FrameType
-from typing import Any
 
+from chatloop.jsontypes import JSONObject
 from chatloop.textsafe import text_safe, text_safe_value
 from chatloop.tools.base import fit_tool_message
 
@@ -79,7 +80,7 @@ def find_deno() -> str:
 
 @dataclass
 class SandboxResult:
-    payload: dict[str, Any]
+    payload: JSONObject
     """``{"result": ..., "output": ...}`` or ``{"error": "Type: message", "output": ...}``."""
     duration_ms: float
     prespawned: bool = False
@@ -321,7 +322,7 @@ class JavaScriptSandbox:
 
     def _execute(
         self, child: _Child, code: str, timeout: float, stop: threading.Event | None = None
-    ) -> tuple[dict[str, Any], bool]:
+    ) -> tuple[JSONObject, bool]:
         """The run's payload, and whether the process answered cleanly (and may serve another run)."""
         process = child.process
         child.runs += 1
@@ -333,7 +334,7 @@ class JavaScriptSandbox:
             soft = _cpu_seconds(process.pid) + cpu
             resource.prlimit(process.pid, resource.RLIMIT_CPU, (soft if hard < 0 else min(soft, hard), hard))
         except (ProcessLookupError, OSError):
-            error = {
+            error: JSONObject = {
                 "error": "SandboxError: the sandbox process exited before running the code",
                 "output": "",
             }
@@ -355,7 +356,7 @@ class JavaScriptSandbox:
 
     def _failure(
         self, process: subprocess.Popen[bytes], got: _Read, timeout: float, deadline: float, cpu: int
-    ) -> dict[str, Any]:
+    ) -> JSONObject:
         """Why a run ended without a result frame."""
         if got.overflow:
             return {
@@ -446,7 +447,11 @@ def close_all_on_signals(signals: tuple[int, ...] = (signal.SIGTERM, signal.SIGI
         if previous not in (signal.SIG_DFL, signal.default_int_handler):
             continue
 
-        def on_signal(received: int, frame: FrameType | None, previous: Any = previous) -> None:
+        def on_signal(
+            received: int,
+            frame: FrameType | None,
+            previous: Callable[[int, FrameType | None], object] | int | None = previous,
+        ) -> None:
             close_all()
             signal.signal(received, previous)
             if callable(previous):  # SIGINT: KeyboardInterrupt, as before
@@ -560,19 +565,22 @@ def _kill(process: subprocess.Popen[bytes]) -> None:
         process.wait()
 
 
-def checked_frame(line: bytes) -> dict[str, Any]:
+def checked_frame(line: bytes) -> JSONObject:
     """The runner's result line as one of the two documented shapes, capped after serialisation, text-safe.
 
     The line is untrusted data (the runner's realm is trusted, but this side assumes nothing): anything but an
     object with a ``result`` or a string ``error`` is a ``SandboxError``, never an exception."""
-    unreadable = {"error": "SandboxError: the sandbox returned an unreadable result", "output": ""}
+    unreadable: JSONObject = {
+        "error": "SandboxError: the sandbox returned an unreadable result",
+        "output": "",
+    }
     try:
         frame = json.loads(line.decode("utf-8", "replace"))
     except (ValueError, RecursionError):
         return unreadable
     if not isinstance(frame, dict) or ("result" in frame) == isinstance(frame.get("error"), str):
         return unreadable
-    payload: dict[str, Any] = {}
+    payload: JSONObject = {}
     already_cut = isinstance(frame.get("result_truncated"), str) and isinstance(frame.get("result"), str)
     if already_cut and len(frame["result"]) <= MAX_RESULT_CHARS + 1:  # the runner cut the result's JSON text
         payload["result"] = text_safe(frame["result"])
@@ -589,9 +597,9 @@ def checked_frame(line: bytes) -> dict[str, Any]:
     else:
         payload["error"] = text_safe(frame["error"][:MAX_ERROR_CHARS])
     output = frame.get("output")
-    payload["output"] = text_safe(output if isinstance(output, str) else "")
-    if len(payload["output"]) > MAX_OUTPUT_CHARS:
-        payload["output"] = payload["output"][:MAX_OUTPUT_CHARS] + "…"
+    payload["output"] = text = text_safe(output if isinstance(output, str) else "")
+    if len(text) > MAX_OUTPUT_CHARS:
+        payload["output"] = text[:MAX_OUTPUT_CHARS] + "…"
         payload["output_truncated"] = True
     elif frame.get("output_truncated") is True:
         payload["output_truncated"] = True

@@ -13,9 +13,10 @@ import asyncio
 import json
 import math
 import threading
-from typing import Any, ClassVar
+from typing import ClassVar
 
 from chatloop.deadline import Deadline
+from chatloop.jsontypes import JSONObject, JSONValue
 from chatloop.observability import redact
 from chatloop.tools.base import ToolResult
 from chatloop.tools.javascript.sandbox import JavaScriptSandbox
@@ -40,7 +41,7 @@ class ExecuteJavaScriptTool:
         "report (the last expression is the result), or `return` it; console.log output is captured too. "
         "Top-level await works. Call it once per question, then answer from its result."
     )
-    parameters: ClassVar[dict[str, Any]] = {
+    parameters: ClassVar[JSONObject] = {
         "type": "object",
         "properties": {
             "code": {
@@ -61,7 +62,7 @@ class ExecuteJavaScriptTool:
     def __init__(self, sandbox: JavaScriptSandbox):
         self.sandbox = sandbox
 
-    async def run(self, arguments: dict[str, Any], deadline: Deadline) -> ToolResult:
+    async def run(self, arguments: JSONObject, deadline: Deadline) -> ToolResult:
         code = arguments.get("code")
         if not isinstance(code, str) or not code.strip():
             return _failure("InvalidArguments: 'code' must be a non-empty string")
@@ -80,27 +81,34 @@ class ExecuteJavaScriptTool:
         return ToolResult(
             content=redact(result.content()),
             ok=is_success(result.payload),
-            error=result.payload.get("error"),
+            error=_error_text(result.payload.get("error")),
             duration_ms=result.duration_ms,
         )
 
 
-def clamp_timeout(value: Any) -> float:
+def clamp_timeout(value: object) -> float:
+    """The run's time limit from the model's ``timeout_seconds``: anything that is no number is the default."""
     try:
-        seconds = float(value) if value is not None else DEFAULT_TIMEOUT
-    except (TypeError, ValueError):
+        seconds = float(value) if isinstance(value, (int, float, str)) else DEFAULT_TIMEOUT
+    except ValueError:
         seconds = DEFAULT_TIMEOUT
     if math.isnan(seconds):
         seconds = DEFAULT_TIMEOUT
     return min(MAX_TIMEOUT, max(MIN_TIMEOUT, seconds))
 
 
-def is_success(payload: dict[str, Any]) -> bool:
+def is_success(payload: JSONObject) -> bool:
     """A usable result: no error, and either a value or some console output (a snippet that printed
     nothing and returned nothing told the model nothing, so it may try again)."""
     if "error" in payload:
         return False
-    return payload.get("result") is not None or bool((payload.get("output") or "").strip())
+    output = payload.get("output")
+    return payload.get("result") is not None or (isinstance(output, str) and bool(output.strip()))
+
+
+def _error_text(error: JSONValue) -> str | None:
+    """The payload's ``error`` (always a string from ``checked_frame``) as ``ToolResult.error``."""
+    return None if error is None else str(error)
 
 
 def _failure(message: str) -> ToolResult:
