@@ -11,7 +11,6 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
-from typing import Any
 
 from starlette.requests import Request
 from starlette.responses import Response
@@ -23,6 +22,7 @@ from chatloop.api.running import TURNS
 from chatloop.api.stored import conversation_id_of, conversation_items
 from chatloop.api.wire import JSONBody
 from chatloop.engine.events import Done, Event, TurnError
+from chatloop.engine.messages import Message
 from chatloop.engine.summary import StopReason, TurnSummary
 from chatloop.observability import logger
 
@@ -33,7 +33,7 @@ class ChatThread:
 
     owner: str
     conversation_id: str
-    history: list[dict[str, Any]]
+    history: list[Message]
     new: list[dict[str, object]]
     """The request's new messages (user or system), appended to the conversation with the answer."""
 
