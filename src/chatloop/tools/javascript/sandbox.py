@@ -29,15 +29,19 @@ import subprocess
 import tempfile
 import threading
 import time
-import weakref
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from types import FrameType
 
 from chatloop.jsontypes import JSONObject
 from chatloop.tools.javascript.frames import MAX_RESULT_CHARS as MAX_RESULT_CHARS  # where tests look for it
 from chatloop.tools.javascript.frames import SandboxResult, checked_frame
+from chatloop.tools.javascript.lifecycle import _LIVE, _SUSPENDED
+from chatloop.tools.javascript.lifecycle import (
+    close_all as close_all,  # the entry point's and snapstart's names
+)
+from chatloop.tools.javascript.lifecycle import close_all_on_signals as close_all_on_signals
+from chatloop.tools.javascript.lifecycle import resume_all as resume_all
+from chatloop.tools.javascript.lifecycle import suspend_all as suspend_all
 from chatloop.tools.javascript.process import Read, cpu_seconds, kill, read_until, signal_group
 
 RUNNER = Path(__file__).with_name("runner.js")
@@ -375,70 +379,6 @@ class JavaScriptSandbox:
             kill(child.process)
         shutil.rmtree(self.workdir, ignore_errors=True)
         _LIVE.discard(self)
-
-
-# Every sandbox of this process, for what concerns them all: a SnapStart snapshot (no child process in it) and a
-# server stopped by a signal (no work directory left behind).
-_LIVE: weakref.WeakSet[JavaScriptSandbox] = weakref.WeakSet()
-_SUSPENDED = threading.Event()
-"""Set between ``suspend_all()`` and ``resume_all()``: a sandbox created meanwhile starts suspended."""
-
-
-def suspend_all() -> None:
-    """``suspend()`` every sandbox of this process, and those created until ``resume_all()``."""
-    _SUSPENDED.set()
-    for sandbox in list(_LIVE):
-        sandbox.suspend()
-
-
-def resume_all() -> None:
-    """``resume()`` every sandbox of this process: each starts its spare."""
-    _SUSPENDED.clear()
-    for sandbox in list(_LIVE):
-        sandbox.resume()
-
-
-def close_all() -> None:
-    """``close()`` every sandbox of this process: no child process, no work directory left."""
-    for sandbox in list(_LIVE):
-        sandbox.close()
-
-
-def close_all_on_signals(signals: tuple[int, ...] = (signal.SIGTERM, signal.SIGINT)) -> list[int]:
-    """Close every sandbox when the process is stopped by one of ``signals``, then die of that signal as before.
-
-    Only where nothing else handles the signal (its disposition is the default, or Python's KeyboardInterrupt for
-    SIGINT): a server that handles it (uvicorn shuts down gracefully, then re-raises it with the default action,
-    which skips ``atexit``) closes the sandboxes itself, from its shutdown. Call from the main thread. Returns the
-    signals it took over.
-
-    Usage::
-
-        close_all_on_signals()          # at import of the Lambda entry point
-    """
-    if threading.current_thread() is not threading.main_thread():
-        return []
-    taken = []
-    for number in signals:
-        previous = signal.getsignal(number)
-        if previous not in (signal.SIG_DFL, signal.default_int_handler):
-            continue
-
-        def on_signal(
-            received: int,
-            frame: FrameType | None,
-            previous: Callable[[int, FrameType | None], object] | int | None = previous,
-        ) -> None:
-            close_all()
-            signal.signal(received, previous)
-            if callable(previous):  # SIGINT: KeyboardInterrupt, as before
-                previous(received, frame)
-            else:
-                signal.raise_signal(received)
-
-        signal.signal(number, on_signal)
-        taken.append(number)
-    return taken
 
 
 def _ms(start: float) -> float:
