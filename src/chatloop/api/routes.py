@@ -251,7 +251,7 @@ async def observed(events: AsyncIterator[Event], request: Request, rid: str) -> 
     async for event in events:
         if isinstance(event, Done):
             event = Done(event.summary.with_request_id(rid))
-            request.scope[STOP_REASON] = event.data.get("stop_reason")  # a failed stream is not stored
+            request.scope[STOP_REASON] = event.summary.stop_reason.value  # a failed stream is not stored
         seen.append(event)
         yield event
     behind_adapter = invocation_of(request) is not None
