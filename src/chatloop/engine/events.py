@@ -1,8 +1,8 @@
 """Events a turn yields: one frozen dataclass per payload, ``Event`` their union.
 
 Renderers (SSE, JSON, OpenAI) are functions of these events; tests read them directly. Every event has a class-level
-``type`` (an ``EventType``), a ``name`` (the SSE event name) and ``data``, the wire dict /chat's SSE sends. Events are
-snapshots: they copy what they report, so the turn may go on changing its own objects.
+``type`` (an ``EventType``), a ``name`` (the SSE event name) and ``data``, the wire dict /chat's SSE sends (built once,
+on first read). Events are snapshots: they copy what they report, so the turn may go on changing its own objects.
 
 Usage::
 
@@ -19,6 +19,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from enum import StrEnum
+from functools import cached_property
 from typing import ClassVar
 
 from chatloop.engine.policy import Decision
@@ -87,7 +88,7 @@ class Started(_Payload):
     model: str
     tools: tuple[str, ...] = ()
 
-    @property
+    @cached_property
     def data(self) -> JSONObject:
         return {"status": "started", "model": self.model, "tools": list(self.tools)}
 
@@ -99,7 +100,7 @@ class ToolsUnavailable(_Payload):
     type: ClassVar[EventType] = EventType.STATUS
     sources: Mapping[str, str]
 
-    @property
+    @cached_property
     def data(self) -> JSONObject:
         return {"status": "tools_unavailable", "sources": dict(self.sources)}
 
@@ -112,7 +113,7 @@ class Retrying(_Payload):
     reminder: int
     reason: str = "legacy_syntax_reminder"
 
-    @property
+    @cached_property
     def data(self) -> JSONObject:
         return {"status": "retrying", "reason": self.reason, "reminder": self.reminder}
 
@@ -130,7 +131,7 @@ class TextCallsRecovered(_Payload):
     def of(cls, found: TextCalls, iteration: int) -> TextCallsRecovered:
         return cls(found.format, len(found.calls), iteration)
 
-    @property
+    @cached_property
     def data(self) -> JSONObject:
         return {
             "status": "text_tool_calls_recovered",
@@ -148,7 +149,7 @@ class ContextFitted(_Payload):
     fit: ContextFit
     iteration: int
 
-    @property
+    @cached_property
     def data(self) -> JSONObject:
         return {"status": f"context_{self.fit.action}", "iteration": self.iteration, **self.fit.summary()}
 
@@ -163,7 +164,7 @@ class Delta(_Payload):
     iteration: int
     seam: bool = False
 
-    @property
+    @cached_property
     def data(self) -> JSONObject:
         data: JSONObject = {"content": self.content, "iteration": self.iteration}
         if self.seam:
@@ -196,7 +197,7 @@ class LlmResponse(_Payload):
             copied,
         )
 
-    @property
+    @cached_property
     def data(self) -> JSONObject:
         return {
             "iteration": self.iteration,
@@ -218,7 +219,7 @@ class MessageComplete(_Payload):
     iteration: int | None = None
     """Set on a message that called the server's tools (it is part of the conversation, not the answer)."""
 
-    @property
+    @cached_property
     def data(self) -> JSONObject:
         calls = None if self.tool_calls is None else calls_json(self.tool_calls)
         if self.iteration is not None:
@@ -245,7 +246,7 @@ class ToolCallStart(_Payload):
     """The label of the server the tool runs on (an MCP server), and ``server_tool``, its name there."""
     server_tool: str | None = None
 
-    @property
+    @cached_property
     def data(self) -> JSONObject:
         data: JSONObject = {"id": self.id, "name": self.tool_name, "arguments": self.arguments}
         if self.server is not None:
@@ -268,7 +269,7 @@ class ToolCallResult(_Payload):
     duration_ms: float | None = None
     reason: str | None = None
 
-    @property
+    @cached_property
     def data(self) -> JSONObject:
         data: JSONObject = {
             "id": self.id,
@@ -295,7 +296,7 @@ class DecisionMade(_Payload):
     decision: Decision
     tools: tuple[tuple[str, str | None], ...] | None = None
 
-    @property
+    @cached_property
     def data(self) -> JSONObject:
         fields = self.decision.fields()
         if self.tools is not None:
@@ -321,7 +322,7 @@ class FallbackMade(_Payload):
             item.from_model, item.to_model, item.reason, item.retry_after, item.discard_partial, item.message
         )
 
-    @property
+    @cached_property
     def data(self) -> JSONObject:
         return {
             "from": self.from_model,
@@ -368,7 +369,7 @@ class TurnError(_Payload):
             )
         return cls(exc.kind, exc.message, model=exc.model, discard_partial=discard_partial)
 
-    @property
+    @cached_property
     def data(self) -> JSONObject:
         data: JSONObject = {"code": self.code, "message": self.message}
         if self.attempts is not None:
@@ -391,7 +392,7 @@ class Done(_Payload):
     type: ClassVar[EventType] = EventType.DONE
     summary: TurnSummary
 
-    @property
+    @cached_property
     def data(self) -> JSONObject:
         return self.summary.wire()
 
