@@ -11,9 +11,11 @@ import time
 from typing import Any
 
 from bench.common import median
+from chatloop.api.runtime import engine_limits
 from chatloop.config import MCPServerConfig, Settings
 from chatloop.deadline import Deadline
-from chatloop.engine import EventType, TurnRequest, run_turn
+from chatloop.engine import TurnRequest, run_turn
+from chatloop.engine.events import ToolCallResult
 from chatloop.providers.base import ModelRequest, ModelResponse, ToolCall
 from chatloop.tools.base import ToolRegistry, ToolResult
 
@@ -57,10 +59,10 @@ async def _turn(registry: ToolRegistry, tool: str, settings: Settings) -> tuple[
         Caller(tool, CALLS_PER_TURN),
         registry,
         Deadline.after(60),
-        settings,
+        engine_limits(settings),
     ):
-        if event.type is EventType.TOOL_CALL_RESULT:
-            calls_ms += event.data.get("duration_ms", 0.0)
+        if isinstance(event, ToolCallResult) and event.duration_ms is not None:
+            calls_ms += round(event.duration_ms, 1)
     return (time.perf_counter() - start) * 1000, calls_ms
 
 

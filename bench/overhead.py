@@ -6,6 +6,7 @@ import asyncio
 import time
 
 from bench.common import InstantModel, NoopTool, median
+from chatloop.api.runtime import engine_limits
 from chatloop.config import Settings
 from chatloop.deadline import Deadline
 from chatloop.engine import EventType, TurnRequest, run_turn
@@ -24,7 +25,7 @@ async def _turn(model, registry, messages, settings) -> dict:
 
 def measure(reps: int) -> dict:
     registry = ToolRegistry([NoopTool()])
-    settings = Settings(max_iterations=12, tool_budgets={}, system_prompt_guidance=False)
+    settings = engine_limits(Settings(max_iterations=12, tool_budgets={}, system_prompt_guidance=False))
     question = [{"role": "user", "content": "go"}]
     per_iteration = []
     for _ in range(reps):

@@ -43,7 +43,7 @@ def measure(reps: int) -> dict:
         start = time.perf_counter()
         killed = cold.run("while (true) {}", 1.0)
         out["runaway_kill_ms"] = (time.perf_counter() - start) * 1000 - 1000
-        assert killed.payload["error"].startswith("TimeoutError")
+        assert str(killed.payload["error"]).startswith("TimeoutError")
         out["peak_rss_mb"] = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024
     finally:
         cold.close()

@@ -15,6 +15,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from chatloop.api.runtime import engine_limits
 from chatloop.config import Settings
 from chatloop.deadline import Deadline
 from chatloop.engine import EventType, TurnRequest, run_turn
@@ -230,7 +231,7 @@ async def run_engine(scenario: Scenario, js_tool) -> Outcome:
         messages=[{"role": "user", "content": scenario.question}], tool_choice=scenario.tool_choice
     )
     async for event in run_turn(
-        request, model, registry_for(scenario, js_tool), Deadline.after(60), Settings()
+        request, model, registry_for(scenario, js_tool), Deadline.after(60), engine_limits(Settings())
     ):
         if event.type is EventType.DONE:
             done = event.data

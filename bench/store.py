@@ -24,7 +24,7 @@ ANSWER_TEXT = (
 
 def turn_items(n: int) -> list:
     from chatloop.api.conversation_items import stored_items
-    from chatloop.api.schemas import InputMessage
+    from chatloop.api.response_schemas import InputMessage
 
     return stored_items(
         [
@@ -134,7 +134,7 @@ def _continued(store, reps: int, messages: int) -> dict:
             _, answered = post({"input": USER_TEXT, **({"previous_response_id": last} if last else {})})
             last = answered["id"]
         from chatloop.api.conversation_items import stored_items
-        from chatloop.api.schemas import InputMessage
+        from chatloop.api.response_schemas import InputMessage
         from chatloop.deadline import Deadline
 
         items = stored_items([InputMessage.model_validate(m) for m in history])

@@ -10,6 +10,7 @@ from dataclasses import dataclass
 
 import pytest
 
+from chatloop.api.runtime import engine_limits
 from chatloop.config import Settings
 from chatloop.deadline import Deadline
 from chatloop.engine import EventType, TurnRequest, run_turn
@@ -69,7 +70,7 @@ async def drive(model, registry, user=COMPOUND, settings=None, deadline=30.0, me
             model,
             registry,
             Deadline.after(deadline),
-            settings or Settings(),
+            engine_limits(settings or Settings()),
         )
     ]
     assert [e.type for e in events].count(EventType.DONE) == 1 and events[-1].type is EventType.DONE

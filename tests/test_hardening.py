@@ -16,7 +16,8 @@ from chatloop.api import create_app
 from chatloop.api.runtime import Runtime
 from chatloop.config import Settings
 from chatloop.deadline import Deadline
-from chatloop.engine import Event, EventType, TurnRequest, run_turn
+from chatloop.engine import TurnRequest, run_turn
+from chatloop.engine.events import Delta, Started
 from chatloop.observability import register_secret
 from chatloop.providers.base import ModelRequest, ModelResponse, ToolCall
 from chatloop.providers.catalog import Catalog
@@ -153,8 +154,8 @@ def answer_of(path: str, stream: bool, body: str) -> str:
 # --- streams always end with their terminal event ----------------------------------------------------------
 def failing_turn(*args, **kwargs):
     async def events():
-        yield Event(EventType.STATUS, {"status": "started"})
-        yield Event(EventType.DELTA, {"content": "partial ", "iteration": 1})
+        yield Started("fake")
+        yield Delta("partial ", 1)
         raise RuntimeError("something broke after the stream began")
 
     return events()
@@ -165,7 +166,7 @@ def test_every_stream_ends_with_its_terminal_event_after_an_internal_error(
     upstream, sandbox, monkeypatch, path, use
 ):
     use(sandbox)
-    monkeypatch.setattr("chatloop.api.routes.run_turn", failing_turn)
+    monkeypatch.setattr("chatloop.api.serve.run_turn", failing_turn)
     code, body, _ = invoke(path, json.dumps(ask("hi", stream=True)))
     assert code == 200 and "Traceback" not in body and "something broke" not in body
     if path == "/chat":

@@ -448,12 +448,19 @@ def test_a_good_catalog_file_with_fields_the_checker_does_not_know_still_loads(
 
 # --- 8. the reminder branch ends after the final call ---------------------------------------------------------------
 async def drive(model, registry, question: str, **settings):
+    from chatloop.api.runtime import engine_limits
     from chatloop.engine import EventType, TurnRequest, run_turn
+    from chatloop.engine.events import Delta
 
     request = TurnRequest(messages=[{"role": "user", "content": question}])
-    events = [e async for e in run_turn(request, model, registry, Deadline.after(30), Settings(**settings))]
+    events = [
+        e
+        async for e in run_turn(
+            request, model, registry, Deadline.after(30), engine_limits(Settings(**settings))
+        )
+    ]
     assert [e.type for e in events].count(EventType.DONE) == 1 and events[-1].type is EventType.DONE
-    deltas = "".join(e.data["content"] for e in events if e.type is EventType.DELTA)
+    deltas = "".join(e.content for e in events if isinstance(e, Delta))
     return events[-1].data, deltas
 
 

@@ -475,7 +475,7 @@ def test_a_client_label_may_not_take_an_operator_label(docs, llm, sandbox, handl
 
 
 def test_prefixes_match_at_a_boundary_only():
-    from chatloop.api.mcp_items import allowed_prefix, internal_address
+    from chatloop.api.mcp_servers import allowed_prefix, internal_address
 
     assert (
         allowed_prefix("https://mcp.example.com/v1/mcp", ["https://mcp.example.com"])
@@ -518,7 +518,7 @@ def test_output_items_are_what_the_openai_sdk_parses():
 
 
 def test_mcp_items_sent_back_as_input_are_read_as_the_call_they_were():
-    from chatloop.api.schemas import ResponsesBody
+    from chatloop.api.response_schemas import ResponsesBody
 
     body = ResponsesBody.model_validate(
         {

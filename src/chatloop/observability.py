@@ -16,10 +16,14 @@ import logging
 import os
 import re
 from collections import Counter
-from typing import Any
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Protocol
 
 from aws_lambda_powertools import Logger, Metrics
 from aws_lambda_powertools.metrics import MetricUnit, single_metric
+
+if TYPE_CHECKING:
+    from chatloop.engine.summary import TurnSummary
 
 SERVICE = os.environ.get("POWERTOOLS_SERVICE_NAME") or "chatloop"
 NAMESPACE = os.environ.get("POWERTOOLS_METRICS_NAMESPACE") or "ChatLoop"
@@ -117,7 +121,7 @@ def _whole_secrets_before(text: str, cut: int) -> int:
     return cut
 
 
-def redact_value(value: Any) -> Any:
+def redact_value(value: object) -> object:
     if isinstance(value, str):
         return redact(value)
     if isinstance(value, dict | list):
@@ -144,16 +148,38 @@ for _secret_var in ("GROQ_API_KEY", "OPENAI_API_KEY", "AWS_SECRET_ACCESS_KEY", "
     register_secret(os.environ.get(_secret_var))
 
 
-def log_decision(line: str, fields: dict[str, Any], content: dict[str, Any] | None = None) -> None:
+def log_decision(
+    line: str, fields: Mapping[str, object], content: Mapping[str, object] | None = None
+) -> None:
     """One record per model response: ``Tool execution decision: ...`` as the message (for grep), the same fields
     as a ``decision`` object (for CloudWatch Logs Insights), and the content only when LOG_CONTENT is on."""
-    extra: dict[str, Any] = {"decision": fields}
+    extra: dict[str, object] = {"decision": fields}
     if content is not None:
         extra["content"] = content
     logger.info(line, extra=extra)
 
 
-def log_context_decision(fit: Any, iteration: int) -> None:
+class FitDecision(Protocol):
+    """What ``log_context_decision`` reads of a context fit (the providers' ``ContextFit``)."""
+
+    @property
+    def action(self) -> str: ...
+    @property
+    def model(self) -> str | None: ...
+    @property
+    def estimated_tokens(self) -> int: ...
+    @property
+    def window(self) -> int | None: ...
+    @property
+    def trimmed_messages(self) -> int: ...
+    @property
+    def shortened_tool_results(self) -> int: ...
+    @property
+    def skipped(self) -> list[str]: ...
+    def summary(self) -> Mapping[str, object]: ...
+
+
+def log_context_decision(fit: FitDecision, iteration: int) -> None:
     """``Context decision: ...`` before each model call, greppable like the tool decisions: how the conversation
     was fitted to the model's window (``fits``, ``skip`` smaller models, or ``trim`` old turns)."""
     line = (
@@ -216,18 +242,17 @@ MCP_METRIC_SERVERS: set[str] = set()
 ``client`` (a request must not be able to create metrics)."""
 
 
-def record_server_metrics(events: list[Any]) -> None:
+def record_server_metrics(summary: TurnSummary) -> None:
     """``MCPToolCalls`` and ``MCPToolErrors`` per server (dimensions ``service`` and ``server``), one EMF record each,
-    from the turn's tool results that ran on a server."""
+    from the turn's tool calls that ran on a server."""
     calls: Counter[str] = Counter()
     errors: Counter[str] = Counter()
-    for event in events:
-        server = event.data.get("server") if event.name == "tool_call_result" else None
-        if not server or event.data.get("duration_ms") is None:  # only calls that ran
+    for call in summary.tool_calls:
+        if not call.server or call.duration_ms is None:  # only calls that ran
             continue
-        dimension = server if server in MCP_METRIC_SERVERS else "client"
+        dimension = call.server if call.server in MCP_METRIC_SERVERS else "client"
         calls[dimension] += 1
-        errors[dimension] += event.data["status"] == "error"
+        errors[dimension] += call.status == "error"
     for server, count in calls.items():
         for name, value in (("MCPToolCalls", count), ("MCPToolErrors", errors[server])):
             with single_metric(
@@ -240,50 +265,43 @@ def record_server_metrics(events: list[Any]) -> None:
                 metric.add_dimension(name="server", value=server)
 
 
-def record_turn_metrics(events: list[Any], in_lambda: bool) -> None:
-    """CloudWatch metrics (EMF, flushed by the handler's ``log_metrics``) from one turn's events: iterations, tool executions, skipped tool calls, fallbacks, the stop reason and sandbox milliseconds.
+SANDBOX_TOOL = "execute_javascript"
+"""The tool whose runs are counted as sandbox metrics (SandboxErrors, SandboxMilliseconds)."""
+
+
+def record_turn_metrics(summary: TurnSummary, in_lambda: bool) -> None:
+    """CloudWatch metrics (EMF, flushed by the handler's ``log_metrics``) from one turn's summary: iterations, tool
+    executions, skipped tool calls, fallbacks, the stop reason, text tool-call recoveries and sandbox milliseconds.
     Outside Lambda nothing is recorded (nothing would flush it)."""
     if not in_lambda:
         return
-    done = next((e.data for e in reversed(events) if e.name == "done"), None)
-    if done is None:
-        return
-    metrics.add_metric(name="Iterations", unit=MetricUnit.Count, value=done["iterations"])
-    metrics.add_metric(name="ToolExecutions", unit=MetricUnit.Count, value=sum(done["tool_counts"].values()))
-    skipped = [c.get("reason") or "unknown" for c in done["tool_calls"] if c["status"] == "skipped"]
+    metrics.add_metric(name="Iterations", unit=MetricUnit.Count, value=summary.iterations)
+    metrics.add_metric(name="ToolExecutions", unit=MetricUnit.Count, value=sum(summary.tool_counts.values()))
+    skipped = [c.reason or "unknown" for c in summary.tool_calls if c.status == "skipped"]
     metrics.add_metric(name="ToolCallsSkipped", unit=MetricUnit.Count, value=len(skipped))
     for reason in set(skipped):  # why tool calls were not run, by reason (the dashboard's breakdown)
         metrics.add_metric(
             name=f"ToolCallsSkipped_{reason}", unit=MetricUnit.Count, value=skipped.count(reason)
         )
-    fallbacks = [e.data for e in events if e.name == "model_fallback"]
-    metrics.add_metric(name="ModelFallbacks", unit=MetricUnit.Count, value=len(fallbacks))
-    for fallback in fallbacks:  # which models fail over, and why
+    metrics.add_metric(name="ModelFallbacks", unit=MetricUnit.Count, value=len(summary.fallbacks))
+    for fallback in summary.fallbacks:  # which models fail over, and why
         metrics.add_metric(
-            name=f"FallbackFrom_{metric_safe(fallback['from'])}", unit=MetricUnit.Count, value=1
+            name=f"FallbackFrom_{metric_safe(fallback.from_model)}", unit=MetricUnit.Count, value=1
         )
         metrics.add_metric(
-            name=f"FallbackReason_{metric_safe(fallback['reason'])}", unit=MetricUnit.Count, value=1
+            name=f"FallbackReason_{metric_safe(fallback.reason)}", unit=MetricUnit.Count, value=1
         )
-    sandbox_errors = sum(
-        1
-        for e in events
-        if e.name == "tool_call_result"
-        and e.data.get("name") == "execute_javascript"
-        and e.data["status"] == "error"
-    )
+    runs = [c for c in summary.tool_calls if c.name == SANDBOX_TOOL and c.duration_ms is not None]
+    sandbox_errors = sum(1 for c in summary.tool_calls if c.name == SANDBOX_TOOL and c.status == "error")
     metrics.add_metric(name="SandboxErrors", unit=MetricUnit.Count, value=sandbox_errors)
-    metrics.add_metric(name=f"Stop_{done['stop_reason']}", unit=MetricUnit.Count, value=1)
-    for event in events:  # which models need text tool-call recovery, by format
-        if event.name == "status" and event.data.get("status") == "text_tool_calls_recovered":
-            metrics.add_metric(
-                name=f"TextToolCalls_{event.data['format']}", unit=MetricUnit.Count, value=event.data["count"]
-            )
-    sandbox_ms = sum(
-        e.data.get("duration_ms", 0)
-        for e in events
-        if e.name == "tool_call_result" and e.data.get("name") == "execute_javascript"
-    )
+    metrics.add_metric(name=f"Stop_{summary.stop_reason.value}", unit=MetricUnit.Count, value=1)
+    for (
+        text_format,
+        count,
+    ) in summary.text_call_recoveries.items():  # which models need text tool-call recovery
+        metrics.add_metric(name=f"TextToolCalls_{text_format}", unit=MetricUnit.Count, value=count)
+    # Each run's milliseconds as its tool_call_result event reports them (to 0.1 ms), summed.
+    sandbox_ms = sum(round(c.duration_ms or 0.0, 1) for c in runs)
     if sandbox_ms:
         metrics.add_metric(name="SandboxMilliseconds", unit=MetricUnit.Milliseconds, value=sandbox_ms)
-    record_server_metrics(events)
+    record_server_metrics(summary)

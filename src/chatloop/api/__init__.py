@@ -1,4 +1,17 @@
-"""The HTTP surface: a Starlette app serving /chat, /v1/chat/completions and /health."""
+"""The HTTP surface: a Starlette app, one module per wire API over one request context.
+
+- ``context.RequestContext``: built once per request (deadline, request id, the adapter's invocation, the caller);
+- ``serve.serve_turn``: a turn served through a renderer, streamed or not (one guarded stream, one redaction point);
+- ``chat`` (/chat), ``openai_chat`` (/v1/chat/completions), ``responses`` (/v1/responses), each a renderer and its
+  endpoint; ``models`` (/v1/models, /health), ``page`` (/); ``checks`` holds the checks the turn endpoints share,
+  ``schemas`` and ``response_schemas`` their request bodies;
+- the stored state: ``conversations`` (/v1/conversations), ``stored`` (stored responses), ``chat_threads`` (/chat in
+  a conversation, /chat/stop), ``running`` (turns that outlive their client).
+
+Usage::
+
+    app = create_app(Settings.from_env())
+"""
 
 from chatloop.api.app import create_app
 

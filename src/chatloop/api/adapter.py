@@ -32,7 +32,6 @@ import json
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
 
 from starlette.requests import HTTPConnection
 
@@ -52,13 +51,18 @@ class Invocation:
         return self.deadline_ms / 1000 - time.time()
 
 
-def invocation_from(headers: Mapping[str, str]) -> Invocation | None:
-    """The invocation behind a request served through LWA, or None (``make run``, tests, Mangum)."""
+def invocation_from(
+    headers: Mapping[str, str], gateway: Mapping[str, object] | None = None
+) -> Invocation | None:
+    """The invocation behind a request served through LWA, or None (``make run``, tests, Mangum). ``gateway``: the
+    ``x-amzn-request-context`` header already parsed (read from ``headers`` when not given)."""
     context = _json_object(headers.get(LAMBDA_CONTEXT_HEADER))
     deadline = context.get("deadline")
     if not isinstance(deadline, int) or isinstance(deadline, bool) or deadline <= 0:
         return None
-    gateway_id = _json_object(headers.get(REQUEST_CONTEXT_HEADER)).get("requestId")
+    if gateway is None:
+        gateway = _json_object(headers.get(REQUEST_CONTEXT_HEADER))
+    gateway_id = gateway.get("requestId")
     return Invocation(deadline, str(gateway_id or context.get("request_id") or ""))
 
 
@@ -75,12 +79,13 @@ def invocation_of(request: HTTPConnection) -> Invocation | None:
     """The adapter's invocation for this request (stream mode), or None; parsed once per request."""
     if "chatloop.invocation" not in request.scope:
         trusted = from_adapter(request)
-        request.scope["chatloop.invocation"] = invocation_from(request.headers) if trusted else None
+        found = invocation_from(request.headers, _adapter_gateway(request)) if trusted else None
+        request.scope["chatloop.invocation"] = found
     invocation: Invocation | None = request.scope["chatloop.invocation"]
     return invocation
 
 
-def gateway_context(request: HTTPConnection) -> dict[str, Any]:
+def gateway_context(request: HTTPConnection) -> dict[str, object]:
     """API Gateway's request context (stage path, identity, ...): from the Lambda event in buffered mode (Mangum),
     from the adapter's ``x-amzn-request-context`` header in stream mode when the adapter sent it, else empty."""
     context = (request.scope.get("aws.event") or {}).get("requestContext")
@@ -88,10 +93,19 @@ def gateway_context(request: HTTPConnection) -> dict[str, Any]:
         return context
     if not from_adapter(request):
         return {}
-    return _json_object(request.headers.get(REQUEST_CONTEXT_HEADER))
+    return _adapter_gateway(request)
 
 
-def _json_object(text: str | None) -> dict[str, Any]:
+def _adapter_gateway(request: HTTPConnection) -> dict[str, object]:
+    """The adapter's ``x-amzn-request-context`` header as JSON, parsed once per request (the invocation's request
+    id and the caller's identity both come from it)."""
+    if "chatloop.gateway" not in request.scope:
+        request.scope["chatloop.gateway"] = _json_object(request.headers.get(REQUEST_CONTEXT_HEADER))
+    gateway: dict[str, object] = request.scope["chatloop.gateway"]
+    return gateway
+
+
+def _json_object(text: str | None) -> dict[str, object]:
     if not text or len(text) > 64 * 1024:
         return {}
     try:

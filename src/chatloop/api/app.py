@@ -17,7 +17,7 @@ from starlette.middleware import Middleware
 from starlette.routing import Route
 
 from chatloop import snapstart
-from chatloop.api import conversations, page, routes
+from chatloop.api import chat, chat_threads, conversations, models, openai_chat, page, responses
 from chatloop.api import stored as stored_responses
 from chatloop.api.errors import RequestError, on_http_error, on_request_error, on_unexpected
 from chatloop.api.idempotency import idempotent
@@ -40,10 +40,10 @@ def create_app(
     settings = settings or Settings.from_env()
     app = Starlette(
         routes=[
-            Route("/chat", idempotent(routes.chat), methods=["POST"]),
-            Route("/chat/stop", stored_responses.stop_chat, methods=["POST"]),
-            Route("/v1/chat/completions", idempotent(routes.chat_completions), methods=["POST"]),
-            Route("/v1/responses", idempotent(routes.responses), methods=["POST"]),
+            Route("/chat", idempotent(chat.chat), methods=["POST"]),
+            Route("/chat/stop", chat_threads.stop_chat, methods=["POST"]),
+            Route("/v1/chat/completions", idempotent(openai_chat.chat_completions), methods=["POST"]),
+            Route("/v1/responses", idempotent(responses.responses), methods=["POST"]),
             Route("/v1/responses/{response_id}", stored_responses.retrieve_response, methods=["GET"]),
             Route("/v1/responses/{response_id}", stored_responses.delete_response, methods=["DELETE"]),
             Route(
@@ -70,9 +70,9 @@ def create_app(
                 conversations.delete_item,
                 methods=["DELETE"],
             ),
-            Route("/v1/models", routes.list_models, methods=["GET"]),
-            Route("/v1/models/{model_id:path}", routes.retrieve_model, methods=["GET"]),
-            Route("/health", routes.health, methods=["GET"]),
+            Route("/v1/models", models.list_models, methods=["GET"]),
+            Route("/v1/models/{model_id:path}", models.retrieve_model, methods=["GET"]),
+            Route("/health", models.health, methods=["GET"]),
             Route("/", page.page, methods=["GET"]),
             Route("/static/{path:path}", page.asset, methods=["GET"]),
             # stream mode under SnapStart: the Web Adapter's two hook routes, when configured (H1, #27)

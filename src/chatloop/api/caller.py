@@ -51,7 +51,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-from typing import Any
 from urllib.parse import quote
 
 from starlette.requests import HTTPConnection
@@ -73,7 +72,7 @@ def caller_of(request: HTTPConnection) -> str | None:
     return "|".join(f"{kind}:{value}" for kind, value in parts) or None
 
 
-def identities(context: dict[str, Any]) -> list[tuple[str, str]]:
+def identities(context: dict[str, object]) -> list[tuple[str, str]]:
     """Every identity in an API Gateway / Function URL request context, in a fixed order, values escaped."""
     identity = _object(context.get("identity"))
     authorizer = _object(context.get("authorizer"))
@@ -112,11 +111,11 @@ def _in_lambda(request: HTTPConnection) -> bool:
     return runtime is None or bool(runtime.settings.lambda_function_name)
 
 
-def _object(value: Any) -> dict[str, Any]:
+def _object(value: object) -> dict[str, object]:
     return value if isinstance(value, dict) else {}
 
 
-def _text(value: Any) -> str:
+def _text(value: object) -> str:
     return value if isinstance(value, str) else str(value) if isinstance(value, int) else ""
 
 

@@ -11,13 +11,13 @@ Usage::
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Annotated, Any
+from typing import Annotated
 
 from pydantic import BaseModel, ConfigDict, Field, StrictStr
 
 from chatloop.api.errors import RequestError
 from chatloop.api.mcp_items import McpCallInput, McpListToolsInput
-from chatloop.api.schemas import (
+from chatloop.api.response_schemas import (
     CodeInterpreterCallItem,
     FunctionCallItem,
     FunctionCallOutputItem,
@@ -55,7 +55,7 @@ class ItemsCreate(BaseModel):
     items: Annotated[list[InputItem], Field(min_length=1, max_length=MAX_ITEMS_AT_ONCE)]
 
 
-def stored_items(items: Sequence[Any]) -> list[Item]:
+def stored_items(items: Sequence[InputItem]) -> list[Item]:
     """Input items as OpenAI's ``ConversationItem`` shapes, each with a new unguessable id (a client's own ``id`` is
     not kept). A ``reasoning`` item carries nothing this server uses, and is refused rather than kept empty."""
     stored = []
@@ -63,10 +63,10 @@ def stored_items(items: Sequence[Any]) -> list[Item]:
         if isinstance(item, InputMessage):
             item_id = new_id("msg")
             kind = "output_text" if item.role == "assistant" else "input_text"
-            part: dict[str, Any] = {"type": kind, "text": item.text()}
+            part: dict[str, object] = {"type": kind, "text": item.text()}
             if kind == "output_text":
                 part["annotations"] = []
-            body: dict[str, Any] = {
+            body: dict[str, object] = {
                 "type": "message",
                 "id": item_id,
                 "role": item.role,

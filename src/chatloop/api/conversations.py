@@ -24,10 +24,10 @@ from typing import TYPE_CHECKING
 from starlette.requests import Request
 from starlette.responses import Response
 
-from chatloop.api.caller import caller_of
+from chatloop.api.checks import read_body
+from chatloop.api.context import RequestContext
 from chatloop.api.errors import RequestError
-from chatloop.api.render import JSONBody
-from chatloop.api.routes import read_body, request_deadline, runtime_of
+from chatloop.api.wire import JSONBody
 from chatloop.observability import logger
 
 if TYPE_CHECKING:
@@ -45,7 +45,7 @@ async def create_conversation(request: Request) -> Response:
     store, owner, deadline = store_context(request)
     from chatloop.api.conversation_items import ConversationCreate, stored_items
 
-    body = await read_body(request, ConversationCreate, runtime_of(request).settings.max_body_bytes)
+    body = await read_body(request, ConversationCreate)
     items = stored_items(body.items or [])
     with store_errors():
         conversation = await store.create_conversation(owner, body.metadata or {}, items, deadline)
@@ -77,7 +77,7 @@ async def update_conversation(request: Request) -> Response:
     conversation_id = _conversation_id(request)
     from chatloop.api.conversation_items import ConversationUpdate
 
-    body = await read_body(request, ConversationUpdate, runtime_of(request).settings.max_body_bytes)
+    body = await read_body(request, ConversationUpdate)
     with store_errors():
         conversation = await store.update_conversation(owner, conversation_id, body.metadata or {}, deadline)
     if conversation is None:
@@ -119,7 +119,7 @@ async def create_items(request: Request) -> Response:
     _refuse_include(request)
     from chatloop.api.conversation_items import ItemsCreate, stored_items
 
-    body = await read_body(request, ItemsCreate, runtime_of(request).settings.max_body_bytes)
+    body = await read_body(request, ItemsCreate)
     items = stored_items(body.items)
     with store_errors():
         added = await store.append_items(owner, conversation_id, items, deadline)
@@ -161,16 +161,13 @@ async def delete_item(request: Request) -> Response:
 
 # --- shared steps ---------------------------------------------------------------------------------
 def store_context(request: Request) -> tuple[ConversationStore, str, Deadline]:
-    owner = caller_of(request)
+    ctx = RequestContext.of(request)
+    owner = ctx.caller
     if owner is None:
         raise RequestError(
             401, "unauthenticated", "this request names no caller (no API key id or IAM identity)"
         )
-    runtime = runtime_of(request)
-    deadline = request_deadline(request, runtime).earliest(
-        runtime.settings.conversation_store_timeout_seconds
-    )
-    return runtime.conversations(), owner, deadline
+    return ctx.runtime.conversations(), owner, ctx.store_deadline()
 
 
 def page_query(request: Request, ids: re.Pattern[str] | None = None) -> PageQuery:

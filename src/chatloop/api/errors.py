@@ -13,7 +13,7 @@ from pydantic import ValidationError
 from starlette.requests import Request
 from starlette.responses import JSONResponse
 
-from chatloop.api.render import JSONBody, openai_error
+from chatloop.api.wire import JSONBody
 from chatloop.observability import logger, redact
 
 OPENAI_TYPES = {
@@ -27,6 +27,13 @@ OPENAI_TYPES = {
 }
 """OpenAI's error ``type`` per status; the status is what the ``openai`` SDK maps to its exception class
 (400 BadRequestError, 404 NotFoundError, 413 APIStatusError, 429 RateLimitError, 5xx InternalServerError)."""
+
+
+def openai_error(
+    message: str, code: str, kind: str = "invalid_request_error", param: str | None = None
+) -> dict[str, dict[str, str | None]]:
+    """OpenAI's error body: ``{"error": {"message", "type", "param", "code"}}``."""
+    return {"error": {"message": message, "type": kind, "param": param, "code": code}}
 
 
 class RequestError(Exception):

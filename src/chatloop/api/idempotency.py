@@ -22,7 +22,7 @@ record (in progress, then the stored response).
 
 Usage (in the app)::
 
-    Route("/chat", idempotent(routes.chat), methods=["POST"])
+    Route("/chat", idempotent(chat.chat), methods=["POST"])
 """
 
 from __future__ import annotations
@@ -32,7 +32,7 @@ import json
 import math
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
-from typing import Any
+from typing import TYPE_CHECKING, TypedDict
 
 import anyio
 from anyio import to_thread
@@ -40,12 +40,15 @@ from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
 from starlette.types import Receive, Scope, Send
 
-from chatloop.api.adapter import invocation_of
-from chatloop.api.caller import caller_of
+from chatloop.api.context import RequestContext
 from chatloop.api.errors import error_response
 from chatloop.api.limits import read_within
 from chatloop.aws import bounded_config
 from chatloop.observability import logger, metrics
+
+if TYPE_CHECKING:
+    from aws_lambda_powertools.utilities.idempotency import DynamoDBPersistenceLayer
+    from boto3.session import Session
 
 HEADER = "idempotency-key"
 MAX_KEY_LENGTH = 255
@@ -53,7 +56,7 @@ MAX_STORED_BYTES = 350_000
 """DynamoDB items are at most 400 KB; the record's other attributes need the rest."""
 REPLAYED_HEADER = "idempotent-replayed"
 STOP_REASON = "chatloop.stop_reason"
-"""Where the turn's stop reason is left in the request's scope (``routes.observed``): a streamed turn that ended
+"""Where the turn's stop reason is left in the request's scope (``serve.observed``): a streamed turn that ended
 with ``all_models_failed`` is a failure, as its JSON form (a 503) is, and is not stored."""
 Route = Callable[[Request], Awaitable[Response]]
 BUCKETS = (0.5, 1.0, 2.0, 4.0, 8.0)
@@ -63,6 +66,15 @@ STORE_SHARE = 0.2
 rest)."""
 END_SHARE = 0.5
 """... and after it (recording or releasing the answer), when what is left is the Lambda's safety margin."""
+
+
+class StoredAnswer(TypedDict):
+    """A recorded answer, replayed byte for byte."""
+
+    status: int
+    media_type: str
+    headers: dict[str, str]
+    body: str
 
 
 class StoreTimeout(TimeoutError):
@@ -79,10 +91,10 @@ class Store:
     def __init__(self, table_name: str, expires_after_seconds: int):
         self.table_name = table_name
         self.expires_after_seconds = expires_after_seconds
-        self._layers: dict[float, Any] = {}
-        self._session: Any = None
+        self._layers: dict[float, DynamoDBPersistenceLayer] = {}
+        self._session: Session | None = None
 
-    def layer(self, budget: float = BUCKETS[-1]) -> Any:
+    def layer(self, budget: float = BUCKETS[-1]) -> DynamoDBPersistenceLayer:
         bucket = max((b for b in BUCKETS if b <= budget), default=None)
         if bucket is None:
             raise StoreTimeout(f"{max(budget, 0):.2f} s is too little for a store call")
@@ -114,8 +126,8 @@ class Store:
 def budget_of(request: Request, share: float = STORE_SHARE) -> float:
     """Seconds one store call may take now: IDEMPOTENCY_TIMEOUT_SECONDS, and at most ``share`` of the time left
     (a fifth before the turn, half after it)."""
-    limit: float = request.app.state.runtime.settings.idempotency_timeout_seconds
-    return min(limit, _remaining_ms(request) / 1000 * share)
+    ctx = RequestContext.of(request)
+    return min(ctx.settings.idempotency_timeout_seconds, ctx.remaining_ms() / 1000 * share)
 
 
 def idempotent(route: Route) -> Route:
@@ -130,13 +142,13 @@ def idempotent(route: Route) -> Route:
             return error_response(
                 request, 400, "invalid_idempotency_key", f"{HEADER}: 1 to {MAX_KEY_LENGTH} characters"
             )
-        _remaining_ms(request)  # the request's clock starts now (make run)
-        caller = caller_of(request)
+        ctx = RequestContext.of(request)  # the request's clock starts now (make run)
+        caller = ctx.caller
         if caller is None:  # never a shared scope: another caller could replay this answer
             logger.warning("idempotency: the request names no caller; answering without deduplication")
             return await route(request)
         body = await read_within(request, request.app.state.runtime.settings.max_body_bytes)  # 413 past it
-        data = {
+        data = {  # the record's key (caller, path, Idempotency-Key) and the body's hash
             "key": f"{caller}|{request.url.path}|{key}",
             "body": hashlib.sha256(body).hexdigest(),
         }
@@ -158,7 +170,7 @@ def idempotent(route: Route) -> Route:
     return handle
 
 
-async def _claim(store: Store, data: dict[str, Any], request: Request, attempt: int = 0) -> Response | bool:
+async def _claim(store: Store, data: dict[str, str], request: Request, attempt: int = 0) -> Response | bool:
     """True: this request runs and records its answer. False: the store failed (run unrecorded). A Response: the
     stored answer, or why it cannot be had (409, 422)."""
     from aws_lambda_powertools.utilities.idempotency.exceptions import (
@@ -169,7 +181,8 @@ async def _claim(store: Store, data: dict[str, Any], request: Request, attempt: 
 
     try:
         layer = store.layer(budget_of(request))  # no region or credentials fails here: a store failure too
-        await to_thread.run_sync(layer.save_inprogress, data, _remaining_ms(request))
+        remaining_ms = RequestContext.of(request).remaining_ms()
+        await to_thread.run_sync(layer.save_inprogress, data, remaining_ms)
         return True
     except IdempotencyValidationError:
         return _mismatch(request)
@@ -217,27 +230,14 @@ def _store_failed(failure: BaseException) -> bool:
     return False
 
 
-def _remaining_ms(request: Request) -> int:
-    """How long the in-progress record holds: until this invocation must end (a retry after that runs again)."""
-    context = request.scope.get("aws.context")
-    if context is not None and hasattr(context, "get_remaining_time_in_millis"):
-        return int(context.get_remaining_time_in_millis())
-    invocation = invocation_of(request)  # stream mode, behind the adapter
-    if invocation is not None:
-        return max(0, int(invocation.seconds_left() * 1000))
-    started: float = request.scope.setdefault("chatloop.started", time.monotonic())  # make run
-    timeout: float = request.app.state.runtime.settings.request_timeout_seconds
-    return max(0, int((timeout - (time.monotonic() - started)) * 1000))
-
-
-def _replay(stored: dict[str, Any]) -> Response:
+def _replay(stored: StoredAnswer) -> Response:
     headers = {**stored.get("headers", {}), REPLAYED_HEADER: "true"}
     return Response(
         stored["body"], status_code=stored["status"], headers=headers, media_type=stored["media_type"]
     )
 
 
-async def _release(store: Store, data: dict[str, Any], request: Request) -> None:
+async def _release(store: Store, data: dict[str, str], request: Request) -> None:
     """Forget the in-progress record: the request did not finish, so a retry must run it. Shielded: it runs when
     the request is being cancelled (a client that went away) too."""
     with anyio.CancelScope(shield=True):
@@ -249,7 +249,7 @@ async def _release(store: Store, data: dict[str, Any], request: Request) -> None
 
 
 async def _save(
-    store: Store, data: dict[str, Any], request: Request, response: Response, body: bytes
+    store: Store, data: dict[str, str], request: Request, response: Response, body: bytes
 ) -> None:
     if response.status_code != 200:
         await _release(store, data, request)
@@ -258,7 +258,7 @@ async def _save(
         logger.info(f"idempotency: the answer is {len(body)} bytes, over {MAX_STORED_BYTES}; not stored")
         await _release(store, data, request)
         return
-    stored = {
+    stored: StoredAnswer = {
         "status": response.status_code,
         "media_type": response.media_type or response.headers.get("content-type", "application/json"),
         "headers": {k: v for k, v in response.headers.items() if k in {"x-request-id", "cache-control"}},
@@ -267,7 +267,7 @@ async def _save(
     with anyio.CancelScope(shield=True):
         try:
             layer = store.layer(budget_of(request, END_SHARE))
-            await to_thread.run_sync(layer.save_success, data, stored)
+            await to_thread.run_sync(layer.save_success, data, dict(stored))
         except Exception as failure:
             _store_failed(failure)
 
@@ -277,7 +277,7 @@ class RecordedStream(Response):
     client went away, the stream failed), its in-progress record is released once the response is over: a retry
     with the same key runs again."""
 
-    def __init__(self, inner: StreamingResponse, store: Store, data: dict[str, Any], request: Request):
+    def __init__(self, inner: StreamingResponse, store: Store, data: dict[str, str], request: Request):
         self.inner, self.store, self.data, self.request = inner, store, data, request
         self.status_code = inner.status_code
         self.media_type = inner.media_type

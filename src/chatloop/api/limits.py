@@ -13,6 +13,7 @@ Usage::
 from __future__ import annotations
 
 import json
+from collections.abc import Sized
 from typing import Any
 
 from starlette.requests import ClientDisconnect, Request
@@ -55,7 +56,7 @@ def _too_large(limit: int) -> RequestError:
     return RequestError(413, "body_too_large", f"the body is larger than {limit} bytes")
 
 
-def parse_json_body(raw: bytes, max_depth: int) -> Any:
+def parse_json_body(raw: bytes, max_depth: int) -> object:
     """The body as JSON with text-safe strings, or a ``RequestError`` naming the problem."""
     try:
         text = raw.decode("utf-8")
@@ -82,11 +83,11 @@ def parse_json_body(raw: bytes, max_depth: int) -> Any:
     return text_safe_value(data)  # lone surrogates (valid JSON escapes, invalid UTF-8) become U+FFFD
 
 
-def json_depth(value: Any, stop_after: int) -> int:
+def json_depth(value: object, stop_after: int) -> int:
     """How deeply ``value`` nests lists and objects (a scalar is 0), counted without recursion and no further
     than ``stop_after + 1``."""
     deepest = 0
-    stack: list[tuple[Any, int]] = [(value, 0)]
+    stack: list[tuple[object, int]] = [(value, 0)]
     while stack:
         item, depth = stack.pop()
         if isinstance(item, dict | list):
@@ -98,7 +99,7 @@ def json_depth(value: Any, stop_after: int) -> int:
     return deepest
 
 
-def check_message_count(messages: list[Any], max_messages: int) -> None:
+def check_message_count(messages: Sized, max_messages: int) -> None:
     if len(messages) > max_messages:
         raise RequestError(
             413,
@@ -149,7 +150,7 @@ def _shrink_body(body: str, keep: int) -> str:
     return "\n\n".join(events)
 
 
-def _cut_strings(value: Any, keep: int) -> Any:
+def _cut_strings(value: object, keep: int) -> object:
     if isinstance(value, str):
         return value if len(value) <= keep else value[:keep] + f"… [cut: {len(value)} characters in all]"
     if isinstance(value, list):

@@ -1,97 +1,116 @@
-"""``/v1/responses``: OpenAI's Responses API as one more renderer over the same engine, stateless.
-
-Input items become the chat conversation the engine runs (``conversation_of``); the engine's events become a
-``response`` object (``response_object``) or its event stream (``response_events``), both drawn from the same
-``final_reply`` projection as chat completions. The engine knows nothing of this API.
+"""``POST /v1/responses``: OpenAI's Responses API over the same turn, all of its translation here: input items
+become the chat conversation the engine runs (``conversation_of``), the engine's events become a ``response``
+object or its event stream (``ResponsesRenderer``, items from ``api.response_items``). Storing and continuing
+responses is ``api.stored``'s; the engine knows nothing of this API.
 
 Usage::
 
     messages = conversation_of(body)                        # then normalize_conversation(messages)
-    body = response_object(done, request_id, echo)          # stream=false
-    async for chunk in response_events(events, request_id, echo): ...   # stream=true
+    renderer = ResponsesRenderer("req-1", echo_of(body, "groq:llama-3.3-70b-versatile"))
 """
 
 from __future__ import annotations
 
-import itertools
 import json
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from typing import Any
 
-from chatloop.api.mcp_items import (
-    McpCallInput,
-    call_finished_frames,
-    call_started_frames,
-    finish_call_item,
-    list_tools_frames,
-    started_call_item,
+from starlette.requests import Request
+from starlette.responses import Response
+
+from chatloop.api.checks import (
+    ChatChoice,
+    check_context,
+    checked_client_tools,
+    conversation,
+    model_for,
+    model_params,
+    read_body,
+    refuse_unsupported,
+    structured_output,
 )
-from chatloop.api.render import INTERNAL_ERROR, dumps_unredacted, extension, held_secrets
-from chatloop.api.schemas import (
+from chatloop.api.context import RequestContext
+from chatloop.api.errors import RequestError
+from chatloop.api.mcp_items import McpCallInput, listed_items
+from chatloop.api.mcp_servers import client_servers
+from chatloop.api.openai_chat import extension
+from chatloop.api.response_items import JAVASCRIPT_TOOL, ResponseEvents, ResponseOutput
+from chatloop.api.response_schemas import (
     CodeInterpreterCallItem,
     FunctionCallItem,
     FunctionCallOutputItem,
+    InputItem,
     InputMessage,
     ResponsesBody,
+    ResponsesFunctionTool,
 )
-from chatloop.engine.events import Event, EventType
-from chatloop.observability import logger, redact
+from chatloop.api.serve import INTERNAL_ERROR, serve_turn, turn_events
+from chatloop.config import MCPServerConfig
+from chatloop.engine import Event, TurnRequest, TurnSummary
+from chatloop.engine.events import Done, TurnError
+from chatloop.engine.messages import Message
+from chatloop.jsontypes import JSONObject
+from chatloop.providers.base import Usage
+from chatloop.providers.chain import FallbackChain
 
 INCOMPLETE = {"length": "max_output_tokens", "iteration_cap": "iteration_cap", "deadline": "deadline"}
 """Stop reasons that leave a response ``incomplete``, and the reason ``incomplete_details`` gives."""
 
 
-# --- input ----------------------------------------------------------------------------------------
-def conversation_of(body: ResponsesBody, history: Sequence[Any] = ()) -> list[dict[str, Any]]:
+# --- input ---------------------------------------------------------------------------------------------
+def conversation_of(body: ResponsesBody, history: Sequence[InputItem] = ()) -> list[Message]:
     """The chat conversation for ``instructions``, the earlier items a request continues from (``history``: a
     previous response's chain, or a conversation's items) and ``input``: ``developer`` is ``system``, consecutive
     ``function_call`` items join the assistant message before them, ``function_call_output`` is a tool message,
     reasoning items carry nothing this server needs."""
-    messages: list[dict[str, Any]] = []
+    messages: list[Message] = []
     if body.instructions:
         messages.append({"role": "system", "content": body.instructions})
     current = [InputMessage(role="user", content=body.input)] if isinstance(body.input, str) else body.input
     return messages + messages_of([*history, *current])
 
 
-def messages_of(items: Sequence[Any]) -> list[dict[str, Any]]:
+def messages_of(items: Sequence[InputItem]) -> list[Message]:
     """Input items (a request's, or stored ones read back) as chat messages."""
-    messages: list[dict[str, Any]] = []
+    messages: list[Message] = []
     for item in items:
         if isinstance(item, InputMessage):
             role = "system" if item.role == "developer" else item.role
             messages.append({"role": role, "content": item.text()})
         elif isinstance(item, FunctionCallItem):
-            call = {
-                "id": item.call_id,
-                "type": "function",
-                "function": {"name": item.name, "arguments": item.arguments},
-            }
-            last = messages[-1] if messages else None
-            if last is not None and last["role"] == "assistant":
-                last.setdefault("tool_calls", []).append(call)
-            else:
-                messages.append({"role": "assistant", "content": None, "tool_calls": [call]})
+            call = _call(item.call_id, item.name, item.arguments)
+            _add_call(messages, call, lambda last: last["role"] == "assistant")
         elif isinstance(item, FunctionCallOutputItem):
             messages.append({"role": "tool", "tool_call_id": item.call_id, "content": item.text()})
         elif isinstance(
             item, CodeInterpreterCallItem
         ):  # an earlier run, replayed (the Agents SDK sends outputs)
-            call = {
-                "id": item.call_id(),
-                "type": "function",
-                "function": {"name": JAVASCRIPT_TOOL, "arguments": json.dumps({"code": item.code or ""})},
-            }
-            last = messages[-1] if messages else None
-            if last is not None and last["role"] == "assistant" and not last.get("content"):
-                last.setdefault("tool_calls", []).append(call)
-            else:
-                messages.append({"role": "assistant", "content": None, "tool_calls": [call]})
-            messages.append({"role": "tool", "tool_call_id": call["id"], "content": item.logs()})
+            code = json.dumps({"code": item.code or ""})
+            call = _call(item.call_id(), JAVASCRIPT_TOOL, code)
+            _add_call(messages, call, lambda last: last["role"] == "assistant" and not last.get("content"))
+            messages.append({"role": "tool", "tool_call_id": item.call_id(), "content": item.logs()})
         elif isinstance(item, McpCallInput):  # an earlier MCP call, replayed: the call and its answer
             messages += item.messages()
     return messages
+
+
+def _call(call_id: str, name: str, arguments: str) -> JSONObject:
+    return {"id": call_id, "type": "function", "function": {"name": name, "arguments": arguments}}
+
+
+def _add_call(messages: list[Message], call: JSONObject, joins: Callable[[Message], bool]) -> None:
+    """``call`` added to the last message when ``joins`` it (an assistant message's calls), else as a new assistant
+    message that calls it."""
+    last = messages[-1] if messages else None
+    if last is not None and joins(last):
+        calls = last.get("tool_calls")
+        if isinstance(calls, list):
+            calls.append(call)
+        else:
+            last["tool_calls"] = [call]
+    else:
+        messages.append({"role": "assistant", "content": None, "tool_calls": [call]})
 
 
 def echo_of(
@@ -136,12 +155,7 @@ def echo_of(
     }
 
 
-# --- output ---------------------------------------------------------------------------------------
-CONTAINER_ID = "chatloop-sandbox"
-"""What a ``code_interpreter_call`` names as its container: each run gets a fresh sandbox, nothing persists."""
-JAVASCRIPT_TOOL = "execute_javascript"
-
-
+# --- output ------------------------------------------------------------------------------------------
 def _skeleton(request_id: str, echo: dict[str, Any], created: int) -> dict[str, Any]:
     return {
         "id": f"resp_{request_id}",
@@ -161,193 +175,18 @@ def _skeleton(request_id: str, echo: dict[str, Any], created: int) -> dict[str, 
     }
 
 
-def _usage(usage: dict[str, int]) -> dict[str, Any]:
+def _usage(usage: Usage) -> dict[str, object]:
     return {
-        "input_tokens": usage["prompt_tokens"],
+        "input_tokens": usage.prompt_tokens,
         "input_tokens_details": {"cached_tokens": 0},
-        "output_tokens": usage["completion_tokens"],
+        "output_tokens": usage.completion_tokens,
         "output_tokens_details": {"reasoning_tokens": 0},
-        "total_tokens": usage["total_tokens"],
+        "total_tokens": usage.total_tokens,
     }
-
-
-def message_item(item_id: str, text: str, status: str = "completed") -> dict[str, Any]:
-    content = (
-        [{"type": "output_text", "text": text, "annotations": [], "logprobs": []}]
-        if status == "completed"
-        else []
-    )
-    return {"type": "message", "id": item_id, "status": status, "role": "assistant", "content": content}
-
-
-def call_item(call: dict[str, Any], status: str = "completed") -> dict[str, Any]:
-    function = call["function"]
-    return {
-        "type": "function_call",
-        "id": f"fc_{call['id']}",
-        "call_id": call["id"],
-        "name": function["name"],
-        "arguments": function["arguments"] if status == "completed" else "",
-        "status": status,
-    }
-
-
-def code_interpreter_item(start: dict[str, Any]) -> dict[str, Any]:
-    """An ``execute_javascript`` run as OpenAI's hosted-code item (in progress: no outputs yet)."""
-    try:
-        code = json.loads(start["arguments"]).get("code")
-    except (ValueError, AttributeError):
-        code = None
-    return {
-        "type": "code_interpreter_call",
-        "id": f"ci_{start['id']}",
-        "code": code if isinstance(code, str) else start["arguments"],
-        "container_id": CONTAINER_ID,
-        "outputs": None,
-        "status": "in_progress",
-    }
-
-
-class ResponseOutput:
-    """The ``output`` items of a response as the turn's events make them known, and the stream events that tell a
-    client about each (framed by ``emit``; a non-streamed request discards them).
-
-    Text goes into a ``message`` item; a server tool run closes it and becomes an item of its own
-    (``code_interpreter_call`` for ``execute_javascript``), so the text a model writes after the run opens a new
-    message. Each message's deltas add up to its text. The client's tool calls come last, as ``function_call``
-    items. A tool on an MCP server is an ``mcp_call`` item, and the request's own MCP servers each open the output
-    with an ``mcp_list_tools`` item (``listed``, framed by ``start``)."""
-
-    def __init__(self, request_id: str, emit: _Events, listed: Sequence[dict[str, Any]] = ()) -> None:
-        self.request_id = request_id
-        self.emit = emit
-        self.items: list[dict[str, Any]] = []
-        self._message: dict[str, Any] | None = None
-        self._text: list[str] = []
-        self._runs: dict[str, int] = {}
-        self._mcp_calls: dict[str, int] = {}
-        self._listed = list(listed)
-
-    def start(self) -> list[str]:
-        """The ``mcp_list_tools`` items: what each of the request's MCP servers offered, or why it could not."""
-        frames: list[str] = []
-        for item in self._listed:
-            self.items.append(item)
-            frames += list_tools_frames(self.emit, item, self._index())
-        return frames
-
-    def feed(self, event: Event) -> list[str]:
-        data = event.data
-        if event.type is EventType.DELTA:
-            if data.get("seam") and self._message is None:
-                return []  # a seam separates texts; after a tool item the next message stands apart anyway
-            return self._add_text(data["content"])
-        if event.type is EventType.TOOL_CALL_START and data["name"] == JAVASCRIPT_TOOL:
-            return self._close_message() + self._open_run(code_interpreter_item(data))
-        if event.type is EventType.TOOL_CALL_RESULT and data["id"] in self._runs:
-            return self._finish_run(data)
-        if event.type is EventType.TOOL_CALL_START and data.get("server"):  # a tool on an MCP server
-            self.items.append(started_call_item(data))
-            self._mcp_calls[data["id"]] = self._index()
-            return self._close_message() + call_started_frames(self.emit, self.items[-1], self._index())
-        if event.type is EventType.TOOL_CALL_RESULT and data["id"] in self._mcp_calls:
-            index = self._mcp_calls.pop(data["id"])
-            finish_call_item(self.items[index], data)
-            return call_finished_frames(self.emit, self.items[index], index)
-        return []
-
-    def finish(self, done: dict[str, Any]) -> list[str]:
-        """Close the open message, then add each client tool call as a ``function_call`` item."""
-        frames = self._close_message()
-        for call in done["message"].get("tool_calls") or []:
-            item, index = call_item(call), len(self.items)
-            self.items.append(item)
-            where = {"item_id": item["id"], "output_index": index}
-            frames += [
-                self.emit(
-                    "response.output_item.added", output_index=index, item=call_item(call, "in_progress")
-                ),
-                self.emit("response.function_call_arguments.delta", **where, delta=item["arguments"]),
-                self.emit(
-                    "response.function_call_arguments.done",
-                    **where,
-                    name=item["name"],
-                    arguments=item["arguments"],
-                ),
-                self.emit("response.output_item.done", output_index=index, item=item),
-            ]
-        return frames
-
-    # --- message items ---------------------------------------------------------------------------
-    def _add_text(self, piece: str) -> list[str]:
-        frames = []
-        if self._message is None:
-            messages = sum(1 for i in self.items if i["type"] == "message")
-            item_id = f"msg_{self.request_id}" + (f"_{messages}" if messages else "")
-            self._message, self._text = message_item(item_id, "", "in_progress"), []
-            self.items.append(self._message)
-            part = {"type": "output_text", "text": "", "annotations": []}
-            frames += [
-                self.emit("response.output_item.added", output_index=self._index(), item=dict(self._message)),
-                self.emit("response.content_part.added", **self._where(), part=part),
-            ]
-        self._text.append(piece)
-        frames.append(self.emit("response.output_text.delta", **self._where(), delta=piece, logprobs=[]))
-        return frames
-
-    def _close_message(self) -> list[str]:
-        if self._message is None:
-            return []
-        index, where, whole = self._index(), self._where(), "".join(self._text)
-        self._message.update(message_item(self._message["id"], whole))
-        self._message = None
-        return [
-            self.emit("response.output_text.done", **where, text=whole, logprobs=[]),
-            self.emit(
-                "response.content_part.done",
-                **where,
-                part={"type": "output_text", "text": whole, "annotations": []},
-            ),
-            self.emit("response.output_item.done", output_index=index, item=self.items[index]),
-        ]
-
-    def _index(self) -> int:
-        return len(self.items) - 1
-
-    def _where(self) -> dict[str, Any]:
-        """Where the open message is (it is always the last item while it is open)."""
-        return {"item_id": self.items[-1]["id"], "output_index": self._index(), "content_index": 0}
-
-    # --- server tool runs ---------------------------------------------------------------------------
-    def _open_run(self, item: dict[str, Any]) -> list[str]:
-        index = len(self.items)
-        self.items.append(item)
-        self._runs[item["id"].removeprefix("ci_")] = index
-        where = {"item_id": item["id"], "output_index": index}
-        return [
-            self.emit("response.output_item.added", output_index=index, item=dict(item)),
-            self.emit("response.code_interpreter_call.in_progress", **where),
-            self.emit("response.code_interpreter_call_code.delta", **where, delta=item["code"] or ""),
-            self.emit("response.code_interpreter_call_code.done", **where, code=item["code"] or ""),
-            self.emit("response.code_interpreter_call.interpreting", **where),
-        ]
-
-    def _finish_run(self, result: dict[str, Any]) -> list[str]:
-        index = self._runs.pop(result["id"])
-        item = self.items[index]
-        item.update(
-            outputs=[{"type": "logs", "logs": result["content"]}],
-            status="completed" if result["status"] == "ok" else "failed",
-        )
-        where = {"item_id": item["id"], "output_index": index}
-        return [
-            self.emit("response.code_interpreter_call.completed", **where),
-            self.emit("response.output_item.done", output_index=index, item=item),
-        ]
 
 
 def response_object(
-    done: dict[str, Any],
+    summary: TurnSummary,
     request_id: str,
     echo: dict[str, Any],
     output: list[dict[str, Any]],
@@ -356,135 +195,174 @@ def response_object(
     """The finished ``response``: ``incomplete`` (with its reason) when the turn stopped on the output-token cap, the
     iteration cap or the deadline; the stop reason and tool records under ``x_chatloop``."""
     body = _skeleton(request_id, echo, created or int(time.time()))
-    reason = INCOMPLETE.get(done["stop_reason"])
+    reason = INCOMPLETE.get(summary.stop_reason)
     body.update(
-        model=done["model"] or echo["model"],
+        model=summary.model or echo["model"],
         status="incomplete" if reason else "completed",
         incomplete_details={"reason": reason} if reason else None,
         output=output,
-        usage=_usage(done["usage"]),
-        x_chatloop=extension(done),
+        usage=_usage(summary.usage),
+        x_chatloop=extension(summary),
     )
     return body
-
-
-async def collect_response(
-    events: AsyncIterator[Event],
-    request_id: str,
-    echo: dict[str, Any],
-    listed: Sequence[dict[str, Any]] = (),
-) -> tuple[dict[str, Any], list[dict[str, Any]]]:
-    """A non-streamed request's ``response`` (the same projection as the stream), and the turn's error events."""
-    output = ResponseOutput(request_id, _Events(), listed)
-    output.start()
-    errors: list[dict[str, Any]] = []
-    done: dict[str, Any] = {}
-    async for event in held_secrets(events):
-        if event.type is EventType.ERROR:
-            errors.append(event.data)
-        elif event.type is EventType.DONE:
-            done = event.data
-            output.finish(done)
-        else:
-            output.feed(event)
-    return response_object(done, request_id, echo, output.items), errors
-
-
-TERMINAL = {"response.completed", "response.incomplete", "response.failed"}
-
-
-class _Events:
-    """Numbers and frames Responses API stream events (``sequence_number`` from 0), and knows when the terminal
-    one has been framed. Frames are not yet redacted: ``response_events`` redacts each chunk as a whole."""
-
-    def __init__(
-        self, record: bool = False, listener: Callable[[dict[str, Any]], None] | None = None
-    ) -> None:
-        self._numbers = itertools.count()
-        self.ended = False
-        self.recorded: list[dict[str, Any]] | None = [] if record else None
-        """Every event's data, when the response is stored (a resumed stream replays them)."""
-        self.listener = listener
-        """Told of every event as it is framed (a client following the stream live)."""
-
-    def __call__(self, kind: str, **fields: Any) -> str:
-        self.ended = self.ended or kind in TERMINAL
-        data = {"type": kind, "sequence_number": next(self._numbers), **fields}
-        if self.recorded is not None:
-            self.recorded.append(data)
-        if self.listener is not None:
-            self.listener(data)
-        return f"event: {kind}\ndata: {dumps_unredacted(data)}\n\n"
-
-
-def _sealed(frames: str) -> bytes:
-    """A chunk as it leaves: redacted once, whole (no secret or key-shaped string, whatever produced it)."""
-    return redact(frames).encode()
 
 
 Keep = Callable[[dict[str, Any], list[dict[str, Any]]], Awaitable[dict[str, Any]]]
 """Stores a finished response (and its stream's events) and returns it as it should be shown."""
 
 
-async def response_events(
-    events: AsyncIterator[Event],
-    request_id: str,
-    echo: dict[str, Any],
-    keep: Keep | None = None,
-    listener: Callable[[dict[str, Any]], None] | None = None,
-    listed: Sequence[dict[str, Any]] = (),
-) -> AsyncIterator[bytes]:
-    """The Responses API's event stream. It always ends with its terminal event: ``response.completed``,
+class ResponsesRenderer:
+    """A ``response``, or its event stream. The stream always ends with its terminal event: ``response.completed``,
     ``response.incomplete`` or ``response.failed`` (after an ``error`` event when something broke mid-way). With
     ``keep``, the finished response is stored before its terminal event goes out (read-after-write holds)."""
-    emit = _Events(record=keep is not None, listener=listener)
-    created = int(time.time())
+
+    stream_failure_log = "response event stream failed"
+    answers_failure = False
+
+    def __init__(
+        self,
+        request_id: str,
+        echo: dict[str, Any],
+        keep: Keep | None = None,
+        listener: Callable[[dict[str, Any]], None] | None = None,
+        listed: Sequence[dict[str, Any]] = (),
+        *,
+        stream: bool = True,
+    ) -> None:
+        self.request_id, self.echo, self.keep = request_id, echo, keep
+        self.created = int(time.time())
+        self.emit = ResponseEvents(record=keep is not None and stream, listener=listener)
+        self.output = ResponseOutput(request_id, self.emit, listed)
+        if not stream:  # the stream lists them after response.created; a response object just holds them
+            self.output.start()
+
+    async def frames(self, events: AsyncIterator[Event]) -> AsyncIterator[str]:
+        """The events, framed. ``response.created`` goes out at once; frames that become known together leave as
+        one chunk (fewer writes through the heartbeat wrapper and the socket)."""
+        emit, output = self.emit, self.output
+        started = _skeleton(self.request_id, self.echo, self.created)
+        head = [emit("response.created", response=started), emit("response.in_progress", response=started)]
+        yield "".join(head + output.start())
+        async for event in events:
+            if isinstance(event, TurnError) and event.code == "all_models_failed":
+                yield emit("response.failed", response=self._failed(event.message))
+                return
+            if isinstance(event, Done):
+                frames = output.finish(event.summary.message.tool_calls or ())
+                final = response_object(event.summary, self.request_id, self.echo, output.items, self.created)
+                kind = "response.incomplete" if final["status"] == "incomplete" else "response.completed"
+                if self.keep is not None:
+                    # The terminal event is stored as it will be sent: numbered next, with the rest.
+                    number = len(emit.recorded or [])
+                    terminal = {"type": kind, "sequence_number": number, "response": final}
+                    final = await self.keep(final, [*(emit.recorded or []), terminal])
+                yield "".join([*frames, emit(kind, response=final)])
+                return
+            frames = output.feed(event)
+            if frames:
+                yield "".join(frames)
+
+    def broken(self) -> str:
+        if self.emit.ended:
+            return ""
+        error = self.emit("error", code=INTERNAL_ERROR.code, message=INTERNAL_ERROR.message, param=None)
+        return error + self.emit("response.failed", response=self._failed(INTERNAL_ERROR.message))
+
+    def _failed(self, message: str) -> dict[str, Any]:
+        failed = _skeleton(self.request_id, self.echo, self.created)
+        failed.update(status="failed", error={"code": "server_error", "message": message})
+        return failed
+
+    def observe(self, event: Event) -> None:
+        self.output.feed(event)
+
+    async def answer(self, summary: TurnSummary) -> tuple[int, object]:
+        self.output.finish(summary.message.tool_calls or ())
+        response = response_object(summary, self.request_id, self.echo, self.output.items)
+        if self.keep is not None:
+            response = await self.keep(response, [])
+        return 200, response
+
+
+# --- the endpoint ------------------------------------------------------------------------------------------
+
+
+async def responses(request: Request) -> Response:
+    """OpenAI's Responses API: the same turn as chat completions, rendered as a ``response``; stored, and continued
+    from a stored response or a conversation, by ``api.stored``."""
+    from chatloop.api import (  # the store and its schemas load with the first Responses request
+        running,
+        stored,
+    )
+
+    ctx = RequestContext.of(request)
+    runtime = ctx.runtime
+    body = await read_body(request, ResponsesBody)
+    refuse_unsupported(body)
+    keeping = await stored.prepare(request, body)
+    turn, model, servers = await turn_of(ctx, body, keeping.history)
+    rid = ctx.request_id
+    echo = echo_of(body, model.name, keeping.store is not None, keeping.conversation_id)
+    mcp = await runtime.mcp_for_turn(ctx.deadline, servers)
+    registry = runtime.registry().with_tools(mcp.tools, mcp.skipped)
+    listed = listed_items(servers, mcp)  # mcp_list_tools items: what each of the request's servers offered
+    events = turn_events(ctx, turn, model, registry)
+
+    async def keep(response: dict[str, Any], sent: list[dict[str, Any]]) -> dict[str, Any]:
+        return await stored.save(keeping, request, body, response, sent)
+
+    if body.stream and keeping.store is not None and keeping.owner is not None:
+        # Stored: the turn runs to its end if the client goes away, and can be followed live meanwhile.
+        live = running.live_stream(f"resp_{rid}", keeping.owner)
+        renderer = ResponsesRenderer(rid, echo, keep, live.add, listed)
+
+        def followed(chunks: AsyncIterator[bytes]) -> AsyncIterator[bytes]:
+            return running.followable(f"resp_{rid}", live, chunks)
+
+        return await serve_turn(ctx, renderer, events, stream=True, keep_running=followed)
+    if body.stream:
+        return await serve_turn(ctx, ResponsesRenderer(rid, echo, listed=listed), events, stream=True)
+    renderer = ResponsesRenderer(rid, echo, keep, listed=listed, stream=False)
+    return await serve_turn(ctx, renderer, events, stream=False)
+
+
+async def turn_of(
+    ctx: RequestContext, body: ResponsesBody, history: Sequence[InputItem]
+) -> tuple[TurnRequest, FallbackChain, list[MCPServerConfig]]:
+    """The turn a request asks for, its chain and its own MCP servers, every check passed (a 4xx before any model
+    call otherwise)."""
+    runtime = ctx.runtime
+    messages = conversation(conversation_of(body, history), runtime.settings.max_messages)
+    chat_choice: ChatChoice = None
+    if isinstance(body.tool_choice, str):
+        chat_choice = body.tool_choice
+    elif body.tool_choice is not None:  # the Responses API names a function flat; chat completions nest it
+        chat_choice = {"type": "function", "function": {"name": body.tool_choice.name}}
+    functions = [t.as_chat_tool() for t in body.tools or [] if isinstance(t, ResponsesFunctionTool)]
+    client_tools = checked_client_tools(runtime, functions, chat_choice)
+    servers = await client_servers(body.tools, runtime.settings, runtime.mcp_servers_labels())
+    model = model_for(runtime, body.model, openai=True)
+    trimming = body.truncation == "auto"  # OpenAI's default is "disabled": refuse what does not fit
+    check_context(model, messages, body.max_output_tokens, whole=not trimming)
     try:
-        async for frames in _response_events(events, request_id, echo, emit, created, keep, listed):
-            yield _sealed(frames)
-    except Exception:
-        logger.exception("response event stream failed")
-        if not emit.ended:
-            error = emit("error", code=INTERNAL_ERROR["code"], message=INTERNAL_ERROR["message"], param=None)
-            failed = _skeleton(request_id, echo, created)
-            failed.update(
-                status="failed", error={"code": "server_error", "message": INTERNAL_ERROR["message"]}
-            )
-            yield _sealed(error + emit("response.failed", response=failed))
-
-
-async def _response_events(
-    events: AsyncIterator[Event],
-    request_id: str,
-    echo: dict[str, Any],
-    emit: _Events,
-    created: int,
-    keep: Keep | None,
-    listed: Sequence[dict[str, Any]] = (),
-) -> AsyncIterator[str]:
-    """The events, framed. ``response.created`` goes out at once; frames that become known together leave as one
-    chunk (fewer writes through the heartbeat wrapper and the socket)."""
-    started = _skeleton(request_id, echo, created)
-    output = ResponseOutput(request_id, emit, listed)
-    head = [emit("response.created", response=started), emit("response.in_progress", response=started)]
-    yield "".join(head + output.start())
-    async for event in held_secrets(events):
-        if event.type is EventType.ERROR and event.data.get("code") == "all_models_failed":
-            failed = _skeleton(request_id, echo, created)
-            failed.update(status="failed", error={"code": "server_error", "message": event.data["message"]})
-            yield emit("response.failed", response=failed)
-            return
-        if event.type is EventType.DONE:
-            frames = output.finish(event.data)
-            final = response_object(event.data, request_id, echo, output.items, created)
-            kind = "response.incomplete" if final["status"] == "incomplete" else "response.completed"
-            if keep is not None:
-                # The terminal event is stored as it will be sent: numbered next, with the rest.
-                number = len(emit.recorded or [])
-                terminal = {"type": kind, "sequence_number": number, "response": final}
-                final = await keep(final, [*(emit.recorded or []), terminal])
-            yield "".join([*frames, emit(kind, response=final)])
-            return
-        frames = output.feed(event)
-        if frames:
-            yield "".join(frames)
+        requested_format = body.text.format.as_response_format() if body.text and body.text.format else None
+    except ValueError as exc:
+        raise RequestError(400, "invalid_request", str(exc), param="text.format") from None
+    response_format = structured_output(runtime, model, requested_format, "text.format")
+    params = model_params(runtime, model, body.forwarded())
+    no_tools = chat_choice == "none"
+    turn = TurnRequest(
+        messages=messages,
+        tool_names=[] if no_tools else None,
+        client_tools=[] if no_tools else client_tools,
+        tool_choice=None if no_tools else chat_choice,
+        parallel_tool_calls=body.parallel_tool_calls,
+        temperature=body.temperature,
+        top_p=body.top_p,
+        max_tokens=body.max_output_tokens,
+        response_format=response_format,
+        model_params=params,
+        max_tool_calls=body.max_tool_calls,
+        allow_trimming=trimming,
+    )
+    return turn, model, servers

@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING
 from chatloop.api.idempotency import Store
 from chatloop.config import DEFAULT_MODEL_CHAIN, MCPServerConfig, Settings
 from chatloop.deadline import Deadline
+from chatloop.engine.limits import EngineLimits
 from chatloop.providers.catalog import Catalog, split_entry
 from chatloop.providers.chain import FallbackChain
 from chatloop.providers.factory import build_chain, build_model, provider_usable
@@ -40,6 +41,19 @@ class UnknownModel(ValueError):
     pass
 
 
+def engine_limits(settings: Settings) -> EngineLimits:
+    """The engine's limits from the operator's settings (the engine knows no ``Settings``)."""
+    return EngineLimits(
+        max_iterations=settings.max_iterations,
+        deadline_reserve_seconds=settings.deadline_reserve_seconds,
+        substantive_answer_chars=settings.substantive_answer_chars,
+        legacy_syntax_reminders=settings.legacy_syntax_reminders,
+        system_prompt_guidance=settings.system_prompt_guidance,
+        tool_budgets=dict(settings.tool_budgets),
+        log_content=settings.log_content,
+    )
+
+
 class Runtime:
     def __init__(
         self,
@@ -58,10 +72,18 @@ class Runtime:
         self._keys_loader = keys_loader
         self._lock = threading.Lock()
         self._conversations = conversations
+        self._limits = (settings, engine_limits(settings))
         self._mcp: MCPServers | None = None
         self.idempotency: Store | None = None
         if settings.idempotency_table_name:
             self.idempotency = Store(settings.idempotency_table_name, settings.idempotency_expiry_seconds)
+
+    @property
+    def limits(self) -> EngineLimits:
+        """The engine's limits, built once per ``settings`` (tests may swap the settings of a running app)."""
+        if self._limits[0] is not self.settings:
+            self._limits = (self.settings, engine_limits(self.settings))
+        return self._limits[1]
 
     def keys(self) -> dict[str, str | None]:
         if self._keys is None:

@@ -16,7 +16,6 @@ Usage::
 from __future__ import annotations
 
 from collections.abc import Iterator
-from typing import Any
 
 from chatloop.providers.schema_values import finite
 
@@ -54,7 +53,7 @@ class SchemaError(ValueError):
     """A client schema that cannot be taken; the message names the keyword's path inside the schema."""
 
 
-def check_schema(schema: Any) -> None:
+def check_schema(schema: object) -> None:
     """Raise ``SchemaError`` naming the first keyword whose value is not a usable bound (see the module docstring).
     Iterative, and bounded by ``MAX_NODES``: no schema makes it recurse or run long."""
     for seen, (path, node) in enumerate(_nodes(schema), start=1):
@@ -63,7 +62,7 @@ def check_schema(schema: Any) -> None:
         _check_node(path, node)
 
 
-def _check_node(path: str, node: dict[str, Any]) -> None:
+def _check_node(path: str, node: dict[str, object]) -> None:
     for key, limit in COUNTS.items():
         if key in node and not _count_ok(node[key], limit):
             raise SchemaError(
@@ -80,7 +79,8 @@ def _check_node(path: str, node: dict[str, Any]) -> None:
             wanted = "a positive finite number" if key == "multipleOf" else "a finite number"
             raise SchemaError(f"{_at(path, key)}: must be {wanted}, got {_shown(value)}")
     for low, high in PAIRS:
-        if low in node and high in node and node[low] > node[high]:
+        low_count, high_count = finite(node.get(low)), finite(node.get(high))  # both checked counts by now
+        if low_count is not None and high_count is not None and low_count > high_count:
             raise SchemaError(f"{_at(path, low)}: {node[low]} is larger than {high} {node[high]}")
     low_number, high_number = finite(node.get("minimum")), finite(node.get("maximum"))
     if low_number is not None and high_number is not None and low_number > high_number:
@@ -101,9 +101,9 @@ def _check_node(path: str, node: dict[str, Any]) -> None:
             raise SchemaError(f"{_at(path, key)}: must be {'an object' if key == 'properties' else 'a list'}")
 
 
-def _nodes(schema: Any) -> Iterator[tuple[str, dict[str, Any]]]:
+def _nodes(schema: object) -> Iterator[tuple[str, dict[str, object]]]:
     """Every subschema that is an object, with its path (``properties.tags.items``)."""
-    queue: list[tuple[str, Any]] = [("", schema)]
+    queue: list[tuple[str, object]] = [("", schema)]
     while queue:
         path, node = queue.pop()
         if not isinstance(node, dict):
@@ -118,7 +118,7 @@ def _nodes(schema: Any) -> Iterator[tuple[str, dict[str, Any]]]:
                 queue.extend((_at(path, f"{key}[{i}]"), sub) for i, sub in enumerate(node[key]))
 
 
-def _count_ok(value: Any, limit: int) -> bool:
+def _count_ok(value: object, limit: int) -> bool:
     number = finite(value)
     return number is not None and number.is_integer() and 0 <= number <= limit
 
@@ -127,6 +127,6 @@ def _at(path: str, key: str) -> str:
     return f"{path}.{key}" if path else key
 
 
-def _shown(value: Any) -> str:
+def _shown(value: object) -> str:
     text = repr(value)
     return text if len(text) <= 40 else text[:39] + "…"

@@ -1,4 +1,5 @@
-"""Request bodies of /chat, /v1/chat/completions and /v1/responses, validated with pydantic.
+"""Request bodies of /chat and /v1/chat/completions, validated with pydantic, and what /v1/responses shares with them
+(``api.response_schemas`` holds its own).
 
 ``/chat`` rejects unknown fields (a typo such as ``max_iteration`` should not pass silently);
 ``/v1/chat/completions`` ignores them, as OpenAI clients send many optional fields.
@@ -11,7 +12,7 @@ Usage::
 from __future__ import annotations
 
 import re
-from typing import Annotated, Any, Literal
+from typing import Annotated, Literal
 
 from pydantic import (
     AfterValidator,
@@ -24,8 +25,8 @@ from pydantic import (
     model_validator,
 )
 
-from chatloop.api.mcp_items import McpCallInput, McpListToolsInput
 from chatloop.api.schema_checks import check_schema
+from chatloop.jsontypes import JSONObject
 
 # Each endpoint validates with one schema: build it on first use (cold start), not at import.
 LAZY = ConfigDict(defer_build=True)
@@ -42,12 +43,12 @@ ToolName = Annotated[StrictStr, AfterValidator(_tool_name)]
 """A function tool's name, as OpenAI takes it: checked wherever a client names a tool (chat and Responses alike)."""
 
 
-def _client_schema(value: dict[str, Any]) -> dict[str, Any]:
+def _client_schema(value: dict[str, object]) -> dict[str, object]:
     check_schema(value)
     return value
 
 
-ClientSchema = Annotated[dict[str, Any], AfterValidator(_client_schema)]
+ClientSchema = Annotated[dict[str, object], AfterValidator(_client_schema)]
 """A JSON schema a client sends (tool ``parameters``, a ``json_schema`` format): its bounds checked (schema_checks)."""
 
 
@@ -75,7 +76,8 @@ class _ChatFields(BaseModel):
 
     model_config = LAZY
 
-    messages: list[Any]
+    messages: list[object]
+    """Checked by the engine's ``normalize_conversation`` (its rules name ``messages[i]``), not here."""
     model: StrictStr | None = None
     tool_choice: ToolChoice | None = None
     parallel_tool_calls: StrictBool | None = None
@@ -117,7 +119,7 @@ class ClientTool(BaseModel):
     type: Literal["function"]
     function: ClientFunction
 
-    def schema_for_model(self) -> dict[str, Any]:
+    def schema_for_model(self) -> JSONObject:
         return {"type": "function", "function": self.function.model_dump(exclude_none=True)}
 
 
@@ -152,7 +154,7 @@ class ResponseFormat(BaseModel):
             raise ValueError("json_schema is required when type is json_schema")
         return self
 
-    def upstream(self) -> dict[str, Any] | None:
+    def upstream(self) -> JSONObject | None:
         """What the model is sent: None for plain text."""
         if self.type == "text":
             return None
@@ -193,7 +195,7 @@ class Unsupported(ValueError):
         self.param = param
 
 
-class _OpenAIParams(BaseModel):
+class OpenAIParams(BaseModel):
     """What both OpenAI APIs take besides the turn's basics. Every one is honoured or refused by name
     (``refusals``); unknown fields are refused too, as OpenAI refuses them."""
 
@@ -214,7 +216,7 @@ class _OpenAIParams(BaseModel):
     store: StrictBool | None = None
     top_logprobs: Annotated[StrictInt, Field(ge=0, le=20)] | None = None
 
-    def forwarded(self) -> dict[str, Any]:
+    def forwarded(self) -> JSONObject:
         """The parameters the model is sent as they are (the catalog says which models take them)."""
         return {name: value for name in FORWARDED if (value := getattr(self, name, None)) is not None}
 
@@ -227,7 +229,7 @@ class _OpenAIParams(BaseModel):
         return refused
 
 
-class OpenAIChatBody(_OpenAIParams, _ChatFields):
+class OpenAIChatBody(OpenAIParams, _ChatFields):
     model_config = ConfigDict(extra="forbid", defer_build=True)
 
     tools: list[ClientTool] | None = None
@@ -240,11 +242,11 @@ class OpenAIChatBody(_OpenAIParams, _ChatFields):
     verbosity: Verbosity | None = None
     logprobs: StrictBool | None = None
     modalities: list[StrictStr] | None = None
-    audio: dict[str, Any] | None = None
-    prediction: dict[str, Any] | None = None
-    web_search_options: dict[str, Any] | None = None
-    functions: list[Any] | None = None
-    function_call: Any = None
+    audio: dict[str, object] | None = None
+    prediction: dict[str, object] | None = None
+    web_search_options: dict[str, object] | None = None
+    functions: list[object] | None = None
+    function_call: object = None
 
     def refusals(self) -> list[Unsupported]:
         refused = super().refusals()
@@ -264,238 +266,4 @@ class OpenAIChatBody(_OpenAIParams, _ChatFields):
             refused.append(
                 Unsupported(name, "the legacy function-calling fields are not supported; use tools")
             )
-        return refused
-
-
-# --- /v1/responses --------------------------------------------------------------------------------
-class InputText(BaseModel):
-    model_config = LAZY
-
-    type: Literal["input_text", "output_text", "text"]
-    text: StrictStr
-
-
-class InputMessage(BaseModel):
-    """A ``message`` item (the ``type`` may be left out, as the SDKs' "easy input message" does)."""
-
-    model_config = LAZY
-
-    type: Literal["message"] = "message"
-    role: Literal["user", "assistant", "system", "developer"]
-    content: StrictStr | list[InputText]
-
-    def text(self) -> str:
-        return self.content if isinstance(self.content, str) else "".join(p.text for p in self.content)
-
-
-class FunctionCallItem(BaseModel):
-    model_config = LAZY
-
-    type: Literal["function_call"]
-    call_id: StrictStr
-    name: StrictStr
-    arguments: StrictStr
-
-
-class FunctionCallOutputItem(BaseModel):
-    model_config = LAZY
-
-    type: Literal["function_call_output"]
-    call_id: StrictStr
-    output: StrictStr | list[InputText]
-
-    def text(self) -> str:
-        return self.output if isinstance(self.output, str) else "".join(p.text for p in self.output)
-
-
-class CodeInterpreterLogs(BaseModel):
-    model_config = ConfigDict(extra="ignore", defer_build=True)
-
-    type: Literal["logs"]
-    logs: StrictStr
-
-
-class CodeInterpreterImage(BaseModel):
-    model_config = ConfigDict(extra="ignore", defer_build=True)
-
-    type: Literal["image"]
-    url: StrictStr
-
-
-class CodeInterpreterCallItem(BaseModel):
-    """An ``execute_javascript`` run from an earlier response (OpenAI's ``code_interpreter_call``), sent back as
-    input: the model is given it as that earlier tool call and its result."""
-
-    model_config = ConfigDict(extra="ignore", defer_build=True)
-
-    type: Literal["code_interpreter_call"]
-    id: Annotated[StrictStr, Field(min_length=1, max_length=256)]
-    code: StrictStr | None = None
-    outputs: list[CodeInterpreterLogs | CodeInterpreterImage] | None = None
-
-    def call_id(self) -> str:
-        return self.id.removeprefix("ci_")
-
-    def logs(self) -> str:
-        """What the run returned, as the model saw it (an image output is described, not dropped)."""
-        parts = [
-            o.logs if isinstance(o, CodeInterpreterLogs) else f"[image: {o.url}]" for o in self.outputs or []
-        ]
-        return "".join(parts) or "(the run returned no output)"
-
-
-class ReasoningItem(BaseModel):
-    """A reasoning item a client sends back from an earlier response: it carries nothing this server needs."""
-
-    model_config = ConfigDict(extra="ignore", defer_build=True)
-
-    type: Literal["reasoning"]
-
-
-InputItem = Annotated[
-    InputMessage
-    | FunctionCallItem
-    | FunctionCallOutputItem
-    | CodeInterpreterCallItem
-    | ReasoningItem
-    | McpCallInput
-    | McpListToolsInput,
-    Field(union_mode="left_to_right"),
-]
-
-
-class ResponsesFunctionTool(BaseModel):
-    model_config = LAZY
-
-    type: Literal["function"]
-    name: ToolName
-    description: StrictStr | None = None
-    parameters: ClientSchema | None = None
-    strict: StrictBool | None = None
-
-    def as_chat_tool(self) -> ClientTool:
-        fields = self.model_dump(exclude={"type"}, exclude_none=True)
-        return ClientTool(type="function", function=ClientFunction(**fields))
-
-
-class ResponsesMcpTool(BaseModel):
-    """A client-supplied MCP server (OpenAI's hosted ``mcp`` tool), checked by ``api.mcp_items.client_servers``.
-    Its ``headers`` and ``authorization`` are never echoed back (``exclude``)."""
-
-    model_config = ConfigDict(extra="ignore", defer_build=True)
-
-    type: Literal["mcp"]
-    server_label: StrictStr
-    server_url: StrictStr | None = None
-    allowed_tools: Any = None
-    headers: dict[StrictStr, StrictStr] | None = Field(default=None, exclude=True)
-    authorization: StrictStr | None = Field(default=None, exclude=True)
-    require_approval: Any = None
-    server_description: StrictStr | None = None
-    connector_id: StrictStr | None = None
-
-
-class ResponsesNamedChoice(BaseModel):
-    model_config = LAZY
-
-    type: Literal["function"]
-    name: StrictStr
-
-
-class TextFormat(BaseModel):
-    """``text.format``: the Responses API's flat form of ``response_format``."""
-
-    model_config = LAZY
-
-    type: Literal["text", "json_object", "json_schema"]
-    name: Annotated[StrictStr, Field(pattern=r"^[A-Za-z0-9_-]{1,64}$")] | None = None
-    schema_: ClientSchema | None = Field(default=None, alias="schema")
-    description: StrictStr | None = None
-    strict: StrictBool | None = None
-
-    def as_response_format(self) -> ResponseFormat:
-        if self.type != "json_schema":
-            return ResponseFormat(type=self.type)
-        if self.name is None or self.schema_ is None:
-            raise ValueError("text.format: a json_schema format needs a name and a schema")
-        spec = JSONSchemaFormat(
-            name=self.name, schema=self.schema_, description=self.description, strict=self.strict
-        )
-        return ResponseFormat(type="json_schema", json_schema=spec)
-
-
-class TextOptions(BaseModel):
-    model_config = ConfigDict(extra="forbid", defer_build=True)
-
-    format: TextFormat | None = None
-    verbosity: Verbosity | None = None
-
-
-class ReasoningOptions(BaseModel):
-    model_config = ConfigDict(extra="forbid", defer_build=True)
-
-    effort: Effort | None = None
-    summary: Literal["auto", "concise", "detailed"] | None = None
-    generate_summary: Literal["auto", "concise", "detailed"] | None = None
-
-
-class ResponsesStreamOptions(BaseModel):
-    model_config = ConfigDict(extra="forbid", defer_build=True)
-
-    include_obfuscation: Literal[False] | None = None
-
-
-INCLUDABLE = {"code_interpreter_call.outputs"}
-"""What ``include`` may ask for: the outputs of sandbox runs are always included."""
-
-
-class ResponsesBody(_OpenAIParams):
-    """``POST /v1/responses``. Every field is honoured or refused by name; unknown fields are refused."""
-
-    model_config = ConfigDict(extra="forbid", defer_build=True)
-
-    input: StrictStr | list[InputItem]
-    model: StrictStr | None = None
-    instructions: StrictStr | None = None
-    tools: list[Annotated[ResponsesFunctionTool | ResponsesMcpTool, Field(discriminator="type")]] | None = (
-        None
-    )
-    tool_choice: Literal["auto", "none", "required"] | ResponsesNamedChoice | None = None
-    parallel_tool_calls: StrictBool | None = None
-    max_output_tokens: MaxTokens | None = None
-    max_tool_calls: Annotated[StrictInt, Field(ge=0, le=1000)] | None = None
-    temperature: Temperature | None = None
-    top_p: TopP | None = None
-    text: TextOptions | None = None
-    reasoning: ReasoningOptions | None = None
-    truncation: Literal["auto", "disabled"] | None = None
-    include: list[StrictStr] | None = None
-    stream: StrictBool = False
-    stream_options: ResponsesStreamOptions | None = None
-    background: StrictBool | None = None
-    previous_response_id: StrictStr | None = None
-    conversation: StrictStr | dict[str, Any] | None = None
-    prompt: dict[str, Any] | None = None
-
-    def forwarded(self) -> dict[str, Any]:
-        params = super().forwarded()
-        if self.reasoning and self.reasoning.effort:
-            params["reasoning_effort"] = self.reasoning.effort
-        if self.text and self.text.verbosity:
-            params["verbosity"] = self.text.verbosity
-        return params
-
-    def refusals(self) -> list[Unsupported]:
-        refused = super().refusals()
-        if self.background:
-            refused.append(Unsupported("background", "background responses are not supported"))
-        if self.prompt is not None:
-            refused.append(Unsupported("prompt", "stored prompts are not supported; send instructions"))
-        if self.reasoning and (self.reasoning.summary or self.reasoning.generate_summary):
-            refused.append(
-                Unsupported("reasoning.summary", "reasoning summaries are not relayed by this server")
-            )
-        other = sorted(set(self.include or []) - INCLUDABLE)
-        if other:
-            refused.append(Unsupported("include", f"{other} cannot be included (only {sorted(INCLUDABLE)})"))
         return refused

@@ -20,27 +20,26 @@ Usage (the routes, in api/app.py)::
 
 from __future__ import annotations
 
-import asyncio
 import re
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, TypeVar
+from functools import partial
+from typing import TYPE_CHECKING, Any
 
 from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
 
-from chatloop.api.caller import caller_of
+from chatloop.api import running
+from chatloop.api.context import RequestContext
 from chatloop.api.conversations import not_found, store_context, store_errors
 from chatloop.api.errors import RequestError
-from chatloop.api.render import JSONBody, dumps
-from chatloop.api.routes import request_deadline, runtime_of
-from chatloop.api.schemas import InputItem, ReasoningItem, ResponsesBody
-from chatloop.engine.events import Event, EventType
-from chatloop.observability import logger
+from chatloop.api.response_schemas import InputItem, ReasoningItem, ResponsesBody
+from chatloop.api.wire import JSONBody, sse_frame
+from chatloop.observability import logger, redact
 
 if TYPE_CHECKING:
     from chatloop.deadline import Deadline
-    from chatloop.store.model import Item
+    from chatloop.store.model import Item, Page, PageQuery
     from chatloop.store.service import ConversationStore
 
 RESPONSE_ID = re.compile(r"^resp_[A-Za-z0-9_-]{1,128}$")
@@ -58,7 +57,7 @@ class Keeping:
     owner: str | None
     deadline: Deadline | None
     conversation_id: str | None = None
-    history: list[Any] = field(default_factory=list)
+    history: list[InputItem] = field(default_factory=list)
     """The earlier items (input and output) the model is given before this request's input."""
 
     @property
@@ -79,7 +78,8 @@ async def prepare(request: Request, body: ResponsesBody) -> Keeping:
         )
     if body.store is False and not wants_history:
         return Keeping(None, None, None)
-    owner = caller_of(request)
+    ctx = RequestContext.of(request)
+    owner = ctx.caller
     if owner is None:
         if body.store or wants_history:
             raise RequestError(
@@ -88,18 +88,16 @@ async def prepare(request: Request, body: ResponsesBody) -> Keeping:
                 "this request names no caller (no API key id or IAM identity) to keep it for",
             )
         return Keeping(None, None, None)  # store left to its default: nothing can be kept for nobody
-    runtime = runtime_of(request)
-    deadline = request_deadline(request, runtime).earliest(
-        runtime.settings.conversation_store_timeout_seconds
-    )
+    runtime = ctx.runtime
+    deadline = ctx.store_deadline()
     keeping = Keeping(runtime.conversations() if body.store is not False else None, owner, deadline)
     store = runtime.conversations()
     with store_errors():
         if body.previous_response_id is not None:
             keeping.history = await _chain(store, owner, _checked(body.previous_response_id), deadline)
         elif body.conversation is not None:
-            keeping.conversation_id = _conversation_id(body.conversation)
-            keeping.history = await _conversation_items(store, owner, keeping.conversation_id, deadline)
+            keeping.conversation_id = conversation_id_of(body.conversation)
+            keeping.history = await conversation_items(store, owner, keeping.conversation_id, deadline)
     return keeping
 
 
@@ -116,11 +114,9 @@ async def save(
 
     if keeping.owner is None or (keeping.store is None and keeping.conversation_id is None):
         return response
-    runtime = runtime_of(request)
-    store = runtime.conversations()
-    deadline = request_deadline(request, runtime).earliest(
-        runtime.settings.conversation_store_timeout_seconds
-    )
+    ctx = RequestContext.of(request)
+    store = ctx.runtime.conversations()
+    deadline = ctx.store_deadline()
     inputs = input_items(body)
     outputs = [Item(str(o["id"]), o) for o in response["output"]]
     try:
@@ -140,9 +136,9 @@ async def save(
 def input_items(body: ResponsesBody) -> list[Item]:
     """This request's input as stored items (each with a new id): what ``input_items`` lists for it."""
     from chatloop.api.conversation_items import stored_items
-    from chatloop.api.schemas import InputMessage
+    from chatloop.api.response_schemas import InputMessage
 
-    items: list[Any] = (
+    items: list[InputItem] = (
         [InputMessage(role="user", content=body.input)]
         if isinstance(body.input, str)
         else [i for i in body.input if not isinstance(i, ReasoningItem)]
@@ -161,7 +157,7 @@ async def retrieve_response(request: Request) -> Response:
             raise RequestError(
                 400, "invalid_request", "starting_after: must be an integer", param="starting_after"
             )
-        live = LIVE.get(response_id)
+        live = running.LIVE.get(response_id)
         if live is not None and live.owner == owner:  # still running here: follow it as it goes
             return StreamingResponse(_replay(live.after(int(after))), media_type="text/event-stream")
         with store_errors():
@@ -206,7 +202,9 @@ async def list_input_items(request: Request) -> Response:
 
 
 # --- shared steps ---------------------------------------------------------------------------------
-async def _chain(store: ConversationStore, owner: str, response_id: str, deadline: Deadline) -> list[Any]:
+async def _chain(
+    store: ConversationStore, owner: str, response_id: str, deadline: Deadline
+) -> list[InputItem]:
     """Every earlier response's input and output items, oldest first, following ``previous_response_id`` back."""
     from chatloop.store.model import PageQuery
 
@@ -223,36 +221,35 @@ async def _chain(store: ConversationStore, owner: str, response_id: str, deadlin
         stored = await store.get_response(owner, current, deadline)
         if stored is None:
             raise not_found("response", current, param="previous_response_id")
-        inputs = await _all(
-            store.list_response_items, owner, current, "input", PageQuery("asc", PAGE), deadline
-        )
+        read = partial(store.list_response_items, owner, current, "input", deadline=deadline)
+        inputs = await _all(read, PageQuery("asc", PAGE))
         turns.append([*(inputs or []), *stored.body.get("output", [])])
         previous = stored.body.get("previous_response_id")
         current = previous if isinstance(previous, str) else None
     return _as_items([item for turn in reversed(turns) for item in turn])
 
 
-async def _conversation_items(
+async def conversation_items(
     store: ConversationStore, owner: str, conversation_id: str, deadline: Deadline
-) -> list[Any]:
+) -> list[InputItem]:
     from chatloop.store.model import PageQuery
 
-    query = PageQuery("asc", PAGE)
-    items = await _all(store.list_items, owner, conversation_id, query, deadline)
+    read = partial(store.list_items, owner, conversation_id, deadline=deadline)
+    items = await _all(read, PageQuery("asc", PAGE))
     if items is None:
         raise not_found("conversation", conversation_id, param="conversation")
     return _as_items(items)
 
 
-async def _all(read: Any, owner: str, record_id: str, *args: Any) -> list[dict[str, Any]] | None:
-    """Every item of a list, page after page (``read`` is a store method taking ``query`` before ``deadline``);
-    None when the record is not there."""
+async def _all(
+    read: Callable[[PageQuery], Awaitable[Page | None]], query: PageQuery
+) -> list[dict[str, Any]] | None:
+    """Every item of a list, page after page (``read`` reads one page); None when the record is not there."""
     from dataclasses import replace
 
-    *which, query, deadline = args
     bodies: list[dict[str, Any]] = []
     while True:
-        page = await read(owner, record_id, *which, query, deadline)
+        page = await read(query)
         if page is None:
             return None
         bodies += [item.body for item in page.data]
@@ -261,7 +258,7 @@ async def _all(read: Any, owner: str, record_id: str, *args: Any) -> list[dict[s
         query = replace(query, after=page.last_id)
 
 
-def _as_items(bodies: list[dict[str, Any]]) -> list[Any]:
+def _as_items(bodies: list[dict[str, Any]]) -> list[InputItem]:
     """Stored item bodies as the input items the request schema reads (so they become messages like any input)."""
     from pydantic import TypeAdapter
 
@@ -275,13 +272,15 @@ def _as_items(bodies: list[dict[str, Any]]) -> list[Any]:
     )
 
 
-async def _replay(events: Iterable[dict[str, Any]] | AsyncIterator[dict[str, Any]]) -> AsyncIterator[bytes]:
+async def _replay(
+    events: Iterable[Mapping[str, object]] | AsyncIterator[Mapping[str, object]],
+) -> AsyncIterator[bytes]:
     if isinstance(events, AsyncIterator):
         async for data in events:
-            yield f"event: {data['type']}\ndata: {dumps(data)}\n\n".encode()
+            yield redact(sse_frame(data, event=str(data["type"]))).encode()
         return
     for data in events:
-        yield f"event: {data['type']}\ndata: {dumps(data)}\n\n".encode()
+        yield redact(sse_frame(data, event=str(data["type"]))).encode()
 
 
 def _checked(response_id: str) -> str:
@@ -292,212 +291,10 @@ def _checked(response_id: str) -> str:
     return response_id
 
 
-def _conversation_id(value: str | dict[str, Any]) -> str:
+def conversation_id_of(value: str | dict[str, object]) -> str:
     conversation_id = value.get("id") if isinstance(value, dict) else value
     if not isinstance(conversation_id, str) or not CONVERSATION_ID.match(conversation_id):
         raise RequestError(
             400, "invalid_request", "conversation: not a conversation id (conv_…)", param="conversation"
         )
     return conversation_id
-
-
-# --- /chat in a conversation ------------------------------------------------------------------------
-@dataclass
-class ChatThread:
-    """A ``/chat`` turn inside a stored conversation: whose it is, and the messages that came before it."""
-
-    owner: str
-    conversation_id: str
-    history: list[dict[str, Any]]
-
-
-async def chat_thread(request: Request, conversation: str, new: list[Any]) -> ChatThread:
-    """The conversation a ``/chat`` request continues (a 4xx or 503 before any model call when it cannot be had).
-    With a conversation the client sends only what is new: user (or system) messages."""
-    from chatloop.api.responses import messages_of
-
-    if any(not isinstance(m, dict) or m.get("role") not in ("user", "system") for m in new):
-        raise RequestError(
-            400,
-            "invalid_messages",
-            "messages: with a conversation, send only the new user message(s); the earlier turns are on the server",
-            param="messages",
-        )
-    store, owner, deadline = store_context(request)
-    conversation_id = _conversation_id(conversation)
-    with store_errors():
-        items = await _conversation_items(store, owner, conversation_id, deadline)
-    return ChatThread(owner, conversation_id, messages_of(items))
-
-
-T = TypeVar("T")
-
-
-def run_to_the_end(
-    items: AsyncIterator[T],
-    finish: Callable[[list[T]], Awaitable[None]] | None = None,
-    key: tuple[str, str] | None = None,
-) -> AsyncIterator[T]:
-    """``items`` (a turn's events, or a stream's bytes), produced by a task of their own that a client going away
-    does not cancel: a stored turn finishes (within its deadline) and ``finish`` stores it before the stream ends,
-    so a client that reloads, or reads the record next, finds the answer. The returned iterator only reads what the
-    task produces."""
-    queue: asyncio.Queue[tuple[T] | None] = asyncio.Queue()
-
-    async def pump() -> None:
-        seen: list[T] = []
-        try:
-            async for item in items:
-                seen.append(item)
-                queue.put_nowait((item,))
-            if finish is not None:
-                await finish(
-                    seen
-                )  # before the stream ends: a client that reads the record next finds the turn
-        finally:
-            queue.put_nowait(None)
-
-    task = asyncio.get_running_loop().create_task(pump())
-    _RUNNING.add(task)  # a strong reference until it is done: the event loop keeps only weak ones
-    task.add_done_callback(_RUNNING.discard)
-    if key is not None:  # the caller's running turn in a conversation: what POST /chat/stop cancels
-        TURNS[key] = task
-        task.add_done_callback(lambda done: TURNS.pop(key, None) if TURNS.get(key) is done else None)
-
-    async def read() -> AsyncIterator[T]:
-        while (item := await queue.get()) is not None:
-            yield item[0]
-
-    return read()
-
-
-class LiveStream:
-    """A stored streamed response while its turn runs in this container: the events sent so far, for a client that
-    resumes it (``GET /v1/responses/{id}?stream=true&starting_after=N``) before it is stored whole."""
-
-    def __init__(self, owner: str) -> None:
-        self.owner = owner
-        self.events: list[dict[str, Any]] = []
-        self.ended = False
-        self._changed = asyncio.Condition()
-
-    def add(self, data: dict[str, Any]) -> None:
-        self.events.append(data)
-        asyncio.get_running_loop().create_task(self._notify())
-
-    async def end(self) -> None:
-        self.ended = True
-        await self._notify()
-
-    async def _notify(self) -> None:
-        async with self._changed:
-            self._changed.notify_all()
-
-    async def after(self, number: int) -> AsyncIterator[dict[str, Any]]:
-        """Every event after ``number``, then each new one as it is sent, until the response's last."""
-        sent = number + 1
-        while True:
-            while sent < len(self.events):
-                yield self.events[sent]
-                sent += 1
-            if self.ended:
-                return
-            async with self._changed:
-                while not self.ended and len(self.events) <= sent:
-                    await self._changed.wait()
-
-
-LIVE: dict[str, LiveStream] = {}
-"""Stored streamed responses whose turn is running in this container, by response id."""
-
-
-async def ended_when_stopped(events: AsyncIterator[Event]) -> AsyncIterator[Event]:
-    """``events``, closed with an ``error`` and a ``done`` when the turn was stopped (``POST /chat/stop``) before its
-    own ``done``: every stream ends with its terminal event."""
-    from chatloop.api.render import _failed_summary
-
-    done = False
-    async for event in events:
-        done = done or event.type is EventType.DONE
-        yield event
-    if not done:
-        yield Event(EventType.ERROR, {"code": "stopped", "message": "the turn was stopped by its client"})
-        yield Event(EventType.DONE, _failed_summary("Stopped.", "client_disconnected"))
-
-
-_RUNNING: set[asyncio.Task[None]] = set()
-TURNS: dict[tuple[str, str], asyncio.Task[None]] = {}
-"""Running ``/chat`` turns of stored conversations in this container, by (caller, conversation id)."""
-
-
-async def stop_chat(request: Request) -> Response:
-    """``POST /chat/stop {"conversation": "conv_…"}``: stop the caller's turn running in that conversation (the
-    page's Stop button). A stored conversation's turn outlives its client, so that a reload finds the answer; a Stop
-    is the one way to end it early. A stopped turn is not stored (the conversation stays as it was). ``stopped`` says
-    whether a turn was running here (behind a load balancer of several containers, the one that runs it)."""
-    from chatloop.api.routes import read_body
-    from chatloop.api.schemas import StopBody
-
-    body = await read_body(request, StopBody, runtime_of(request).settings.max_body_bytes)
-    _, owner, _ = store_context(request)
-    conversation_id = _conversation_id(body.conversation)
-    task = TURNS.get((owner, conversation_id))
-    running = task is not None and not task.done()
-    if task is not None and running:
-        task.cancel()
-        logger.info(f"turn stopped by its client: conversation={conversation_id}")
-    return JSONBody({"conversation": conversation_id, "stopped": running})
-
-
-async def save_chat_turn(
-    request: Request, thread: ChatThread, new: list[dict[str, Any]], events: list[Event]
-) -> None:
-    """Append the turn to its conversation: the new messages, each sandbox run (a ``code_interpreter_call`` item,
-    as the Responses API shows it) and the answer. A turn every model failed leaves the conversation as it was (a
-    retry sends the same message again); a store that fails is logged, the answer was already sent."""
-    from chatloop.api.conversation_items import stored_items
-    from chatloop.api.responses import ResponseOutput, _Events
-    from chatloop.api.schemas import InputMessage
-    from chatloop.store.model import Item, StoreUnavailable, new_id
-
-    done = next((e.data for e in events if e.type is EventType.DONE), None)
-    if done is None or done["stop_reason"] in ("all_models_failed", "error"):
-        return
-    output = ResponseOutput(new_id("turn").removeprefix("turn_"), _Events())
-    for event in events:
-        if event.type is not EventType.DONE:
-            output.feed(event)
-    output.finish({"message": {}})
-    inputs = stored_items([InputMessage(role=m["role"], content=m["content"]) for m in new])
-    outputs = [Item(str(i["id"]), i) for i in output.items]
-    runtime = runtime_of(request)
-    deadline = request_deadline(request, runtime).earliest(
-        runtime.settings.conversation_store_timeout_seconds
-    )
-    try:
-        await runtime.conversations().append_items(
-            thread.owner, thread.conversation_id, [*inputs, *outputs], deadline
-        )
-    except StoreUnavailable as error:
-        logger.warning(f"conversation {thread.conversation_id}: the turn was not stored: {error}")
-
-
-def followable(
-    response_id: str,
-    owner: str,
-    chunks: Callable[[Callable[[dict[str, Any]], None]], AsyncIterator[bytes]],
-) -> AsyncIterator[bytes]:
-    """A stored response's stream: registered in ``LIVE`` while it runs (a resumed stream follows it), and run to its
-    end whether or not its own client stays."""
-    live = LiveStream(owner)
-    LIVE[response_id] = live
-
-    async def followed() -> AsyncIterator[bytes]:
-        try:
-            async for chunk in chunks(live.add):
-                yield chunk
-        finally:
-            LIVE.pop(response_id, None)
-            await live.end()
-
-    return run_to_the_end(followed())

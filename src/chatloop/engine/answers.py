@@ -15,8 +15,9 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
 
+from chatloop.engine.request import function_name
+from chatloop.jsontypes import JSONObject
 from chatloop.providers.textcalls import bare_json, fenced_json, find_text_calls, tool_keys
 
 TOOL_RESULT_KEYS = frozenset({"error", "output", "result", "duplicate_of"})
@@ -31,7 +32,7 @@ class Judged:
     """Why the text was cut: ``call_shaped``, ``tool_error_json``, ``tool_definitions``; None when it is an answer."""
 
 
-def judge_final(content: str | None, tools: Sequence[dict[str, Any]], structured: bool = False) -> Judged:
+def judge_final(content: str | None, tools: Sequence[JSONObject], structured: bool = False) -> Judged:
     """Judge the final call's ``content`` against the ``tools`` that were withdrawn (OpenAI tool definitions).
     ``structured``: the client asked for JSON (``response_format``), so a JSON object is the answer, not a tool
     error; a call or an echo of the tools still is not."""
@@ -45,7 +46,7 @@ def judge_final(content: str | None, tools: Sequence[dict[str, Any]], structured
     if trailing is None:
         return Judged(text)
     values, prefix = trailing
-    names = {str((t.get("function") or {}).get("name")) for t in tools}
+    names = {str(function_name(t)) for t in tools}
     if all(_is_tool_definition(v, names) for v in values):
         return Judged(prefix.strip(), "tool_definitions")
     if not structured and all(_is_tool_error(v) for v in values):
@@ -53,21 +54,21 @@ def judge_final(content: str | None, tools: Sequence[dict[str, Any]], structured
     return Judged(text)
 
 
-def _is_tool_error(value: Any) -> bool:
+def _is_tool_error(value: object) -> bool:
     """``{"error": "..."}`` as a tool message carries it (with ``output`` beside it, perhaps)."""
     return isinstance(value, dict) and "error" in value and set(value) <= TOOL_RESULT_KEYS
 
 
-def _is_tool_definition(value: Any, names: set[str]) -> bool:
+def _is_tool_definition(value: object, names: set[str]) -> bool:
     """An OpenAI tool definition (``{"type": "function", "function": {...}}``), its inner function object, or a
     list of them, for one of the withdrawn tools."""
     if isinstance(value, list):
         return bool(value) and all(_is_tool_definition(v, names) for v in value)
     if not isinstance(value, dict):
         return False
-    if isinstance(value.get("function"), dict):
-        value = value["function"]
-    return value.get("name") in names and ("parameters" in value or "description" in value)
+    inner = value.get("function")
+    function = inner if isinstance(inner, dict) else value
+    return function.get("name") in names and ("parameters" in function or "description" in function)
 
 
 def describe(judged: Judged) -> str:

@@ -1,19 +1,54 @@
-"""Events a turn yields, and the reasons a turn stops.
+"""Events a turn yields: one frozen dataclass per payload, ``Event`` their union.
 
-Renderers (SSE, JSON, OpenAI) are functions of these events; tests read them directly.
+Renderers (SSE, JSON, OpenAI) are functions of these events; tests read them directly. Every event has a class-level
+``type`` (an ``EventType``), a ``name`` (the SSE event name) and ``data``, the wire dict /chat's SSE sends (built once,
+on first read). Events are snapshots: they copy what they report, so the turn may go on changing its own objects.
 
 Usage::
 
     async for event in run_turn(...):
-        if event.type is EventType.DONE:
-            print(event.data["stop_reason"])
+        match event:
+            case Delta(content=text):
+                print(text, end="")
+            case Done(summary=summary):
+                print(summary.stop_reason)
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
 from enum import StrEnum
-from typing import Any
+from functools import cached_property
+from typing import ClassVar
+
+from chatloop.engine.policy import Decision
+from chatloop.engine.summary import StopReason, TurnSummary, calls_json, usage_json
+from chatloop.jsontypes import JSONObject
+from chatloop.providers.base import ContextFit, ModelFallback, ModelResponse, ToolCall, Usage
+from chatloop.providers.errors import AllModelsFailed, ModelError
+from chatloop.providers.textcalls import TextCalls
+
+__all__ = [
+    "ContextFitted",
+    "DecisionMade",
+    "Delta",
+    "Done",
+    "Event",
+    "EventType",
+    "FailedAttempt",
+    "FallbackMade",
+    "LlmResponse",
+    "MessageComplete",
+    "Retrying",
+    "Started",
+    "StopReason",
+    "TextCallsRecovered",
+    "ToolCallResult",
+    "ToolCallStart",
+    "ToolsUnavailable",
+    "TurnError",
+]
 
 
 class EventType(StrEnum):
@@ -29,28 +64,353 @@ class EventType(StrEnum):
     DONE = "done"
 
 
-class StopReason(StrEnum):
-    STOP = "stop"
-    """The model answered."""
-    LENGTH = "length"
-    """The model's answer hit max_tokens."""
-    TOOL_CALLS = "tool_calls"
-    """The model called a client-defined tool (/v1/chat/completions): the client runs it."""
-    ITERATION_CAP = "iteration_cap"
-    DEADLINE = "deadline"
-    LOOP_DETECTED = "loop_detected"
-    TOOL_BUDGET = "tool_budget"
-    ALL_MODELS_FAILED = "all_models_failed"
-    CLIENT_DISCONNECTED = "client_disconnected"
-    """The client went away mid-turn: the turn stopped at its next step (logged; nobody reads a done event)."""
-    ERROR = "error"
+class _Payload:
+    """What every event has: its ``type`` and, from it, its ``name``."""
 
-
-@dataclass(frozen=True)
-class Event:
-    type: EventType
-    data: dict[str, Any] = field(default_factory=dict)
+    type: ClassVar[EventType]
 
     @property
     def name(self) -> str:
         return self.type.value
+
+
+def _calls(calls: Iterable[ToolCall]) -> tuple[ToolCall, ...]:
+    """Copies of ``calls`` (the turn may still change their ids)."""
+    return tuple(ToolCall(c.id, c.name, c.arguments) for c in calls)
+
+
+# --- status ------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Started(_Payload):
+    """The turn started: the model (chain) it asks and the tools it may offer."""
+
+    type: ClassVar[EventType] = EventType.STATUS
+    model: str
+    tools: tuple[str, ...] = ()
+
+    @cached_property
+    def data(self) -> JSONObject:
+        return {"status": "started", "model": self.model, "tools": list(self.tools)}
+
+
+@dataclass(frozen=True)
+class ToolsUnavailable(_Payload):
+    """Tool sources (an MCP server's label) that could not be had for this turn, and why."""
+
+    type: ClassVar[EventType] = EventType.STATUS
+    sources: Mapping[str, str]
+
+    @cached_property
+    def data(self) -> JSONObject:
+        return {"status": "tools_unavailable", "sources": dict(self.sources)}
+
+
+@dataclass(frozen=True)
+class Retrying(_Payload):
+    """The model wrote a tool call as text it could not be run from: it is reminded and asked again."""
+
+    type: ClassVar[EventType] = EventType.STATUS
+    reminder: int
+    reason: str = "legacy_syntax_reminder"
+
+    @cached_property
+    def data(self) -> JSONObject:
+        return {"status": "retrying", "reason": self.reason, "reminder": self.reminder}
+
+
+@dataclass(frozen=True)
+class TextCallsRecovered(_Payload):
+    """The model wrote its calls as text and they were recovered."""
+
+    type: ClassVar[EventType] = EventType.STATUS
+    format: str
+    count: int
+    iteration: int
+
+    @classmethod
+    def of(cls, found: TextCalls, iteration: int) -> TextCallsRecovered:
+        return cls(found.format, len(found.calls), iteration)
+
+    @cached_property
+    def data(self) -> JSONObject:
+        return {
+            "status": "text_tool_calls_recovered",
+            "format": self.format,
+            "count": self.count,
+            "iteration": self.iteration,
+        }
+
+
+@dataclass(frozen=True)
+class ContextFitted(_Payload):
+    """The conversation was trimmed, or models were passed over, to fit a context window."""
+
+    type: ClassVar[EventType] = EventType.STATUS
+    fit: ContextFit
+    iteration: int
+
+    @cached_property
+    def data(self) -> JSONObject:
+        return {"status": f"context_{self.fit.action}", "iteration": self.iteration, **self.fit.summary()}
+
+
+# --- the model's text and responses ---------------------------------------------------------------
+@dataclass(frozen=True)
+class Delta(_Payload):
+    """Text shown to the user; ``seam``: the blank line between two model calls' texts."""
+
+    type: ClassVar[EventType] = EventType.DELTA
+    content: str
+    iteration: int
+    seam: bool = False
+
+    @cached_property
+    def data(self) -> JSONObject:
+        data: JSONObject = {"content": self.content, "iteration": self.iteration}
+        if self.seam:
+            data["seam"] = True
+        return data
+
+
+@dataclass(frozen=True)
+class LlmResponse(_Payload):
+    """What one model call returned."""
+
+    type: ClassVar[EventType] = EventType.LLM_RESPONSE
+    iteration: int
+    model: str
+    content: str | None
+    tool_calls: tuple[ToolCall, ...]
+    finish_reason: str | None
+    usage: Usage | None
+
+    @classmethod
+    def of(cls, response: ModelResponse, iteration: int) -> LlmResponse:
+        usage = response.usage
+        copied = Usage(usage.prompt_tokens, usage.completion_tokens, usage.total_tokens) if usage else None
+        return cls(
+            iteration,
+            response.model,
+            response.content,
+            _calls(response.tool_calls),
+            response.finish_reason,
+            copied,
+        )
+
+    @cached_property
+    def data(self) -> JSONObject:
+        return {
+            "iteration": self.iteration,
+            "model": self.model,
+            "content": self.content,
+            "tool_calls": calls_json(self.tool_calls),
+            "finish_reason": self.finish_reason,
+            "usage": usage_json(self.usage) if self.usage else None,
+        }
+
+
+@dataclass(frozen=True)
+class MessageComplete(_Payload):
+    """An assistant message is complete: one that called tools (with its ``iteration``), or the turn's answer."""
+
+    type: ClassVar[EventType] = EventType.MESSAGE_COMPLETE
+    content: str
+    tool_calls: tuple[ToolCall, ...] | None = None
+    iteration: int | None = None
+    """Set on a message that called the server's tools (it is part of the conversation, not the answer)."""
+
+    @cached_property
+    def data(self) -> JSONObject:
+        calls = None if self.tool_calls is None else calls_json(self.tool_calls)
+        if self.iteration is not None:
+            return {
+                "role": "assistant",
+                "content": self.content,
+                "tool_calls": calls,
+                "iteration": self.iteration,
+            }
+        if calls is None:
+            return {"role": "assistant", "content": self.content}
+        return {"role": "assistant", "tool_calls": calls, "content": self.content}
+
+
+# --- tools ---------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class ToolCallStart(_Payload):
+    type: ClassVar[EventType] = EventType.TOOL_CALL_START
+    id: str
+    tool_name: str
+    """The tool's name (``name`` is the event's, as on every event)."""
+    arguments: str
+    server: str | None = None
+    """The label of the server the tool runs on (an MCP server), and ``server_tool``, its name there."""
+    server_tool: str | None = None
+
+    @cached_property
+    def data(self) -> JSONObject:
+        data: JSONObject = {"id": self.id, "name": self.tool_name, "arguments": self.arguments}
+        if self.server is not None:
+            data["server"] = self.server
+            data["server_tool"] = self.server_tool
+        return data
+
+
+@dataclass(frozen=True)
+class ToolCallResult(_Payload):
+    """A call's tool message: its result (``duration_ms`` when it ran) or why it did not run (``reason``)."""
+
+    type: ClassVar[EventType] = EventType.TOOL_CALL_RESULT
+    id: str
+    tool_name: str
+    status: str
+    content: str
+    server: str | None = None
+    server_tool: str | None = None
+    duration_ms: float | None = None
+    reason: str | None = None
+
+    @cached_property
+    def data(self) -> JSONObject:
+        data: JSONObject = {
+            "id": self.id,
+            "name": self.tool_name,
+            "status": self.status,
+            "content": self.content,
+        }
+        if self.server is not None:
+            data["server"] = self.server
+            data["server_tool"] = self.server_tool
+        if self.duration_ms is not None:
+            data["duration_ms"] = round(self.duration_ms, 1)
+        if self.reason:
+            data["reason"] = self.reason
+        return data
+
+
+# --- decisions, fallbacks, failures ---------------------------------------------------------------------
+@dataclass(frozen=True)
+class DecisionMade(_Payload):
+    """The logged decision on one model response; ``tools``: (name, server) of its calls when one runs elsewhere."""
+
+    type: ClassVar[EventType] = EventType.DECISION
+    decision: Decision
+    tools: tuple[tuple[str, str | None], ...] | None = None
+
+    @cached_property
+    def data(self) -> JSONObject:
+        fields = self.decision.fields()
+        if self.tools is not None:
+            fields["tools"] = [{"name": name, "server": server} for name, server in self.tools]
+        return fields
+
+
+@dataclass(frozen=True)
+class FallbackMade(_Payload):
+    """A chain switched models. ``discard_partial``: text already streamed by ``from_model`` is void."""
+
+    type: ClassVar[EventType] = EventType.MODEL_FALLBACK
+    from_model: str
+    to_model: str | None
+    reason: str
+    retry_after: float | None = None
+    discard_partial: bool = False
+    message: str = ""
+
+    @classmethod
+    def of(cls, item: ModelFallback) -> FallbackMade:
+        return cls(
+            item.from_model, item.to_model, item.reason, item.retry_after, item.discard_partial, item.message
+        )
+
+    @cached_property
+    def data(self) -> JSONObject:
+        return {
+            "from": self.from_model,
+            "to": self.to_model,
+            "reason": self.reason,
+            "retry_after": self.retry_after,
+            "discard_partial": self.discard_partial,
+            "message": self.message,
+        }
+
+
+@dataclass(frozen=True)
+class FailedAttempt:
+    model: str
+    kind: str
+    message: str
+
+
+@dataclass(frozen=True)
+class TurnError(_Payload):
+    """Something failed: a model (``model``), the whole chain (``attempts``), or the turn itself (neither)."""
+
+    type: ClassVar[EventType] = EventType.ERROR
+    code: str
+    message: str
+    model: str | None = None
+    attempts: tuple[FailedAttempt, ...] | None = None
+    discard_partial: bool | None = None
+    """Set when a model call ran out of time: whether text it had shown is void."""
+    retry_after: float | None = None
+
+    @classmethod
+    def of(cls, exc: ModelError, discard_partial: bool | None = None) -> TurnError:
+        """The error event of a model failure (every attempt, when the whole chain failed)."""
+        if isinstance(exc, AllModelsFailed):
+            attempts = tuple(FailedAttempt(a.model, a.kind, a.message) for a in exc.attempts)
+            retry_after = None if exc.retry_after is None else round(exc.retry_after, 1)
+            return cls(
+                exc.kind,
+                exc.message,
+                attempts=attempts,
+                discard_partial=discard_partial,
+                retry_after=retry_after,
+            )
+        return cls(exc.kind, exc.message, model=exc.model, discard_partial=discard_partial)
+
+    @cached_property
+    def data(self) -> JSONObject:
+        data: JSONObject = {"code": self.code, "message": self.message}
+        if self.attempts is not None:
+            data["attempts"] = [
+                {"model": a.model, "kind": a.kind, "message": a.message} for a in self.attempts
+            ]
+        elif self.model is not None:
+            data["model"] = self.model
+        if self.discard_partial is not None:
+            data["discard_partial"] = self.discard_partial
+        if self.retry_after is not None:
+            data["retry_after"] = self.retry_after
+        return data
+
+
+@dataclass(frozen=True)
+class Done(_Payload):
+    """The turn's last event: its ``TurnSummary``."""
+
+    type: ClassVar[EventType] = EventType.DONE
+    summary: TurnSummary
+
+    @cached_property
+    def data(self) -> JSONObject:
+        return self.summary.wire()
+
+
+Event = (
+    Started
+    | ToolsUnavailable
+    | Retrying
+    | TextCallsRecovered
+    | ContextFitted
+    | Delta
+    | LlmResponse
+    | MessageComplete
+    | ToolCallStart
+    | ToolCallResult
+    | DecisionMade
+    | FallbackMade
+    | TurnError
+    | Done
+)
+"""Every event a turn yields."""

@@ -5,7 +5,7 @@ run and what is answered without running, so the policy sees counts and the loop
 
 Usage::
 
-    ledger = ToolLedger(budgets={"execute_javascript": 3})
+    ledger = ToolLedger(budgets={"execute_javascript": 3}, answered_once=frozenset({"execute_javascript"}))
     plan = ledger.plan_batch(calls, offered={"execute_javascript"}, client_tools=set())
     plan.counts()["run"]          # calls that will execute
 """
@@ -19,9 +19,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
 
+from chatloop.engine.summary import DecisionReason
 from chatloop.providers.base import ToolCall
-
-JAVASCRIPT_TOOL = "execute_javascript"
 
 
 def call_key(name: str, arguments: str) -> str:
@@ -94,10 +93,12 @@ class ToolLedger:
     budgets: Mapping[str, int] = field(default_factory=dict)
     max_runs: int | None = None
     """A cap on all tool runs of the turn together (the Responses API's ``max_tool_calls``), beside the budgets."""
+    answered_once: frozenset[str] = frozenset()
+    """Tools whose first success answers the question (``Tool.answered_once_succeeded``): withdrawn after it."""
     executions: Counter[str] = field(default_factory=Counter)
     succeeded: set[str] = field(default_factory=set)
     duplicate_repeats: int = 0
-    loop: str | None = None
+    loop: DecisionReason | None = None
     """``duplicate_loop`` or ``result_loop`` once a loop is detected: tool use ends for the turn."""
     _results: dict[str, tuple[str, str]] = field(default_factory=dict)
     _result_hashes: set[tuple[str, str]] = field(default_factory=set)
@@ -117,15 +118,20 @@ class ToolLedger:
             return None
         return max(0, self.max_runs - sum(self.executions.values()))
 
-    def withdrawn(self, name: str) -> str | None:
+    def withdrawn(self, name: str) -> DecisionReason | None:
         """Why ``name`` is no longer offered this turn, or None."""
         if self.loop:
             return self.loop
-        if name == JAVASCRIPT_TOOL and name in self.succeeded:
-            return "js_already_succeeded"
+        if name in self.answered_once and name in self.succeeded:
+            return DecisionReason.JS_ALREADY_SUCCEEDED
         if self.budget_left(name) == 0:
-            return "budget_exhausted"
+            return DecisionReason.BUDGET_EXHAUSTED
         return None
+
+    @property
+    def answered(self) -> bool:
+        """Whether a tool whose success answers the question has succeeded."""
+        return not self.answered_once.isdisjoint(self.succeeded)
 
     def offerable(self, names: Iterable[str]) -> list[str]:
         return [n for n in names if self.withdrawn(n) is None]
@@ -151,9 +157,9 @@ class ToolLedger:
                 why = self.withdrawn(call.name)
                 disposition = (
                     Disposition.JS_ALREADY_SUCCEEDED
-                    if why == "js_already_succeeded"
+                    if why is DecisionReason.JS_ALREADY_SUCCEEDED
                     else Disposition.OVER_BUDGET
-                    if why == "budget_exhausted"
+                    if why is DecisionReason.BUDGET_EXHAUSTED
                     else Disposition.NOT_OFFERED
                 )
             else:

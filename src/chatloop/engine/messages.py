@@ -14,9 +14,14 @@ Usage::
 from __future__ import annotations
 
 import json
-from typing import Any
+from collections.abc import Iterable, Mapping
 
+from chatloop.jsontypes import JSONObject, JSONValue
 from chatloop.providers.textcalls import strip_tag_calls
+
+Message = JSONObject
+"""One OpenAI-format conversation message: ``{"role": ..., "content": ...}``, with ``tool_calls`` (assistant),
+``tool_call_id`` and ``name`` (tool). The engine only ever adds system, assistant and tool messages."""
 
 ROLES = {"system", "developer", "user", "assistant", "tool"}
 
@@ -30,7 +35,7 @@ class ConversationError(ValueError):
         super().__init__(where + message)
 
 
-def normalize_conversation(raw: Any) -> list[dict[str, Any]]:
+def normalize_conversation(raw: object) -> list[Message]:
     if not isinstance(raw, list) or not raw:
         raise ConversationError(None, "must be a non-empty list of messages")
     conversation = _Conversation()
@@ -53,12 +58,12 @@ class _Conversation:
     """The normalised conversation so far, and the tool calls still waiting for their tool messages."""
 
     def __init__(self) -> None:
-        self.out: list[dict[str, Any]] = []
+        self.out: list[Message] = []
         self.pending: dict[str, str] = {}  # tool_call_id -> tool name, for the latest assistant message
         self.pending_from: int | None = None
         self.answered: dict[str, str] = {}  # tool_call_id -> content, for dropping exact duplicates
 
-    def tool(self, index: int, message: dict[str, Any]) -> None:
+    def tool(self, index: int, message: Mapping[str, object]) -> None:
         tool_call_id = message.get("tool_call_id")
         if not isinstance(tool_call_id, str) or not tool_call_id:
             raise ConversationError(index, "a tool message needs a tool_call_id")
@@ -77,7 +82,7 @@ class _Conversation:
         self.answered[tool_call_id] = content
         self.out.append({"role": "tool", "tool_call_id": tool_call_id, "name": name, "content": content})
 
-    def assistant(self, index: int, message: dict[str, Any]) -> None:
+    def assistant(self, index: int, message: Mapping[str, object]) -> None:
         self._no_pending_before(index)
         raw_calls = message.get("tool_calls") or []
         if not isinstance(raw_calls, list):
@@ -87,26 +92,27 @@ class _Conversation:
         content = strip_tag_calls(content) if content else content
         if not calls and not content:
             raise ConversationError(index, "an assistant message needs content or tool_calls")
-        entry: dict[str, Any] = {"role": "assistant", "content": content or ""}
+        entry: Message = {"role": "assistant", "content": content or ""}
         if calls:
-            ids = [c["id"] for c in calls]
+            ids = [call_id for call_id, _, _ in calls]
             if len(set(ids)) != len(ids) or any(i in self.answered for i in ids):
                 raise ConversationError(index, "tool call ids must be unique")
-            entry["tool_calls"] = calls
-            self.pending = {c["id"]: c["function"]["name"] for c in calls}
+            entry["tool_calls"] = [_call_message(*c) for c in calls]
+            self.pending = {call_id: name for call_id, name, _ in calls}
             self.pending_from = index
         self.out.append(entry)
 
-    def other(self, index: int, role: str, message: dict[str, Any]) -> None:
+    def other(self, index: int, role: str, message: Mapping[str, object]) -> None:
         """A system, developer or user message."""
         self._no_pending_before(index)
         content = _text(index, message.get("content"), allow_null=False)
-        entry: dict[str, Any] = {"role": "system" if role == "developer" else role, "content": content}
-        if role == "user" and isinstance(message.get("name"), str):
-            entry["name"] = message["name"]
+        entry: Message = {"role": "system" if role == "developer" else role, "content": content}
+        name = message.get("name")
+        if role == "user" and isinstance(name, str):
+            entry["name"] = name
         self.out.append(entry)
 
-    def finish(self) -> list[dict[str, Any]]:
+    def finish(self) -> list[Message]:
         if self.pending:
             raise ConversationError(
                 self.pending_from, f"tool calls {sorted(self.pending)} are not answered by tool messages"
@@ -121,7 +127,7 @@ class _Conversation:
             )
 
 
-def _text(index: int, content: Any, allow_null: bool) -> str:
+def _text(index: int, content: object, allow_null: bool) -> str:
     if content is None:
         if allow_null:
             return ""
@@ -146,11 +152,12 @@ def _text(index: int, content: Any, allow_null: bool) -> str:
     )
 
 
-def _tool_call(index: int, n: int, call: Any) -> dict[str, Any]:
+def _tool_call(index: int, n: int, call: object) -> tuple[str, str, str]:
+    """``(id, name, arguments)`` of a call in the nested or the flat form."""
     if not isinstance(call, dict):
         raise ConversationError(index, f"tool_calls[{n}] must be an object")
     nested = call.get("function")
-    function: dict[str, Any] = nested if isinstance(nested, dict) else call
+    function: Mapping[str, object] = nested if isinstance(nested, dict) else call
     name = function.get("name")
     arguments = function.get("arguments", "{}")
     call_id = call.get("id")
@@ -162,4 +169,22 @@ def _tool_call(index: int, n: int, call: Any) -> dict[str, Any]:
         arguments = json.dumps(arguments)
     if not isinstance(arguments, str):
         raise ConversationError(index, f"tool_calls[{n}].arguments must be a JSON string or object")
+    return call_id, name, arguments
+
+
+def _call_message(call_id: str, name: str, arguments: str) -> JSONValue:
     return {"id": call_id, "type": "function", "function": {"name": name, "arguments": arguments}}
+
+
+def tool_call_ids(messages: Iterable[Message]) -> set[str]:
+    """Every tool call id the assistant messages of ``messages`` hold."""
+    ids: set[str] = set()
+    for message in messages:
+        calls = message.get("tool_calls")
+        if not calls or not isinstance(calls, list):  # most messages hold none
+            continue
+        for call in calls:
+            call_id = call.get("id") if isinstance(call, dict) else None
+            if isinstance(call_id, str):
+                ids.add(call_id)
+    return ids

@@ -12,9 +12,11 @@ Usage::
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from enum import StrEnum
-from typing import Any
+
+from chatloop.engine.summary import DecisionReason
+from chatloop.jsontypes import JSONObject, JSONValue
 
 
 class Action(StrEnum):
@@ -53,7 +55,7 @@ class DecisionInput:
     substantive_answer_chars: int = 200
     has_successful_js_execution: bool = False
     loop_detected: bool = False
-    loop_kind: str | None = None
+    loop_kind: DecisionReason | None = None
     deadline_near: bool = False
     legacy_syntax: bool = False
     """A tool call was written as text (a tag) and could not be read: the model is reminded."""
@@ -85,13 +87,20 @@ class DecisionInput:
 class Decision:
     inputs: DecisionInput
     action: Action
-    reason: str
+    reason: DecisionReason
     should_execute_tools: bool
     end_tool_use: bool = False
     """After executing this batch, offer no more tools this turn."""
 
-    def fields(self) -> dict[str, Any]:
+    def fields(self) -> JSONObject:
         """The decision as the flat record logged and sent in the ``decision`` event."""
+        fields = self._named()
+        # Every input is a scalar: a shallow copy is what asdict() gave, without its deep copy per field.
+        fields["inputs"] = dict(vars(self.inputs))
+        return fields
+
+    def _named(self) -> JSONObject:
+        """The record's named fields (the log line's, and the event's before its ``inputs``)."""
         i = self.inputs
         return {
             "iteration": i.iteration,
@@ -111,11 +120,10 @@ class Decision:
             "shouldExecuteTools": self.should_execute_tools,
             "reason": self.reason,
             "action": self.action.value,
-            "inputs": asdict(i),
         }
 
     def log_line(self) -> str:
-        f = self.fields()
+        f = self._named()
         order = [
             "iteration",
             "hasToolCalls",
@@ -141,7 +149,7 @@ class Decision:
         return "Tool execution decision: " + " ".join(parts)
 
 
-def _fmt(value: Any) -> str:
+def _fmt(value: JSONValue) -> str:
     if isinstance(value, bool):
         return "true" if value else "false"
     return "null" if value is None else str(value)
@@ -149,11 +157,12 @@ def _fmt(value: Any) -> str:
 
 def decide(i: DecisionInput) -> Decision:
     """What to do with one model response. Pure: the same input always gives the same Decision."""
+    R = DecisionReason  # every branch names one
 
-    def made(action: Action, reason: str, execute: bool = False, end: bool = False) -> Decision:
+    def made(action: Action, reason: DecisionReason, execute: bool = False, end: bool = False) -> Decision:
         return Decision(i, action, reason, execute, end)
 
-    def answer_or_fallback(reason: str) -> Decision:
+    def answer_or_fallback(reason: DecisionReason) -> Decision:
         return made(Action.ANSWER if i.content_length > 0 else Action.FALLBACK, reason)
 
     calls_left = i.iteration < i.max_iterations
@@ -163,46 +172,46 @@ def decide(i: DecisionInput) -> Decision:
             if i.final_call_made:
                 # The call without tools was made and the model still wrote a tag (it may be quoting one in
                 # prose): what is left of its text is the answer; asking again would run the turn to the cap.
-                return answer_or_fallback("legacy_syntax")
+                return answer_or_fallback(R.LEGACY_SYNTAX)
             if not calls_left:
-                return made(Action.FALLBACK, "legacy_syntax")
-            return made(Action.REMIND if i.reminders_left > 0 else Action.FINAL_CALL, "legacy_syntax")
+                return made(Action.FALLBACK, R.LEGACY_SYNTAX)
+            return made(Action.REMIND if i.reminders_left > 0 else Action.FINAL_CALL, R.LEGACY_SYNTAX)
         if i.client_tool_required and not i.final_call_made:
-            return made(Action.FINAL_CALL, "client_tool_required")
+            return made(Action.FINAL_CALL, R.CLIENT_TOOL_REQUIRED)
         if i.content_length == 0:
             if i.nudges_left > 0 and calls_left:
-                return made(Action.NUDGE, "empty_reply")
-            return made(Action.FALLBACK, "empty_reply")
-        return made(Action.ANSWER, "no_tool_calls")
+                return made(Action.NUDGE, R.EMPTY_REPLY)
+            return made(Action.FALLBACK, R.EMPTY_REPLY)
+        return made(Action.ANSWER, R.NO_TOOL_CALLS)
 
     # The model called tools. A call to a client's tool ends the turn whatever else the reply holds: the client asked
     # for its tools, and OpenAI's contract returns text and tool calls together.
     if i.client_tool_calls > 0:
-        return made(Action.CLIENT_TOOLS, "client_tools")
+        return made(Action.CLIENT_TOOLS, R.CLIENT_TOOLS)
     # A long answer alongside the server's tool calls is taken as the answer (seed 000's rule).
     if i.has_substantive_answer:
-        return made(Action.ANSWER, "substantive_answer")
+        return made(Action.ANSWER, R.SUBSTANTIVE_ANSWER)
     if not calls_left:
-        return answer_or_fallback("iteration_cap")
+        return answer_or_fallback(R.ITERATION_CAP)
     if i.final_call_made:
         # Tool use had already ended and the model still asked for tools: do not ask a third time.
-        return answer_or_fallback(i.loop_kind or "tools_withdrawn")
+        return answer_or_fallback(i.loop_kind or R.TOOLS_WITHDRAWN)
     if i.deadline_near:
-        return made(Action.FINAL_CALL, "deadline")
+        return made(Action.FINAL_CALL, R.DEADLINE)
     if i.loop_detected:
-        return made(Action.FINAL_CALL, i.loop_kind or "result_loop")
+        return made(Action.FINAL_CALL, i.loop_kind or R.RESULT_LOOP)
     if i.duplicate_repeats_total >= 2:
         # A second repeat: answer this batch (running anything new in it), then end tool use.
-        return made(Action.EXECUTE, "duplicate_loop", execute=i.runnable_calls > 0, end=True)
+        return made(Action.EXECUTE, R.DUPLICATE_LOOP, execute=i.runnable_calls > 0, end=True)
     if i.runnable_calls > 0:
-        return made(Action.EXECUTE, "execute", execute=True)
+        return made(Action.EXECUTE, R.EXECUTE, execute=True)
     if (
         i.js_already_succeeded_calls > 0
         and i.js_already_succeeded_calls + i.duplicate_calls >= i.valid_tool_calls
     ):
-        return made(Action.FINAL_CALL, "js_already_succeeded")
+        return made(Action.FINAL_CALL, R.JS_ALREADY_SUCCEEDED)
     if i.over_budget_calls > 0:
-        return made(Action.FINAL_CALL, "budget_exhausted")
+        return made(Action.FINAL_CALL, R.BUDGET_EXHAUSTED)
     if i.duplicate_calls > 0:
-        return made(Action.EXECUTE, "duplicate_call")
-    return made(Action.EXECUTE, "invalid_tool_calls")
+        return made(Action.EXECUTE, R.DUPLICATE_CALL)
+    return made(Action.EXECUTE, R.INVALID_TOOL_CALLS)

@@ -7,23 +7,18 @@ Kept in one place so they can be read (and changed) together. Messages the engin
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
 
-JS_GUIDANCE = (
-    "When a question needs a calculation, call execute_javascript once with the whole calculation in one "
-    "snippet that ends with the value to report. IMPORTANT: after execute_javascript returns a result, give "
-    "the final answer to the user immediately. Do not call tools again unless the result shows an error or "
-    "the user asks something new."
-)
+from chatloop.engine.messages import Message
+from chatloop.engine.summary import DecisionReason, StopReason
 
 FINAL_ANSWER_NOTES = {
-    "duplicate_loop": "You asked for the same tool call again.",
-    "result_loop": "The tools keep returning the same result.",
-    "budget_exhausted": "The tool budget for this question is used up.",
-    "js_already_succeeded": "execute_javascript already returned a result for this question.",
-    "deadline": "There is no time left for more tool calls.",
-    "legacy_syntax": "Tool calls written as text cannot be run.",
-    "client_tool_required": "Your reply must be a tool call, not plain text.",
+    DecisionReason.DUPLICATE_LOOP: "You asked for the same tool call again.",
+    DecisionReason.RESULT_LOOP: "The tools keep returning the same result.",
+    DecisionReason.BUDGET_EXHAUSTED: "The tool budget for this question is used up.",
+    DecisionReason.JS_ALREADY_SUCCEEDED: "{answered} already returned a result for this question.",
+    DecisionReason.DEADLINE: "There is no time left for more tool calls.",
+    DecisionReason.LEGACY_SYNTAX: "Tool calls written as text cannot be run.",
+    DecisionReason.CLIENT_TOOL_REQUIRED: "Your reply must be a tool call, not plain text.",
 }
 
 EMPTY_REPLY_NUDGE = "Your last reply was empty. Answer the user's last message now."
@@ -35,12 +30,12 @@ LEGACY_SYNTAX_REMINDER = (
 )
 
 STOP_PHRASES = {
-    "iteration_cap": "I reached the limit of steps I can take for one question before I had a final answer.",
-    "deadline": "I ran out of time for this request before I had a final answer.",
-    "loop_detected": "I kept repeating the same step without getting closer to an answer.",
-    "tool_budget": "I used up the tool budget for this question before I had a final answer.",
-    "error": "The model returned no usable answer.",
-    "all_models_failed": "No model was available to answer right now.",
+    StopReason.ITERATION_CAP: "I reached the limit of steps I can take for one question before I had a final answer.",
+    StopReason.DEADLINE: "I ran out of time for this request before I had a final answer.",
+    StopReason.LOOP_DETECTED: "I kept repeating the same step without getting closer to an answer.",
+    StopReason.TOOL_BUDGET: "I used up the tool budget for this question before I had a final answer.",
+    StopReason.ERROR: "The model returned no usable answer.",
+    StopReason.ALL_MODELS_FAILED: "No model was available to answer right now.",
 }
 
 
@@ -49,7 +44,7 @@ def not_run(kind: str, *, name: str, arguments: str, budget: int | None, availab
     if kind == "invalid_arguments":
         return f"InvalidArguments: the arguments are not a JSON object: {arguments[:120]!r}"
     if kind == "js_already_succeeded":
-        return "NotRun: execute_javascript already returned a result for this question; use it to answer"
+        return f"NotRun: {name} already returned a result for this question; use it to answer"
     if kind == "over_budget":
         return f"BudgetExhausted: {name} may run at most {budget} times per question"
     if kind == "client":
@@ -57,7 +52,7 @@ def not_run(kind: str, *, name: str, arguments: str, budget: int | None, availab
     return f"UnknownTool: {name!r} is not available; available tools: {available}"
 
 
-def with_guidance(messages: list[dict[str, Any]], guidance: str = JS_GUIDANCE) -> list[dict[str, Any]]:
+def with_guidance(messages: list[Message], guidance: str) -> list[Message]:
     """The conversation with ``guidance`` appended to its first system message (or a new one first)."""
     out = [dict(m) for m in messages]
     for message in out:
@@ -67,10 +62,14 @@ def with_guidance(messages: list[dict[str, Any]], guidance: str = JS_GUIDANCE) -
     return [{"role": "system", "content": guidance}, *out]
 
 
-def final_answer_note(reason: str, client_tools: list[str] | None = None) -> str:
+def final_answer_note(
+    reason: DecisionReason, client_tools: list[str] | None = None, answered: list[str] | None = None
+) -> str:
     """The note before the turn's last model call. With ``client_tools`` (the client's ``tool_choice`` requires
-    one of them), that call must end in a call to one of those tools instead of plain text."""
+    one of them), that call must end in a call to one of those tools instead of plain text. ``answered``: the tools
+    whose success answered the question."""
     why = FINAL_ANSWER_NOTES.get(reason, "Tool use is finished for this question.")
+    why = why.format(answered=", ".join(answered or []) or "A tool")
     if client_tools:
         names = ", ".join(client_tools)
         return (
@@ -81,7 +80,7 @@ def final_answer_note(reason: str, client_tools: list[str] | None = None) -> str
 
 
 def fallback_text(
-    stop_reason: str,
+    stop_reason: StopReason,
     tool_counts: Mapping[str, int],
     last_error: str | None = None,
     last_result: str | None = None,

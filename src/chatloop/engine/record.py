@@ -1,7 +1,7 @@
-"""What a turn did: the tool-call records, usage and answering model that ``done`` reports, and the data of
-the events that describe model calls, fallbacks and failures.
+"""What a turn did: the tool-call records, usage, answering model, fallbacks and text-call recoveries that its
+``TurnSummary`` reports.
 
-The loop decides and acts; this module only remembers and describes.
+The loop decides and acts; this module only remembers.
 
 Usage::
 
@@ -12,23 +12,23 @@ Usage::
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
 
 from chatloop.engine import prompts
-from chatloop.engine.events import Event, EventType, StopReason
+from chatloop.engine.events import FallbackMade
+from chatloop.engine.summary import AssistantMessage, Fallback, StopReason, ToolCallRecord, TurnSummary
 from chatloop.observability import log_fallback
 from chatloop.providers.base import ContextFit, ModelFallback, ModelResponse, ToolCall, Usage
-from chatloop.providers.errors import AllModelsFailed, ModelError
 from chatloop.providers.textcalls import TextCalls
 from chatloop.tools.base import ToolResult
 
 
 @dataclass
 class TurnRecord:
-    tool_calls: list[dict[str, Any]] = field(default_factory=list)
-    """One entry per tool call the model made: ``{id, name, arguments, status, result, reason?}``."""
+    tool_calls: list[ToolCallRecord] = field(default_factory=list)
+    """One entry per tool call the model made."""
     usage: Usage = field(default_factory=Usage)
     answered_by: str | None = None
     """The ``provider:model`` of the latest response."""
@@ -36,6 +36,8 @@ class TurnRecord:
     last_result: str | None = None
     context: ContextFit | None = None
     """How the latest model call's conversation was fitted to its context window."""
+    fallbacks: list[Fallback] = field(default_factory=list)
+    text_call_recoveries: Counter[str] = field(default_factory=Counter)
 
     def response(self, response: ModelResponse) -> None:
         self.answered_by = response.model
@@ -56,102 +58,58 @@ class TurnRecord:
         reason: str | None = None,
         server: str | None = None,
         server_tool: str | None = None,
-    ) -> None:
-        entry: dict[str, Any] = {
-            "id": call.id,
-            "name": call.name,
-            "arguments": call.arguments,
-            "status": status,
-            "result": result,
-        }
-        if reason:
-            entry["reason"] = reason
-        if server:  # the tool ran on a server (an MCP server's label), under its own name there
-            entry["server"] = server
-            entry["server_tool"] = server_tool or call.name
+        duration_ms: float | None = None,
+    ) -> ToolCallRecord:
+        entry = ToolCallRecord(
+            call.id,
+            call.name,
+            call.arguments,
+            status,
+            result,
+            reason=reason,
+            server=server,
+            server_tool=server_tool,
+            duration_ms=duration_ms,
+        )
         self.tool_calls.append(entry)
+        return entry
 
     def skipped(self, calls: Iterable[ToolCall], reason: str) -> None:
         for call in calls:
             self.tool_call(call, "skipped", None, reason)
 
-    def fallback_message(self, stop: StopReason, tool_counts: Mapping[str, int]) -> dict[str, Any]:
+    def fallback(self, item: ModelFallback) -> FallbackMade:
+        """``model_fallback``, logged as it is made (every switch is a log line and an event)."""
+        log_fallback(item.from_model, item.to_model, item.reason, item.retry_after, item.discard_partial)
+        self.fallbacks.append(Fallback(item.from_model, item.reason))
+        return FallbackMade.of(item)
+
+    def text_calls(self, found: TextCalls) -> None:
+        self.text_call_recoveries[found.format] += len(found.calls)
+
+    def fallback_text(self, stop: StopReason, tool_counts: Mapping[str, int]) -> str:
         """The user-facing answer when no model answer could be had: what was tried and what to do next."""
-        text = prompts.fallback_text(stop.value, dict(tool_counts), self.last_error, self.last_result)
-        return {"role": "assistant", "content": text}
+        return prompts.fallback_text(stop, dict(tool_counts), self.last_error, self.last_result)
 
     def summary(
         self,
         stop: StopReason,
-        answer: dict[str, Any],
+        answer: AssistantMessage,
         *,
         iterations: int,
         tool_counts: Mapping[str, int],
         model: str,
-    ) -> dict[str, Any]:
-        """The ``done`` event's data (and the /chat JSON body)."""
-        return {
-            "message": answer,
-            "stop_reason": stop.value,
-            "iterations": iterations,
-            "tool_calls": self.tool_calls,
-            "tool_counts": dict(tool_counts),
-            "usage": self.usage.as_dict(),
-            "model": self.answered_by or model,
-            "context": self.context.summary() if self.context else None,
-        }
-
-
-def response_event(response: ModelResponse, iteration: int) -> Event:
-    """``llm_response``: what one model call returned."""
-    return Event(
-        EventType.LLM_RESPONSE,
-        {
-            "iteration": iteration,
-            "model": response.model,
-            "content": response.content,
-            "tool_calls": [c.to_message() for c in response.tool_calls],
-            "finish_reason": response.finish_reason,
-            "usage": response.usage.as_dict() if response.usage else None,
-        },
-    )
-
-
-def fallback_event(item: ModelFallback) -> Event:
-    """``model_fallback``, logged as it is made (every switch is a log line and an event)."""
-    log_fallback(item.from_model, item.to_model, item.reason, item.retry_after, item.discard_partial)
-    return Event(
-        EventType.MODEL_FALLBACK,
-        {
-            "from": item.from_model,
-            "to": item.to_model,
-            "reason": item.reason,
-            "retry_after": item.retry_after,
-            "discard_partial": item.discard_partial,
-            "message": item.message,
-        },
-    )
-
-
-def error_event(exc: ModelError, **extra: Any) -> Event:
-    """``error`` for a model failure (every attempt, when the whole chain failed)."""
-    if isinstance(exc, AllModelsFailed):
-        attempts = [{"model": a.model, "kind": a.kind, "message": a.message} for a in exc.attempts]
-        data = {"code": exc.kind, "message": exc.message, "attempts": attempts, **extra}
-        if exc.retry_after is not None:
-            data["retry_after"] = round(exc.retry_after, 1)
-        return Event(EventType.ERROR, data)
-    return Event(EventType.ERROR, {"code": exc.kind, "message": exc.message, "model": exc.model, **extra})
-
-
-def text_calls_event(found: TextCalls, iteration: int) -> Event:
-    """``status: text_tool_calls_recovered``: the model wrote its calls as text and they were recovered."""
-    return Event(
-        EventType.STATUS,
-        {
-            "status": "text_tool_calls_recovered",
-            "format": found.format,
-            "count": len(found.calls),
-            "iteration": iteration,
-        },
-    )
+    ) -> TurnSummary:
+        """The turn's summary (its ``done`` event)."""
+        return TurnSummary(
+            message=answer,
+            stop_reason=stop,
+            iterations=iterations,
+            tool_calls=tuple(self.tool_calls),
+            tool_counts=dict(tool_counts),
+            usage=Usage(self.usage.prompt_tokens, self.usage.completion_tokens, self.usage.total_tokens),
+            model=self.answered_by or model,
+            context=self.context,
+            fallbacks=tuple(self.fallbacks),
+            text_call_recoveries=dict(self.text_call_recoveries),
+        )

@@ -7,19 +7,33 @@ Usage::
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
+
+from chatloop.engine.messages import Message
+from chatloop.jsontypes import JSONObject
+
+
+def function_name(tool: Mapping[str, object]) -> str | None:
+    """The function name of an OpenAI tool or named tool choice (``{"type": "function", "function": {"name": ...}}``).
+
+    >>> function_name({"type": "function", "function": {"name": "final_answer"}})
+    'final_answer'
+    """
+    function = tool.get("function")
+    name = function.get("name") if isinstance(function, dict) else None
+    return name if isinstance(name, str) else None
 
 
 @dataclass
 class TurnRequest:
-    messages: list[dict[str, Any]]
+    messages: list[Message]
     """A conversation already checked by ``messages.normalize_conversation``."""
     tool_names: list[str] | None = None
     """Built-in tools enabled for this turn; None: all registered tools; []: none (plan mode)."""
-    client_tools: list[dict[str, Any]] = field(default_factory=list)
+    client_tools: list[JSONObject] = field(default_factory=list)
     """OpenAI function tools the client runs itself: a call to one ends the turn."""
-    tool_choice: str | dict[str, Any] | None = None
+    tool_choice: str | JSONObject | None = None
     """Sent on the first model call of the turn. When it requires a client tool (``required`` or a client tool's
     name, with client tools offered), it holds to the end: the turn's last model call offers the client's tools with
     this choice again, so the turn ends with a call to one of them (OpenAI's contract)."""
@@ -29,10 +43,10 @@ class TurnRequest:
     max_tokens: int | None = None
     max_iterations: int | None = None
     """Lowered to the server's MAX_ITERATIONS when larger."""
-    response_format: dict[str, Any] | None = None
+    response_format: JSONObject | None = None
     """Structured output (``json_object`` / ``json_schema``), sent on every model call of the turn: any of them may
     be the one that answers."""
-    model_params: dict[str, Any] = field(default_factory=dict)
+    model_params: JSONObject = field(default_factory=dict)
     """Further sampling and output parameters (``stop``, ``seed``, penalties, ``reasoning_effort`` ...), sent on every
     model call as they are; models whose catalog entry does not take one are passed over for the turn."""
     max_tool_calls: int | None = None
@@ -48,9 +62,7 @@ class TurnRequest:
             return False
         if self.tool_choice == "required":
             return True
-        return (
-            isinstance(self.tool_choice, dict) and self.tool_choice.get("function", {}).get("name") in names
-        )
+        return isinstance(self.tool_choice, dict) and function_name(self.tool_choice) in names
 
     def client_tool_names(self) -> set[str]:
-        return {t["function"]["name"] for t in self.client_tools}
+        return {name for t in self.client_tools if (name := function_name(t)) is not None}

@@ -16,8 +16,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
 
+from chatloop.jsontypes import JSONObject
 from chatloop.providers.base import ModelResponse
 from chatloop.providers.textcalls import TextCalls, find_text_calls, has_tag_call, strip_tag_calls, tool_keys
 
@@ -33,7 +33,7 @@ class Reply:
     """A tagged call was written as text but could not be read: it was cut from the content."""
 
 
-def read_text_calls(response: ModelResponse, tools: Sequence[dict[str, Any]] | None) -> Reply:
+def read_text_calls(response: ModelResponse, tools: Sequence[JSONObject] | None) -> Reply:
     """Recover calls written as text (only while ``tools`` are offered), and never leave a pseudo-call in the
     content. Mutates ``response``: its content and tool calls are what the rest of the turn sees."""
     content = response.content or ""

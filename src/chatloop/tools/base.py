@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol, runtime_checkable
 
 from chatloop.deadline import Deadline
+from chatloop.jsontypes import JSONObject
 
 
 @dataclass
@@ -29,7 +30,17 @@ class ToolResult:
 
 @runtime_checkable
 class Tool(Protocol):
-    """A tool the engine may offer. Read-only members, so a class attribute (a constant schema) satisfies them."""
+    """A tool the engine may offer. Read-only members, so a class attribute (a constant schema) satisfies them.
+
+    A tool may also declare its own policy, as class attributes the engine reads (``tool_policy``), so the engine
+    never needs to know a tool by name:
+
+    - ``answered_once_succeeded = True``: its first success answers the question: it is withdrawn for the rest of
+      the turn, and a later call to it is answered without running (``js_already_succeeded``);
+    - ``guidance = "..."``: a sentence for the system prompt on when and how to use it;
+    - ``default_budget = 3``: runs per turn unless the operator's budgets name it;
+    - ``source = "label"``: it runs elsewhere (an MCP server), named in its events and the decision log line.
+    """
 
     @property
     def name(self) -> str: ...
@@ -39,10 +50,11 @@ class Tool(Protocol):
 
     @property
     def parameters(self) -> dict[str, Any]:
-        """The JSON schema of the arguments."""
+        """The JSON schema of the arguments. ``Any``, not ``JSONObject``: a schema written as a class-level literal is
+        inferred as ``dict[str, object]``, which a ``dict[str, JSONValue]`` would refuse."""
         ...
 
-    async def run(self, arguments: dict[str, Any], deadline: Deadline) -> ToolResult: ...
+    async def run(self, arguments: JSONObject, deadline: Deadline) -> ToolResult: ...
 
 
 def tool_source(tool: Tool) -> str | None:
@@ -52,7 +64,25 @@ def tool_source(tool: Tool) -> str | None:
     return source if isinstance(source, str) and source else None
 
 
-def tool_schema(tool: Tool) -> dict[str, Any]:
+@dataclass(frozen=True)
+class ToolPolicy:
+    """What a tool declares about how the engine treats it (see ``Tool``)."""
+
+    answered_once_succeeded: bool = False
+    guidance: str | None = None
+
+
+def tool_policy(tool: Tool) -> ToolPolicy:
+    """The policy ``tool`` declares; a tool that declares none gets the defaults."""
+    answered_once = getattr(tool, "answered_once_succeeded", False)
+    guidance = getattr(tool, "guidance", None)
+    return ToolPolicy(
+        answered_once_succeeded=answered_once is True,
+        guidance=guidance if isinstance(guidance, str) and guidance else None,
+    )
+
+
+def tool_schema(tool: Tool) -> JSONObject:
     return {
         "type": "function",
         "function": {"name": tool.name, "description": tool.description, "parameters": tool.parameters},
@@ -76,8 +106,19 @@ class ToolRegistry:
     def get(self, name: str) -> Tool | None:
         return self._tools.get(name)
 
-    def schemas(self, names: Iterable[str]) -> list[dict[str, Any]]:
+    def schemas(self, names: Iterable[str]) -> list[JSONObject]:
         return [tool_schema(self._tools[n]) for n in names if n in self._tools]
+
+    def answered_once(self, names: Iterable[str]) -> frozenset[str]:
+        """Those of ``names`` whose first success answers the question (``answered_once_succeeded``)."""
+        return frozenset(
+            n for n in names if n in self._tools and tool_policy(self._tools[n]).answered_once_succeeded
+        )
+
+    def guidance(self, names: Iterable[str]) -> list[str]:
+        """The system-prompt guidance the tools ``names`` declare, in their order."""
+        policies = [tool_policy(self._tools[n]) for n in names if n in self._tools]
+        return [p.guidance for p in policies if p.guidance]
 
     def source(self, name: str) -> str | None:
         """The ``source`` of tool ``name`` (see ``tool_source``), or None."""
@@ -131,7 +172,7 @@ def cap_tool_message(content: str, limit: int = MAX_TOOL_MESSAGE_BYTES) -> str:
     return content.encode()[: limit - len(note.encode())].decode("utf-8", "ignore") + note
 
 
-def fit_tool_message(payload: dict[str, Any], limit: int = MAX_TOOL_MESSAGE_BYTES) -> str:
+def fit_tool_message(payload: JSONObject, limit: int = MAX_TOOL_MESSAGE_BYTES) -> str:
     """``payload`` as JSON of at most ``limit`` bytes: the console ``output`` is cut first, then the ``result``
     (as its JSON text), then the ``error``; each cut field ends with "…" and a ``<field>_truncated`` flag says so.
 

@@ -20,25 +20,29 @@ from __future__ import annotations
 
 import atexit
 import contextlib
-import json
 import os
 import resource
 import secrets
-import selectors
 import shutil
 import signal
 import subprocess
 import tempfile
 import threading
 import time
-import weakref
 from dataclasses import dataclass, field
 from pathlib import Path
-from types import FrameType
-from typing import Any
 
-from chatloop.textsafe import text_safe, text_safe_value
-from chatloop.tools.base import fit_tool_message
+from chatloop.jsontypes import JSONObject
+from chatloop.tools.javascript.frames import MAX_RESULT_CHARS as MAX_RESULT_CHARS  # where tests look for it
+from chatloop.tools.javascript.frames import SandboxResult, checked_frame
+from chatloop.tools.javascript.lifecycle import _LIVE, _SUSPENDED
+from chatloop.tools.javascript.lifecycle import (
+    close_all as close_all,  # the entry point's and snapstart's names
+)
+from chatloop.tools.javascript.lifecycle import close_all_on_signals as close_all_on_signals
+from chatloop.tools.javascript.lifecycle import resume_all as resume_all
+from chatloop.tools.javascript.lifecycle import suspend_all as suspend_all
+from chatloop.tools.javascript.process import Read, cpu_seconds, kill, read_until, signal_group
 
 RUNNER = Path(__file__).with_name("runner.js")
 READY_TIMEOUT = 10.0
@@ -46,17 +50,11 @@ MIN_RUN_SECONDS = 0.05
 """A run is not started with less time than this."""
 MAX_STREAM_BYTES = 1024 * 1024
 """stdout + stderr a child may write before it is killed."""
-MAX_RESULT_CHARS = 16 * 1024
-"""A result longer than this (as JSON) is truncated, and says so."""
-MAX_OUTPUT_CHARS = 16 * 1024
-"""Console output longer than this is truncated, and says so (the runner itself stops at 64 KiB)."""
 HEAP_MB = 64
 RUNS_PER_PROCESS = 100
 """A process is replaced after this many runs: each worker leaves a little behind in the process (measured: VmData
 +33 MB over the first 100 runs, +8 MB a hundred after), which would reach RLIMIT_DATA after some thousands."""
 UNWRITABLE_DENO_DIR = "/dev/null/deno"
-MAX_ERROR_CHARS = 2 * 1024
-"""An error message longer than this is cut."""
 
 
 def find_deno() -> str:
@@ -75,22 +73,6 @@ def find_deno() -> str:
         raise FileNotFoundError(
             "Deno binary not found: install the 'deno' package (pip install deno)"
         ) from None
-
-
-@dataclass
-class SandboxResult:
-    payload: dict[str, Any]
-    """``{"result": ..., "output": ...}`` or ``{"error": "Type: message", "output": ...}``."""
-    duration_ms: float
-    prespawned: bool = False
-
-    @property
-    def ok(self) -> bool:
-        return "error" not in self.payload
-
-    def content(self) -> str:
-        """The tool message: the payload as JSON, at most ``MAX_TOOL_MESSAGE_BYTES``."""
-        return fit_tool_message(self.payload)
 
 
 @dataclass
@@ -169,7 +151,7 @@ class JavaScriptSandbox:
         if refill is not None:
             refill.join(READY_TIMEOUT + 1)
         if child is not None:
-            _kill(child.process)
+            kill(child.process)
 
     def resume(self) -> None:
         """Undo ``suspend()`` and start the spare (after a SnapStart restore)."""
@@ -188,13 +170,13 @@ class JavaScriptSandbox:
             if self._spare is None and child is not None and not self._closed and not self._suspended:
                 self._spare, child = child, None
         if child is not None:
-            _kill(child.process)
+            kill(child.process)
 
     def _take_spare(self) -> _Child | None:
         with self._lock:
             child, self._spare = self._spare, None
         if child is not None and child.process.poll() is not None:
-            _kill(child.process)  # it died while waiting: reap it and spawn cold
+            kill(child.process)  # it died while waiting: reap it and spawn cold
             return None
         return child
 
@@ -211,12 +193,12 @@ class JavaScriptSandbox:
         )
         child = _Child(process)
         try:
-            ready = _read_until(process, b"R\n", time.monotonic() + READY_TIMEOUT, limit=4096)
+            ready = read_until(process, b"R\n", time.monotonic() + READY_TIMEOUT, limit=4096)
         except Exception:
-            _kill(process)
+            kill(process)
             raise
         if not ready.stdout.startswith(b"R\n"):
-            _kill(process)
+            kill(process)
             raise RuntimeError(
                 f"the Deno runner did not start: {ready.stderr[-500:].decode(errors='replace')}"
             )
@@ -229,7 +211,7 @@ class JavaScriptSandbox:
             for which, value in limits:
                 resource.prlimit(process.pid, which, (value, value))
         except (ProcessLookupError, OSError):
-            _kill(process)
+            kill(process)
             raise RuntimeError("the Deno runner exited as it started") from None
         return child
 
@@ -282,7 +264,7 @@ class JavaScriptSandbox:
             if not (answered and self._keep(child)):
                 # SIGKILL now, so nothing of the run goes on; reaping it and starting the next spare happen in the
                 # background, after the result is in hand, instead of competing with this run for the CPU.
-                _signal_group(child.process)
+                signal_group(child.process)
                 threading.Thread(
                     target=self._after_run, args=(child.process,), name="deno-reap", daemon=True
                 ).start()
@@ -303,7 +285,7 @@ class JavaScriptSandbox:
 
     def _reuse(self, child: _Child) -> None:
         if not child.ready:
-            got = _read_until(child.process, b"R\n", time.monotonic() + READY_TIMEOUT, limit=4096)
+            got = read_until(child.process, b"R\n", time.monotonic() + READY_TIMEOUT, limit=4096)
             child.ready = got.stdout.startswith(b"R\n")
         with self._lock:
             self._spare_starting = False
@@ -311,17 +293,17 @@ class JavaScriptSandbox:
             if keep:
                 self._spare, child.ready = child, False
         if not keep:
-            _kill(child.process)
+            kill(child.process)
             self.warm()
 
     def _after_run(self, process: subprocess.Popen[bytes]) -> None:
-        _kill(process)
+        kill(process)
         if self.prespawn:
             self._refill_spare_async()
 
     def _execute(
         self, child: _Child, code: str, timeout: float, stop: threading.Event | None = None
-    ) -> tuple[dict[str, Any], bool]:
+    ) -> tuple[JSONObject, bool]:
         """The run's payload, and whether the process answered cleanly (and may serve another run)."""
         process = child.process
         child.runs += 1
@@ -330,10 +312,10 @@ class JavaScriptSandbox:
             # The soft limit only (SIGXCPU ends the process): the hard one is left as it is, so the next run can
             # raise the soft one again without privileges.
             _, hard = resource.prlimit(process.pid, resource.RLIMIT_CPU)
-            soft = _cpu_seconds(process.pid) + cpu
+            soft = cpu_seconds(process.pid) + cpu
             resource.prlimit(process.pid, resource.RLIMIT_CPU, (soft if hard < 0 else min(soft, hard), hard))
         except (ProcessLookupError, OSError):
-            error = {
+            error: JSONObject = {
                 "error": "SandboxError: the sandbox process exited before running the code",
                 "output": "",
             }
@@ -345,7 +327,7 @@ class JavaScriptSandbox:
             if process.stdin is not None:  # always a pipe: Popen(stdin=PIPE)
                 process.stdin.write(token + b" %d\n" % len(encoded) + encoded)
                 process.stdin.flush()
-        got = _read_until(process, token, deadline, limit=MAX_STREAM_BYTES, line_after=True, stop=stop)
+        got = read_until(process, token, deadline, limit=MAX_STREAM_BYTES, line_after=True, stop=stop)
         if got.stopped:
             return {"error": "CancelledError: the run was stopped (the request ended)", "output": ""}, False
         if got.line is not None:
@@ -354,8 +336,8 @@ class JavaScriptSandbox:
         return self._failure(process, got, timeout, deadline, cpu), False
 
     def _failure(
-        self, process: subprocess.Popen[bytes], got: _Read, timeout: float, deadline: float, cpu: int
-    ) -> dict[str, Any]:
+        self, process: subprocess.Popen[bytes], got: Read, timeout: float, deadline: float, cpu: int
+    ) -> JSONObject:
         """Why a run ended without a result frame."""
         if got.overflow:
             return {
@@ -394,208 +376,9 @@ class JavaScriptSandbox:
             self._closed = True
             child, self._spare = self._spare, None
         if child is not None:
-            _kill(child.process)
+            kill(child.process)
         shutil.rmtree(self.workdir, ignore_errors=True)
         _LIVE.discard(self)
-
-
-# Every sandbox of this process, for what concerns them all: a SnapStart snapshot (no child process in it) and a
-# server stopped by a signal (no work directory left behind).
-_LIVE: weakref.WeakSet[JavaScriptSandbox] = weakref.WeakSet()
-_SUSPENDED = threading.Event()
-"""Set between ``suspend_all()`` and ``resume_all()``: a sandbox created meanwhile starts suspended."""
-
-
-def suspend_all() -> None:
-    """``suspend()`` every sandbox of this process, and those created until ``resume_all()``."""
-    _SUSPENDED.set()
-    for sandbox in list(_LIVE):
-        sandbox.suspend()
-
-
-def resume_all() -> None:
-    """``resume()`` every sandbox of this process: each starts its spare."""
-    _SUSPENDED.clear()
-    for sandbox in list(_LIVE):
-        sandbox.resume()
-
-
-def close_all() -> None:
-    """``close()`` every sandbox of this process: no child process, no work directory left."""
-    for sandbox in list(_LIVE):
-        sandbox.close()
-
-
-def close_all_on_signals(signals: tuple[int, ...] = (signal.SIGTERM, signal.SIGINT)) -> list[int]:
-    """Close every sandbox when the process is stopped by one of ``signals``, then die of that signal as before.
-
-    Only where nothing else handles the signal (its disposition is the default, or Python's KeyboardInterrupt for
-    SIGINT): a server that handles it (uvicorn shuts down gracefully, then re-raises it with the default action,
-    which skips ``atexit``) closes the sandboxes itself, from its shutdown. Call from the main thread. Returns the
-    signals it took over.
-
-    Usage::
-
-        close_all_on_signals()          # at import of the Lambda entry point
-    """
-    if threading.current_thread() is not threading.main_thread():
-        return []
-    taken = []
-    for number in signals:
-        previous = signal.getsignal(number)
-        if previous not in (signal.SIG_DFL, signal.default_int_handler):
-            continue
-
-        def on_signal(received: int, frame: FrameType | None, previous: Any = previous) -> None:
-            close_all()
-            signal.signal(received, previous)
-            if callable(previous):  # SIGINT: KeyboardInterrupt, as before
-                previous(received, frame)
-            else:
-                signal.raise_signal(received)
-
-        signal.signal(number, on_signal)
-        taken.append(number)
-    return taken
-
-
-@dataclass
-class _Read:
-    stdout: bytearray = field(default_factory=bytearray)
-    stderr: bytearray = field(default_factory=bytearray)
-    line: bytes | None = None
-    rest: bytes = b""
-    """What came after the line, in the same reads."""
-    timed_out: bool = False
-    overflow: bool = False
-    stopped: bool = False
-
-
-STOP_POLL_SECONDS = 0.05
-"""How often a run that can be stopped looks at its stop flag."""
-
-
-def _read_until(
-    process: subprocess.Popen[bytes],
-    marker: bytes,
-    deadline: float,
-    *,
-    limit: int,
-    line_after: bool = False,
-    stop: threading.Event | None = None,
-) -> _Read:
-    """Read stdout/stderr until ``marker`` (and, with ``line_after``, the rest of its line), EOF, the deadline,
-    or ``limit`` bytes. Uses raw reads on the pipes so nothing is left buffered in Python."""
-    out = _Read()
-    streams = {process.stdout.fileno(): "stdout", process.stderr.fileno(): "stderr"}  # type: ignore[union-attr]
-    with selectors.DefaultSelector() as selector:
-        for fd in streams:
-            selector.register(fd, selectors.EVENT_READ)
-        open_fds = set(streams)
-        while open_fds:
-            left = deadline - time.monotonic()
-            if left <= 0:
-                out.timed_out = True
-                return out
-            if stop is not None:
-                if stop.is_set():
-                    out.stopped = True
-                    return out
-                left = min(left, STOP_POLL_SECONDS)
-            for key, _ in selector.select(timeout=left):
-                chunk = os.read(key.fd, 65536)
-                if not chunk:
-                    selector.unregister(key.fd)
-                    open_fds.discard(key.fd)
-                    continue
-                name = streams[key.fd]
-                # Appended in place: a child that trickles single bytes must not cost O(n^2) copying.
-                (out.stdout if name == "stdout" else out.stderr).extend(chunk)
-                if len(out.stdout) + len(out.stderr) > limit:
-                    out.overflow = True
-                    return out
-                if name != "stdout":
-                    continue
-                if not line_after and out.stdout.startswith(marker):
-                    return out
-                if line_after:
-                    at = out.stdout.find(marker)
-                    if at >= 0:
-                        end = out.stdout.find(b"\n", at)
-                        if end >= 0:
-                            out.line = bytes(out.stdout[at + len(marker) : end])
-                            out.rest = bytes(out.stdout[end + 1 :])
-                            return out
-    return out
-
-
-_CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
-
-
-def _cpu_seconds(pid: int) -> int:
-    """CPU time (user + system, whole seconds rounded up) a process has used so far, from /proc."""
-    with open(f"/proc/{pid}/stat", "rb") as stat:
-        fields = stat.read().rsplit(b")", 1)[1].split()
-    return -(-(int(fields[11]) + int(fields[12])) // _CLOCK_TICKS)
-
-
-def _signal_group(process: subprocess.Popen[bytes]) -> None:
-    with contextlib.suppress(ProcessLookupError, PermissionError):  # already gone
-        os.killpg(process.pid, signal.SIGKILL)
-
-
-def _kill(process: subprocess.Popen[bytes]) -> None:
-    """SIGKILL the child's whole process group and reap it: no orphans, ever."""
-    _signal_group(process)
-    for stream in (process.stdin, process.stdout, process.stderr):
-        try:
-            if stream:
-                stream.close()
-        except OSError:
-            pass
-    try:
-        process.wait(timeout=5)
-    except subprocess.TimeoutExpired:
-        process.kill()
-        process.wait()
-
-
-def checked_frame(line: bytes) -> dict[str, Any]:
-    """The runner's result line as one of the two documented shapes, capped after serialisation, text-safe.
-
-    The line is untrusted data (the runner's realm is trusted, but this side assumes nothing): anything but an
-    object with a ``result`` or a string ``error`` is a ``SandboxError``, never an exception."""
-    unreadable = {"error": "SandboxError: the sandbox returned an unreadable result", "output": ""}
-    try:
-        frame = json.loads(line.decode("utf-8", "replace"))
-    except (ValueError, RecursionError):
-        return unreadable
-    if not isinstance(frame, dict) or ("result" in frame) == isinstance(frame.get("error"), str):
-        return unreadable
-    payload: dict[str, Any] = {}
-    already_cut = isinstance(frame.get("result_truncated"), str) and isinstance(frame.get("result"), str)
-    if already_cut and len(frame["result"]) <= MAX_RESULT_CHARS + 1:  # the runner cut the result's JSON text
-        payload["result"] = text_safe(frame["result"])
-        payload["result_truncated"] = text_safe(frame["result_truncated"][:200])
-    elif "result" in frame:
-        encoded = json.dumps(frame["result"], ensure_ascii=False)
-        if len(encoded) > MAX_RESULT_CHARS:
-            payload["result"] = text_safe(encoded[:MAX_RESULT_CHARS] + "…")
-            payload["result_truncated"] = (
-                f"the result was {len(encoded)} characters; only the first {MAX_RESULT_CHARS} are shown"
-            )
-        else:
-            payload["result"] = text_safe_value(frame["result"])
-    else:
-        payload["error"] = text_safe(frame["error"][:MAX_ERROR_CHARS])
-    output = frame.get("output")
-    payload["output"] = text_safe(output if isinstance(output, str) else "")
-    if len(payload["output"]) > MAX_OUTPUT_CHARS:
-        payload["output"] = payload["output"][:MAX_OUTPUT_CHARS] + "…"
-        payload["output_truncated"] = True
-    elif frame.get("output_truncated") is True:
-        payload["output_truncated"] = True
-    return payload
 
 
 def _ms(start: float) -> float:

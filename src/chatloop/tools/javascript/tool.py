@@ -13,12 +13,21 @@ import asyncio
 import json
 import math
 import threading
-from typing import Any, ClassVar
+from typing import ClassVar
 
 from chatloop.deadline import Deadline
+from chatloop.jsontypes import JSONObject, JSONValue
 from chatloop.observability import redact
 from chatloop.tools.base import ToolResult
 from chatloop.tools.javascript.sandbox import JavaScriptSandbox
+
+GUIDANCE = (
+    "When a question needs a calculation, call execute_javascript once with the whole calculation in one "
+    "snippet that ends with the value to report. IMPORTANT: after execute_javascript returns a result, give "
+    "the final answer to the user immediately. Do not call tools again unless the result shows an error or "
+    "the user asks something new."
+)
+"""Added to the system prompt while the tool is offered (SYSTEM_PROMPT_GUIDANCE)."""
 
 DEFAULT_TIMEOUT = 5.0
 MIN_TIMEOUT, MAX_TIMEOUT = 1.0, 10.0
@@ -32,7 +41,7 @@ class ExecuteJavaScriptTool:
         "report (the last expression is the result), or `return` it; console.log output is captured too. "
         "Top-level await works. Call it once per question, then answer from its result."
     )
-    parameters: ClassVar[dict[str, Any]] = {
+    parameters: ClassVar[JSONObject] = {
         "type": "object",
         "properties": {
             "code": {
@@ -46,11 +55,14 @@ class ExecuteJavaScriptTool:
         },
         "required": ["code"],
     }
+    answered_once_succeeded = True
+    """A calculation's result answers the question: once it succeeded, the tool is withdrawn for the turn."""
+    guidance = GUIDANCE
 
     def __init__(self, sandbox: JavaScriptSandbox):
         self.sandbox = sandbox
 
-    async def run(self, arguments: dict[str, Any], deadline: Deadline) -> ToolResult:
+    async def run(self, arguments: JSONObject, deadline: Deadline) -> ToolResult:
         code = arguments.get("code")
         if not isinstance(code, str) or not code.strip():
             return _failure("InvalidArguments: 'code' must be a non-empty string")
@@ -69,27 +81,34 @@ class ExecuteJavaScriptTool:
         return ToolResult(
             content=redact(result.content()),
             ok=is_success(result.payload),
-            error=result.payload.get("error"),
+            error=_error_text(result.payload.get("error")),
             duration_ms=result.duration_ms,
         )
 
 
-def clamp_timeout(value: Any) -> float:
+def clamp_timeout(value: object) -> float:
+    """The run's time limit from the model's ``timeout_seconds``: anything that is no number is the default."""
     try:
-        seconds = float(value) if value is not None else DEFAULT_TIMEOUT
-    except (TypeError, ValueError):
+        seconds = float(value) if isinstance(value, (int, float, str)) else DEFAULT_TIMEOUT
+    except ValueError:
         seconds = DEFAULT_TIMEOUT
     if math.isnan(seconds):
         seconds = DEFAULT_TIMEOUT
     return min(MAX_TIMEOUT, max(MIN_TIMEOUT, seconds))
 
 
-def is_success(payload: dict[str, Any]) -> bool:
+def is_success(payload: JSONObject) -> bool:
     """A usable result: no error, and either a value or some console output (a snippet that printed
     nothing and returned nothing told the model nothing, so it may try again)."""
     if "error" in payload:
         return False
-    return payload.get("result") is not None or bool((payload.get("output") or "").strip())
+    output = payload.get("output")
+    return payload.get("result") is not None or (isinstance(output, str) and bool(output.strip()))
+
+
+def _error_text(error: JSONValue) -> str | None:
+    """The payload's ``error`` (always a string from ``checked_frame``) as ``ToolResult.error``."""
+    return None if error is None else str(error)
 
 
 def _failure(message: str) -> ToolResult:
