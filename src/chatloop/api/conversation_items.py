@@ -24,6 +24,7 @@ from chatloop.api.response_schemas import (
     InputItem,
     InputMessage,
 )
+from chatloop.jsontypes import JSONObject
 from chatloop.store.model import Item, new_id
 
 MAX_ITEMS_AT_ONCE = 20
@@ -63,10 +64,10 @@ def stored_items(items: Sequence[InputItem]) -> list[Item]:
         if isinstance(item, InputMessage):
             item_id = new_id("msg")
             kind = "output_text" if item.role == "assistant" else "input_text"
-            part: dict[str, object] = {"type": kind, "text": item.text()}
+            part: JSONObject = {"type": kind, "text": item.text()}
             if kind == "output_text":
                 part["annotations"] = []
-            body: dict[str, object] = {
+            body: JSONObject = {
                 "type": "message",
                 "id": item_id,
                 "role": item.role,
