@@ -697,3 +697,20 @@ async def test_words_before_a_pseudo_call_on_the_final_call_are_the_answer_as_st
     )
     assert done["message"]["content"].strip() == "The answer is 42." and done["message"]["content"] == deltas
     assert "reason=call_shaped" in caplog.text
+
+
+@pytest.mark.parametrize(
+    "content",
+    ['{"result": 1' + "0" * 400 + "}", '{"result": "1e999"}', '{"result": "nan"}', '{"result": "-inf"}'],
+    ids=["an integer past any float", "a string past any float", "nan", "-inf"],
+)
+def test_the_demo_fills_a_forced_call_after_a_result_no_float_holds(content):
+    """Once: a result past a float's range (Python reads any JSON integer) raised OverflowError out of the demo."""
+    days = {"type": "object", "properties": {"city": {"type": "string"}, "days": {"type": "number"}}}
+    tool = {"type": "function", "function": {"name": "get_weather", "parameters": days}}
+    messages = [*ASKED_AND_ANSWERED[:2], {**ASKED_AND_ANSWERED[2], "content": content}]
+    response = demo_reply(messages, tools=[tool], tool_choice="required")
+    assert [c.name for c in response.tool_calls] == ["get_weather"]
+    json.loads(
+        response.tool_calls[0].arguments, parse_constant=pytest.fail
+    )  # strict JSON: no NaN, no Infinity

@@ -16,6 +16,7 @@ Usage::
 from __future__ import annotations
 
 import json
+import math
 import re
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
@@ -227,13 +228,15 @@ def _hints(question: str, result: JSONValue = None, text: str | None = None) -> 
 
 
 def _number(value: JSONValue) -> float | None:
-    """``value`` as a float when it is a number or a string that reads as one (never a bool)."""
+    """``value`` as a float when it is a finite number or a string that reads as one (never a bool). A JSON integer
+    past a float's range reads as an int in Python, and ``"nan"`` or ``"1e999"`` as a float no JSON can hold."""
     if isinstance(value, bool) or not isinstance(value, int | float | str):
         return None
     try:
-        return float(value)
-    except ValueError:
+        number = float(value)
+    except (ValueError, OverflowError):
         return None
+    return number if math.isfinite(number) else None
 
 
 def _name_of(function: JSONObject) -> str | None:
