@@ -9,7 +9,7 @@ import pytest
 from chatloop.api.chat import ChatRenderer, chat_body
 from chatloop.api.serve import guarded
 from chatloop.engine import StopReason, TurnSummary
-from chatloop.engine.events import Delta, Done, Event, Started
+from chatloop.engine.events import Delta, Done, Event, Started, ToolCallResult, ToolCallStart
 from chatloop.engine.summary import AssistantMessage
 
 
@@ -113,3 +113,19 @@ def test_a_turn_every_model_failed_is_a_503_with_its_summary():
     status, body = asyncio.run(ChatRenderer().answer(failed))
     assert status == 503 and body["stop_reason"] == "all_models_failed" and body["request_id"] == "r"
     assert list(body)[-2:] == ["context", "request_id"] and chat_body(failed) == body
+
+
+def test_a_seam_sends_no_empty_delta():
+    """Once: the redaction hold was flushed at every seam whether or not it held anything, so each model call after
+    the first sent an empty ``delta`` (an empty chunk on the OpenAI routes) before its seam."""
+    events = [
+        Started("groq:m"),
+        Delta("Let me compute that.", 1),
+        ToolCallStart("c1", "execute_javascript", "{}"),
+        ToolCallResult("c1", "execute_javascript", "ok", '{"result": 42}'),
+        Delta("\n\n", 2, seam=True),
+        Delta("It is 42.", 2),
+        Done(summary("Let me compute that.\n\nIt is 42.")),
+    ]
+    deltas = [data["content"] for name, data in frames(stream(ChatRenderer(), events)) if name == "delta"]
+    assert deltas == ["Let me compute that.", "\n\n", "It is 42."]

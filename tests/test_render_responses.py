@@ -126,3 +126,19 @@ def test_not_streamed_a_response_cut_by_the_token_cap_is_incomplete():
     assert status == 200 and body["status"] == "incomplete"
     assert body["incomplete_details"] == {"reason": "max_output_tokens"}
     assert body["output"][0]["content"][0]["text"] == "Hel" and body["x_chatloop"]["stop_reason"] == "length"
+
+
+def test_the_text_after_a_sandbox_run_starts_with_its_seam_and_no_delta_is_empty():
+    run = [
+        Delta("Let me compute.", 1),
+        ToolCallStart("call_1", "execute_javascript", '{"code": "6*7"}'),
+        ToolCallResult("call_1", "execute_javascript", "ok", '{"result": 42}', duration_ms=3.0),
+        Delta("\n\n", 2, seam=True),
+        Delta("42", 2),
+        Done(summary("Let me compute.\n\n42")),
+    ]
+    got = events_of(stream(ResponsesRenderer("r", ECHO), run))
+    deltas = [e["delta"] for e in got if e["type"] == "response.output_text.delta"]
+    assert deltas == ["Let me compute.", "\n\n", "42"]  # they add up to the answer, and none is empty
+    texts = [i["content"][0]["text"] for i in got[-1]["response"]["output"] if i["type"] == "message"]
+    assert texts == ["Let me compute.", "\n\n42"]

@@ -125,9 +125,9 @@ class ResponseOutput:
         return frames
 
     def feed(self, event: Event) -> list[str]:
-        if isinstance(event, Delta):
-            if event.seam and self._message is None:
-                return []  # a seam separates texts; after a tool item the next message stands apart anyway
+        if isinstance(
+            event, Delta
+        ):  # a seam opens the next message as its first text, as on the other routes
             return self._add_text(event.content)
         if isinstance(event, ToolCallStart) and event.tool_name == JAVASCRIPT_TOOL:
             return self._close_message() + self._open_run(code_interpreter_item(event.id, event.arguments))

@@ -155,8 +155,8 @@ async def held_secrets(events: AsyncIterator[Event]) -> AsyncIterator[Event]:
     last: Delta | None = None
     async for event in events:
         if isinstance(event, Delta):
-            if event.seam:
-                yield _from_hold(hold.flush(), last)
+            if event.seam and (held := hold.flush()):  # the text before the seam goes out before it
+                yield _from_hold(held, last)
             last = event
             text = hold.feed(event.content)
             if text:
