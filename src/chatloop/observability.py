@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 import re
 from collections import Counter
 from collections.abc import Mapping
@@ -22,11 +21,13 @@ from typing import TYPE_CHECKING, Protocol
 from aws_lambda_powertools import Logger, Metrics
 from aws_lambda_powertools.metrics import MetricUnit, single_metric
 
+from chatloop.config import from_environment
+
 if TYPE_CHECKING:
     from chatloop.engine.summary import TurnSummary
 
-SERVICE = os.environ.get("POWERTOOLS_SERVICE_NAME") or "chatloop"
-NAMESPACE = os.environ.get("POWERTOOLS_METRICS_NAMESPACE") or "ChatLoop"
+SERVICE = from_environment("POWERTOOLS_SERVICE_NAME") or "chatloop"
+NAMESPACE = from_environment("POWERTOOLS_METRICS_NAMESPACE") or "ChatLoop"
 
 logger = Logger(service=SERVICE)
 metrics = Metrics(namespace=NAMESPACE, service=SERVICE)
@@ -145,7 +146,7 @@ class _RedactingFilter(logging.Filter):
 
 logger.addFilter(_RedactingFilter())
 for _secret_var in ("GROQ_API_KEY", "OPENAI_API_KEY", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN"):
-    register_secret(os.environ.get(_secret_var))
+    register_secret(from_environment(_secret_var))
 
 
 def log_decision(
@@ -295,10 +296,8 @@ def record_turn_metrics(summary: TurnSummary, in_lambda: bool) -> None:
     sandbox_errors = sum(1 for c in summary.tool_calls if c.name == SANDBOX_TOOL and c.status == "error")
     metrics.add_metric(name="SandboxErrors", unit=MetricUnit.Count, value=sandbox_errors)
     metrics.add_metric(name=f"Stop_{summary.stop_reason.value}", unit=MetricUnit.Count, value=1)
-    for (
-        text_format,
-        count,
-    ) in summary.text_call_recoveries.items():  # which models need text tool-call recovery
+    # Which models need text tool-call recovery, by format.
+    for text_format, count in summary.text_call_recoveries.items():
         metrics.add_metric(name=f"TextToolCalls_{text_format}", unit=MetricUnit.Count, value=count)
     # Each run's milliseconds as its tool_call_result event reports them (to 0.1 ms), summed.
     sandbox_ms = sum(round(c.duration_ms or 0.0, 1) for c in runs)

@@ -23,7 +23,7 @@ from chatloop.api.errors import RequestError, on_http_error, on_request_error, o
 from chatloop.api.idempotency import idempotent
 from chatloop.api.nosniff import NoSniff
 from chatloop.api.runtime import Runtime
-from chatloop.config import Settings
+from chatloop.config import Settings, from_environment
 from chatloop.observability import logger
 from chatloop.providers.chain import FallbackChain
 from chatloop.secrets import KEY_VARIABLES
@@ -92,9 +92,7 @@ def create_app(
 
 
 def _say_which_models(settings: Settings) -> None:
-    import os
-
-    has_key = any(os.environ.get(v) for v in KEY_VARIABLES.values()) or settings.provider_keys_secret_arn
+    has_key = any(from_environment(v) for v in KEY_VARIABLES.values()) or settings.provider_keys_secret_arn
     if not has_key and not settings.model_chain:
         logger.warning(
             "no API key configured (GROQ_API_KEY, OPENAI_API_KEY or PROVIDER_KEYS_SECRET_ARN): "

@@ -32,6 +32,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from chatloop.config import from_environment
 from chatloop.jsontypes import JSONObject
 from chatloop.tools.javascript.frames import MAX_RESULT_CHARS as MAX_RESULT_CHARS  # where tests look for it
 from chatloop.tools.javascript.frames import SandboxResult, checked_frame
@@ -59,7 +60,7 @@ UNWRITABLE_DENO_DIR = "/dev/null/deno"
 
 def find_deno() -> str:
     """The Deno binary from the ``deno`` wheel (its own helper), or ``DENO_BIN``/PATH as a fallback."""
-    explicit = os.environ.get("DENO_BIN")
+    explicit = from_environment("DENO_BIN")
     if explicit:
         return explicit
     try:
