@@ -12,18 +12,15 @@ Usage::
 from __future__ import annotations
 
 import argparse
-import io
 import json
-import shutil
 import subprocess
 import sys
-import tarfile
 import tempfile
 from pathlib import Path
 from typing import Any
 
 from bench import ROOT
-from bench.common import median
+from bench.common import median, tree_at
 
 BASE_COMMIT = "cb0a5d3"
 """main before the re-cut of issue #22 (one module per wire API, typed turn results, the engine's own limits)."""
@@ -80,12 +77,7 @@ def _child(tree: Path, reps: int) -> dict[str, float]:
 def measure(rounds: int, reps: int, base: str = BASE_COMMIT) -> dict[str, Any]:
     """Medians over ``rounds`` alternating runs of each tree (each run: ``reps`` turns per measurement)."""
     with tempfile.TemporaryDirectory(prefix="chatloop-against-") as tmp:
-        base_root = Path(tmp) / "base"
-        base_root.mkdir()
-        git = shutil.which("git") or "/usr/bin/git"
-        archive = subprocess.run([git, "archive", base], cwd=ROOT, capture_output=True, check=True)
-        with tarfile.open(fileobj=io.BytesIO(archive.stdout)) as tar:
-            tar.extractall(base_root, filter="data")
+        base_root = tree_at(base, Path(tmp) / "base")
         runs: dict[str, list[dict[str, float]]] = {"here": [], "base": []}
         for _ in range(rounds):
             runs["here"].append(_child(ROOT, reps))

@@ -2,9 +2,15 @@
 
 from __future__ import annotations
 
+import io
 import json
+import shutil
 import statistics
+import subprocess
+import tarfile
+from pathlib import Path
 
+from bench import ROOT
 from chatloop.providers.base import ModelRequest, ModelResponse, ToolCall
 from chatloop.tools.base import ToolResult
 
@@ -17,6 +23,16 @@ COMPOUND_SNIPPET = (
     "console.log('years', 30); console.log('rate', 0.05); console.log('months', 360);\n"
     "Math.round(balance * 100) / 100"
 )
+
+
+def tree_at(commit: str, dest: Path) -> Path:
+    """This repository's files at ``commit``, written under ``dest`` (which is made): a tree to measure against."""
+    dest.mkdir(parents=True, exist_ok=True)
+    git = shutil.which("git") or "/usr/bin/git"
+    archive = subprocess.run([git, "archive", commit], cwd=ROOT, capture_output=True, check=True)
+    with tarfile.open(fileobj=io.BytesIO(archive.stdout)) as tar:
+        tar.extractall(dest, filter="data")
+    return dest
 
 
 def median(values: list[float]) -> float:

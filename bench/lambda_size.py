@@ -19,14 +19,12 @@ Needs root and cgroup v1 controllers at /sys/fs/cgroup/{cpu,memory}; elsewhere t
 from __future__ import annotations
 
 import contextlib
-import io
 import json
 import os
 import platform
 import shutil
 import subprocess
 import sys
-import tarfile
 import tempfile
 import threading
 import time
@@ -36,7 +34,7 @@ from pathlib import Path
 from typing import Any
 
 from bench import ROOT
-from bench.common import median
+from bench.common import median, tree_at
 
 SIZES = (512, 1024, 1769)
 FULL_CORE_MB = 1769
@@ -231,12 +229,7 @@ def measure(runs: int, turns: int, sizes: tuple[int, ...] = SIZES) -> dict[str, 
     out: dict[str, Any] = {"model_seconds": MODEL_SECONDS, "base_commit": BASE_COMMIT, "sizes": {}}
     with tempfile.TemporaryDirectory(prefix="chatloop-lambda-bench-") as tmp, FakeLLM() as llm:
         llm.default = lambda body: replace(realistic(body), delay=MODEL_SECONDS)
-        base_root = Path(tmp) / "base-src"
-        base_root.mkdir()
-        git = shutil.which("git") or "/usr/bin/git"
-        archive = subprocess.run([git, "archive", BASE_COMMIT], cwd=ROOT, capture_output=True, check=True)
-        with tarfile.open(fileobj=io.BytesIO(archive.stdout)) as tar:
-            tar.extractall(base_root, filter="data")
+        base_root = tree_at(BASE_COMMIT, Path(tmp) / "base-src")
         here = build(ROOT, Path(tmp) / "here", None)
         base = build(base_root, Path(tmp) / "base", Path(tmp) / "here")
         for size in sizes:

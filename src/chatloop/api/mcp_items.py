@@ -23,15 +23,6 @@ from chatloop.tools.mcp import TOOL_ERROR_PREFIX, offered_name
 if TYPE_CHECKING:
     from chatloop.tools.mcp import MCPTool, TurnTools
 
-DEFAULT_TIMEOUT_SECONDS = 10.0
-RESOLVE_TIMEOUT_SECONDS = 1.0
-METADATA_ADDRESSES = (
-    "169.254.169.254",  # AWS, GCP, Azure, ...
-    "169.254.170.2",  # ECS task metadata
-    "fd00:ec2::254",  # AWS IMDS over IPv6
-    "100.100.100.200",  # Alibaba Cloud
-)
-
 
 # --- output items ------------------------------------------------------------------------------------
 def list_tools_item(
