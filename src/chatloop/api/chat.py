@@ -41,6 +41,7 @@ class ChatRenderer:
 
     stream_failure_log = "SSE stream failed"
     answers_failure = True
+    observes = False
 
     def __init__(self) -> None:
         self._done = False

@@ -92,6 +92,7 @@ class CompletionRenderer:
 
     stream_failure_log = "chat.completion.chunk stream failed"
     answers_failure = False
+    observes = False
 
     def __init__(self, request_id: str, include_usage: bool = False) -> None:
         self.request_id = request_id

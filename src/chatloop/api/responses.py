@@ -218,6 +218,7 @@ class ResponsesRenderer:
 
     stream_failure_log = "response event stream failed"
     answers_failure = False
+    observes = True
 
     def __init__(
         self,

@@ -43,6 +43,10 @@ class Renderer(Protocol):
     answers_failure: bool
     """True: a turn every model failed is answered by ``answer`` (its body says so); False: it is an error
     response (``failed_turn``: 429 or 503)."""
+    observes: bool
+    """Not streamed: True when its body is built from the events (``observe``), which then come with their deltas
+    redacted as one text, as a stream's are (the Responses API keeps what it built); False when the body is built
+    from the summary alone (redacted whole when it is serialised), and ``observe`` is not called."""
 
     def frames(self, events: AsyncIterator[Event]) -> AsyncIterator[str]:
         """The stream: SSE frames, unredacted, a chunk at a time (frames known together may share a chunk)."""
@@ -101,12 +105,12 @@ async def serve_turn(
         return event_stream(keep_running(chunks) if keep_running else chunks, ctx)
     summary = TurnSummary.failed()  # a turn always ends with its Done: this stands in for none
     errors: list[TurnError] = []
-    async for event in held_secrets(events):
+    async for event in held_secrets(events) if renderer.observes else events:
         if isinstance(event, Done):
             summary = event.summary
         elif isinstance(event, TurnError):
             errors.append(event)
-        else:
+        elif renderer.observes:
             renderer.observe(event)
     if summary.stop_reason is StopReason.ALL_MODELS_FAILED and not renderer.answers_failure:
         raise failed_turn(errors)

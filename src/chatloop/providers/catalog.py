@@ -72,6 +72,8 @@ class Catalog:
     """Entries as ``models.json`` (and the overlay) hold them, checked by ``validate_catalog``."""
     providers: dict[str, ProviderInfo]
     defaults: JSONObject = field(default_factory=dict)
+    _infos: dict[str, ModelInfo] = field(default_factory=dict, init=False, repr=False, compare=False)
+    """``get``'s answers: an entry is read once (the chain asks for each of its models several times a request)."""
 
     @classmethod
     def load(cls, path: Path = CATALOG_FILE, overlay: str | None = None) -> Catalog:
@@ -80,6 +82,12 @@ class Catalog:
         return _load(str(path), overlay or None)
 
     def get(self, name: str) -> ModelInfo:
+        info = self._infos.get(name)
+        if info is None:
+            info = self._infos[name] = self._read(name)
+        return info
+
+    def _read(self, name: str) -> ModelInfo:
         provider, model_id = split_entry(name)
         raw = {**self.defaults, **self.models.get(f"{provider}:{model_id}", {})}
         window = raw.get("context_window")

@@ -249,8 +249,13 @@ class FallbackChain:
     def can_hold(self, messages: list[JSONObject], max_tokens: int | None) -> tuple[bool, int]:
         """Whether any model of the chain could hold ``messages`` (whatever else the turn adds), and the largest
         known window: a model whose window is unknown could."""
-        needs = self.health.estimator.needs_of(messages, None, max_tokens, self.entries())
-        fitting = fit([self._window(name, needs[name]) for name in self.entries()], allow_trimming=False)
+        entries = self.entries()
+        if (
+            entries and self.catalog.get(entries[0]).context_window is None
+        ):  # the first model is tried whatever it needs
+            return True, 0
+        needs = self.health.estimator.needs_of(messages, None, max_tokens, entries)
+        fitting = fit([self._window(name, needs[name]) for name in entries], allow_trimming=False)
         passed = [w.size or 0 for w in fitting.windows[: len(fitting.skipped)]]
         return fitting.holds, fitting.window if fitting.window is not None else max(passed, default=0)
 
