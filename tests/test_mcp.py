@@ -457,6 +457,20 @@ def test_a_client_supplied_url_outside_the_list_is_a_400_and_no_request_is_made(
         assert other.requests == [] and len(docs.requests) == before and llm.requests == []
 
 
+def test_a_400_names_the_mcp_tools_index_in_the_requests_tools_not_among_mcp_tools(
+    docs, llm, sandbox, handler_runtime
+):
+    handler_runtime(make_runtime(sandbox, (), mcp_allowed_urls=f"{docs.root}/"))
+    function = {"type": "function", "name": "lookup", "parameters": {"type": "object", "properties": {}}}
+    refused = "http://127.0.0.1:1/mcp"  # outside MCP_ALLOWED_URLS
+    tools = [function, {**function, "name": "other"}, mcp_tool(docs.url), mcp_tool(refused, label="second")]
+    code, body = invoke("/v1/responses", {"input": QUESTION, "tools": tools})
+    error = json.loads(body)["error"]
+    assert code == 400 and error["param"] == "tools[3].server_url", body
+    assert error["message"].startswith(f"tools[3].server_url {refused!r} is not allowed")
+    assert llm.requests == []
+
+
 @pytest.mark.parametrize("approval", ["always", None, {"never": {"tool_names": ["search"]}}])
 def test_require_approval_other_than_never_is_a_400(docs, llm, sandbox, handler_runtime, approval):
     handler_runtime(make_runtime(sandbox, (), mcp_allowed_urls=f"{docs.root}/"))

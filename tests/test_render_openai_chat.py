@@ -80,9 +80,15 @@ def test_a_stream_that_breaks_ends_with_an_internal_error_chunk_and_done():
     assert got[-1]["error"]["code"] == "internal_error" and got[-1]["error"]["type"] == "server_error"
 
 
-def test_a_stream_that_breaks_after_its_finish_chunk_still_sends_one_done():
-    got = chunks(stream(CompletionRenderer("r"), [Started("groq:m"), Done(summary())], fail=True))
-    assert got[1]["choices"][0]["finish_reason"] == "stop" and got[2]["error"]["code"] == "internal_error"
+def test_a_stream_that_breaks_after_its_finish_chunk_only_ends_with_done_never_an_error_after_it(caplog):
+    body = stream(CompletionRenderer("r"), [Started("groq:m"), Done(summary())], fail=True)
+    assert "chat.completion.chunk stream failed" in caplog.text and "the turn broke" in caplog.text
+    got = chunks(body)  # which also checks it ends with [DONE]
+    assert [c["choices"][0]["finish_reason"] for c in got] == [None, "stop"] and body.count("[DONE]") == 1
+    with_usage = chunks(
+        stream(CompletionRenderer("r", True), [Started("groq:m"), Done(summary())], fail=True)
+    )
+    assert with_usage[-1]["choices"] == [] and with_usage[-1]["usage"] == USAGE.as_dict()
 
 
 def test_not_streamed_a_chat_completion():

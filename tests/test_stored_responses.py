@@ -126,6 +126,29 @@ def test_a_conversation_gets_each_turn_and_gives_the_model_the_whole_of_it(serve
     ]
 
 
+@pytest.mark.parametrize("stream", [False, True], ids=["json", "streamed"])
+def test_store_false_in_a_conversation_still_appends_the_turn_but_keeps_no_response(server, stream):
+    # OpenAI's contract: a response's input and output items are added to its `conversation` after it completes;
+    # `store` is whether the response object is kept for retrieval. A stream is no different from a JSON answer.
+    alice = client(server)
+    conversation = alice.conversations.create(items=[{"role": "user", "content": "zero"}])
+    if stream:
+        with alice.responses.stream(
+            model="chatloop", input="one", conversation=conversation.id, store=False
+        ) as events:
+            answered = events.get_final_response()
+    else:
+        answered = alice.responses.create(
+            model="chatloop", input="one", conversation=conversation.id, store=False
+        )
+    assert answered.store is False and answered.output_text == "I have 2 question(s); the last: one"
+    items = alice.conversations.items.list(conversation.id, order="asc")
+    texts = [(i.role, i.content[0].text) for i in items.data]
+    assert texts == [("user", "zero"), ("user", "one"), ("assistant", answered.output_text)]
+    with pytest.raises(openai.NotFoundError):
+        alice.responses.retrieve(answered.id)
+
+
 def test_a_streamed_response_can_be_resumed_after_any_event(server):
     alice = client(server)
     with alice.responses.stream(model="chatloop", input="stream me") as stream:

@@ -59,13 +59,14 @@ async def client_servers(
     """The request's ``mcp`` tools as servers to list for this turn, each checked (a ``RequestError`` 400 naming
     what is wrong; no connection is made before every check passed). ``reserved``: labels taken by the
     operator's servers."""
-    requested = [t for t in tools or [] if isinstance(t, ResponsesMcpTool)]
+    # Each with its index in the request's whole ``tools`` list, which is what a 400 names.
+    requested = [(i, t) for i, t in enumerate(tools or []) if isinstance(t, ResponsesMcpTool)]
     if not requested:
         return []
     prefixes = settings.mcp_url_prefixes()
     taken = set(reserved)
     servers: list[MCPServerConfig] = []
-    for i, tool in enumerate(requested):
+    for i, tool in requested:
         servers.append(await _checked_server(tool, f"tools[{i}]", prefixes, taken))
         taken.add(tool.server_label)
     return servers

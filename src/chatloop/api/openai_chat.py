@@ -98,6 +98,7 @@ class CompletionRenderer:
         self.request_id = request_id
         self.include_usage = include_usage
         self._finished = False
+        self._answered = False  # the finish chunk went out: a break after it only ends the stream
 
     async def frames(self, events: AsyncIterator[Event]) -> AsyncIterator[str]:
         created = int(time.time())
@@ -134,6 +135,7 @@ class CompletionRenderer:
                     calls = [{"index": i, **c.to_message()} for i, c in enumerate(summary.message.tool_calls)]
                     yield chunk({"tool_calls": calls})
                 yield chunk({}, finish_reason(summary.stop_reason), x_chatloop=extension(summary))
+                self._answered = True
                 if self.include_usage:
                     usage = summary.usage.as_dict()
                     yield sse_frame({**base, "model": model, "choices": [], "usage": usage})
@@ -143,6 +145,8 @@ class CompletionRenderer:
     def broken(self) -> str:
         if self._finished:
             return ""
+        if self._answered:  # an error chunk after the finish would contradict it; the traceback is logged
+            return DONE_LINE
         error = openai_error(INTERNAL_ERROR.message, "internal_error", "server_error")
         return sse_frame(error) + DONE_LINE
 

@@ -322,7 +322,11 @@ async def responses(request: Request) -> Response:
 
         return await serve_turn(ctx, renderer, events, stream=True, keep_running=followed)
     if body.stream:
-        return await serve_turn(ctx, ResponsesRenderer(rid, echo, listed=listed), events, stream=True)
+        # Unstored, but a conversation still gets the turn's items (``store`` is about the response object only),
+        # as a JSON answer's does.
+        appends = keep if keeping.conversation_id is not None else None
+        renderer = ResponsesRenderer(rid, echo, appends, listed=listed)
+        return await serve_turn(ctx, renderer, events, stream=True)
     renderer = ResponsesRenderer(rid, echo, keep, listed=listed, stream=False)
     return await serve_turn(ctx, renderer, events, stream=False)
 
