@@ -206,6 +206,36 @@ async def test_identical_results_end_tool_use(sandbox):
     assert "same result" in turn.model.requests[-1].messages[-1]["content"]  # the final-answer note says why
 
 
+async def test_a_batch_that_is_both_loops_ends_tool_use_once():
+    """The second repeated call comes in a batch whose new call returns a result seen before: a duplicate loop and a
+    result loop at once. Tool use ends once, for the reason the decision gave, with one note."""
+    search = FakeSearch(same_result=True)
+
+    def script(request, n):
+        if not request.tools:
+            return ModelResponse("", content="I could not find anything.")
+        batch = [call("search_web", {"query": "first"}, f"r{n}")]  # a repeat after the first call
+        if n == 3:
+            batch.append(call("search_web", {"query": "other"}, "new"))  # runs: the same result again
+        return ModelResponse("", tool_calls=batch)
+
+    turn = await drive(ScriptedModel(script), ToolRegistry([search]), "find it")
+    assert search.queries == ["first", "other"] and turn.model.calls == 4
+    assert [d["reason"] for d in turn.of(EventType.DECISION)] == [
+        "execute",
+        "duplicate_call",
+        "duplicate_loop",
+        "no_tool_calls",
+    ]
+    last = turn.model.requests[-1]
+    assert last.tools is None
+    notes = [m["content"] for m in last.messages if m["role"] == "system"]
+    assert len(notes) == 1 and notes[0] == last.messages[-1]["content"]
+    assert "same tool call again" in notes[0]  # the decision's reason, as its log line says
+    assert turn.done["stop_reason"] == "loop_detected"
+    assert turn.answer == "I could not find anything."
+
+
 async def test_forced_tool_choice_applies_to_the_first_call_only(sandbox):
     registry = ToolRegistry([ExecuteJavaScriptTool(sandbox), FakeSearch()])
 

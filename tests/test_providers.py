@@ -491,6 +491,48 @@ async def test_a_model_that_fails_again_after_the_wait_is_all_models_failed(llm)
     assert len(llm.requests_for(G70)) == 2  # the first call and one retry after the short wait, no more
 
 
+def short_wait():
+    """A rate limit short enough to be slept out when no other model is left: the model is called once more after it."""
+    return error(429, "rate_limit_exceeded", "Please try again in 0.1s.", kind="requests")
+
+
+async def test_the_call_after_the_wait_recovers_a_tool_call_from_failed_generation(llm):
+    failed = error(
+        400,
+        "tool_use_failed",
+        "Failed to call a function.",
+        failed_generation='<function=execute_javascript>{"code": "6 * 7"}</function>',
+    )
+    llm.script(G70, short_wait(), failed)
+    _, response = await collect(chain(f"groq:{G70}").for_turn(), request(JS_TOOL))
+    assert [(c.name, c.parsed_arguments()) for c in response.tool_calls] == [
+        ("execute_javascript", {"code": "6 * 7"})
+    ]
+    assert len(llm.requests_for(G70)) == 2  # the first call and the one after the wait: nothing asked again
+
+
+async def test_the_call_after_the_wait_takes_a_refused_unvouched_format_as_the_models_failure(llm):
+    unlisted = "unlisted-model"  # the catalog says nothing of its formats
+    llm.script(
+        unlisted,
+        short_wait(),
+        error(400, "invalid_request_error", "response_format json_schema is not supported"),
+    )
+    fmt = {"type": "json_schema", "json_schema": {"name": "A", "schema": {"type": "object"}}}
+    with pytest.raises(
+        AllModelsFailed
+    ) as raised:  # the model could not take it: not the client's bad request
+        await collect(chain(f"groq:{unlisted}").for_turn(), request(response_format=fmt))
+    assert [a.kind for a in raised.value.attempts] == ["rate_limited", "bad_request"]
+
+
+async def test_the_call_after_the_wait_calibrates_the_token_estimate(llm):
+    llm.script(G70, short_wait(), text(G70, "ok", groq=True, usage=(40, 1)))
+    c = chain(f"groq:{G70}")
+    _, response = await collect(c.for_turn(), request())
+    assert response.content == "ok" and f"groq:{G70}" in c.health.estimator.scale
+
+
 async def test_an_auth_failure_is_remembered_across_turns(llm):
     llm.script(G70, error(401, "invalid_api_key", "Invalid API Key"))
     llm.script(MINI, text(MINI, "one"), text(MINI, "two"))

@@ -49,6 +49,15 @@ def test_the_stop_reason_is_the_first_guard_then_the_withholding_guard_then_the_
     assert state.stop_reason(withheld_by, otherwise) is expected
 
 
+def test_tool_use_ends_once_with_the_first_reason_and_one_note():
+    state = TurnState([{"role": "user", "content": "hi"}], ToolLedger())
+    state.end_tool_use(R.DUPLICATE_LOOP)
+    state.end_tool_use(R.RESULT_LOOP)
+    notes = [m["content"] for m in state.messages if m["role"] == "system"]
+    assert state.ended_by is R.DUPLICATE_LOOP and len(notes) == 1
+    assert notes[0].startswith("You asked for the same tool call again.")
+
+
 def test_the_answered_once_note_names_the_tool_that_answered():
     state = TurnState([], ToolLedger(answered_once=frozenset({"lookup"}), succeeded={"lookup"}))
     state.end_tool_use(R.JS_ALREADY_SUCCEEDED)

@@ -56,9 +56,11 @@ class ToolExecutor:
         """The turn's own tools (what an unknown call is told is available)."""
 
     async def execute(
-        self, response: ModelResponse, plan: BatchPlan
+        self, response: ModelResponse, plan: BatchPlan, ends: DecisionReason | None = None
     ) -> AsyncIterator[MessageComplete | ToolCallStart | ToolCallResult]:
-        """Answer every call of the batch, running those that may run (in parallel), then update the guards."""
+        """Answer every call of the batch, running those that may run (in parallel), then update the guards.
+        ``ends``: the decision already found this batch a loop (a second repeat); tool use ends after it for that
+        reason, whatever loop the batch's results show."""
         calls = calls_json(response.tool_calls)
         content = response.content or ""
         self.state.messages.append({"role": "assistant", "content": content, "tool_calls": calls})
@@ -72,7 +74,7 @@ class ToolExecutor:
         budget_was_open = {n for n in self.enabled if ledger.budget_left(n) != 0}
         for p in plan.calls:
             yield self._answer(p, results.get(p.call.id))
-        self._update_guards(plan, budget_was_open)
+        self._update_guards(plan, budget_was_open, ends)
 
     async def _run_all(self, runs: list[PlannedCall]) -> dict[str, ToolResult]:
         deadline = self.deadline.minus(self.reserve_seconds)
@@ -129,13 +131,16 @@ class ToolExecutor:
         )
         return status, reason, json.dumps({"error": message})
 
-    def _update_guards(self, plan: BatchPlan, budget_was_open: set[str]) -> None:
+    def _update_guards(self, plan: BatchPlan, budget_was_open: set[str], ends: DecisionReason | None) -> None:
         """After a batch: a call over budget, or a budget this batch used up without a success, is a budget stop;
-        a detected loop ends tool use."""
+        a detected loop ends tool use. The one place a batch ends it: a batch that is both the decision's loop and
+        a result loop gets one final-answer note, the decision's (its log line's reason)."""
         ledger = self.state.ledger
         used_up = any(ledger.budget_left(n) == 0 and n not in ledger.succeeded for n in budget_was_open)
         if plan.of(Disposition.OVER_BUDGET) or used_up:
             self.state.trip(StopReason.TOOL_BUDGET)
+        if ends is not None:
+            ledger.loop = ends
         if ledger.loop and not self.state.tools_ended:
             self.state.end_tool_use(ledger.loop)
 

@@ -330,11 +330,11 @@ class _Turn:
         state = self.state
         action = decision.action
         if action is Action.EXECUTE:
-            async for event in self.executor.execute(response, plan):
+            # A decision that ends tool use (a second repeat) ends it where a loop in the batch's results would:
+            # after the batch is answered, once.
+            ends = decision.reason if decision.end_tool_use else None
+            async for event in self.executor.execute(response, plan, ends):
                 yield event
-            if decision.end_tool_use:
-                state.ledger.loop = decision.reason
-                state.end_tool_use(decision.reason)
         elif action is Action.CLIENT_TOOLS:
             yield self._hand_to_client(response, plan)
         elif action is Action.NUDGE:

@@ -118,7 +118,10 @@ class TurnState:
         self.tripped = self.tripped or guard
 
     def end_tool_use(self, reason: DecisionReason) -> None:
-        """No more tools this turn: the next call is made without them, after a note saying why."""
+        """No more tools this turn: the next call is made without them, after a note saying why. Tool use ends once:
+        when it has already ended, the first reason and its note stand (two notes would tell the model twice)."""
+        if self.ended_by is not None:
+            return
         self.ended_by = reason
         self.trip(reason.stop_reason)
         answered = sorted(self.ledger.answered_once & self.ledger.succeeded)

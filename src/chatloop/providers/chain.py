@@ -146,11 +146,12 @@ class FallbackChain:
                 discard_partial=attempt.streamed,
                 message=error.message,
             )
-        # Nothing left. A short rate-limit wait that fits the deadline is worth sleeping out once.
+        # Nothing left. A short rate-limit wait that fits the deadline is worth sleeping out once; the model is then
+        # tried as every other is (a tool call recovered, a guessed format refused, its usage learned).
         waited = await self._wait_for_cooldown(request, min_context)
         if waited is not None:
             attempt = _Attempt()
-            async for item in self._try_after_wait(waited, request, attempt):
+            async for item in self._try(waited, request, attempt):
                 yield item
             if attempt.error is None:
                 self._sticky = waited
@@ -208,18 +209,6 @@ class FallbackChain:
                     raise
                 attempt.error = exc
             return
-
-    async def _try_after_wait(
-        self, model: ChatModel, request: ModelRequest, attempt: _Attempt
-    ) -> AsyncIterator[StreamItem]:
-        """The last resort's call, once its cooldown was slept out: as it comes, no recovery, no second try."""
-        try:
-            async for item in model.stream(request):
-                yield item
-        except ModelError as exc:
-            if not exc.fallback:
-                raise
-            attempt.error = exc
 
     async def _wait_for_cooldown(self, request: ModelRequest, min_context: int) -> ChatModel | None:
         """The model whose cooldown ends first, after sleeping it out, when that is short and fits the deadline."""
