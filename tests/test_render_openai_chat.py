@@ -91,6 +91,14 @@ def test_a_stream_that_breaks_after_its_finish_chunk_only_ends_with_done_never_a
     assert with_usage[-1]["choices"] == [] and with_usage[-1]["usage"] == USAGE.as_dict()
 
 
+def test_a_stream_that_breaks_after_its_error_chunk_sends_no_second_error():
+    failure = TurnError("all_models_failed", "every model failed")
+    body = stream(CompletionRenderer("r"), [Started("groq:m"), failure], fail=True)
+    got = chunks(body)
+    assert [c.get("error", {}).get("code") for c in got] == [None, "all_models_failed"]
+    assert body.count("[DONE]") == 1
+
+
 def test_not_streamed_a_chat_completion():
     call = ToolCall("call_1", "lookup", "{}")
     status, body = asyncio.run(

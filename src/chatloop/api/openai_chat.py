@@ -98,7 +98,9 @@ class CompletionRenderer:
         self.request_id = request_id
         self.include_usage = include_usage
         self._finished = False
-        self._answered = False  # the finish chunk went out: a break after it only ends the stream
+        self._answered = (
+            False  # the finish chunk or an error chunk went out: a break after it only ends the stream
+        )
 
     async def frames(self, events: AsyncIterator[Event]) -> AsyncIterator[str]:
         created = int(time.time())
@@ -125,7 +127,7 @@ class CompletionRenderer:
             elif isinstance(event, Delta):
                 yield chunk({"content": event.content})
             elif isinstance(event, TurnError) and event.code == "all_models_failed":
-                failed = True
+                failed = self._answered = True
                 error = openai_error(event.message, "all_models_failed", "service_unavailable")
                 yield sse_frame(error)  # OpenAI clients raise on an error chunk
             elif isinstance(event, Done):
@@ -145,7 +147,7 @@ class CompletionRenderer:
     def broken(self) -> str:
         if self._finished:
             return ""
-        if self._answered:  # an error chunk after the finish would contradict it; the traceback is logged
+        if self._answered:  # a second error chunk, or one after the finish, would contradict it; it is logged
             return DONE_LINE
         error = openai_error(INTERNAL_ERROR.message, "internal_error", "server_error")
         return sse_frame(error) + DONE_LINE
