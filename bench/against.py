@@ -29,11 +29,13 @@ BASE_COMMIT = "cb0a5d3"
 CHILD = r"""
 import json, sys, time
 reps = int(sys.argv[1])
+start = time.perf_counter()
+import app as lambda_app
+import_ms = (time.perf_counter() - start) * 1000
 from bench import overhead
 from bench.common import AnswerAtOnce
 from scripts.invoke_local import LocalContext
 from tests.support.events import rest_event
-import app as lambda_app
 from chatloop.api.runtime import Runtime
 from chatloop.config import Settings
 from chatloop.providers.chain import FallbackChain
@@ -53,6 +55,7 @@ print(json.dumps({
     "engine_per_iteration_us": engine["per_iteration_us"],
     "engine_1000_messages_us": engine["growth_us"][1000],
     "handler_overhead_us": samples[len(samples) // 2],
+    "import_app_ms": import_ms,
 }))
 """
 

@@ -289,12 +289,13 @@ def against_section(a: dict) -> list[str]:
         "engine_per_iteration_us": "engine, per iteration (instant model, a no-op tool)",
         "engine_1000_messages_us": "engine, per iteration after 1,000 prior messages",
         "handler_overhead_us": "handler, per request (REST event through Mangum, instant model)",
+        "import_app_ms": "`import app` in a fresh interpreter (ms, the cold start's own part)",
     }
     lines = [
         f"## 16. Against {a['base_commit']} (before the re-cut)",
         "",
         f"Each tree measured by its own bench code in fresh interpreters, the two alternating, {a['rounds']} rounds "
-        f"of {a['reps']} turns; medians (µs, lower is better):",
+        f"of {a['reps']} turns; medians (µs unless said, lower is better):",
         "",
         "| what | here | base | here / base |",
         "|---|---|---|---|",

@@ -61,6 +61,8 @@ SNAPSHOT_THEN_TWO_RESTORES = textwrap.dedent(
         return sum(link.startswith("socket:[") and link[8:-1] in inodes for link in links)
 
     registered = [len(snapshot_restore_py.get_before_snapshot()), len(snapshot_restore_py.get_after_restore())]
+    from chatloop.api.app import LAZY_MODULES as lazy
+    lazy_at_import = [m for m in lazy if m in sys.modules]
     for func, args, kwargs in reversed(snapshot_restore_py.get_before_snapshot()):  # as the runtime runs them
         func(*args, **kwargs)
     runtime = app.app.state.runtime
@@ -72,6 +74,8 @@ SNAPSHOT_THEN_TWO_RESTORES = textwrap.dedent(
         "keys_read": runtime._keys is not None,
         "boto3": "boto3" in sys.modules,
         "groq_primed": "groq" in sys.modules,
+        "lazy_at_import": lazy_at_import,
+        "lazy_primed": all(m in sys.modules for m in lazy),
         "sandbox_built": runtime._registry is not None,
         "spares": sum(box._spare is not None for box in sandbox._LIVE),
     }
@@ -131,17 +135,22 @@ def test_two_restores_of_one_snapshot_are_their_own_and_answer_turns(tmp_path):
     assert done.returncode == 0, done.stderr[-3000:]
     lines = [line.removeprefix("RESULT ") for line in done.stdout.splitlines() if line.startswith("RESULT ")]
     snapshot, *restores = map(json.loads, lines)
-    assert snapshot == {
-        "registered": [1, 1],  # by `import app`
-        "children": 0,  # no Deno process in the snapshot
-        "sockets": 0,  # no open connection
-        "threads": 1,  # no idle thread or worker pool
-        "keys_read": False,  # the provider keys are read after restore, on the first request
-        "boto3": False,  # nor was the secret fetched
-        "groq_primed": True,  # the chain's SDK is imported into the snapshot
-        "sandbox_built": True,  # the tool is built, without a process
-        "spares": 0,
-    }
+    assert (
+        snapshot
+        == {
+            "registered": [1, 1],  # by `import app`
+            "children": 0,  # no Deno process in the snapshot
+            "sockets": 0,  # no open connection
+            "threads": 1,  # no idle thread or worker pool
+            "keys_read": False,  # the provider keys are read after restore, on the first request
+            "boto3": False,  # nor was the secret fetched
+            "groq_primed": True,  # the chain's SDK is imported into the snapshot
+            "lazy_at_import": [],  # `import app` leaves the Responses and Conversations APIs to their first request
+            "lazy_primed": True,  # and the snapshot holds them, so a restored copy does not import them either
+            "sandbox_built": True,  # the tool is built, without a process
+            "spares": 0,
+        }
+    )
     first, second = restores
     assert first["random"] != second["random"]  # re-seeded per restore: a fork copies the generator's state
     assert first["uuid"] != second["uuid"]

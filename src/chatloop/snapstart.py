@@ -61,7 +61,9 @@ def before_snapshot(runtime: Runtime) -> None:
     from chatloop.tools.javascript import sandbox
 
     sandbox.suspend_all()  # first: the tool built below starts suspended, without a process
-    for module in primed_modules(runtime.settings):
+    from chatloop.api.app import LAZY_MODULES
+
+    for module in [*primed_modules(runtime.settings), *LAZY_MODULES]:
         importlib.import_module(
             module
         )  # modules only: a client would hold connections or this copy's credentials

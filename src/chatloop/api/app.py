@@ -11,14 +11,18 @@ Usage::
 
 from __future__ import annotations
 
+import importlib
+from collections.abc import Awaitable, Callable
+
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
 from starlette.middleware import Middleware
+from starlette.requests import Request
+from starlette.responses import Response
 from starlette.routing import Route
 
 from chatloop import snapstart
-from chatloop.api import chat, chat_threads, conversations, models, openai_chat, page, responses
-from chatloop.api import stored as stored_responses
+from chatloop.api import chat, models, openai_chat, page
 from chatloop.api.errors import RequestError, on_http_error, on_request_error, on_unexpected
 from chatloop.api.idempotency import idempotent
 from chatloop.api.nosniff import NoSniff
@@ -28,6 +32,30 @@ from chatloop.observability import logger
 from chatloop.providers.chain import FallbackChain
 from chatloop.secrets import KEY_VARIABLES
 from chatloop.tools.base import ToolRegistry
+
+LAZY_MODULES = (
+    "chatloop.api.responses",
+    "chatloop.api.stored",
+    "chatloop.api.chat_threads",
+    "chatloop.api.conversations",
+)
+"""The endpoints not every request needs, imported on their first request (``lazy``): the Responses API, the stored
+state and the Conversations API (~10 ms of ``import app``, pydantic schemas mostly). SnapStart imports them into the
+snapshot (``snapstart.before_snapshot``), so a restored copy does not pay it either."""
+
+
+def lazy(module: str, name: str) -> Callable[[Request], Awaitable[Response]]:
+    """The endpoint ``chatloop.api.<module>.<name>``, imported when its route is first called."""
+    endpoint: Callable[[Request], Awaitable[Response]] | None = None
+
+    async def call(request: Request) -> Response:
+        nonlocal endpoint
+        if endpoint is None:
+            endpoint = getattr(importlib.import_module(f"chatloop.api.{module}"), name)
+        return await endpoint(request)
+
+    call.__name__ = call.__qualname__ = name
+    return call
 
 
 def create_app(
@@ -41,33 +69,49 @@ def create_app(
     app = Starlette(
         routes=[
             Route("/chat", idempotent(chat.chat), methods=["POST"]),
-            Route("/chat/stop", chat_threads.stop_chat, methods=["POST"]),
+            Route("/chat/stop", lazy("chat_threads", "stop_chat"), methods=["POST"]),
             Route("/v1/chat/completions", idempotent(openai_chat.chat_completions), methods=["POST"]),
-            Route("/v1/responses", idempotent(responses.responses), methods=["POST"]),
-            Route("/v1/responses/{response_id}", stored_responses.retrieve_response, methods=["GET"]),
-            Route("/v1/responses/{response_id}", stored_responses.delete_response, methods=["DELETE"]),
+            Route("/v1/responses", idempotent(lazy("responses", "responses")), methods=["POST"]),
+            Route("/v1/responses/{response_id}", lazy("stored", "retrieve_response"), methods=["GET"]),
+            Route("/v1/responses/{response_id}", lazy("stored", "delete_response"), methods=["DELETE"]),
             Route(
-                "/v1/responses/{response_id}/input_items", stored_responses.list_input_items, methods=["GET"]
+                "/v1/responses/{response_id}/input_items", lazy("stored", "list_input_items"), methods=["GET"]
             ),
-            Route("/v1/conversations", conversations.create_conversation, methods=["POST"]),
-            Route("/v1/conversations", conversations.list_conversations, methods=["GET"]),
+            Route("/v1/conversations", lazy("conversations", "create_conversation"), methods=["POST"]),
+            Route("/v1/conversations", lazy("conversations", "list_conversations"), methods=["GET"]),
             Route(
-                "/v1/conversations/{conversation_id}", conversations.retrieve_conversation, methods=["GET"]
+                "/v1/conversations/{conversation_id}",
+                lazy("conversations", "retrieve_conversation"),
+                methods=["GET"],
             ),
-            Route("/v1/conversations/{conversation_id}", conversations.update_conversation, methods=["POST"]),
             Route(
-                "/v1/conversations/{conversation_id}", conversations.delete_conversation, methods=["DELETE"]
+                "/v1/conversations/{conversation_id}",
+                lazy("conversations", "update_conversation"),
+                methods=["POST"],
             ),
-            Route("/v1/conversations/{conversation_id}/items", conversations.list_items, methods=["GET"]),
-            Route("/v1/conversations/{conversation_id}/items", conversations.create_items, methods=["POST"]),
+            Route(
+                "/v1/conversations/{conversation_id}",
+                lazy("conversations", "delete_conversation"),
+                methods=["DELETE"],
+            ),
+            Route(
+                "/v1/conversations/{conversation_id}/items",
+                lazy("conversations", "list_items"),
+                methods=["GET"],
+            ),
+            Route(
+                "/v1/conversations/{conversation_id}/items",
+                lazy("conversations", "create_items"),
+                methods=["POST"],
+            ),
             Route(
                 "/v1/conversations/{conversation_id}/items/{item_id}",
-                conversations.retrieve_item,
+                lazy("conversations", "retrieve_item"),
                 methods=["GET"],
             ),
             Route(
                 "/v1/conversations/{conversation_id}/items/{item_id}",
-                conversations.delete_item,
+                lazy("conversations", "delete_item"),
                 methods=["DELETE"],
             ),
             Route("/v1/models", models.list_models, methods=["GET"]),
