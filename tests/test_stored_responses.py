@@ -319,3 +319,68 @@ def test_the_agents_sdk_continues_with_the_servers_state(server, model, how):
     assert second == "I have 2 question(s); the last: two"
     users = [m["content"] for m in model.seen[-1] if m["role"] == "user"]
     assert users == ["one", "two"]
+
+
+class WritesUntilItsDeadline:
+    """A model still writing when the turn's time runs out (a long answer on a slow model)."""
+
+    name = "scripted:slow"
+
+    async def stream(self, request: ModelRequest) -> Any:
+        while request.deadline.remaining() > 0.05:
+            await asyncio.sleep(0.05)
+        yield TextDelta("done")
+        yield ModelResponse(self.name, content="done", finish_reason="stop")
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["json", "streamed"])
+def test_a_turn_that_ran_to_its_deadline_is_still_stored(tmp_path, app_runtime, stream):
+    """Once (the re-cut): the writes after a turn shared the turn's deadline, so a turn that used all of it had
+    ~0.25 s left to be stored, and a store write slower than that lost it. The writes get what the invocation has
+    left (less the margin, at most CONVERSATION_STORE_TIMEOUT_SECONDS)."""
+    from chatloop.store import Store
+    from chatloop.store.sqlite import SQLiteBackend
+
+    class SlowWrites(SQLiteBackend):  # a write under load: 0.4 s each
+        def create(self, *args: Any, **kwargs: Any) -> Any:
+            time.sleep(0.4)
+            return super().create(*args, **kwargs)
+
+        def append(self, *args: Any, **kwargs: Any) -> Any:
+            time.sleep(0.4)
+            return super().append(*args, **kwargs)
+
+    settings = Settings(request_timeout_seconds=2.0)
+    app_runtime(
+        settings,
+        model=WritesUntilItsDeadline(),
+        registry=ToolRegistry(),
+        conversations=Store(SlowWrites(tmp_path / "s.sqlite3"), 3600),
+    )
+
+    def call(method: str, path: str, body: Any = None) -> dict[str, Any]:
+        event = rest_event(method, path, body)
+        event["requestContext"]["identity"]["apiKeyId"] = "key-a"  # a caller: what is stored is its own
+        return handle(event)
+
+    response = call("POST", "/v1/responses", {"input": "write at length", "stream": stream})
+    body = response_body(response)
+    if stream:
+        completed = [json.loads(line[6:]) for line in body.splitlines() if '"response.completed"' in line]
+        body = json.dumps(completed[-1]["response"])
+    answered = json.loads(body)
+    assert response["statusCode"] == 200 and answered["store"] is True, answered.get("x_chatloop")
+    assert call("GET", f"/v1/responses/{answered['id']}")["statusCode"] == 200
+    # /chat in a stored conversation: the turn is appended to it.
+    conversation = json.loads(response_body(call("POST", "/v1/conversations", {})))
+    turn = {
+        "conversation": conversation["id"],
+        "messages": [{"role": "user", "content": "go"}],
+        "stream": stream,
+    }
+    assert call("POST", "/chat", turn)["statusCode"] == 200
+    listed = json.loads(response_body(call("GET", f"/v1/conversations/{conversation['id']}/items")))
+    assert [i["role"] for i in listed["data"] if i["type"] == "message"] == [
+        "assistant",
+        "user",
+    ]  # newest first

@@ -111,7 +111,7 @@ async def save_chat_turn(request: Request, thread: ChatThread, events: list[Even
     )
     outputs = [Item(str(i["id"]), i) for i in output.items]
     ctx = RequestContext.of(request)
-    deadline = ctx.store_deadline()
+    deadline = ctx.write_deadline()
     try:
         await ctx.runtime.conversations().append_items(
             thread.owner, thread.conversation_id, [*inputs, *outputs], deadline

@@ -80,19 +80,34 @@ class RequestContext:
 
     @cached_property
     def deadline(self) -> Deadline:
-        """One deadline per request: the smaller of the Lambda's remaining time (less a margin) and the timeout."""
-        seconds = self.settings.request_timeout_seconds
+        """One deadline per request: the smaller of the Lambda's remaining time (less a margin) and the request timeout
+        (counted from the request's start, the clock ``remaining_ms`` reads too)."""
+        elapsed = time.monotonic() - self.started
+        return Deadline.after(self._seconds_left(self.settings.request_timeout_seconds - elapsed))
+
+    def store_deadline(self) -> Deadline:
+        """The deadline of a store call the request makes before or instead of a turn (reading a conversation's
+        history, the Conversations API): the request's, and at most CONVERSATION_STORE_TIMEOUT_SECONDS."""
+        return self.deadline.earliest(self.settings.conversation_store_timeout_seconds)
+
+    def write_deadline(self) -> Deadline:
+        """The deadline of a store write after the turn (keeping the response, appending the turn to its
+        conversation): what the invocation has left now, less the margin, and at most
+        CONVERSATION_STORE_TIMEOUT_SECONDS. Not the turn's deadline: a turn that used all of it (it ran to its
+        deadline) still has its answer kept; the request timeout bounds the turn, counted afresh here."""
+        seconds = self._seconds_left(self.settings.request_timeout_seconds)
+        return Deadline.after(seconds).earliest(self.settings.conversation_store_timeout_seconds)
+
+    def _seconds_left(self, timeout: float) -> float:
+        """``timeout``, or less when Lambda's clock (buffered mode) or the adapter's (stream mode) says less is left,
+        the safety margin kept back."""
         margin = self.settings.lambda_safety_margin_seconds
         lambda_ms = self.lambda_remaining_ms
         if lambda_ms is not None:
-            seconds = min(seconds, lambda_ms / 1000 - margin)
-        elif self.invocation is not None:  # stream mode, behind the Web Adapter
-            seconds = min(seconds, self.invocation.seconds_left() - margin)
-        return Deadline.after(seconds)
-
-    def store_deadline(self) -> Deadline:
-        """The deadline of one conversation-store call: the request's, and at most CONVERSATION_STORE_TIMEOUT_SECONDS."""
-        return self.deadline.earliest(self.settings.conversation_store_timeout_seconds)
+            return min(timeout, lambda_ms / 1000 - margin)
+        if self.invocation is not None:  # stream mode, behind the Web Adapter
+            return min(timeout, self.invocation.seconds_left() - margin)
+        return timeout
 
     @cached_property
     def request_id(self) -> str:

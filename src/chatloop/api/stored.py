@@ -116,7 +116,7 @@ async def save(
         return response
     ctx = RequestContext.of(request)
     store = ctx.runtime.conversations()
-    deadline = ctx.store_deadline()
+    deadline = ctx.write_deadline()
     inputs = input_items(body)
     outputs = [Item(str(o["id"]), o) for o in response["output"]]
     try:
