@@ -17,18 +17,18 @@ from typing import TYPE_CHECKING, Literal
 
 from pydantic import BaseModel, ConfigDict, StrictStr
 
-from chatloop.api.response_types import (
-    McpCall,
-    McpCallStatus,
-    McpListTools,
-    McpProtocolError,
-    McpToolExecutionError,
-)
 from chatloop.config import MCPServerConfig
 from chatloop.jsontypes import JSONObject, JSONValue
 from chatloop.tools.mcp import TOOL_ERROR_PREFIX, offered_name
 
 if TYPE_CHECKING:
+    from chatloop.api.response_types import (
+        McpCall,
+        McpCallStatus,
+        McpListTools,
+        McpProtocolError,
+        McpToolExecutionError,
+    )
     from chatloop.engine.events import ToolCallResult, ToolCallStart
     from chatloop.engine.messages import Message
     from chatloop.tools.mcp import MCPTool, TurnTools

@@ -16,6 +16,7 @@ from __future__ import annotations
 import itertools
 import json
 from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING
 
 from chatloop.api.mcp_items import (
     call_finished_frames,
@@ -24,20 +25,22 @@ from chatloop.api.mcp_items import (
     list_tools_frames,
     started_call_item,
 )
-from chatloop.api.response_types import (
-    CallStatus,
-    CodeInterpreterCall,
-    FunctionCall,
-    McpCall,
-    McpListTools,
-    MessageStatus,
-    OutputItem,
-    OutputMessage,
-    OutputText,
-)
 from chatloop.api.wire import sse_frame
 from chatloop.engine.events import Delta, Event, ToolCallResult, ToolCallStart
 from chatloop.providers.base import ToolCall
+
+if TYPE_CHECKING:
+    from chatloop.api.response_types import (
+        CallStatus,
+        CodeInterpreterCall,
+        FunctionCall,
+        McpCall,
+        McpListTools,
+        MessageStatus,
+        OutputItem,
+        OutputMessage,
+        OutputText,
+    )
 
 CONTAINER_ID = "chatloop-sandbox"
 """What a ``code_interpreter_call`` names as its container: each run gets a fresh sandbox, nothing persists."""

@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from typing import TYPE_CHECKING, TypeAlias
 
 from starlette.requests import Request
 from starlette.responses import Response
@@ -44,14 +45,6 @@ from chatloop.api.response_schemas import (
     ResponsesBody,
     ResponsesFunctionTool,
 )
-from chatloop.api.response_types import (
-    McpListTools,
-    OutputItem,
-    ResponseEcho,
-    ResponseObject,
-    ResponseStatus,
-    ResponseUsage,
-)
 from chatloop.api.serve import INTERNAL_ERROR, serve_turn, turn_events
 from chatloop.config import MCPServerConfig
 from chatloop.engine import Event, TurnRequest, TurnSummary
@@ -60,6 +53,16 @@ from chatloop.engine.messages import Message
 from chatloop.jsontypes import JSONObject
 from chatloop.providers.base import Usage
 from chatloop.providers.chain import FallbackChain
+
+if TYPE_CHECKING:
+    from chatloop.api.response_types import (
+        McpListTools,
+        OutputItem,
+        ResponseEcho,
+        ResponseObject,
+        ResponseStatus,
+        ResponseUsage,
+    )
 
 INCOMPLETE = {"length": "max_output_tokens", "iteration_cap": "iteration_cap", "deadline": "deadline"}
 """Stop reasons that leave a response ``incomplete``, and the reason ``incomplete_details`` gives."""
@@ -217,7 +220,7 @@ def response_object(
     return body
 
 
-Keep = Callable[[ResponseObject, list[dict[str, object]]], Awaitable[ResponseObject]]
+Keep: TypeAlias = "Callable[[ResponseObject, list[dict[str, object]]], Awaitable[ResponseObject]]"
 """Stores a finished response (and its stream's events) and returns it as it should be shown."""
 
 
