@@ -4,12 +4,14 @@ of openai-python's own models (``openai.types.responses``; named beside each), w
 typed: a ``message`` holds ``output_text`` parts, a ``code_interpreter_call`` logs, an ``mcp_call`` never needs an
 approval.
 
-A TypedDict is a plain ``dict`` at run time, so the JSON built with these types is what it always was. The store
-keeps ``JSONObject`` bodies: ``chatloop.jsontypes.json_object`` copies one of these into one.
+A TypedDict is a plain ``dict`` at run time, so the JSON built with these types is what it always was. The modules
+that build them import this one under ``TYPE_CHECKING`` only (its classes cost a cold start about a millisecond).
+The store keeps ``JSONObject`` bodies: ``chatloop.jsontypes.json_object`` copies one of these into one.
 
 Usage::
 
-    from chatloop.api.response_types import OutputItem, OutputMessage
+    if TYPE_CHECKING:
+        from chatloop.api.response_types import OutputMessage
 
     item: OutputMessage = {"type": "message", "id": "msg_1", "status": "completed", "role": "assistant",
                            "content": [{"type": "output_text", "text": "Hi", "annotations": [], "logprobs": []}]}
