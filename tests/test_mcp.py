@@ -658,17 +658,19 @@ def test_mcp_stream_events_are_what_the_openai_sdk_parses():
         list_tools_item,
         started_call_item,
     )
+    from chatloop.engine.events import ToolCallResult, ToolCallStart
 
     numbers = itertools.count()
 
     def emit(kind: str, **fields: Any) -> str:
         return json.dumps({"type": kind, "sequence_number": next(numbers), **fields})
 
-    start = {"id": "call_1", "name": "docs__search", "arguments": '{"query": "x"}', "server": "docs"}
-    item = started_call_item({**start, "server_tool": "search"})
+    start = ToolCallStart("call_1", "docs__search", '{"query": "x"}', server="docs", server_tool="search")
+    item = started_call_item(start)
     frames = list_tools_frames(emit, list_tools_item("docs", [], error="could not connect"), 0)
     frames += call_started_frames(emit, item, 1)
-    finish_call_item(item, {"id": "call_1", "status": "ok", "content": '{"result": "3 pages"}'})
+    result = ToolCallResult("call_1", "docs__search", "ok", '{"result": "3 pages"}', "docs", "search")
+    finish_call_item(item, result)
     frames += call_finished_frames(emit, item, 1)
     events = [TypeAdapter(ResponseStreamEvent).validate_python(json.loads(f)) for f in frames]
     assert [e.type for e in events] == [

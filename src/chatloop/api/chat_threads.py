@@ -96,6 +96,7 @@ async def save_chat_turn(request: Request, thread: ChatThread, events: list[Even
     from chatloop.api.conversation_items import stored_items
     from chatloop.api.response_items import ResponseEvents, ResponseOutput
     from chatloop.api.response_schemas import InputMessage
+    from chatloop.jsontypes import json_object
     from chatloop.store.model import Item, StoreUnavailable, new_id
 
     done = next((e.summary for e in events if isinstance(e, Done)), None)
@@ -109,7 +110,7 @@ async def save_chat_turn(request: Request, thread: ChatThread, events: list[Even
     inputs = stored_items(
         [InputMessage.model_validate({"role": m["role"], "content": m["content"]}) for m in thread.new]
     )
-    outputs = [Item(str(i["id"]), i) for i in output.items]
+    outputs = [Item(i["id"], json_object(i)) for i in output.items]
     ctx = RequestContext.of(request)
     deadline = ctx.write_deadline()
     try:

@@ -12,22 +12,32 @@ from __future__ import annotations
 
 import json
 import uuid
-from collections.abc import Callable, Iterable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any, Literal
+from collections.abc import Callable, Iterable, Sequence
+from typing import TYPE_CHECKING, Literal
 
 from pydantic import BaseModel, ConfigDict, StrictStr
 
 from chatloop.config import MCPServerConfig
+from chatloop.jsontypes import JSONObject, JSONValue
 from chatloop.tools.mcp import TOOL_ERROR_PREFIX, offered_name
 
 if TYPE_CHECKING:
+    from chatloop.api.response_types import (
+        McpCall,
+        McpCallStatus,
+        McpListTools,
+        McpProtocolError,
+        McpToolExecutionError,
+    )
+    from chatloop.engine.events import ToolCallResult, ToolCallStart
+    from chatloop.engine.messages import Message
     from chatloop.tools.mcp import MCPTool, TurnTools
 
 
 # --- output items ------------------------------------------------------------------------------------
 def list_tools_item(
     server_label: str, tools: Iterable[MCPTool], error: str | None = None, item_id: str | None = None
-) -> dict[str, Any]:
+) -> McpListTools:
     """OpenAI's ``mcp_list_tools`` output item: the server's tools under their own names (``tools`` are
     ``MCPTool``s: ``source_name``, ``description``, ``parameters``), or the ``error`` that kept it from listing."""
     return {
@@ -54,28 +64,28 @@ def call_item(
     server_label: str,
     content: str | None,
     ok: bool,
-    status: Literal["completed", "failed", "in_progress"] | None = None,
-) -> dict[str, Any]:
+    status: McpCallStatus | None = None,
+) -> McpCall:
     """OpenAI's ``mcp_call`` output item for one call: ``name`` is the server's own tool name, ``content`` the
     tool message the model got (``{"result": ...}`` or ``{"error": ...}``); None while the call is running."""
     output: str | None = None
-    error: dict[str, Any] | None = None
+    error: McpToolExecutionError | McpProtocolError | None = None
     if content is not None:
+        parsed: JSONValue
         try:
-            body = json.loads(content)
+            parsed = json.loads(content)
         except ValueError:
-            body = {"result": content}
-        body = body if isinstance(body, dict) else {"result": body}
+            parsed = {"result": content}
+        body: JSONObject = parsed if isinstance(parsed, dict) else {"result": parsed}
         if ok and "error" not in body:
             result = body.get("result", "")
             output = result if isinstance(result, str) else json.dumps(result, ensure_ascii=False)
         else:
             message = str(body.get("error") or "the call failed")
-            error = (
-                {"type": "mcp_tool_execution_error", "content": [{"type": "text", "text": message}]}
-                if message.startswith(TOOL_ERROR_PREFIX)
-                else {"type": "mcp_protocol_error", "code": -32603, "message": message}
-            )
+            if message.startswith(TOOL_ERROR_PREFIX):
+                error = {"type": "mcp_tool_execution_error", "content": [{"type": "text", "text": message}]}
+            else:
+                error = {"type": "mcp_protocol_error", "code": -32603, "message": message}
     return {
         "id": call_id if call_id.startswith("mcp_") else f"mcp_{call_id}",
         "type": "mcp_call",
@@ -94,32 +104,30 @@ Emit = Callable[..., str]
 """Frames one Responses stream event: ``emit(kind, **fields)`` (the renderer's numbered framer)."""
 
 
-def started_call_item(start: dict[str, Any]) -> dict[str, Any]:
+def started_call_item(start: ToolCallStart) -> McpCall:
     """The ``mcp_call`` item of a ``tool_call_start`` event of a tool that runs on a server (in progress)."""
+    if start.server is None:
+        raise ValueError(f"{start.tool_name} does not run on an MCP server")
     return call_item(
-        start["id"],
-        start.get("server_tool") or start["name"],
-        start["arguments"],
-        start["server"],
-        None,
-        ok=False,
+        start.id, start.server_tool or start.tool_name, start.arguments, start.server, None, ok=False
     )
 
 
-def finish_call_item(item: dict[str, Any], result: dict[str, Any]) -> None:
+def finish_call_item(item: McpCall, result: ToolCallResult) -> None:
     """``item`` completed (or failed) from its ``tool_call_result`` event."""
     finished = call_item(
         item["id"],
         item["name"],
         item["arguments"],
         item["server_label"],
-        result["content"],
-        result["status"] == "ok",
+        result.content,
+        result.status == "ok",
     )
-    item.update(output=finished["output"], error=finished["error"], status=finished["status"])
+    # Set in place: the item keeps its keys' order, and the response's ``output`` holds it.
+    item["output"], item["error"], item["status"] = finished["output"], finished["error"], finished["status"]
 
 
-def call_started_frames(emit: Emit, item: Mapping[str, object], index: int) -> list[str]:
+def call_started_frames(emit: Emit, item: McpCall, index: int) -> list[str]:
     """A call's stream events as it starts: the item added, its arguments, ``response.mcp_call.in_progress``."""
     where = {"item_id": item["id"], "output_index": index}
     return [
@@ -130,14 +138,14 @@ def call_started_frames(emit: Emit, item: Mapping[str, object], index: int) -> l
     ]
 
 
-def call_finished_frames(emit: Emit, item: Mapping[str, object], index: int) -> list[str]:
+def call_finished_frames(emit: Emit, item: McpCall, index: int) -> list[str]:
     """A call's stream events as it ends: ``response.mcp_call.completed`` (or ``.failed``), the item done."""
     where = {"item_id": item["id"], "output_index": index}
     kind = "response.mcp_call.completed" if item["status"] == "completed" else "response.mcp_call.failed"
     return [emit(kind, **where), emit("response.output_item.done", output_index=index, item=dict(item))]
 
 
-def list_tools_frames(emit: Emit, item: Mapping[str, object], index: int) -> list[str]:
+def list_tools_frames(emit: Emit, item: McpListTools, index: int) -> list[str]:
     """An ``mcp_list_tools`` item's stream events: added, in progress, completed (or failed), done."""
     where = {"item_id": item["id"], "output_index": index}
     listing = {**item, "tools": []}
@@ -150,7 +158,7 @@ def list_tools_frames(emit: Emit, item: Mapping[str, object], index: int) -> lis
     ]
 
 
-def listed_items(servers: Sequence[MCPServerConfig], turn: TurnTools) -> list[dict[str, Any]]:
+def listed_items(servers: Sequence[MCPServerConfig], turn: TurnTools) -> list[McpListTools]:
     """One ``mcp_list_tools`` item per client-supplied server of the request, in its order: the tools it offered
     this turn (a ``TurnTools``), or why it could not list them."""
     by_server = turn.by_server()
@@ -186,10 +194,14 @@ class McpCallInput(BaseModel):
     error: object = None
     status: StrictStr | None = None
 
-    def messages(self) -> list[dict[str, Any]]:
+    def messages(self) -> list[Message]:
         """An assistant message calling ``<server_label>__<name>`` and the tool message that answered it."""
         name = offered_name(self.server_label, self.name)
-        call = {"id": self.id, "type": "function", "function": {"name": name, "arguments": self.arguments}}
+        call: JSONObject = {
+            "id": self.id,
+            "type": "function",
+            "function": {"name": name, "arguments": self.arguments},
+        }
         if self.output is not None and not self.error:
             content = json.dumps({"result": self.output}, ensure_ascii=False)
         else:

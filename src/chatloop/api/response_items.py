@@ -16,7 +16,7 @@ from __future__ import annotations
 import itertools
 import json
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import TYPE_CHECKING
 
 from chatloop.api.mcp_items import (
     call_finished_frames,
@@ -29,6 +29,19 @@ from chatloop.api.wire import sse_frame
 from chatloop.engine.events import Delta, Event, ToolCallResult, ToolCallStart
 from chatloop.providers.base import ToolCall
 
+if TYPE_CHECKING:
+    from chatloop.api.response_types import (
+        CallStatus,
+        CodeInterpreterCall,
+        FunctionCall,
+        McpCall,
+        McpListTools,
+        MessageStatus,
+        OutputItem,
+        OutputMessage,
+        OutputText,
+    )
+
 CONTAINER_ID = "chatloop-sandbox"
 """What a ``code_interpreter_call`` names as its container: each run gets a fresh sandbox, nothing persists."""
 JAVASCRIPT_TOOL = "execute_javascript"
@@ -40,18 +53,18 @@ class ResponseEvents:
     one has been framed. Frames are not yet redacted: the stream redacts each chunk as a whole (``api.serve``)."""
 
     def __init__(
-        self, record: bool = False, listener: Callable[[dict[str, Any]], None] | None = None
+        self, record: bool = False, listener: Callable[[dict[str, object]], None] | None = None
     ) -> None:
         self._numbers = itertools.count()
         self.ended = False
-        self.recorded: list[dict[str, Any]] | None = [] if record else None
+        self.recorded: list[dict[str, object]] | None = [] if record else None
         """Every event's data, when the response is stored (a resumed stream replays them)."""
         self.listener = listener
         """Told of every event as it is framed (a client following the stream live)."""
 
     def __call__(self, kind: str, **fields: object) -> str:
         self.ended = self.ended or kind in TERMINAL
-        data = {"type": kind, "sequence_number": next(self._numbers), **fields}
+        data: dict[str, object] = {"type": kind, "sequence_number": next(self._numbers), **fields}
         if self.recorded is not None:
             self.recorded.append(data)
         if self.listener is not None:
@@ -59,8 +72,8 @@ class ResponseEvents:
         return sse_frame(data, event=kind)
 
 
-def message_item(item_id: str, text: str, status: str = "completed") -> dict[str, Any]:
-    content = (
+def message_item(item_id: str, text: str, status: MessageStatus = "completed") -> OutputMessage:
+    content: list[OutputText] = (
         [{"type": "output_text", "text": text, "annotations": [], "logprobs": []}]
         if status == "completed"
         else []
@@ -68,7 +81,7 @@ def message_item(item_id: str, text: str, status: str = "completed") -> dict[str
     return {"type": "message", "id": item_id, "status": status, "role": "assistant", "content": content}
 
 
-def call_item(call: ToolCall, status: str = "completed") -> dict[str, str]:
+def call_item(call: ToolCall, status: CallStatus = "completed") -> FunctionCall:
     """A client tool call as a ``function_call`` item (in progress: its arguments not yet given)."""
     return {
         "type": "function_call",
@@ -80,7 +93,7 @@ def call_item(call: ToolCall, status: str = "completed") -> dict[str, str]:
     }
 
 
-def code_interpreter_item(call_id: str, arguments: str) -> dict[str, Any]:
+def code_interpreter_item(call_id: str, arguments: str) -> CodeInterpreterCall:
     """An ``execute_javascript`` run as OpenAI's hosted-code item (in progress: no outputs yet)."""
     try:
         code = json.loads(arguments).get("code")
@@ -106,14 +119,15 @@ class ResponseOutput:
     items. A tool on an MCP server is an ``mcp_call`` item, and the request's own MCP servers each open the output
     with an ``mcp_list_tools`` item (``listed``, framed by ``start``)."""
 
-    def __init__(self, request_id: str, emit: ResponseEvents, listed: Sequence[dict[str, Any]] = ()) -> None:
+    def __init__(self, request_id: str, emit: ResponseEvents, listed: Sequence[McpListTools] = ()) -> None:
         self.request_id = request_id
         self.emit = emit
-        self.items: list[dict[str, Any]] = []
-        self._message: dict[str, Any] | None = None
+        self.items: list[OutputItem] = []
+        self._message: OutputMessage | None = None
         self._text: list[str] = []
-        self._runs: dict[str, int] = {}
-        self._mcp_calls: dict[str, int] = {}
+        self._runs: dict[str, tuple[int, CodeInterpreterCall]] = {}
+        """The sandbox runs under way, by call id: where each item is, and the item."""
+        self._mcp_calls: dict[str, tuple[int, McpCall]] = {}
         self._listed = list(listed)
 
     def start(self) -> list[str]:
@@ -134,13 +148,14 @@ class ResponseOutput:
         if isinstance(event, ToolCallResult) and event.id in self._runs:
             return self._finish_run(event)
         if isinstance(event, ToolCallStart) and event.server:  # a tool on an MCP server
-            self.items.append(started_call_item(event.data))
-            self._mcp_calls[event.id] = self._index()
-            return self._close_message() + call_started_frames(self.emit, self.items[-1], self._index())
+            call = started_call_item(event)
+            self.items.append(call)
+            self._mcp_calls[event.id] = (self._index(), call)
+            return self._close_message() + call_started_frames(self.emit, call, self._index())
         if isinstance(event, ToolCallResult) and event.id in self._mcp_calls:
-            index = self._mcp_calls.pop(event.id)
-            finish_call_item(self.items[index], event.data)
-            return call_finished_frames(self.emit, self.items[index], index)
+            index, call = self._mcp_calls.pop(event.id)
+            finish_call_item(call, event)
+            return call_finished_frames(self.emit, call, index)
         return []
 
     def finish(self, client_calls: Sequence[ToolCall] = ()) -> list[str]:
@@ -173,7 +188,7 @@ class ResponseOutput:
             item_id = f"msg_{self.request_id}" + (f"_{messages}" if messages else "")
             self._message, self._text = message_item(item_id, "", "in_progress"), []
             self.items.append(self._message)
-            part = {"type": "output_text", "text": "", "annotations": []}
+            part: OutputText = {"type": "output_text", "text": "", "annotations": []}
             frames += [
                 self.emit("response.output_item.added", output_index=self._index(), item=dict(self._message)),
                 self.emit("response.content_part.added", **self._where(), part=part),
@@ -188,13 +203,10 @@ class ResponseOutput:
         index, where, whole = self._index(), self._where(), "".join(self._text)
         self._message.update(message_item(self._message["id"], whole))
         self._message = None
+        part: OutputText = {"type": "output_text", "text": whole, "annotations": []}
         return [
             self.emit("response.output_text.done", **where, text=whole, logprobs=[]),
-            self.emit(
-                "response.content_part.done",
-                **where,
-                part={"type": "output_text", "text": whole, "annotations": []},
-            ),
+            self.emit("response.content_part.done", **where, part=part),
             self.emit("response.output_item.done", output_index=index, item=self.items[index]),
         ]
 
@@ -206,26 +218,24 @@ class ResponseOutput:
         return {"item_id": self.items[-1]["id"], "output_index": self._index(), "content_index": 0}
 
     # --- server tool runs ---------------------------------------------------------------------------
-    def _open_run(self, item: dict[str, Any]) -> list[str]:
+    def _open_run(self, item: CodeInterpreterCall) -> list[str]:
         index = len(self.items)
         self.items.append(item)
-        self._runs[item["id"].removeprefix("ci_")] = index
+        self._runs[item["id"].removeprefix("ci_")] = (index, item)
         where = {"item_id": item["id"], "output_index": index}
         return [
             self.emit("response.output_item.added", output_index=index, item=dict(item)),
             self.emit("response.code_interpreter_call.in_progress", **where),
-            self.emit("response.code_interpreter_call_code.delta", **where, delta=item["code"] or ""),
-            self.emit("response.code_interpreter_call_code.done", **where, code=item["code"] or ""),
+            self.emit("response.code_interpreter_call_code.delta", **where, delta=item["code"]),
+            self.emit("response.code_interpreter_call_code.done", **where, code=item["code"]),
             self.emit("response.code_interpreter_call.interpreting", **where),
         ]
 
     def _finish_run(self, result: ToolCallResult) -> list[str]:
-        index = self._runs.pop(result.id)
-        item = self.items[index]
-        item.update(
-            outputs=[{"type": "logs", "logs": result.content}],
-            status="completed" if result.status == "ok" else "failed",
-        )
+        index, item = self._runs.pop(result.id)
+        # Set in place: the item keeps its keys' order, and ``items`` holds it.
+        item["outputs"] = [{"type": "logs", "logs": result.content}]
+        item["status"] = "completed" if result.status == "ok" else "failed"
         where = {"item_id": item["id"], "output_index": index}
         return [
             self.emit("response.code_interpreter_call.completed", **where),

@@ -14,7 +14,7 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, TypeAlias
 
 from starlette.requests import Request
 from starlette.responses import Response
@@ -53,6 +53,16 @@ from chatloop.engine.messages import Message
 from chatloop.jsontypes import JSONObject
 from chatloop.providers.base import Usage
 from chatloop.providers.chain import FallbackChain
+
+if TYPE_CHECKING:
+    from chatloop.api.response_types import (
+        McpListTools,
+        OutputItem,
+        ResponseEcho,
+        ResponseObject,
+        ResponseStatus,
+        ResponseUsage,
+    )
 
 INCOMPLETE = {"length": "max_output_tokens", "iteration_cap": "iteration_cap", "deadline": "deadline"}
 """Stop reasons that leave a response ``incomplete``, and the reason ``incomplete_details`` gives."""
@@ -115,7 +125,7 @@ def _add_call(messages: list[Message], call: JSONObject, joins: Callable[[Messag
 
 def echo_of(
     body: ResponsesBody, model: str, stored: bool = False, conversation: str | None = None
-) -> dict[str, Any]:
+) -> ResponseEcho:
     """The request's settings, as a response object repeats them; ``model`` is the one the turn starts with (the
     finished response names the one that answered)."""
     text_format = (
@@ -156,7 +166,7 @@ def echo_of(
 
 
 # --- output ------------------------------------------------------------------------------------------
-def _skeleton(request_id: str, echo: dict[str, Any], created: int) -> dict[str, Any]:
+def _skeleton(request_id: str, echo: ResponseEcho, created: int) -> ResponseObject:
     return {
         "id": f"resp_{request_id}",
         "object": "response",
@@ -175,7 +185,7 @@ def _skeleton(request_id: str, echo: dict[str, Any], created: int) -> dict[str, 
     }
 
 
-def _usage(usage: Usage) -> dict[str, object]:
+def _usage(usage: Usage) -> ResponseUsage:
     return {
         "input_tokens": usage.prompt_tokens,
         "input_tokens_details": {"cached_tokens": 0},
@@ -188,26 +198,29 @@ def _usage(usage: Usage) -> dict[str, object]:
 def response_object(
     summary: TurnSummary,
     request_id: str,
-    echo: dict[str, Any],
-    output: list[dict[str, Any]],
+    echo: ResponseEcho,
+    output: list[OutputItem],
     created: int | None = None,
-) -> dict[str, Any]:
+) -> ResponseObject:
     """The finished ``response``: ``incomplete`` (with its reason) when the turn stopped on the output-token cap, the
     iteration cap or the deadline; the stop reason and tool records under ``x_chatloop``."""
     body = _skeleton(request_id, echo, created or int(time.time()))
     reason = INCOMPLETE.get(summary.stop_reason)
+    status: ResponseStatus = "incomplete" if reason else "completed"
     body.update(
-        model=summary.model or echo["model"],
-        status="incomplete" if reason else "completed",
-        incomplete_details={"reason": reason} if reason else None,
-        output=output,
-        usage=_usage(summary.usage),
-        x_chatloop=extension(summary),
+        {
+            "model": summary.model or echo["model"],
+            "status": status,
+            "incomplete_details": {"reason": reason} if reason else None,
+            "output": output,
+            "usage": _usage(summary.usage),
+            "x_chatloop": extension(summary),
+        }
     )
     return body
 
 
-Keep = Callable[[dict[str, Any], list[dict[str, Any]]], Awaitable[dict[str, Any]]]
+Keep: TypeAlias = "Callable[[ResponseObject, list[dict[str, object]]], Awaitable[ResponseObject]]"
 """Stores a finished response (and its stream's events) and returns it as it should be shown."""
 
 
@@ -223,10 +236,10 @@ class ResponsesRenderer:
     def __init__(
         self,
         request_id: str,
-        echo: dict[str, Any],
+        echo: ResponseEcho,
         keep: Keep | None = None,
-        listener: Callable[[dict[str, Any]], None] | None = None,
-        listed: Sequence[dict[str, Any]] = (),
+        listener: Callable[[dict[str, object]], None] | None = None,
+        listed: Sequence[McpListTools] = (),
         *,
         stream: bool = True,
     ) -> None:
@@ -255,7 +268,7 @@ class ResponsesRenderer:
                 if self.keep is not None:
                     # The terminal event is stored as it will be sent: numbered next, with the rest.
                     number = len(emit.recorded or [])
-                    terminal = {"type": kind, "sequence_number": number, "response": final}
+                    terminal: dict[str, object] = {"type": kind, "sequence_number": number, "response": final}
                     final = await self.keep(final, [*(emit.recorded or []), terminal])
                 yield "".join([*frames, emit(kind, response=final)])
                 return
@@ -269,9 +282,9 @@ class ResponsesRenderer:
         error = self.emit("error", code=INTERNAL_ERROR.code, message=INTERNAL_ERROR.message, param=None)
         return error + self.emit("response.failed", response=self._failed(INTERNAL_ERROR.message))
 
-    def _failed(self, message: str) -> dict[str, Any]:
+    def _failed(self, message: str) -> ResponseObject:
         failed = _skeleton(self.request_id, self.echo, self.created)
-        failed.update(status="failed", error={"code": "server_error", "message": message})
+        failed.update({"status": "failed", "error": {"code": "server_error", "message": message}})
         return failed
 
     def observe(self, event: Event) -> None:
@@ -309,7 +322,7 @@ async def responses(request: Request) -> Response:
     listed = listed_items(servers, mcp)  # mcp_list_tools items: what each of the request's servers offered
     events = turn_events(ctx, turn, model, registry)
 
-    async def keep(response: dict[str, Any], sent: list[dict[str, Any]]) -> dict[str, Any]:
+    async def keep(response: ResponseObject, sent: list[dict[str, object]]) -> ResponseObject:
         return await stored.save(keeping, request, body, response, sent)
 
     if body.stream and keeping.store is not None and keeping.owner is not None:

@@ -21,10 +21,10 @@ Usage (the routes, in api/app.py)::
 from __future__ import annotations
 
 import re
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import partial
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
@@ -35,11 +35,13 @@ from chatloop.api.conversations import not_found, store_context, store_errors
 from chatloop.api.errors import RequestError
 from chatloop.api.response_schemas import InputItem, ReasoningItem, ResponsesBody
 from chatloop.api.wire import JSONBody, sse_frame
+from chatloop.jsontypes import JSONObject, json_object
 from chatloop.observability import logger, redact
 
 if TYPE_CHECKING:
+    from chatloop.api.response_types import ResponseObject
     from chatloop.deadline import Deadline
-    from chatloop.store.model import Item, Page, PageQuery
+    from chatloop.store.model import Item, Page, PageQuery, StoredEvent
     from chatloop.store.service import ConversationStore
 
 RESPONSE_ID = re.compile(r"^resp_[A-Za-z0-9_-]{1,128}$")
@@ -105,12 +107,12 @@ async def save(
     keeping: Keeping,
     request: Request,
     body: ResponsesBody,
-    response: dict[str, Any],
-    events: list[dict[str, Any]],
-) -> dict[str, Any]:
+    response: ResponseObject,
+    events: Sequence[Mapping[str, object]],
+) -> ResponseObject:
     """Keep the finished ``response`` (and a streamed one's ``events``); append the turn to its conversation.
     Returns the response as it should be shown: ``store: false`` when it could not be kept."""
-    from chatloop.store.model import Item, StoredEvent, StoreUnavailable
+    from chatloop.store.model import Item, StoreUnavailable
 
     if keeping.owner is None or (keeping.store is None and keeping.conversation_id is None):
         return response
@@ -118,14 +120,14 @@ async def save(
     store = ctx.runtime.conversations()
     deadline = ctx.write_deadline()
     inputs = input_items(body)
-    outputs = [Item(str(o["id"]), o) for o in response["output"]]
+    outputs = [Item(o["id"], json_object(o)) for o in response["output"]]
     try:
         if keeping.conversation_id is not None:
             await store.append_items(keeping.owner, keeping.conversation_id, [*inputs, *outputs], deadline)
         if keeping.store is not None:
-            await store.create_response(keeping.owner, response, inputs, deadline, outputs)
+            await store.create_response(keeping.owner, json_object(response), inputs, deadline, outputs)
             if events:
-                stored = [StoredEvent(int(e["sequence_number"]), e) for e in events]
+                stored = [_stored_event(e) for e in events]
                 await store.append_events(keeping.owner, response["id"], stored, deadline)
     except StoreUnavailable as error:
         logger.warning(f"response {response['id']} not stored: {error}")
@@ -208,7 +210,7 @@ async def _chain(
     """Every earlier response's input and output items, oldest first, following ``previous_response_id`` back."""
     from chatloop.store.model import PageQuery
 
-    turns: list[list[dict[str, Any]]] = []
+    turns: list[list[JSONObject]] = []
     current: str | None = response_id
     while current is not None:
         if len(turns) >= MAX_CHAIN:
@@ -223,7 +225,9 @@ async def _chain(
             raise not_found("response", current, param="previous_response_id")
         read = partial(store.list_response_items, owner, current, "input", deadline=deadline)
         inputs = await _all(read, PageQuery("asc", PAGE))
-        turns.append([*(inputs or []), *stored.body.get("output", [])])
+        output = stored.body.get("output")
+        outputs = [o for o in output if isinstance(o, dict)] if isinstance(output, list) else []
+        turns.append([*(inputs or []), *outputs])
         previous = stored.body.get("previous_response_id")
         current = previous if isinstance(previous, str) else None
     return _as_items([item for turn in reversed(turns) for item in turn])
@@ -243,11 +247,11 @@ async def conversation_items(
 
 async def _all(
     read: Callable[[PageQuery], Awaitable[Page | None]], query: PageQuery
-) -> list[dict[str, Any]] | None:
+) -> list[JSONObject] | None:
     """Every item of a list, page after page (``read`` reads one page); None when the record is not there."""
     from dataclasses import replace
 
-    bodies: list[dict[str, Any]] = []
+    bodies: list[JSONObject] = []
     while True:
         page = await read(query)
         if page is None:
@@ -258,7 +262,7 @@ async def _all(
         query = replace(query, after=page.last_id)
 
 
-def _as_items(bodies: list[dict[str, Any]]) -> list[InputItem]:
+def _as_items(bodies: list[JSONObject]) -> list[InputItem]:
     """Stored item bodies as the input items the request schema reads (so they become messages like any input)."""
     from pydantic import TypeAdapter
 
@@ -281,6 +285,16 @@ async def _replay(
         return
     for data in events:
         yield redact(sse_frame(data, event=str(data["type"]))).encode()
+
+
+def _stored_event(data: Mapping[str, object]) -> StoredEvent:
+    """A sent event as the store keeps it, under its ``sequence_number``."""
+    from chatloop.store.model import StoredEvent
+
+    number = data["sequence_number"]
+    if not isinstance(number, int):
+        raise TypeError(f"an event's sequence_number is {number!r}")
+    return StoredEvent(number, json_object(data))
 
 
 def _checked(response_id: str) -> str:
