@@ -16,10 +16,9 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from chatloop.api.context import RequestContext
-from chatloop.api.conversations import store_context, store_errors
+from chatloop.api.conversations import conversation_history, conversation_id_of, store_context, store_errors
 from chatloop.api.errors import RequestError
 from chatloop.api.running import TURNS
-from chatloop.api.stored import conversation_id_of, conversation_items
 from chatloop.api.wire import JSONBody
 from chatloop.engine.events import Done, Event, TurnError
 from chatloop.engine.messages import Message
@@ -54,7 +53,7 @@ async def chat_thread(request: Request, conversation: str, new: list[object]) ->
     store, owner, deadline = store_context(request)
     conversation_id = conversation_id_of(conversation)
     with store_errors():
-        items = await conversation_items(store, owner, conversation_id, deadline)
+        items = await conversation_history(store, owner, conversation_id, deadline)
     return ChatThread(owner, conversation_id, messages_of(items), messages)
 
 

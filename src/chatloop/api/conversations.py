@@ -17,8 +17,9 @@ Usage (the routes, in api/app.py)::
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator
+from collections.abc import Awaitable, Callable, Iterator
 from contextlib import contextmanager
+from functools import partial
 from typing import TYPE_CHECKING
 
 from starlette.requests import Request
@@ -31,8 +32,10 @@ from chatloop.api.wire import JSONBody
 from chatloop.observability import logger
 
 if TYPE_CHECKING:
+    from chatloop.api.response_schemas import InputItem
     from chatloop.deadline import Deadline
-    from chatloop.store.model import PageQuery
+    from chatloop.jsontypes import JSONObject
+    from chatloop.store.model import Page, PageQuery
     from chatloop.store.service import ConversationStore
 
 # The store, its values and the request bodies are imported by the first conversations request (cold start).
@@ -230,3 +233,63 @@ def store_errors() -> Iterator[None]:
         raise RequestError(
             503, "store_unavailable", "the conversation store is unavailable; try again shortly"
         ) from None
+
+
+# --- a conversation as a turn's history (/v1/responses and /chat turns in a conversation) --------------------------
+HISTORY_PAGE = 100
+"""Items read per store call when a whole list is read."""
+
+
+def conversation_id_of(value: str | dict[str, object]) -> str:
+    conversation_id = value.get("id") if isinstance(value, dict) else value
+    if not isinstance(conversation_id, str) or not CONVERSATION_ID.match(conversation_id):
+        raise RequestError(
+            400, "invalid_request", "conversation: not a conversation id (conv_…)", param="conversation"
+        )
+    return conversation_id
+
+
+async def conversation_history(
+    store: ConversationStore, owner: str, conversation_id: str, deadline: Deadline
+) -> list[InputItem]:
+    """The conversation's items, oldest first, as input items (a 404 when the caller has no such conversation)."""
+    from chatloop.store.model import PageQuery
+
+    read = partial(store.list_items, owner, conversation_id, deadline=deadline)
+    items = await all_items(read, PageQuery("asc", HISTORY_PAGE))
+    if items is None:
+        raise not_found("conversation", conversation_id, param="conversation")
+    return as_input_items(items)
+
+
+async def all_items(
+    read: Callable[[PageQuery], Awaitable[Page | None]], query: PageQuery
+) -> list[JSONObject] | None:
+    """Every item of a list, page after page (``read`` reads one page); None when the record is not there."""
+    from dataclasses import replace
+
+    bodies: list[JSONObject] = []
+    while True:
+        page = await read(query)
+        if page is None:
+            return None
+        bodies += [item.body for item in page.data]
+        if not page.has_more:
+            return bodies
+        query = replace(query, after=page.last_id)
+
+
+def as_input_items(bodies: list[JSONObject]) -> list[InputItem]:
+    """Stored item bodies as the input items the request schema reads (so they become messages like any input)."""
+    from pydantic import TypeAdapter
+
+    from chatloop.api.response_schemas import InputItem
+
+    return TypeAdapter(list[InputItem]).validate_python(
+        [
+            b
+            for b in bodies
+            if b.get("type")
+            in ("message", "function_call", "function_call_output", "code_interpreter_call", "mcp_call")
+        ]
+    )

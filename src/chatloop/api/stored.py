@@ -21,7 +21,7 @@ Usage (the routes, in api/app.py)::
 from __future__ import annotations
 
 import re
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping, Sequence
+from collections.abc import AsyncIterator, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import partial
 from typing import TYPE_CHECKING
@@ -31,7 +31,16 @@ from starlette.responses import Response, StreamingResponse
 
 from chatloop.api import running
 from chatloop.api.context import RequestContext
-from chatloop.api.conversations import not_found, store_context, store_errors
+from chatloop.api.conversations import (
+    HISTORY_PAGE,
+    all_items,
+    as_input_items,
+    conversation_history,
+    conversation_id_of,
+    not_found,
+    store_context,
+    store_errors,
+)
 from chatloop.api.errors import RequestError
 from chatloop.api.response_schemas import InputItem, ReasoningItem, ResponsesBody
 from chatloop.api.wire import JSONBody, sse_frame
@@ -41,14 +50,12 @@ from chatloop.observability import logger, redact
 if TYPE_CHECKING:
     from chatloop.api.response_types import ResponseObject
     from chatloop.deadline import Deadline
-    from chatloop.store.model import Item, Page, PageQuery, StoredEvent
+    from chatloop.store.model import Item, StoredEvent
     from chatloop.store.service import ConversationStore
 
 RESPONSE_ID = re.compile(r"^resp_[A-Za-z0-9_-]{1,128}$")
-CONVERSATION_ID = re.compile(r"^conv_[A-Za-z0-9]{1,128}$")
 MAX_CHAIN = 100
 """How many earlier responses a ``previous_response_id`` chain may follow back (each is two reads)."""
-PAGE = 100
 
 
 @dataclass
@@ -99,7 +106,7 @@ async def prepare(request: Request, body: ResponsesBody) -> Keeping:
             keeping.history = await _chain(store, owner, _checked(body.previous_response_id), deadline)
         elif body.conversation is not None:
             keeping.conversation_id = conversation_id_of(body.conversation)
-            keeping.history = await conversation_items(store, owner, keeping.conversation_id, deadline)
+            keeping.history = await conversation_history(store, owner, keeping.conversation_id, deadline)
     return keeping
 
 
@@ -224,56 +231,13 @@ async def _chain(
         if stored is None:
             raise not_found("response", current, param="previous_response_id")
         read = partial(store.list_response_items, owner, current, "input", deadline=deadline)
-        inputs = await _all(read, PageQuery("asc", PAGE))
+        inputs = await all_items(read, PageQuery("asc", HISTORY_PAGE))
         output = stored.body.get("output")
         outputs = [o for o in output if isinstance(o, dict)] if isinstance(output, list) else []
         turns.append([*(inputs or []), *outputs])
         previous = stored.body.get("previous_response_id")
         current = previous if isinstance(previous, str) else None
-    return _as_items([item for turn in reversed(turns) for item in turn])
-
-
-async def conversation_items(
-    store: ConversationStore, owner: str, conversation_id: str, deadline: Deadline
-) -> list[InputItem]:
-    from chatloop.store.model import PageQuery
-
-    read = partial(store.list_items, owner, conversation_id, deadline=deadline)
-    items = await _all(read, PageQuery("asc", PAGE))
-    if items is None:
-        raise not_found("conversation", conversation_id, param="conversation")
-    return _as_items(items)
-
-
-async def _all(
-    read: Callable[[PageQuery], Awaitable[Page | None]], query: PageQuery
-) -> list[JSONObject] | None:
-    """Every item of a list, page after page (``read`` reads one page); None when the record is not there."""
-    from dataclasses import replace
-
-    bodies: list[JSONObject] = []
-    while True:
-        page = await read(query)
-        if page is None:
-            return None
-        bodies += [item.body for item in page.data]
-        if not page.has_more:
-            return bodies
-        query = replace(query, after=page.last_id)
-
-
-def _as_items(bodies: list[JSONObject]) -> list[InputItem]:
-    """Stored item bodies as the input items the request schema reads (so they become messages like any input)."""
-    from pydantic import TypeAdapter
-
-    return TypeAdapter(list[InputItem]).validate_python(
-        [
-            b
-            for b in bodies
-            if b.get("type")
-            in ("message", "function_call", "function_call_output", "code_interpreter_call", "mcp_call")
-        ]
-    )
+    return as_input_items([item for turn in reversed(turns) for item in turn])
 
 
 async def _replay(
@@ -303,12 +267,3 @@ def _checked(response_id: str) -> str:
             400, "invalid_request", "response_id: not a response id (resp_…)", param="response_id"
         )
     return response_id
-
-
-def conversation_id_of(value: str | dict[str, object]) -> str:
-    conversation_id = value.get("id") if isinstance(value, dict) else value
-    if not isinstance(conversation_id, str) or not CONVERSATION_ID.match(conversation_id):
-        raise RequestError(
-            400, "invalid_request", "conversation: not a conversation id (conv_…)", param="conversation"
-        )
-    return conversation_id
