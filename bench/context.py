@@ -101,7 +101,7 @@ def real_counts(histories: list[list[dict[str, Any]]]) -> list[int] | None:
 def measure(reps: int) -> dict:
     from chatloop.deadline import Deadline
     from chatloop.providers.base import ModelRequest
-    from chatloop.providers.context import TokenEstimator
+    from chatloop.providers.tokens import TokenEstimator
 
     kinds = conversations()
     requests = {

@@ -266,7 +266,6 @@ def record_server_metrics(summary: TurnSummary) -> None:
                 metric.add_dimension(name="server", value=server)
 
 
-SANDBOX_TOOL = "execute_javascript"
 """The tool whose runs are counted as sandbox metrics (SandboxErrors, SandboxMilliseconds)."""
 
 
@@ -292,8 +291,12 @@ def record_turn_metrics(summary: TurnSummary, in_lambda: bool) -> None:
         metrics.add_metric(
             name=f"FallbackReason_{metric_safe(fallback.reason)}", unit=MetricUnit.Count, value=1
         )
-    runs = [c for c in summary.tool_calls if c.name == SANDBOX_TOOL and c.duration_ms is not None]
-    sandbox_errors = sum(1 for c in summary.tool_calls if c.name == SANDBOX_TOOL and c.status == "error")
+    from chatloop.tools.javascript.tool import (
+        TOOL_NAME as SANDBOX,  # here: the tool's module imports this one
+    )
+
+    runs = [c for c in summary.tool_calls if c.name == SANDBOX and c.duration_ms is not None]
+    sandbox_errors = sum(1 for c in summary.tool_calls if c.name == SANDBOX and c.status == "error")
     metrics.add_metric(name="SandboxErrors", unit=MetricUnit.Count, value=sandbox_errors)
     metrics.add_metric(name=f"Stop_{summary.stop_reason.value}", unit=MetricUnit.Count, value=1)
     # Which models need text tool-call recovery, by format.

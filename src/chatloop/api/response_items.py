@@ -28,6 +28,7 @@ from chatloop.api.mcp_items import (
 from chatloop.api.wire import sse_frame
 from chatloop.engine.events import Delta, Event, ToolCallResult, ToolCallStart
 from chatloop.providers.base import ToolCall
+from chatloop.tools.javascript.tool import TOOL_NAME
 
 if TYPE_CHECKING:
     from chatloop.api.response_types import (
@@ -44,7 +45,6 @@ if TYPE_CHECKING:
 
 CONTAINER_ID = "chatloop-sandbox"
 """What a ``code_interpreter_call`` names as its container: each run gets a fresh sandbox, nothing persists."""
-JAVASCRIPT_TOOL = "execute_javascript"
 TERMINAL = {"response.completed", "response.incomplete", "response.failed"}
 
 
@@ -143,7 +143,7 @@ class ResponseOutput:
             event, Delta
         ):  # a seam opens the next message as its first text, as on the other routes
             return self._add_text(event.content)
-        if isinstance(event, ToolCallStart) and event.tool_name == JAVASCRIPT_TOOL:
+        if isinstance(event, ToolCallStart) and event.tool_name == TOOL_NAME:
             return self._close_message() + self._open_run(code_interpreter_item(event.id, event.arguments))
         if isinstance(event, ToolCallResult) and event.id in self._runs:
             return self._finish_run(event)

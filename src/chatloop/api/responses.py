@@ -35,7 +35,7 @@ from chatloop.api.errors import RequestError
 from chatloop.api.mcp_items import McpCallInput, listed_items
 from chatloop.api.mcp_servers import client_servers
 from chatloop.api.openai_chat import extension
-from chatloop.api.response_items import JAVASCRIPT_TOOL, ResponseEvents, ResponseOutput
+from chatloop.api.response_items import ResponseEvents, ResponseOutput
 from chatloop.api.response_schemas import (
     CodeInterpreterCallItem,
     FunctionCallItem,
@@ -53,6 +53,7 @@ from chatloop.engine.messages import Message
 from chatloop.jsontypes import JSONObject
 from chatloop.providers.base import Usage
 from chatloop.providers.chain import FallbackChain
+from chatloop.tools.javascript.tool import TOOL_NAME
 
 if TYPE_CHECKING:
     from chatloop.api.response_types import (
@@ -97,7 +98,7 @@ def messages_of(items: Sequence[InputItem]) -> list[Message]:
             item, CodeInterpreterCallItem
         ):  # an earlier run, replayed (the Agents SDK sends outputs)
             code = json.dumps({"code": item.code or ""})
-            call = _call(item.call_id(), JAVASCRIPT_TOOL, code)
+            call = _call(item.call_id(), TOOL_NAME, code)
             _add_call(messages, call, lambda last: last["role"] == "assistant" and not last.get("content"))
             messages.append({"role": "tool", "tool_call_id": item.call_id(), "content": item.logs()})
         elif isinstance(item, McpCallInput):  # an earlier MCP call, replayed: the call and its answer

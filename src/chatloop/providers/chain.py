@@ -23,7 +23,6 @@ Usage::
 from __future__ import annotations
 
 import asyncio
-import json
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 
@@ -50,7 +49,7 @@ from chatloop.providers.errors import (
 from chatloop.providers.health import ChainHealth, provider_of
 from chatloop.providers.recovery import may_retry, recovered_calls, with_corrective_note
 
-__all__ = ["ChainHealth", "FallbackChain", "estimate_tokens"]
+__all__ = ["ChainHealth", "FallbackChain"]
 
 
 @dataclass
@@ -309,9 +308,3 @@ class FallbackChain:
         elif isinstance(error, ContextTooLong):
             return max(min_context, self.catalog.get(model.name).context_window or 0)
         return min_context
-
-
-def estimate_tokens(request: ModelRequest) -> int:
-    """A rough count (4 characters a token) of what a request sends: for the bench and context checks."""
-    chars = sum(len(json.dumps(m)) for m in request.messages) + len(json.dumps(request.tools or []))
-    return chars // 4

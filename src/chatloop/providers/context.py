@@ -27,8 +27,7 @@ from chatloop.providers.base import ContextFit, ModelRequest
 from chatloop.providers.errors import ContextTooLong
 from chatloop.providers.tokens import TokenEstimator
 
-# TokenEstimator is tokens.py's; it is named here too because fitted() takes one (and the bench imports it from here).
-__all__ = ["EXCERPT_CHARS", "Fitting", "TokenEstimator", "Trimmed", "Window", "fit", "fitted", "trim"]
+__all__ = ["EXCERPT_CHARS", "Fitting", "Trimmed", "Window", "fit", "fitted", "trim"]
 
 EXCERPT_CHARS = 400
 """An old tool result longer than twice this keeps this much of its head and of its tail."""

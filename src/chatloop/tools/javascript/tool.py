@@ -33,8 +33,12 @@ DEFAULT_TIMEOUT = 5.0
 MIN_TIMEOUT, MAX_TIMEOUT = 1.0, 10.0
 
 
+TOOL_NAME = "execute_javascript"
+"""The name the model calls the sandbox by (and the Responses API shows its runs as ``code_interpreter_call``)."""
+
+
 class ExecuteJavaScriptTool:
-    name = "execute_javascript"
+    name = TOOL_NAME
     description = (
         "Run JavaScript in an isolated sandbox (no network, files or environment) and get its value back. "
         "Use it for any calculation. Put the whole calculation in ONE snippet and end it with the value to "
