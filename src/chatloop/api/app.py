@@ -19,7 +19,7 @@ from starlette.exceptions import HTTPException
 from starlette.middleware import Middleware
 from starlette.requests import Request
 from starlette.responses import Response
-from starlette.routing import Route
+from starlette.routing import BaseRoute, Route
 
 from chatloop import snapstart
 from chatloop.api import chat, models, openai_chat, page
@@ -58,6 +58,64 @@ def lazy(module: str, name: str) -> Callable[[Request], Awaitable[Response]]:
     return call
 
 
+def routes(settings: Settings) -> list[BaseRoute]:
+    """Every route of the app: the turn endpoints, the stored state, models and health, the page, and (stream mode
+    under SnapStart) the Web Adapter's hook routes."""
+    return [
+        Route("/chat", idempotent(chat.chat), methods=["POST"]),
+        Route("/chat/stop", lazy("chat_threads", "stop_chat"), methods=["POST"]),
+        Route("/v1/chat/completions", idempotent(openai_chat.chat_completions), methods=["POST"]),
+        Route("/v1/responses", idempotent(lazy("responses", "responses")), methods=["POST"]),
+        Route("/v1/responses/{response_id}", lazy("stored", "retrieve_response"), methods=["GET"]),
+        Route("/v1/responses/{response_id}", lazy("stored", "delete_response"), methods=["DELETE"]),
+        Route("/v1/responses/{response_id}/input_items", lazy("stored", "list_input_items"), methods=["GET"]),
+        Route("/v1/conversations", lazy("conversations", "create_conversation"), methods=["POST"]),
+        Route("/v1/conversations", lazy("conversations", "list_conversations"), methods=["GET"]),
+        Route(
+            "/v1/conversations/{conversation_id}",
+            lazy("conversations", "retrieve_conversation"),
+            methods=["GET"],
+        ),
+        Route(
+            "/v1/conversations/{conversation_id}",
+            lazy("conversations", "update_conversation"),
+            methods=["POST"],
+        ),
+        Route(
+            "/v1/conversations/{conversation_id}",
+            lazy("conversations", "delete_conversation"),
+            methods=["DELETE"],
+        ),
+        Route(
+            "/v1/conversations/{conversation_id}/items",
+            lazy("conversations", "list_items"),
+            methods=["GET"],
+        ),
+        Route(
+            "/v1/conversations/{conversation_id}/items",
+            lazy("conversations", "create_items"),
+            methods=["POST"],
+        ),
+        Route(
+            "/v1/conversations/{conversation_id}/items/{item_id}",
+            lazy("conversations", "retrieve_item"),
+            methods=["GET"],
+        ),
+        Route(
+            "/v1/conversations/{conversation_id}/items/{item_id}",
+            lazy("conversations", "delete_item"),
+            methods=["DELETE"],
+        ),
+        Route("/v1/models", models.list_models, methods=["GET"]),
+        Route("/v1/models/{model_id:path}", models.retrieve_model, methods=["GET"]),
+        Route("/health", models.health, methods=["GET"]),
+        Route("/", page.page, methods=["GET"]),
+        Route("/static/{path:path}", page.asset, methods=["GET"]),
+        # stream mode under SnapStart: the Web Adapter's two hook routes, when configured (H1, #27)
+        *snapstart.hook_routes(settings),
+    ]
+
+
 def create_app(
     settings: Settings | None = None,
     *,
@@ -67,61 +125,7 @@ def create_app(
 ) -> Starlette:
     settings = settings or Settings.from_env()
     app = Starlette(
-        routes=[
-            Route("/chat", idempotent(chat.chat), methods=["POST"]),
-            Route("/chat/stop", lazy("chat_threads", "stop_chat"), methods=["POST"]),
-            Route("/v1/chat/completions", idempotent(openai_chat.chat_completions), methods=["POST"]),
-            Route("/v1/responses", idempotent(lazy("responses", "responses")), methods=["POST"]),
-            Route("/v1/responses/{response_id}", lazy("stored", "retrieve_response"), methods=["GET"]),
-            Route("/v1/responses/{response_id}", lazy("stored", "delete_response"), methods=["DELETE"]),
-            Route(
-                "/v1/responses/{response_id}/input_items", lazy("stored", "list_input_items"), methods=["GET"]
-            ),
-            Route("/v1/conversations", lazy("conversations", "create_conversation"), methods=["POST"]),
-            Route("/v1/conversations", lazy("conversations", "list_conversations"), methods=["GET"]),
-            Route(
-                "/v1/conversations/{conversation_id}",
-                lazy("conversations", "retrieve_conversation"),
-                methods=["GET"],
-            ),
-            Route(
-                "/v1/conversations/{conversation_id}",
-                lazy("conversations", "update_conversation"),
-                methods=["POST"],
-            ),
-            Route(
-                "/v1/conversations/{conversation_id}",
-                lazy("conversations", "delete_conversation"),
-                methods=["DELETE"],
-            ),
-            Route(
-                "/v1/conversations/{conversation_id}/items",
-                lazy("conversations", "list_items"),
-                methods=["GET"],
-            ),
-            Route(
-                "/v1/conversations/{conversation_id}/items",
-                lazy("conversations", "create_items"),
-                methods=["POST"],
-            ),
-            Route(
-                "/v1/conversations/{conversation_id}/items/{item_id}",
-                lazy("conversations", "retrieve_item"),
-                methods=["GET"],
-            ),
-            Route(
-                "/v1/conversations/{conversation_id}/items/{item_id}",
-                lazy("conversations", "delete_item"),
-                methods=["DELETE"],
-            ),
-            Route("/v1/models", models.list_models, methods=["GET"]),
-            Route("/v1/models/{model_id:path}", models.retrieve_model, methods=["GET"]),
-            Route("/health", models.health, methods=["GET"]),
-            Route("/", page.page, methods=["GET"]),
-            Route("/static/{path:path}", page.asset, methods=["GET"]),
-            # stream mode under SnapStart: the Web Adapter's two hook routes, when configured (H1, #27)
-            *snapstart.hook_routes(settings),
-        ],
+        routes=routes(settings),
         exception_handlers={
             RequestError: on_request_error,
             HTTPException: on_http_error,
