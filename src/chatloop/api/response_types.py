@@ -224,8 +224,7 @@ ResponseStatus: TypeAlias = Literal["in_progress", "completed", "incomplete", "f
 
 
 class ResponseObject(ResponseEcho):
-    """``Response``: the echoed settings, the ``output`` items, the status and usage; ``x_chatloop`` (what the turn
-    did beyond OpenAI's fields) once it finished."""
+    """``Response``: the echoed settings, the ``output`` items, the status and usage."""
 
     id: str
     object: Literal["response"]
@@ -235,4 +234,9 @@ class ResponseObject(ResponseEcho):
     incomplete_details: IncompleteDetails | None
     output: list[OutputItem]
     usage: ResponseUsage | None
-    x_chatloop: NotRequired[Mapping[str, object]]
+
+
+class FinishedResponse(ResponseObject):
+    """A finished ``Response``, with ``x_chatloop``: what the turn did beyond OpenAI's fields."""
+
+    x_chatloop: Mapping[str, object]

@@ -57,6 +57,7 @@ from chatloop.tools.javascript.tool import TOOL_NAME
 
 if TYPE_CHECKING:
     from chatloop.api.response_types import (
+        FinishedResponse,
         McpListTools,
         OutputItem,
         ResponseEcho,
@@ -202,26 +203,24 @@ def response_object(
     echo: ResponseEcho,
     output: list[OutputItem],
     created: int | None = None,
-) -> ResponseObject:
+) -> FinishedResponse:
     """The finished ``response``: ``incomplete`` (with its reason) when the turn stopped on the output-token cap, the
     iteration cap or the deadline; the stop reason and tool records under ``x_chatloop``."""
     body = _skeleton(request_id, echo, created or int(time.time()))
     reason = INCOMPLETE.get(summary.stop_reason)
     status: ResponseStatus = "incomplete" if reason else "completed"
-    body.update(
-        {
-            "model": summary.model or echo["model"],
-            "status": status,
-            "incomplete_details": {"reason": reason} if reason else None,
-            "output": output,
-            "usage": _usage(summary.usage),
-            "x_chatloop": extension(summary),
-        }
-    )
-    return body
+    return {  # the skeleton's keys keep their places; x_chatloop comes last
+        **body,
+        "model": summary.model or echo["model"],
+        "status": status,
+        "incomplete_details": {"reason": reason} if reason else None,
+        "output": output,
+        "usage": _usage(summary.usage),
+        "x_chatloop": extension(summary),
+    }
 
 
-Keep: TypeAlias = "Callable[[ResponseObject, list[dict[str, object]]], Awaitable[ResponseObject]]"
+Keep: TypeAlias = "Callable[[FinishedResponse, list[dict[str, object]]], Awaitable[FinishedResponse]]"
 """Stores a finished response (and its stream's events) and returns it as it should be shown."""
 
 
@@ -323,7 +322,7 @@ async def responses(request: Request) -> Response:
     listed = listed_items(servers, mcp)  # mcp_list_tools items: what each of the request's servers offered
     events = turn_events(ctx, turn, model, registry)
 
-    async def keep(response: ResponseObject, sent: list[dict[str, object]]) -> ResponseObject:
+    async def keep(response: FinishedResponse, sent: list[dict[str, object]]) -> FinishedResponse:
         return await stored.save(keeping, request, body, response, sent)
 
     if body.stream and keeping.store is not None and keeping.owner is not None:

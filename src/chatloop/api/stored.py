@@ -48,7 +48,7 @@ from chatloop.jsontypes import JSONObject, json_object
 from chatloop.observability import logger, redact
 
 if TYPE_CHECKING:
-    from chatloop.api.response_types import ResponseObject
+    from chatloop.api.response_types import FinishedResponse
     from chatloop.deadline import Deadline
     from chatloop.store.model import Item, StoredEvent
     from chatloop.store.service import ConversationStore
@@ -114,9 +114,9 @@ async def save(
     keeping: Keeping,
     request: Request,
     body: ResponsesBody,
-    response: ResponseObject,
+    response: FinishedResponse,
     events: Sequence[Mapping[str, object]],
-) -> ResponseObject:
+) -> FinishedResponse:
     """Keep the finished ``response`` (and a streamed one's ``events``); append the turn to its conversation.
     Returns the response as it should be shown: ``store: false`` when it could not be kept."""
     from chatloop.store.model import Item, StoreUnavailable

@@ -26,11 +26,11 @@ import anyio
 from anyio import to_thread
 
 from chatloop.deadline import Deadline
+from chatloop.jsontypes import JSONObject
 from chatloop.store.model import (
     Backend,
     Conversation,
     Item,
-    JSONObject,
     ListName,
     Page,
     PageQuery,
