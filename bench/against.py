@@ -82,9 +82,10 @@ def measure(rounds: int, reps: int, base: str = BASE_COMMIT) -> dict[str, Any]:
     with tempfile.TemporaryDirectory(prefix="chatloop-against-") as tmp:
         base_root = tree_at(base, Path(tmp) / "base")
         runs: dict[str, list[dict[str, float]]] = {"here": [], "base": []}
-        for _ in range(rounds):
-            runs["here"].append(_child(ROOT, reps))
-            runs["base"].append(_child(base_root, reps))
+        for round_ in range(rounds):  # which tree goes first alternates too: no order effect favours either
+            order = [("here", ROOT), ("base", base_root)]
+            for label, tree in order if round_ % 2 == 0 else order[::-1]:
+                runs[label].append(_child(tree, reps))
     out: dict[str, Any] = {"base_commit": base, "rounds": rounds, "reps": reps, "metrics": {}}
     for key in runs["here"][0]:
         here = median([r[key] for r in runs["here"]])
