@@ -5,8 +5,11 @@
 - ``chat`` (/chat), ``openai_chat`` (/v1/chat/completions), ``responses`` (/v1/responses), each a renderer and its
   endpoint; ``models`` (/v1/models, /health), ``page`` (/); ``checks`` holds the checks the turn endpoints share,
   ``schemas`` and ``response_schemas`` their request bodies;
-- the stored state: ``conversations`` (/v1/conversations), ``stored`` (stored responses), ``chat_threads`` (/chat in
-  a conversation, /chat/stop), ``running`` (turns that outlive their client).
+- the stored state: ``conversations`` (/v1/conversations, and a conversation read as a turn's history), ``stored``
+  (stored responses), ``chat_threads`` (/chat in a conversation, /chat/stop), ``running`` (turns that outlive their
+  client); these and ``responses`` are imported on their first request (``app.lazy``) or into a SnapStart snapshot;
+- ``wire``: JSON and SSE bytes, heartbeats; ``idempotency``, ``limits``, ``adapter``, ``caller``, ``errors``: what
+  every request may need.
 
 Usage::
 
