@@ -23,7 +23,7 @@ from chatloop.api.runtime import Runtime
 from chatloop.config import Settings
 from tests.support.events import CODE_INTERPRETER_EVENTS
 from tests.support.fake_llm import FakeLLM, Reply, error, text, tool_calls
-from tests.support.server import Server
+from tests.support.server import Server, app_server
 
 GPT_OSS = "groq:openai/gpt-oss-120b"  # honours json_schema
 LLAMA = "groq:llama-3.3-70b-versatile"  # json_object only
@@ -90,17 +90,13 @@ def scripted(upstream, sandbox) -> Iterator[Server]:
     from chatloop.tools.javascript import ExecuteJavaScriptTool
 
     settings = Settings(model_chain=f"{GPT_OSS},{LLAMA}", rate_limit_max_wait_seconds=0.0)
-    runtime = Runtime(
+    with app_server(
         settings,
+        env={"GROQ_BASE_URL": upstream.groq_base_url},
         registry=ToolRegistry([ExecuteJavaScriptTool(sandbox)]),
-        keys_loader=lambda s: {"groq": "gsk_clients_test_0000000000", "openai": None},
-    )
-    mp = pytest.MonkeyPatch()
-    mp.setenv("GROQ_BASE_URL", upstream.groq_base_url)
-    with Server(create_app(settings, runtime=runtime)) as server:
-        server.runtime = runtime  # type: ignore[attr-defined]
+        keys={"groq": "gsk_clients_test_0000000000", "openai": None},
+    ) as server:
         yield server
-    mp.undo()
 
 
 @pytest.fixture(autouse=True)
@@ -118,11 +114,7 @@ def demo(sandbox) -> Iterator[Server]:
     from chatloop.tools.base import ToolRegistry
     from chatloop.tools.javascript import ExecuteJavaScriptTool
 
-    settings = Settings()
-    runtime = Runtime(
-        settings, registry=ToolRegistry([ExecuteJavaScriptTool(sandbox)]), keys_loader=lambda s: {}
-    )
-    with Server(create_app(settings, runtime=runtime)) as server:
+    with app_server(Settings(), registry=ToolRegistry([ExecuteJavaScriptTool(sandbox)]), keys={}) as server:
         yield server
 
 

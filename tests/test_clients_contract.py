@@ -35,7 +35,7 @@ from chatloop.api.runtime import Runtime
 from chatloop.config import Settings
 from tests.support.events import CODE_INTERPRETER_EVENTS
 from tests.support.fake_llm import FakeLLM, Reply, error, text, tool_calls
-from tests.support.server import Server
+from tests.support.server import Server, app_server
 
 LLAMA = "llama-3.3-70b-versatile"  # listed: parallel tool calls, json_object only
 GPT_OSS = "openai/gpt-oss-120b"  # listed: json_schema
@@ -126,16 +126,11 @@ def server(upstream, sandbox, store_path) -> Iterator[Server]:
     settings = Settings(
         model_chain=CHAIN, rate_limit_max_wait_seconds=0.0, conversation_store_path=store_path
     )
-    runtime = Runtime(
-        settings, registry=ToolRegistry([ExecuteJavaScriptTool(sandbox)]), keys_loader=lambda s: dict(KEYS)
-    )
-    mp = pytest.MonkeyPatch()
-    mp.setenv("GROQ_BASE_URL", upstream.groq_base_url)
-    mp.setenv("OPENAI_BASE_URL", upstream.openai_base_url)
-    with Server(create_app(settings, runtime=runtime)) as served:
-        served.runtime = runtime  # type: ignore[attr-defined]
+    env = {"GROQ_BASE_URL": upstream.groq_base_url, "OPENAI_BASE_URL": upstream.openai_base_url}
+    with app_server(
+        settings, env=env, registry=ToolRegistry([ExecuteJavaScriptTool(sandbox)]), keys=KEYS
+    ) as served:
         yield served
-    mp.undo()
 
 
 @pytest.fixture(autouse=True)
@@ -690,10 +685,7 @@ def demo(sandbox, store_path) -> Iterator[Server]:
     from chatloop.tools.javascript import ExecuteJavaScriptTool
 
     settings = Settings(conversation_store_path=store_path)
-    runtime = Runtime(
-        settings, registry=ToolRegistry([ExecuteJavaScriptTool(sandbox)]), keys_loader=lambda s: {}
-    )
-    with Server(create_app(settings, runtime=runtime)) as served:
+    with app_server(settings, registry=ToolRegistry([ExecuteJavaScriptTool(sandbox)]), keys={}) as served:
         yield served
 
 

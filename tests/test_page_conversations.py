@@ -13,13 +13,10 @@ from typing import Any
 import httpx
 import pytest
 
-from chatloop.api import create_app
-from chatloop.api.runtime import Runtime
 from chatloop.config import Settings
-from chatloop.providers.chain import FallbackChain
 from chatloop.tools.base import ToolRegistry
 from chatloop.tools.javascript import ExecuteJavaScriptTool
-from tests.support.server import Server
+from tests.support.server import Server, app_server
 from tests.test_chat_conversations import Conversational
 from tests.test_page import ROOT, ask, browser, expect, pytestmark  # noqa: F401 (the browser fixture, the Chromium skip)
 
@@ -36,10 +33,9 @@ def model() -> Conversational:
 @pytest.fixture(scope="module")
 def server(tmp_path_factory, model, sandbox) -> Iterator[Server]:
     settings = Settings(conversation_store_path=str(tmp_path_factory.mktemp("store") / "page.sqlite3"))
-    runtime = Runtime(
-        settings, chain=FallbackChain([model]), registry=ToolRegistry([ExecuteJavaScriptTool(sandbox)])
-    )
-    with Server(create_app(settings, runtime=runtime)) as running:
+    with app_server(
+        settings, model=model, registry=ToolRegistry([ExecuteJavaScriptTool(sandbox)])
+    ) as running:
         yield running
 
 

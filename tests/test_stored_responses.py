@@ -23,7 +23,7 @@ from chatloop.tools.base import ToolRegistry
 from chatloop.tools.javascript import ExecuteJavaScriptTool
 from tests.support.events import response_body, rest_event
 from tests.support.handler import handle
-from tests.support.server import Server
+from tests.support.server import Server, app_server
 from tests.test_conversations import client
 
 
@@ -57,10 +57,9 @@ def model() -> Recorder:
 @pytest.fixture(scope="module")
 def server(tmp_path_factory, model, sandbox) -> Iterator[Server]:
     settings = Settings(conversation_store_path=str(tmp_path_factory.mktemp("store") / "r.sqlite3"))
-    runtime = Runtime(
-        settings, chain=FallbackChain([model]), registry=ToolRegistry([ExecuteJavaScriptTool(sandbox)])
-    )
-    with Server(create_app(settings, runtime=runtime)) as running:
+    with app_server(
+        settings, model=model, registry=ToolRegistry([ExecuteJavaScriptTool(sandbox)])
+    ) as running:
         yield running
 
 

@@ -4,15 +4,23 @@ Usage::
 
     with Server(create_app(settings, chain=chain)) as server:
         openai.OpenAI(base_url=server.base_url, api_key="unused")
+
+    with app_server(settings, model=model, registry=registry) as server:   # the runtime built as tests build it
+        server.runtime.chain()
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import threading
+from collections.abc import Iterator, Mapping
 from typing import Any
 
+import pytest
 import uvicorn
+
+from chatloop.config import Settings
 
 
 class Server:
@@ -22,6 +30,8 @@ class Server:
         self.thread = threading.Thread(target=lambda: asyncio.run(self.server.serve()), daemon=True)
         self.root = ""
         self.base_url = ""
+        self.runtime: Any = None
+        """The runtime the app serves, when ``app_server`` built it."""
 
     def __enter__(self) -> Server:
         self.thread.start()
@@ -35,3 +45,20 @@ class Server:
     def __exit__(self, *exc: Any) -> None:
         self.server.should_exit = True
         self.thread.join(5)
+
+
+@contextlib.contextmanager
+def app_server(settings: Settings, *, env: Mapping[str, str] | None = None, **parts: Any) -> Iterator[Server]:
+    """The app, with a runtime built from ``settings`` and ``parts`` as ``tests.support.handler.build_runtime``
+    builds one (``model`` or ``chain``, ``registry``, ``keys`` or ``keys_loader``), served on loopback while
+    ``env`` (the providers' base URLs, say) is set."""
+    from chatloop.api import create_app
+    from tests.support.handler import build_runtime
+
+    runtime = build_runtime(settings, **parts)
+    with pytest.MonkeyPatch.context() as patch:
+        for name, value in (env or {}).items():
+            patch.setenv(name, value)
+        with Server(create_app(settings, runtime=runtime)) as server:
+            server.runtime = runtime
+            yield server
