@@ -26,6 +26,7 @@ from chatloop.api import chat, models, openai_chat, page
 from chatloop.api.errors import RequestError, on_http_error, on_request_error, on_unexpected
 from chatloop.api.idempotency import idempotent
 from chatloop.api.nosniff import NoSniff
+from chatloop.api.ratelimit import RateLimitHeaders
 from chatloop.api.runtime import Runtime
 from chatloop.config import Settings, from_environment
 from chatloop.observability import logger
@@ -106,6 +107,7 @@ def routes(settings: Settings) -> list[BaseRoute]:
             lazy("conversations", "delete_item"),
             methods=["DELETE"],
         ),
+        Route("/v1/usage", lazy("budgets", "usage"), methods=["GET"]),
         Route("/v1/models", models.list_models, methods=["GET"]),
         Route("/v1/models/{model_id:path}", models.retrieve_model, methods=["GET"]),
         Route("/health", models.health, methods=["GET"]),
@@ -131,7 +133,8 @@ def create_app(
             HTTPException: on_http_error,
             Exception: on_unexpected,
         },
-        middleware=[Middleware(NoSniff)],  # X-Content-Type-Options on every response
+        # X-Content-Type-Options on every response; a metered turn's x-ratelimit-* headers (api/budgets.py)
+        middleware=[Middleware(NoSniff), Middleware(RateLimitHeaders)],
     )
     app.state.runtime = runtime or Runtime(settings, chain=chain, registry=registry)
     if chain is None and runtime is None:

@@ -18,7 +18,7 @@ from chatloop.api.context import RequestContext
 from chatloop.api.errors import RequestError
 from chatloop.api.runtime import Runtime
 from chatloop.api.schemas import ChatBody
-from chatloop.api.serve import INTERNAL_ERROR, serve_turn, turn_events
+from chatloop.api.serve import INTERNAL_ERROR, budgeted, serve_turn, turn_events
 from chatloop.api.wire import sse_frame
 from chatloop.engine import Event, StopReason, TurnRequest, TurnSummary
 from chatloop.engine.events import Done
@@ -93,7 +93,7 @@ async def chat(request: Request) -> Response:
     )
     ctx.request_id  # noqa: B018 - settled before the tools are listed (the adapter's log correlation id)
     registry = await runtime.tools_for_turn(ctx.deadline) if tool_names != [] else ToolRegistry()
-    events = turn_events(ctx, turn, model, registry)
+    events = turn_events(ctx, turn, await budgeted(ctx, turn, model), registry)
     if thread is not None:  # a stored conversation's turn runs to its end even when the client goes away
         from chatloop.api import chat_threads
         from chatloop.api.running import run_to_the_end

@@ -45,7 +45,7 @@ from chatloop.api.response_schemas import (
     ResponsesBody,
     ResponsesFunctionTool,
 )
-from chatloop.api.serve import INTERNAL_ERROR, serve_turn, turn_events
+from chatloop.api.serve import INTERNAL_ERROR, budgeted, serve_turn, turn_events
 from chatloop.config import MCPServerConfig
 from chatloop.engine import Event, TurnRequest, TurnSummary
 from chatloop.engine.events import Done, TurnError
@@ -320,7 +320,7 @@ async def responses(request: Request) -> Response:
     mcp = await runtime.mcp_for_turn(ctx.deadline, servers)
     registry = runtime.registry().with_tools(mcp.tools, mcp.skipped)
     listed = listed_items(servers, mcp)  # mcp_list_tools items: what each of the request's servers offered
-    events = turn_events(ctx, turn, model, registry)
+    events = turn_events(ctx, turn, await budgeted(ctx, turn, model), registry)
 
     async def keep(response: FinishedResponse, sent: list[dict[str, object]]) -> FinishedResponse:
         return await stored.save(keeping, request, body, response, sent)

@@ -28,6 +28,7 @@ from chatloop.secrets import load_provider_keys
 from chatloop.tools.base import ToolRegistry
 
 if TYPE_CHECKING:
+    from chatloop.api.budgets import Book
     from chatloop.store.service import ConversationStore
     from chatloop.tools.mcp import MCPServers, TurnTools
 
@@ -74,6 +75,7 @@ class Runtime:
         self._conversations = conversations
         self._limits = (settings, engine_limits(settings))
         self._mcp: MCPServers | None = None
+        self._budgets: Book | None = None
         self.idempotency: Store | None = None
         if settings.idempotency_table_name:
             self.idempotency = Store(settings.idempotency_table_name, settings.idempotency_expiry_seconds)
@@ -118,6 +120,20 @@ class Runtime:
 
                 self._conversations = open_store(self.settings)
             return self._conversations
+
+    def budgets(self) -> Book | None:
+        """The per-caller budgets (``api/budgets.py``), built on first use; None when no BUDGET_* limit is set (no
+        budget is kept, no store call made)."""
+        if not self.settings.budgets_on():
+            return None
+        book = self._budgets
+        if book is None or book.settings is not self.settings:
+            from chatloop.api.budgets import Book
+            from chatloop.providers.budgeted import Meter
+
+            estimator = self.chain().health.estimator
+            self._budgets = book = Book(self.settings, Meter(self.catalog, estimator))
+        return book
 
     def mcp_servers(self) -> MCPServers:
         """The operator's MCP servers (MCP_SERVERS), their tool lists cached for the container's life."""

@@ -27,6 +27,7 @@ from chatloop.api.wire import JSONBody, with_heartbeats
 from chatloop.engine import Event, StopReason, TurnRequest, TurnSummary, run_turn
 from chatloop.engine.events import Delta, Done, TurnError
 from chatloop.observability import SecretHold, logger, metrics, record_turn_metrics, redact
+from chatloop.providers.base import ChatModel
 from chatloop.providers.chain import FallbackChain
 from chatloop.tools.base import ToolRegistry
 
@@ -65,8 +66,18 @@ class Renderer(Protocol):
         ...
 
 
+async def budgeted(ctx: RequestContext, turn: TurnRequest, model: FallbackChain) -> ChatModel:
+    """The turn's model metered by the caller's budget (``api/budgets.py``): a 429 or 503 now, before the response
+    starts, when the budget refuses it. The chain itself, with no store call, when no BUDGET_* limit is set."""
+    if not ctx.settings.budgets_on():
+        return model
+    from chatloop.api.budgets import admit
+
+    return await admit(ctx, turn, model)
+
+
 def turn_events(
-    ctx: RequestContext, turn: TurnRequest, model: FallbackChain, registry: ToolRegistry
+    ctx: RequestContext, turn: TurnRequest, model: ChatModel, registry: ToolRegistry
 ) -> AsyncIterator[Event]:
     """The turn's events, with the request id on ``done`` and metrics recorded from them."""
     ctx.request_id  # noqa: B018 - settled before the turn: behind the adapter it is the turn's log correlation id

@@ -1,0 +1,238 @@
+"""Per-caller budgets through the app under uvicorn: the real ``openai`` SDK against the app, the app's chain against
+the scripted LLM server (tests/support/fake_llm.py), the budget in the SQLite store file. Every refusal is checked
+to have called no model (the fake server counts its requests)."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import openai
+import pytest
+
+from chatloop.config import Settings
+from chatloop.providers.base import ModelResponse, Usage
+from chatloop.providers.chain import FallbackChain
+from chatloop.tools.base import ToolRegistry
+from tests.support.fake_llm import FakeLLM, error, text
+from tests.support.models import ScriptedModel, call, tool_results
+from tests.support.server import Server, app_server
+from tests.support.tools import FakeSearch
+
+FIRST, SECOND = "gpt-4.1-mini", "gpt-4o-mini"
+CHAIN = f"openai:{FIRST},openai:{SECOND}"
+KEYS = {"openai": "sk-budget-test-0000000000", "groq": None}
+HELLO = [{"role": "user", "content": "hello"}]
+
+
+def budget_settings(tmp_path: Path, **limits: Any) -> Settings:
+    return Settings(
+        model_chain=CHAIN,
+        rate_limit_max_wait_seconds=0.0,
+        conversation_store_path=str(tmp_path / "store.sqlite3"),
+        **limits,
+    )
+
+
+@pytest.fixture
+def serve(fake_llm: FakeLLM, tmp_path: Path) -> Iterator[Any]:
+    """``serve(**limits)``: the app over the fake LLM with those BUDGET_* settings (and any other setting)."""
+    fake_llm.default = lambda body: text(body["model"], "Hi there!", usage=(20, 5))
+    servers: list[Any] = []
+
+    def start(**limits: Any) -> Server:
+        context = app_server(budget_settings(tmp_path, **limits), keys=KEYS, registry=ToolRegistry([]))
+        servers.append(context)
+        return context.__enter__()
+
+    yield start
+    for context in servers:
+        context.__exit__(None, None, None)
+
+
+def sdk(server: Server, key: str = "alice") -> openai.OpenAI:
+    return openai.OpenAI(
+        base_url=server.base_url,
+        api_key="unused",
+        max_retries=0,
+        timeout=20,
+        default_headers={"x-api-key": key},
+    )
+
+
+def usage_of(server: Server, key: str = "alice") -> dict[str, Any]:
+    answer = httpx.get(f"{server.base_url}/usage", headers={"x-api-key": key}, timeout=10)
+    assert answer.status_code == 200, answer.text
+    body: dict[str, Any] = answer.json()
+    return body
+
+
+# --- refusals through the real openai SDK ------------------------------------------------------------------
+def test_the_openai_sdk_raises_rate_limit_error_with_readable_headers_and_no_model_is_called(serve, fake_llm):
+    server = serve(budget_requests_per_minute=1, budget_tokens_per_day=100_000)
+    client = sdk(server)
+    raw = client.chat.completions.with_raw_response.create(model="chatloop", messages=HELLO, max_tokens=50)
+    assert raw.parse().choices[0].message.content == "Hi there!"
+    assert raw.headers["x-ratelimit-limit-requests"] == "1"
+    assert raw.headers["x-ratelimit-remaining-requests"] == "0"
+    assert raw.headers["x-ratelimit-reset-requests"].endswith("s")
+    assert raw.headers["x-ratelimit-limit-tokens"] == "100000"
+    assert 0 < int(raw.headers["x-ratelimit-remaining-tokens"]) < 100_000
+    calls = len(fake_llm.requests)
+    with pytest.raises(openai.RateLimitError) as refused:
+        client.chat.completions.create(model="chatloop", messages=HELLO, max_tokens=50)
+    assert refused.value.code == "rate_limit_exceeded"
+    headers = refused.value.response.headers
+    assert 1 <= int(headers["retry-after"]) <= 60
+    assert headers["x-ratelimit-remaining-requests"] == "0"
+    assert len(fake_llm.requests) == calls  # refused: no model call
+
+
+def test_a_spent_daily_quota_is_insufficient_quota_on_every_route(serve, fake_llm):
+    """A call that used more than its estimate (2,000 prompt tokens) passes the limit by that overshoot; the next
+    turn, on any route, is refused."""
+    fake_llm.script(FIRST, text(FIRST, "A long answer.", usage=(2000, 5)))
+    server = serve(budget_tokens_per_day=1500)
+    sdk(server).chat.completions.create(model="chatloop", messages=HELLO, max_tokens=50)
+    assert usage_of(server)["usage"]["tokens_today"] == 2005
+    calls = len(fake_llm.requests)
+    with pytest.raises(openai.RateLimitError) as refused:
+        sdk(server).responses.create(model="chatloop", input="hello", max_output_tokens=50, store=False)
+    assert refused.value.code == "insufficient_quota"
+    assert int(refused.value.response.headers["retry-after"]) > 60  # renews at midnight UTC
+    answer = httpx.post(
+        f"{server.root}/chat", json={"messages": HELLO, "stream": True}, headers={"x-api-key": "alice"}
+    )
+    assert answer.status_code == 429 and answer.json()["error"]["code"] == "insufficient_quota"
+    assert len(fake_llm.requests) == calls
+
+
+def test_another_callers_budget_is_untouched_and_usage_shows_only_ones_own(serve, fake_llm):
+    fake_llm.script(FIRST, text(FIRST, "A long answer.", usage=(2000, 5)))
+    server = serve(budget_tokens_per_day=1500)
+    sdk(server, "alice").chat.completions.create(model="chatloop", messages=HELLO, max_tokens=50)
+    with pytest.raises(openai.RateLimitError):
+        sdk(server, "alice").chat.completions.create(model="chatloop", messages=HELLO, max_tokens=50)
+    bob = sdk(server, "bob").chat.completions.create(model="chatloop", messages=HELLO, max_tokens=50)
+    assert bob.choices[0].message.content == "Hi there!"
+    assert usage_of(server, "bob")["usage"]["tokens_today"] == 25
+    assert usage_of(server, "alice")["usage"]["tokens_today"] == 2005
+    assert usage_of(server, "carol")["usage"]["tokens_today"] == 0
+    assert usage_of(server, "carol")["limits"]["tokens_per_day"] == 1500
+
+
+# --- settling real usage -------------------------------------------------------------------------------------
+def test_a_streamed_answer_settles_its_reported_usage_and_releases_the_rest(serve):
+    server = serve(budget_tokens_per_day=100_000)
+    chunks = list(
+        sdk(server).chat.completions.create(model="chatloop", messages=HELLO, stream=True, max_tokens=500)
+    )
+    assert "".join(c.choices[0].delta.content or "" for c in chunks if c.choices) == "Hi there!"
+    used = usage_of(server)["usage"]
+    assert used["tokens_today"] == 25 and used["tokens_reserved_today"] == 0
+
+
+def test_a_failed_call_costs_nothing_and_the_fallback_settles_its_usage(serve, fake_llm):
+    fake_llm.script(FIRST, error(500, "server_error", "upstream broke", kind="server_error"))
+    server = serve(budget_tokens_per_day=100_000)
+    answer = sdk(server).chat.completions.create(model="chatloop", messages=HELLO, max_tokens=50)
+    assert answer.model.endswith(SECOND)
+    used = usage_of(server)["usage"]
+    assert used["tokens_today"] == 25 and used["tokens_reserved_today"] == 0
+
+
+def test_a_cut_stream_is_charged_for_its_prompt_and_the_text_it_sent(serve, fake_llm):
+    fake_llm.script(FIRST, text(FIRST, "This answer is cut off half way through", pieces=6, cut_after=3))
+    server = serve(budget_tokens_per_day=100_000)
+    sdk(server).chat.completions.create(model="chatloop", messages=HELLO, max_tokens=50)
+    used = usage_of(server)["usage"]
+    assert used["tokens_today"] > 25  # the fallback's 25 and the cut attempt's prompt and text
+    assert used["tokens_reserved_today"] == 0
+
+
+def test_a_turn_every_model_failed_releases_its_reservation(serve, fake_llm):
+    fake_llm.default = lambda body: error(500, "server_error", "down", kind="server_error")
+    server = serve(budget_tokens_per_day=100_000)
+    with pytest.raises(openai.InternalServerError):
+        sdk(server).chat.completions.create(model="chatloop", messages=HELLO, max_tokens=50)
+    used = usage_of(server)["usage"]
+    assert used["tokens_today"] == 0 and used["tokens_reserved_today"] == 0
+
+
+# --- a turn refused mid-way ------------------------------------------------------------------------------------
+def searcher(request, n):
+    """Says what it does, calls search_web, then answers from the result."""
+    if not tool_results(request):
+        return ModelResponse(
+            "",
+            content="Let me look that up.",
+            tool_calls=[call("search_web", {"query": "budget"}, "call_1")],
+            finish_reason="tool_calls",
+            usage=Usage(900, 10, 910),
+        )
+    return ModelResponse("", content="Found it.", usage=Usage(950, 5, 955))
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_a_turn_the_budget_stops_mid_way_ends_well_formed_with_the_answer_so_far(tmp_path, stream):
+    model = ScriptedModel(searcher, name="scripted:search")
+    settings = Settings(conversation_store_path=str(tmp_path / "store.sqlite3"), budget_tokens_per_day=1200)
+    with app_server(
+        settings, chain=FallbackChain([model]), registry=ToolRegistry([FakeSearch()]), keys={}
+    ) as server:
+        body = {"messages": [{"role": "user", "content": "search"}], "max_tokens": 100, "stream": stream}
+        answer = httpx.post(f"{server.root}/chat", json=body, headers={"x-api-key": "alice"}, timeout=20)
+        assert answer.status_code == 200
+        if stream:
+            frames = [f for f in answer.text.split("\n\n") if f.strip()]
+            assert frames[-1].startswith("event: done")
+            done = json.loads(frames[-1].partition("data: ")[2])
+        else:
+            done = answer.json()
+    assert model.calls == 1  # the second call was refused before the model was asked
+    assert done["stop_reason"] == "budget"
+    content = done["message"]["content"]
+    assert content.startswith("Let me look that up.") and "usage limit" in content
+    assert answer.headers["x-ratelimit-limit-tokens"] == "1200"
+
+
+# --- the store down --------------------------------------------------------------------------------------------
+@pytest.mark.parametrize("mode", ["closed", "open"])
+def test_the_budget_store_down(fake_llm, tmp_path, mode):
+    blocker = tmp_path / "not-a-folder"
+    blocker.write_text("a file where the store's folder should be")
+    fake_llm.default = lambda body: text(body["model"], "Hi there!", usage=(20, 5))
+    settings = Settings(
+        model_chain=CHAIN,
+        conversation_store_path=str(blocker / "store.sqlite3"),
+        budget_tokens_per_day=1000,
+        budget_store_failure=mode,
+    )
+    with app_server(settings, keys=KEYS, registry=ToolRegistry([])) as server:
+        answer = httpx.post(
+            f"{server.base_url}/chat/completions", json={"model": "chatloop", "messages": HELLO}, timeout=20
+        )
+    if mode == "closed":
+        assert answer.status_code == 503 and answer.json()["error"]["code"] == "budget_unavailable"
+        assert fake_llm.requests == []
+    else:
+        assert answer.status_code == 200 and answer.json()["choices"][0]["message"]["content"] == "Hi there!"
+        assert "x-ratelimit-limit-tokens" not in answer.headers  # unmetered
+
+
+def test_with_no_budget_configured_the_store_is_never_called(serve, monkeypatch):
+    import chatloop.store.budget as budget
+
+    def unreachable(*args: Any, **kwargs: Any) -> None:
+        raise AssertionError("a budget store was opened with no budget configured")
+
+    monkeypatch.setattr(budget, "open_ledger", unreachable)
+    server = serve()
+    answer = sdk(server).chat.completions.with_raw_response.create(model="chatloop", messages=HELLO)
+    assert answer.parse().choices[0].message.content == "Hi there!"
+    assert not any(k.startswith("x-ratelimit") for k in answer.headers)
+    assert server.runtime.budgets() is None
+    assert usage_of(server) == {"object": "usage", "metered": False, "limits": None, "usage": None}
