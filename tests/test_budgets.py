@@ -4,6 +4,8 @@ to have called no model (the fake server counts its requests)."""
 
 from __future__ import annotations
 
+import contextlib
+import io
 import json
 from collections.abc import Iterator
 from pathlib import Path
@@ -17,7 +19,9 @@ from chatloop.config import Settings
 from chatloop.providers.base import ModelResponse, Usage
 from chatloop.providers.chain import FallbackChain
 from chatloop.tools.base import ToolRegistry
+from tests.support.events import rest_event
 from tests.support.fake_llm import FakeLLM, error, text
+from tests.support.handler import build_runtime, handle, serving
 from tests.support.models import ScriptedModel, call, tool_results
 from tests.support.server import Server, app_server
 from tests.support.tools import FakeSearch
@@ -236,3 +240,73 @@ def test_with_no_budget_configured_the_store_is_never_called(serve, monkeypatch)
     assert not any(k.startswith("x-ratelimit") for k in answer.headers)
     assert server.runtime.budgets() is None
     assert usage_of(server) == {"object": "usage", "metered": False, "limits": None, "usage": None}
+
+
+# --- on Lambda: the real handler, real-shaped API Gateway events -----------------------------------------------
+def emitted_metrics(out: str) -> list[str]:
+    names: list[str] = []
+    for line in out.splitlines():
+        if line.startswith('{"_aws"'):
+            for directive in json.loads(line)["_aws"]["CloudWatchMetrics"]:
+                names += [m["Name"] for m in directive["Metrics"]]
+    return names
+
+
+def lambda_turn(key_id: str | None = None) -> dict[str, Any]:
+    event = rest_event("POST", "/chat", {"messages": HELLO, "stream": False, "max_tokens": 20})
+    if key_id is not None:
+        event["requestContext"]["identity"]["apiKeyId"] = key_id
+    return event
+
+
+def answering(request: Any, n: int) -> ModelResponse:
+    return ModelResponse("", content="ok", usage=Usage(10, 2, 12))
+
+
+def test_on_lambda_callers_without_identity_share_the_anonymous_budget_and_refusals_are_metrics(tmp_path):
+    model = ScriptedModel(answering, name="scripted:ok")
+    settings = Settings(conversation_store_path=str(tmp_path / "s.sqlite3"), budget_requests_per_minute=1)
+    out = io.StringIO()
+    with (
+        serving(build_runtime(settings, model=model, registry=ToolRegistry([]))),
+        contextlib.redirect_stdout(out),
+    ):
+        first = handle(lambda_turn())
+        second = handle(lambda_turn())  # no identity either: the same anonymous budget
+        keyed = handle(lambda_turn("key-1"))  # an API key id: its own budget
+    assert [first["statusCode"], second["statusCode"], keyed["statusCode"]] == [200, 429, 200]
+    assert json.loads(second["body"])["error"]["code"] == "rate_limit_exceeded"
+    assert model.calls == 2
+    assert emitted_metrics(out.getvalue()).count("BudgetRefusals") == 1
+
+
+def test_on_lambda_budget_anonymous_caller_none_leaves_them_unmetered(tmp_path):
+    model = ScriptedModel(answering, name="scripted:ok")
+    settings = Settings(
+        conversation_store_path=str(tmp_path / "s.sqlite3"),
+        budget_requests_per_minute=1,
+        budget_anonymous_caller="none",
+    )
+    with serving(build_runtime(settings, model=model, registry=ToolRegistry([]))):
+        statuses = [handle(lambda_turn())["statusCode"] for _ in range(3)]
+    assert statuses == [200, 200, 200] and model.calls == 3
+
+
+def test_on_lambda_the_store_down_fails_closed_by_default_with_a_metric(tmp_path):
+    blocker = tmp_path / "not-a-folder"
+    blocker.write_text("x")
+    model = ScriptedModel(answering, name="scripted:ok")
+    settings = Settings(
+        conversation_store_path=str(blocker / "s.sqlite3"),
+        budget_tokens_per_day=1000,
+        lambda_function_name="chatloop-chat",
+    )
+    out = io.StringIO()
+    with (
+        serving(build_runtime(settings, model=model, registry=ToolRegistry([]))),
+        contextlib.redirect_stdout(out),
+    ):
+        answer = handle(lambda_turn("key-1"))
+    assert answer["statusCode"] == 503 and json.loads(answer["body"])["error"]["code"] == "budget_unavailable"
+    assert model.calls == 0
+    assert "BudgetStoreFailures" in emitted_metrics(out.getvalue())
