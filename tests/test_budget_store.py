@@ -181,3 +181,22 @@ async def test_fifty_concurrent_reservations_take_no_more_than_the_limit(ledger)
     granted = await asyncio.gather(*(one() for _ in range(50)))
     assert sum(granted) == 10
     assert (await book.usage("alice", soon())).get("tokens_day") == 1000
+
+
+def test_the_budget_script_has_an_option_for_every_limit():
+    import importlib.util
+    from dataclasses import fields
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[1] / "scripts" / "budget.py"
+    spec = importlib.util.spec_from_file_location("budget_script", path)
+    assert spec is not None and spec.loader is not None
+    import sys
+
+    sys.path.insert(0, str(path.parent))
+    try:
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+    finally:
+        sys.path.remove(str(path.parent))
+    assert set(module.OPTIONS.values()) == {f.name for f in fields(Limits)}

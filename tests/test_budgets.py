@@ -310,3 +310,46 @@ def test_on_lambda_the_store_down_fails_closed_by_default_with_a_metric(tmp_path
     assert answer["statusCode"] == 503 and json.loads(answer["body"])["error"]["code"] == "budget_unavailable"
     assert model.calls == 0
     assert "BudgetStoreFailures" in emitted_metrics(out.getvalue())
+
+
+# --- make budget: per-caller overrides -------------------------------------------------------------------------
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def budget_script(*args: str, env: dict[str, str]) -> dict[str, Any]:
+    import os
+    import subprocess
+    import sys
+
+    done = subprocess.run(
+        [sys.executable, "scripts/budget.py", *args],
+        cwd=ROOT,
+        env={**os.environ, **env},
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    )
+    answer: dict[str, Any] = json.loads(done.stdout)
+    return answer
+
+
+def test_an_override_set_by_the_budget_script_applies_to_that_caller_only(serve, fake_llm, tmp_path):
+    server = serve(budget_tokens_per_day=100_000)
+    store = {"CONVERSATION_STORE_PATH": str(tmp_path / "store.sqlite3")}
+    caller = usage_of(server, "leaked")["caller"]
+    assert caller.startswith("local-key:") and "leaked" not in caller  # the key itself is never shown
+    shown = budget_script("--local", "--caller", caller, "--tokens-per-day", "0", env=store)
+    assert shown == {"caller": caller, "overrides": {"tokens_per_day": 0}}
+    with pytest.raises(openai.RateLimitError):
+        sdk(server, "leaked").chat.completions.create(model="chatloop", messages=HELLO, max_tokens=20)
+    assert fake_llm.requests == []
+    sdk(server, "other").chat.completions.create(model="chatloop", messages=HELLO, max_tokens=20)
+    budget_script("--local", "--caller", caller, "--tokens-per-day", "unlimited", env=store)
+    assert (
+        usage_of(server, "leaked")["limits"]["tokens_per_day"] is None
+    )  # the default lifted for this caller
+    sdk(server, "leaked").chat.completions.create(model="chatloop", messages=HELLO, max_tokens=20)
+    shown = budget_script("--local", "--caller", caller, "--tokens-per-day", "default", env=store)
+    assert shown["overrides"] == {}
+    assert usage_of(server, "leaked")["limits"]["tokens_per_day"] == 100_000

@@ -32,7 +32,10 @@ from tests.support.models import ScriptedModel, js
 ROOT = Path(__file__).resolve().parent.parent
 NAMESPACE = "ChatLoop"
 ASSERTED_ELSEWHERE = {"IdempotencyErrors"}  # tests/test_idempotency.py checks the handler emits it
-ASSERTED_ELSEWHERE |= {"BudgetRefusals", "BudgetStoreFailures"}  # tests/test_budgets.py checks the handler emits them
+ASSERTED_ELSEWHERE |= {
+    "BudgetRefusals",
+    "BudgetStoreFailures",
+}  # tests/test_budgets.py checks the handler emits them
 
 
 @pytest.fixture(scope="module")

@@ -287,6 +287,7 @@ async def usage(request: Request) -> Response:
         raise RequestError(503, "budget_unavailable", "the budget store is unavailable; try again") from None
     p = used.periods
     body.update(
+        caller=caller,  # the caller's own identity, as `make budget CALLER=...` takes it
         metered=limits.any(),
         limits={
             "tokens_per_day": limits.tokens_per_day,
