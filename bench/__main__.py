@@ -17,6 +17,7 @@ from typing import Any
 from bench import (
     ROOT,
     against,
+    budgets,
     cold_start,
     context,
     fallback,
@@ -75,6 +76,7 @@ def main() -> int:
         ("ttft", lambda: ttft.measure(2 if quick else 15)),
         ("mcp", lambda: mcp_tools.measure(2 if quick else 30)),
         ("against", lambda: against.measure(1 if quick else 7, 2 if quick else 30)),
+        ("budgets", lambda: budgets.measure(2 if quick else 50)),
     ]
     results: dict[str, Any] = {}
     for name, step in steps:

@@ -280,6 +280,10 @@ def report(results: dict, quick: bool) -> str:
         "",
     ]
     lines += against_section(results["against"])
+    if "budgets" in results:  # bench/budgets.py (#35)
+        from bench import budgets
+
+        lines += budgets.section(results["budgets"])
     return "\n".join(lines)
 
 
