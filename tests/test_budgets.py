@@ -128,6 +128,33 @@ def test_another_callers_budget_is_untouched_and_usage_shows_only_ones_own(serve
     assert usage_of(server, "carol")["limits"]["tokens_per_day"] == 1500
 
 
+def test_concurrent_turns_hold_a_slot_until_their_response_is_sent(serve, fake_llm):
+    import threading
+
+    slow = text(FIRST, "Slowly.", usage=(20, 5))
+    slow.delay = 1.5
+    fake_llm.script(FIRST, slow)
+    server = serve(budget_concurrent_turns=1)
+    first: list[Any] = []
+    running = threading.Thread(
+        target=lambda: first.append(
+            sdk(server).chat.completions.create(model="chatloop", messages=HELLO, max_tokens=20)
+        )
+    )
+    running.start()
+    while not fake_llm.requests:  # the first turn is at its model
+        threading.Event().wait(0.02)
+    with pytest.raises(openai.RateLimitError) as refused:
+        sdk(server).chat.completions.create(model="chatloop", messages=HELLO, max_tokens=20)
+    assert refused.value.code == "rate_limit_exceeded" and "concurrent turns" in refused.value.message
+    running.join(20)
+    assert first[0].choices[0].message.content == "Slowly."
+    assert usage_of(server)["usage"]["running_turns"] == 0  # given back as the response ended
+    again = sdk(server).chat.completions.create(model="chatloop", messages=HELLO, max_tokens=20)
+    assert again.choices[0].message.content == "Hi there!"
+    assert len(fake_llm.requests) == 2
+
+
 # --- settling real usage -------------------------------------------------------------------------------------
 def test_a_streamed_answer_settles_its_reported_usage_and_releases_the_rest(serve):
     server = serve(budget_tokens_per_day=100_000)

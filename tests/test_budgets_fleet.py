@@ -109,7 +109,7 @@ def burst(roots: list[str]) -> list[int]:
     """``TURNS`` turns of one caller at once, alternating between the processes."""
 
     def one(i: int) -> int:
-        body = {"model": "chatloop", "messages": MESSAGES, "max_tokens": MAX_TOKENS, "tools": []}
+        body = {"model": "chatloop", "messages": MESSAGES, "max_tokens": MAX_TOKENS, "tool_choice": "none"}
         answer = httpx.post(
             f"{roots[i % len(roots)]}/v1/chat/completions",
             json=body,

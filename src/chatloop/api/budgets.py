@@ -40,6 +40,7 @@ from chatloop.providers.base import ChatModel
 from chatloop.providers.budgeted import BudgetedModel, BudgetExhausted, BudgetUnavailable, Meter
 from chatloop.store.budget import BudgetRefused, Charge, Held, Ledger, Limits, Usage, lease_of, open_ledger
 from chatloop.store.model import StoreUnavailable
+from chatloop.tools.base import ToolRegistry
 
 if TYPE_CHECKING:
     from chatloop.api.runtime import Runtime
@@ -143,8 +144,12 @@ class TurnBudget:
             logger.warning("Budget release failed", extra={"budget": {"error": str(exc)}})
 
 
-async def admit(ctx: RequestContext, turn: TurnRequest, model: ChatModel) -> ChatModel:
-    """``model`` metered by the caller's budget, its first call reserved now (see the module docstring)."""
+async def admit(
+    ctx: RequestContext, turn: TurnRequest, model: ChatModel, registry: ToolRegistry
+) -> ChatModel:
+    """``model`` metered by the caller's budget, its first call reserved now (see the module docstring): the
+    client's messages, the tools the turn offers and the answer's reserve (the engine's guidance note and any
+    excess of the real usage are settled after the call)."""
     book = book_of(ctx.runtime)
     caller = caller_for_budget(ctx) if book is not None else None
     if book is None or caller is None:
@@ -154,7 +159,9 @@ async def admit(ctx: RequestContext, turn: TurnRequest, model: ChatModel) -> Cha
         limits = (await book.ledger.limits(caller, deadline)).over(book.defaults)
         if not limits.any():
             return model
-        first = book.meter.estimate_of(list(turn.messages), None, turn.max_tokens, model.name)
+        offered = registry.names() if turn.tool_names is None else turn.tool_names
+        tools = registry.schemas(offered) + list(turn.client_tools)
+        first = book.meter.estimate_of(list(turn.messages), tools or None, turn.max_tokens, model.name)
         lease = lease_of(ctx.request_id, book.ledger.clock()) if limits.concurrent_turns is not None else None
         held = await book.ledger.reserve(caller, replace(first, requests=1, lease=lease), limits, deadline)
     except BudgetRefused as refused:

@@ -186,7 +186,7 @@ async def chat_completions(request: Request) -> Response:
     )
     ctx.request_id  # noqa: B018 - settled before the tools are listed (the adapter's log correlation id)
     registry = await runtime.tools_for_turn(ctx.deadline)
-    events = turn_events(ctx, turn, await budgeted(ctx, turn, model), registry)
+    events = turn_events(ctx, turn, await budgeted(ctx, turn, model, registry), registry)
     include_usage = bool(body.stream_options and body.stream_options.include_usage)
     renderer = CompletionRenderer(ctx.request_id, include_usage)
     return await serve_turn(ctx, renderer, events, stream=body.stream)

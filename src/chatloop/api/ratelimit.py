@@ -1,5 +1,6 @@
 """``RateLimitHeaders``: the ASGI middleware that puts an admitted turn's ``x-ratelimit-*`` headers on its response
-and, once the response is sent, gives its budget back (its concurrent-turn slot, an unused reservation).
+and, just before the response's last bytes go, gives its budget back (its concurrent-turn slot, an unused
+reservation).
 
 Light on purpose: every app loads it, and the budget machinery (``api/budgets.py``) only loads when a BUDGET_* limit
 is set; it finds the turn's budget where ``budgets.admit`` left it in the ASGI scope.
@@ -35,6 +36,15 @@ class RateLimitHeaders:
             await self.app(scope, receive, send)
             return
 
+        finished = False
+
+        async def finish() -> None:
+            nonlocal finished
+            turn = scope.get(TURN_KEY)
+            if isinstance(turn, AdmittedTurn) and not finished:
+                finished = True
+                await turn.finish()
+
         async def with_headers(message: Message) -> None:
             turn = scope.get(TURN_KEY)
             if message["type"] == "http.response.start" and isinstance(turn, AdmittedTurn):
@@ -44,11 +54,12 @@ class RateLimitHeaders:
                     (k.encode(), v.encode()) for k, v in turn.headers.items() if k.encode() not in present
                 ]
                 message = {**message, "headers": headers}
+            elif message["type"] == "http.response.body" and not message.get("more_body", False):
+                # Before the last bytes go: once its response is sent, Lambda may freeze the container (stream mode).
+                await finish()
             await send(message)
 
         try:
             await self.app(scope, receive, with_headers)
         finally:
-            turn = scope.get(TURN_KEY)
-            if isinstance(turn, AdmittedTurn):
-                await turn.finish()
+            await finish()  # a response that never ended (an error, a client gone)

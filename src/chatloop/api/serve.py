@@ -66,14 +66,16 @@ class Renderer(Protocol):
         ...
 
 
-async def budgeted(ctx: RequestContext, turn: TurnRequest, model: FallbackChain) -> ChatModel:
+async def budgeted(
+    ctx: RequestContext, turn: TurnRequest, model: FallbackChain, registry: ToolRegistry
+) -> ChatModel:
     """The turn's model metered by the caller's budget (``api/budgets.py``): a 429 or 503 now, before the response
     starts, when the budget refuses it. The chain itself, with no store call, when no BUDGET_* limit is set."""
     if not ctx.settings.budgets_on():
         return model
     from chatloop.api.budgets import admit
 
-    return await admit(ctx, turn, model)
+    return await admit(ctx, turn, model, registry)
 
 
 def turn_events(
