@@ -230,6 +230,37 @@ def test_a_turn_the_budget_stops_mid_way_ends_well_formed_with_the_answer_so_far
     assert answer.headers["x-ratelimit-limit-tokens"] == "1200"
 
 
+def test_openai_streams_refused_mid_way_end_with_their_terminal_events(tmp_path):
+    model = ScriptedModel(searcher, name="scripted:search")
+    settings = Settings(conversation_store_path=str(tmp_path / "store.sqlite3"), budget_tokens_per_day=1200)
+    with app_server(
+        settings, chain=FallbackChain([model]), registry=ToolRegistry([FakeSearch()]), keys={}
+    ) as server:
+        client = sdk(server, "alice")
+        chunks = list(
+            client.chat.completions.create(
+                model="chatloop",
+                messages=[{"role": "user", "content": "search"}],
+                max_tokens=100,
+                stream=True,
+            )
+        )
+        text_so_far = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
+        assert chunks[-1].choices[0].finish_reason == "stop"
+        assert chunks[-1].model_extra["x_chatloop"]["stop_reason"] == "budget"
+        assert text_so_far.startswith("Let me look that up.") and "usage limit" in text_so_far
+        bob = sdk(server, "bob")  # alice's day is spent: her next turn would be a 429 at once
+        with bob.responses.stream(
+            model="chatloop", input="search", max_output_tokens=100, store=False
+        ) as events:
+            kinds = [event.type for event in events]
+            final = events.get_final_response()
+        assert kinds[-1] == "response.completed"
+        assert final.model_extra is not None and final.model_extra["x_chatloop"]["stop_reason"] == "budget"
+        assert final.output_text.startswith("Let me look that up.")
+    assert model.calls == 2  # one call per turn: each turn's second call was refused
+
+
 # --- the store down --------------------------------------------------------------------------------------------
 @pytest.mark.parametrize("mode", ["closed", "open"])
 def test_the_budget_store_down(fake_llm, tmp_path, mode):
