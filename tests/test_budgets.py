@@ -155,6 +155,40 @@ def test_concurrent_turns_hold_a_slot_until_their_response_is_sent(serve, fake_l
     assert len(fake_llm.requests) == 2
 
 
+# --- what goes wrong in other proxies (BerriAI/litellm issues, shared/reference/fleet-budgets-traces.md) ------------
+def test_streamed_requests_are_held_to_the_tokens_per_minute_limit(serve, fake_llm):
+    """litellm#41610: a per-minute token limit never enforced for streaming requests. Here a stream is reserved
+    before its call and settled after it like any other, and the next stream past the limit is a 429."""
+    fake_llm.script(FIRST, text(FIRST, "A long streamed answer.", usage=(3000, 50)))
+    server = serve(budget_tokens_per_minute=2000)
+    client = sdk(server)
+    list(client.chat.completions.create(model="chatloop", messages=HELLO, max_tokens=50, stream=True))
+    with pytest.raises(openai.RateLimitError) as refused:
+        client.chat.completions.create(model="chatloop", messages=HELLO, max_tokens=50, stream=True)
+    assert refused.value.code == "rate_limit_exceeded"
+    assert 1 <= int(refused.value.response.headers["retry-after"]) <= 60
+    assert len(fake_llm.requests) == 1
+
+
+def test_a_model_with_no_catalog_price_is_charged_the_highest_price_not_skipped(tmp_path):
+    """litellm#35524: a request whose cost cannot be estimated skipped the reservation. A model the catalog has no
+    price for is reserved and settled at the highest price it lists."""
+    model = ScriptedModel(
+        lambda r, n: ModelResponse("", content="ok", usage=Usage(1000, 0, 1000)), name="local:x"
+    )
+    settings = Settings(conversation_store_path=str(tmp_path / "s.sqlite3"), budget_cost_per_day_usd=0.0026)
+    with app_server(settings, model=model, registry=ToolRegistry([]), keys={}) as server:
+        client = sdk(server)
+        client.chat.completions.create(model="chatloop", messages=HELLO, max_tokens=10)
+        spent = usage_of(server)["usage"]["cost_today_usd"]
+        with pytest.raises(openai.RateLimitError) as refused:
+            client.chat.completions.create(model="chatloop", messages=HELLO, max_tokens=10)
+    assert spent == pytest.approx(
+        0.0025
+    )  # 1,000 prompt tokens at the catalog's highest input price, $2.50 / M
+    assert refused.value.code == "insufficient_quota" and model.calls == 1
+
+
 # --- settling real usage -------------------------------------------------------------------------------------
 def test_a_streamed_answer_settles_its_reported_usage_and_releases_the_rest(serve):
     server = serve(budget_tokens_per_day=100_000)

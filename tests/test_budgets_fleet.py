@@ -2,7 +2,13 @@
 run`` serves it) over one store (the SQLite file; a DynamoDB table on a moto server), with a daily token budget that
 allows 10. Each call uses exactly its estimate (the scripted server reports it), so exactly 10 turns are answered,
 the tokens settled are exactly the limit (no call used more than it reserved, so there is no overshoot to allow
-for), and the other 40 are 429s that called no model (the scripted server counts its requests)."""
+for), and the other 40 are 429s that called no model (the scripted server counts its requests).
+
+What this rules out, as BerriAI/litellm still reports it: concurrent requests passing a budget before their spend is
+recorded (#34732), the concurrent first requests of a caller the store has never seen passing the default budget
+(#40095: the caller's record does not exist when the burst starts), and a limit checked against one replica's memory
+(#40291: two processes, one store). ``tool_choice: none`` keeps each call's estimate exactly the messages' and
+``max_tokens``, so the test can report usage equal to it."""
 
 from __future__ import annotations
 
