@@ -7,15 +7,13 @@ few milliseconds per call in a region); medians of the handler's time, and the b
 from __future__ import annotations
 
 import json
-import os
 import tempfile
 import time
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from bench.common import median
+from bench.common import median, mocked_dynamodb
 
 ANSWER = "Within budget."
 
@@ -47,31 +45,6 @@ class _Counted:
             return await method(*args, **kwargs)
 
         return counted
-
-
-@contextmanager
-def _dynamodb_env() -> Iterator[str]:
-    import boto3
-    from moto import mock_aws
-
-    from chatloop.store.dynamodb_layout import create_table
-
-    names = ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_DEFAULT_REGION", "AWS_ENDPOINT_URL")
-    saved = {k: os.environ.get(k) for k in names}
-    os.environ.update(
-        {"AWS_ACCESS_KEY_ID": "bench", "AWS_SECRET_ACCESS_KEY": "bench", "AWS_DEFAULT_REGION": "us-east-1"}
-    )
-    os.environ.pop("AWS_ENDPOINT_URL", None)
-    try:
-        with mock_aws():
-            create_table(boto3.client("dynamodb", region_name="us-east-1"), "bench-budgets")
-            yield "bench-budgets"
-    finally:
-        for k, v in saved.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
 
 
 def _turns(reps: int, **settings: Any) -> dict[str, float]:
@@ -130,7 +103,7 @@ def measure(reps: int) -> dict[str, Any]:
             sqlite = _turns(
                 reps, budget_tokens_per_day=10**12, conversation_store_path=str(Path(folder) / "b.sqlite3")
             )
-        with _dynamodb_env() as table:
+        with mocked_dynamodb("bench-budgets") as table:
             dynamodb = _turns(reps, budget_tokens_per_day=10**12, conversation_table_name=table)
             concurrent = _turns(
                 reps, budget_tokens_per_day=10**12, budget_concurrent_turns=5, conversation_table_name=table
