@@ -116,7 +116,7 @@ async def test_a_reader_that_stops_mid_answer_still_settles_what_was_streamed(me
     async for item in stream:
         if isinstance(item, TextDelta):
             break  # the client went away after the first piece
-    await stream.aclose()  # type: ignore[attr-defined]
+    await stream.aclose()
     ((_, actual),) = account.settled
     prompt = meter.estimator.prompt_tokens(request().messages, None, CHEAP)
     assert actual.tokens == prompt + math.ceil(text_tokens("one "))
