@@ -17,8 +17,7 @@ from chatloop.providers.catalog import Catalog
 from chatloop.providers.chain import FallbackChain
 from chatloop.providers.errors import RateLimited, Transient
 from chatloop.providers.tokens import text_tokens
-from chatloop.store.budget import Charge, Held, Periods
-from chatloop.store.budget import Usage as Counters
+from chatloop.store.budget import Charge, Counters, Held, Periods
 
 CHEAP, DEAR = "openai:gpt-4o-mini", "openai:gpt-4.1"
 

@@ -13,7 +13,7 @@ The turn then runs with a ``BudgetedModel`` that reserves and settles every late
 The store failing: BUDGET_STORE_FAILURE ``closed`` answers 503 ``budget_unavailable`` (no model call), ``open``
 answers unmetered with a warning and a ``BudgetStoreFailures`` metric.
 
-Usage (an endpoint)::
+Counters (an endpoint)::
 
     model = await admit(ctx, turn, model)            # 429 / 503 before the response starts
     events = turn_events(ctx, turn, model, registry)
@@ -38,7 +38,7 @@ from chatloop.engine import TurnRequest
 from chatloop.observability import NAMESPACE, SERVICE, logger
 from chatloop.providers.base import ChatModel
 from chatloop.providers.budgeted import BudgetedModel, BudgetExhausted, BudgetUnavailable, Meter
-from chatloop.store.budget import BudgetRefused, Charge, Held, Ledger, Limits, Usage, lease_of, open_ledger
+from chatloop.store.budget import BudgetRefused, Charge, Counters, Held, Ledger, Limits, lease_of, open_ledger
 from chatloop.store.model import StoreUnavailable
 from chatloop.tools.base import ToolRegistry
 
@@ -236,7 +236,7 @@ def count(ctx: RequestContext, name: str) -> None:
 
 
 # --- headers ---------------------------------------------------------------------------------------------
-def rate_limit_headers(limits: Limits, usage: Usage) -> dict[str, str]:
+def rate_limit_headers(limits: Limits, usage: Counters) -> dict[str, str]:
     """OpenAI's ``x-ratelimit-*`` headers for the limits that apply: requests per minute, and the token limit with
     the least left (per minute, day or month)."""
     headers: dict[str, str] = {}

@@ -169,7 +169,7 @@ LIMITED: tuple[tuple[str, str, str, str, str], ...] = (
 
 
 @dataclass(frozen=True)
-class Usage:
+class Counters:
     """A caller's counters as last read or written, for headers and /v1/usage."""
 
     counters: Mapping[str, int] = field(default_factory=dict)
@@ -189,13 +189,13 @@ class Held:
 
     charge: Charge
     periods: Periods
-    usage: Usage
+    usage: Counters
 
 
 class BudgetRefused(Exception):
     """A reservation that would pass a limit. ``limit`` names it (a ``Limits`` field, or ``concurrent_turns``)."""
 
-    def __init__(self, limit: str, code: str, retry_after: float, usage: Usage, limits: Limits):
+    def __init__(self, limit: str, code: str, retry_after: float, usage: Counters, limits: Limits):
         self.limit, self.code, self.retry_after, self.usage, self.limits = (
             limit,
             code,
@@ -206,7 +206,7 @@ class BudgetRefused(Exception):
         super().__init__(f"budget {limit} reached")
 
 
-def refusal(usage: Usage, charge: Charge, limits: Limits) -> BudgetRefused | None:
+def refusal(usage: Counters, charge: Charge, limits: Limits) -> BudgetRefused | None:
     """Which limit ``charge`` would pass, given ``usage`` (None: it fits). The SQLite ledger decides with it inside
     its transaction; the DynamoDB ledger names with it the limit a failed condition stood for."""
     p = usage.periods
@@ -288,7 +288,7 @@ class Ledger:
         """Take ``charge`` if every limit holds after it, atomically; else ``BudgetRefused``."""
         return await in_thread(deadline, lambda timeout: self._reserve(caller, charge, limits, timeout))
 
-    async def settle(self, caller: str, held: Held, actual: Charge, deadline: Deadline) -> Usage:
+    async def settle(self, caller: str, held: Held, actual: Charge, deadline: Deadline) -> Counters:
         """Replace what ``held`` reserved by ``actual`` (zero: a release)."""
         return await in_thread(deadline, lambda timeout: self._settle(caller, held, actual, timeout))
 
@@ -296,7 +296,7 @@ class Ledger:
         """Free a concurrent-turn slot."""
         await in_thread(deadline, lambda timeout: self._end_turn(caller, lease, timeout))
 
-    async def usage(self, caller: str, deadline: Deadline) -> Usage:
+    async def usage(self, caller: str, deadline: Deadline) -> Counters:
         return await in_thread(deadline, lambda timeout: self._usage(caller, timeout))
 
     # --- what a backend implements: one blocking operation each, bounded by ``timeout`` seconds ---------
@@ -309,13 +309,13 @@ class Ledger:
     def _reserve(self, caller: str, charge: Charge, limits: Limits, timeout: float) -> Held:
         raise NotImplementedError
 
-    def _settle(self, caller: str, held: Held, actual: Charge, timeout: float) -> Usage:
+    def _settle(self, caller: str, held: Held, actual: Charge, timeout: float) -> Counters:
         raise NotImplementedError
 
     def _end_turn(self, caller: str, lease: str, timeout: float) -> None:
         raise NotImplementedError
 
-    def _usage(self, caller: str, timeout: float) -> Usage:
+    def _usage(self, caller: str, timeout: float) -> Counters:
         raise NotImplementedError
 
 

@@ -27,11 +27,11 @@ from chatloop.store.budget import (
     BudgetRefused,
     Charge,
     Clock,
+    Counters,
     Held,
     Ledger,
     Limits,
     Periods,
-    Usage,
     added,
     budget_key,
     counter_names,
@@ -76,7 +76,7 @@ class DynamoDBLedger(Ledger):
         for _ in range(ATTEMPTS):
             now = self.clock()
             p = Periods.at(now)
-            too_large = refusal(Usage(periods=p), charge, limits)  # more than a whole limit: no store call
+            too_large = refusal(Counters(periods=p), charge, limits)  # more than a whole limit: no store call
             if too_large is not None and too_large.limit != "concurrent_turns":
                 raise too_large
             request = _reservation(self.table_name, caller, charge, limits, p)
@@ -97,10 +97,10 @@ class DynamoDBLedger(Ledger):
                     continue  # it fitted by the time it was read back: another writer settled meanwhile
             return Held(charge, p, _usage_of(cast(Item, answer.get("Attributes") or {}), p))
         raise BudgetRefused(
-            "contention", "rate_limit_exceeded", 1.0, Usage(periods=Periods.at(self.clock())), limits
+            "contention", "rate_limit_exceeded", 1.0, Counters(periods=Periods.at(self.clock())), limits
         )
 
-    def _settle(self, caller: str, held: Held, actual: Charge, timeout: float) -> Usage:
+    def _settle(self, caller: str, held: Held, actual: Charge, timeout: float) -> Counters:
         now = self.clock()
         p = Periods.at(now)
         changes = {name: amount for name, amount in settled(held, actual).items() if amount}
@@ -135,7 +135,7 @@ class DynamoDBLedger(Ledger):
         with store_errors():
             self._forget(self._client(timeout), caller, {lease})
 
-    def _usage(self, caller: str, timeout: float) -> Usage:
+    def _usage(self, caller: str, timeout: float) -> Counters:
         with store_errors():
             found = cast(
                 Item, self._client(timeout).get_item(TableName=self.table_name, Key=_key(caller, "#usage"))
@@ -208,9 +208,9 @@ def _reservation(table: str, caller: str, charge: Charge, limits: Limits, p: Per
     return request
 
 
-def _usage_of(item: Item, p: Periods) -> Usage:
+def _usage_of(item: Item, p: Periods) -> Counters:
     counters = {
         name: int(cast(str, value["N"])) for name, value in item.items() if "#" in name and "N" in value
     }
     leases = item.get("leases", {}).get("SS")
-    return Usage(counters, frozenset(cast(list[str], leases) if isinstance(leases, list) else ()), p)
+    return Counters(counters, frozenset(cast(list[str], leases) if isinstance(leases, list) else ()), p)

@@ -23,11 +23,11 @@ from chatloop.store.budget import (
     KEPT_SECONDS,
     Charge,
     Clock,
+    Counters,
     Held,
     Ledger,
     Limits,
     Periods,
-    Usage,
     added,
     budget_key,
     counter_names,
@@ -64,7 +64,7 @@ class SQLiteLedger(Ledger):
             now = self.clock()
             p = Periods.at(now)
             counters, leases = _state(_read(db, _row(caller, "usage"), now))
-            refused = refusal(Usage(counters, leases, p), charge, limits)
+            refused = refusal(Counters(counters, leases, p), charge, limits)
             if refused is not None:
                 raise refused
             current = set(counter_names(p).values())
@@ -73,7 +73,7 @@ class SQLiteLedger(Ledger):
             usage = _save(db, caller, kept, added(charge, p), taken, now)
         return Held(charge, p, usage)
 
-    def _settle(self, caller: str, held: Held, actual: Charge, timeout: float) -> Usage:
+    def _settle(self, caller: str, held: Held, actual: Charge, timeout: float) -> Counters:
         with self._file._db(timeout, write=True) as db:
             now = self.clock()
             counters, leases = _state(_read(db, _row(caller, "usage"), now))
@@ -89,11 +89,11 @@ class SQLiteLedger(Ledger):
             if counters or leases:
                 _save(db, caller, counters, {}, live_leases(leases, now) - {lease}, now)
 
-    def _usage(self, caller: str, timeout: float) -> Usage:
+    def _usage(self, caller: str, timeout: float) -> Counters:
         with self._file._db(timeout) as db:
             now = self.clock()
             counters, leases = _state(_read(db, _row(caller, "usage"), now))
-        return Usage(counters, leases, Periods.at(now))
+        return Counters(counters, leases, Periods.at(now))
 
 
 def _save(
@@ -103,13 +103,13 @@ def _save(
     changes: dict[str, int],
     leases: set[str],
     now: float,
-) -> Usage:
+) -> Counters:
     """Write the caller's counters (``changes`` added) and leases, kept ``KEPT_SECONDS`` from now."""
     for name, amount in changes.items():
         counters[name] = counters.get(name, 0) + amount
     body: dict[str, object] = {"counters": counters, "leases": sorted(leases)}
     _write(db, _row(caller, "usage"), body, now, int(now) + KEPT_SECONDS)
-    return Usage(counters, frozenset(leases), Periods.at(now))
+    return Counters(counters, frozenset(leases), Periods.at(now))
 
 
 def _row(caller: str, what: str) -> tuple[str, str]:
