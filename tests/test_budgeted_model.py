@@ -12,7 +12,7 @@ import pytest
 
 from chatloop.deadline import Deadline
 from chatloop.providers.base import ModelRequest, ModelResponse, StreamItem, TextDelta, Usage
-from chatloop.providers.budgeted import BudgetedModel, BudgetExhausted, Meter
+from chatloop.providers.budgeted import BudgetedModel, BudgetExhausted, BudgetUnavailable, Meter
 from chatloop.providers.catalog import Catalog
 from chatloop.providers.chain import FallbackChain
 from chatloop.providers.errors import RateLimited, Transient
@@ -145,3 +145,35 @@ def test_prices_and_caps_come_from_the_catalog_and_an_unknown_model_gets_the_hig
     assert meter.output_cap("groq:openai/gpt-oss-120b") == 65536
     assert meter.price("local:some-model") == meter.highest
     assert meter.estimate_of([{"role": "user", "content": "x"}], None, None, "local:some-model").tokens > 4096
+
+
+class StoreDown(Account):
+    """The store failing with BUDGET_STORE_FAILURE=closed (the turn was admitted before it went down)."""
+
+    async def reserve(self, charge: Charge) -> Held | None:
+        raise BudgetUnavailable("the budget store is unavailable; the turn ends here")
+
+
+@pytest.mark.parametrize("account", [Account(refuse=True), StoreDown()], ids=["refused", "store_down_closed"])
+async def test_the_engine_ends_a_turn_the_budget_stops_with_stop_reason_budget(meter, account):
+    from chatloop.engine import StopReason, TurnRequest, run_turn
+    from chatloop.engine.events import Done, TurnError
+    from chatloop.tools.base import ToolRegistry
+    from tests.support.models import ScriptedModel, call, tool_results
+    from tests.support.tools import FakeSearch
+
+    def searcher(request: ModelRequest, n: int) -> ModelResponse:
+        if not tool_results(request):
+            return ModelResponse("", "Searching.", [call("search_web", {"query": "x"}, "c1")], "tool_calls")
+        return ModelResponse("", content="Found.")
+
+    inner = ScriptedModel(searcher, name=CHEAP)
+    prepaid = Held(Charge(tokens=500), Periods.at(0), Counters())
+    model = BudgetedModel(FallbackChain([inner]), account, meter, prepaid=prepaid)
+    turn = TurnRequest(messages=[{"role": "user", "content": "search"}], tool_names=["search_web"])
+    events = [e async for e in run_turn(turn, model, ToolRegistry([FakeSearch()]), Deadline.after(10))]
+    done = events[-1]
+    assert isinstance(done, Done) and done.summary.stop_reason is StopReason.BUDGET
+    assert done.summary.message.content.startswith("Searching.")
+    assert any(isinstance(e, TurnError) and e.code.startswith("budget") for e in events)
+    assert inner.calls == 1  # the first call ran on the admission's reservation; the second was never made
