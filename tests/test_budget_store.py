@@ -11,6 +11,8 @@ from pathlib import Path
 
 import boto3
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 from moto import mock_aws
 
 from chatloop.deadline import Deadline
@@ -200,3 +202,42 @@ def test_the_budget_script_has_an_option_for_every_limit():
     finally:
         sys.path.remove(str(path.parent))
     assert set(module.OPTIONS.values()) == {f.name for f in fields(Limits)}
+
+
+# --- the ledger against a model of it, on random sequences ----------------------------------------------------
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(
+    steps=st.lists(
+        st.tuples(st.integers(1, 400), st.integers(0, 400), st.booleans()), min_size=1, max_size=25
+    )
+)
+def test_committed_tokens_are_always_what_the_calls_reserved_and_used(tmp_path_factory, steps):
+    """Reserve ``estimate``, then settle to ``used`` (at most the estimate) or leave it outstanding: whatever the
+    order, the day's committed tokens equal the settled usage plus the outstanding estimates, and never pass the
+    limit."""
+    limit = 1000
+    book = SQLiteLedger(tmp_path_factory.mktemp("fuzz") / "b.sqlite3", Clock())
+
+    async def run() -> None:
+        outstanding: list[tuple[object, int]] = []
+        used_total = 0
+        for estimate, used, settle_now in steps:
+            try:
+                held = await book.reserve(
+                    "alice", Charge(tokens=estimate), Limits(tokens_per_day=limit), soon()
+                )
+            except BudgetRefused:
+                committed = (await book.usage("alice", soon())).get("tokens_day")
+                assert committed + estimate > limit  # refused only when it would not fit
+                continue
+            if settle_now:
+                actual = min(used, estimate)
+                await book.settle("alice", held, Charge(tokens=actual), soon())
+                used_total += actual
+            else:
+                outstanding.append((held, estimate))
+            counters = await book.usage("alice", soon())
+            assert counters.get("tokens_day") == used_total + sum(e for _, e in outstanding) <= limit
+            assert counters.get("used_day") == used_total
+
+    asyncio.run(run())

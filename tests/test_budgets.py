@@ -445,3 +445,22 @@ def test_an_override_set_by_the_budget_script_applies_to_that_caller_only(serve,
     shown = budget_script("--local", "--caller", caller, "--tokens-per-day", "default", env=store)
     assert shown["overrides"] == {}
     assert usage_of(server, "leaked")["limits"]["tokens_per_day"] == 100_000
+
+
+def test_the_budget_machinery_is_not_imported_at_cold_start():
+    """``import app`` (a cold start) loads only the rate-limit middleware; the ledger, the meter and the admission
+    load with the first turn that has a budget to keep."""
+    import os
+    import subprocess
+    import sys
+
+    probe = (
+        "import sys, app; "
+        "print(sorted(m for m in sys.modules if m.startswith(('chatloop.store.budget', 'chatloop.api.budgets', "
+        "'chatloop.providers.budgeted'))))"
+    )
+    env = {**os.environ, "PYTHONPATH": str(ROOT / "src"), "BUDGET_TOKENS_PER_DAY": "1000"}
+    done = subprocess.run(
+        [sys.executable, "-c", probe], env=env, capture_output=True, text=True, timeout=60, check=True
+    )
+    assert done.stdout.strip().splitlines()[-1] == "[]"
