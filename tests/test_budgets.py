@@ -105,7 +105,7 @@ def test_a_spent_daily_quota_is_insufficient_quota_on_every_route(serve, fake_ll
     calls = len(fake_llm.requests)
     with pytest.raises(openai.RateLimitError) as refused:
         sdk(server).responses.create(model="chatloop", input="hello", max_output_tokens=50, store=False)
-    assert refused.value.code == "insufficient_quota"
+    assert refused.value.code == "insufficient_quota" and refused.value.type == "insufficient_quota"
     assert int(refused.value.response.headers["retry-after"]) > 60  # renews at midnight UTC
     answer = httpx.post(
         f"{server.root}/chat", json={"messages": HELLO, "stream": True}, headers={"x-api-key": "alice"}
