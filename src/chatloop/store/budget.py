@@ -1,10 +1,11 @@
 """Spend limits by caller: what a budget is (``Limits``), what one model call or turn takes of it (``Charge``), the
-counters a caller's usage is kept in, and the ``Ledger`` protocol its two backends implement
+counters a caller's usage is kept in (``Counters``), and the ``Ledger`` its two backends implement
 (``budget_sqlite.SQLiteLedger``, ``budget_dynamodb.DynamoDBLedger``), in the conversation store's own SQLite file or
 DynamoDB table.
 
 One record per caller (keyed by the store's hash of the caller, never the identity itself) holds counters named by
-their period, UTC, so a new period starts at zero with no reset job (``d`` day, ``m`` month, ``n`` minute)::
+their UTC period, so a new period starts at zero with no reset job; counters of past periods are dropped by the
+next write that knows them::
 
     tokens_day#2026-11-27    tokens committed today: settled usage plus the estimates of calls still running
     used_day#2026-11-27      tokens settled today (what /v1/usage reports)
@@ -21,7 +22,7 @@ overrun by at most what calls running at once used beyond their estimates. A rel
 
 Usage::
 
-    ledger = open_ledger(settings)                       # None when no budget is configured: no store calls at all
+    ledger = open_ledger(settings)                       # only when a BUDGET_* limit is set (Runtime.budgets)
     limits = (await ledger.limits(caller, deadline)).over(Limits.of(settings))
     held = await ledger.reserve(caller, Charge(tokens=900, requests=1), limits, deadline)   # or BudgetRefused
     await ledger.settle(caller, held, Charge(tokens=412), deadline)
