@@ -464,3 +464,12 @@ def test_the_budget_machinery_is_not_imported_at_cold_start():
         [sys.executable, "-c", probe], env=env, capture_output=True, text=True, timeout=60, check=True
     )
     assert done.stdout.strip().splitlines()[-1] == "[]"
+
+
+def test_reading_ones_usage_builds_no_chain_and_reads_no_key(tmp_path):
+    def no_keys(settings: Settings) -> dict[str, str | None]:
+        raise AssertionError("GET /v1/usage read the provider keys")
+
+    settings = Settings(conversation_store_path=str(tmp_path / "s.sqlite3"), budget_tokens_per_day=1000)
+    with app_server(settings, keys_loader=no_keys, registry=ToolRegistry([])) as server:
+        assert usage_of(server)["limits"]["tokens_per_day"] == 1000

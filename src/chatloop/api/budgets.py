@@ -38,6 +38,8 @@ from chatloop.engine import TurnRequest
 from chatloop.observability import NAMESPACE, SERVICE, logger
 from chatloop.providers.base import ChatModel
 from chatloop.providers.budgeted import BudgetedModel, BudgetExhausted, BudgetUnavailable, Meter
+from chatloop.providers.catalog import Catalog
+from chatloop.providers.chain import FallbackChain
 from chatloop.store.budget import BudgetRefused, Charge, Counters, Held, Ledger, Limits, lease_of, open_ledger
 from chatloop.store.model import StoreUnavailable
 from chatloop.tools.base import ToolRegistry
@@ -54,9 +56,18 @@ class Book:
     """The container's budget machinery: the defaults, the ledger (opened on first use) and the meter."""
 
     settings: Settings
-    meter: Meter
+    catalog: Catalog
     ledger_: Ledger | None = None
     _lock: threading.Lock = field(default_factory=threading.Lock)
+    _meter: Meter | None = None
+
+    def meter_for(self, chain: FallbackChain) -> Meter:
+        """The meter, built on the first turn with the chain's token estimator (calibrated by every model's reported
+        usage, shared with context fitting); /v1/usage needs none, so it builds no chain and reads no key."""
+        with self._lock:
+            if self._meter is None:
+                self._meter = Meter(self.catalog, chain.health.estimator)
+            return self._meter
 
     @property
     def defaults(self) -> Limits:
@@ -145,7 +156,7 @@ class TurnBudget:
 
 
 async def admit(
-    ctx: RequestContext, turn: TurnRequest, model: ChatModel, registry: ToolRegistry
+    ctx: RequestContext, turn: TurnRequest, model: FallbackChain, registry: ToolRegistry
 ) -> ChatModel:
     """``model`` metered by the caller's budget, its first call reserved now (see the module docstring): the
     client's messages, the tools the turn offers and the answer's reserve (the engine's guidance note and any
@@ -161,7 +172,8 @@ async def admit(
             return model
         offered = registry.names() if turn.tool_names is None else turn.tool_names
         tools = registry.schemas(offered) + list(turn.client_tools)
-        first = book.meter.estimate_of(list(turn.messages), tools or None, turn.max_tokens, model.name)
+        meter = book.meter_for(model)
+        first = meter.estimate_of(list(turn.messages), tools or None, turn.max_tokens, model.name)
         lease = lease_of(ctx.request_id, book.ledger.clock()) if limits.concurrent_turns is not None else None
         held = await book.ledger.reserve(caller, replace(first, requests=1, lease=lease), limits, deadline)
     except BudgetRefused as refused:
@@ -176,7 +188,7 @@ async def admit(
             ) from None
         return model
     account = CallerAccount(ctx, book, caller, limits)
-    budgeted = BudgetedModel(model, account, book.meter, prepaid=held)
+    budgeted = BudgetedModel(model, account, meter, prepaid=held)
     ctx.request.scope[TURN_KEY] = TurnBudget(account, budgeted, rate_limit_headers(limits, held.usage), lease)
     return budgeted
 

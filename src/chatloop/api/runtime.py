@@ -129,10 +129,8 @@ class Runtime:
         book = self._budgets
         if book is None or book.settings is not self.settings:
             from chatloop.api.budgets import Book
-            from chatloop.providers.budgeted import Meter
 
-            estimator = self.chain().health.estimator
-            self._budgets = book = Book(self.settings, Meter(self.catalog, estimator))
+            self._budgets = book = Book(self.settings, self.catalog)
         return book
 
     def mcp_servers(self) -> MCPServers:
