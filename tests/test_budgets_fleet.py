@@ -16,10 +16,12 @@ import os
 import socket
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import Any
 
 import boto3
 import httpx
@@ -41,6 +43,34 @@ TURNS, ALLOWED = 50, 10
 TABLE = "chatloop-budget-fleet"
 
 pytestmark = pytest.mark.slow
+
+
+class AtomicMotoServer(ThreadedMotoServer):
+    """A moto server that handles one request at a time. DynamoDB applies each request to an item atomically (a
+    condition and its update are one step); moto's backend checks a condition and then applies the update with no
+    lock, so two threaded requests can both pass a condition only one would pass in DynamoDB (a moto limitation,
+    not the ledger's: tests/test_store.py's ``one_request_at_a_time`` does the same in-process)."""
+
+    def _server_entry(self) -> None:
+        from moto.moto_server.werkzeug_app import (
+            DomainDispatcherApplication,
+            MotoRequestHandler,
+            create_backend_app,
+        )
+        from werkzeug.serving import make_server
+
+        app = DomainDispatcherApplication(create_backend_app)
+        lock = threading.Lock()
+
+        def one_at_a_time(environ: Any, start_response: Any) -> Any:
+            with lock:
+                return list(app(environ, start_response))
+
+        self._server = make_server(
+            self._ip_address, self._port, one_at_a_time, True, request_handler=MotoRequestHandler
+        )
+        self._server_ready_event.set()
+        self._server.serve_forever()
 
 
 def estimate() -> int:
@@ -107,6 +137,7 @@ def fleet_env(upstream: FakeLLM, store: dict[str, str]) -> dict[str, str]:
         "OPENAI_BASE_URL": upstream.openai_base_url,
         "JS_PRESPAWN": "false",
         "BUDGET_TOKENS_PER_DAY": str(ALLOWED * estimate()),
+        "BUDGET_STORE_FAILURE": "closed",  # a store call lost to the load is a 503, never an unmetered answer
         **store,
     }
 
@@ -158,7 +189,7 @@ def test_fifty_concurrent_turns_over_one_sqlite_file_spend_at_most_the_budget(up
 
 
 def test_fifty_concurrent_turns_over_one_dynamodb_table_spend_at_most_the_budget(upstream):
-    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
+    server = AtomicMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
     server.start()
     try:
         host, port = server.get_host_and_port()
