@@ -473,3 +473,26 @@ def test_reading_ones_usage_builds_no_chain_and_reads_no_key(tmp_path):
     settings = Settings(conversation_store_path=str(tmp_path / "s.sqlite3"), budget_tokens_per_day=1000)
     with app_server(settings, keys_loader=no_keys, registry=ToolRegistry([])) as server:
         assert usage_of(server)["limits"]["tokens_per_day"] == 1000
+
+
+def test_a_spent_day_is_refused_until_midnight_utc_then_answered(serve, fake_llm, tmp_path):
+    """The period rollover through the app, its ledger's clock injected."""
+    import calendar
+
+    from chatloop.store.budget_sqlite import SQLiteLedger
+
+    now = [calendar.timegm((2026, 11, 27, 23, 59, 0))]
+    fake_llm.script(FIRST, text(FIRST, "A long answer.", usage=(2000, 5)))
+    server = serve(budget_tokens_per_day=1500)
+    book = server.runtime.budgets()
+    book.ledger_ = SQLiteLedger(tmp_path / "store.sqlite3", lambda: now[0])
+    client = sdk(server)
+    client.chat.completions.create(model="chatloop", messages=HELLO, max_tokens=20)
+    with pytest.raises(openai.RateLimitError) as refused:
+        client.chat.completions.create(model="chatloop", messages=HELLO, max_tokens=20)
+    assert refused.value.response.headers["retry-after"] == "60"  # a minute to midnight UTC
+    now[0] += 61
+    answer = client.chat.completions.with_raw_response.create(model="chatloop", messages=HELLO, max_tokens=20)
+    assert answer.parse().choices[0].message.content == "Hi there!"
+    assert answer.headers["x-ratelimit-reset-tokens"] == "23h59m59s"  # 00:00:01 UTC
+    assert usage_of(server)["usage"]["day"] == "2026-11-28"
