@@ -1,0 +1,104 @@
+"""OpenTelemetry GenAI spans and metrics for every turn, model call, tool run and decision.
+
+Off unless an OTLP exporter is configured (``OTEL_EXPORTER_OTLP_ENDPOINT`` or ``..._TRACES_ENDPOINT``, read by
+``Settings``): then this module is all that loads, and it imports nothing of OpenTelemetry (cold start unchanged). On,
+the turn's typed events become spans (``turn.TurnTrace``), each model of the turn's fallback chain is wrapped in a
+``model.TracedModel`` (one ``chat {model}`` CLIENT span per call, a fallback being a failed call followed by the next),
+and ``flush()`` sends what is buffered before a Lambda invocation ends.
+
+Usage (``api/serve.py``)::
+
+    scope = TurnScope(request_id, headers=request.headers, conversation_id=None, flush=in_lambda)
+    events = traced_turn(settings, scope, chain, lambda model: run_turn(turn, model, registry, deadline))
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Callable, Mapping
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+from chatloop.config import Settings, from_environment
+
+if TYPE_CHECKING:
+    from chatloop.api.context import RequestContext
+    from chatloop.engine.events import Event
+    from chatloop.providers.chain import FallbackChain
+
+__all__ = ["TurnScope", "enabled", "flush", "traced_if_enabled", "traced_turn"]
+
+
+@dataclass(frozen=True)
+class TurnScope:
+    """What a turn's trace knows of its request (the engine knows no HTTP)."""
+
+    request_id: str
+    headers: Mapping[str, str] = field(default_factory=dict)
+    """The request's headers: an incoming ``traceparent`` (or X-Ray's ``x-amzn-trace-id``) is continued."""
+    conversation_id: str | None = None
+    flush: bool = False
+    """Send the buffered spans and metrics before the turn's last event is released (on Lambda: the environment is
+    frozen once the response is sent, and a frozen environment exports nothing)."""
+    lambda_trace_id: str | None = None
+    """``_X_AMZN_TRACE_ID`` of the invocation (buffered mode), continued when the request carries no trace header."""
+
+
+_INSTALLED: list[bool] = [False]
+"""Set once a tracer is in place (configured from the environment, or installed by a test or the bench)."""
+
+
+def enabled(settings: Settings) -> bool:
+    """Whether turns are traced: an exporter is configured, or a tracer was installed in-process."""
+    return _INSTALLED[0] or bool(settings.otel_traces_endpoint())
+
+
+def traced_turn(
+    settings: Settings,
+    scope: TurnScope,
+    chain: FallbackChain,
+    run: Callable[[FallbackChain], AsyncIterator[Event]],
+) -> AsyncIterator[Event]:
+    """``run(chain)``'s events, the turn traced: call only when ``enabled(settings)``."""
+    from chatloop.tracing.turn import trace_turn  # the SDK loads with the first traced turn
+
+    _INSTALLED[0] = True
+    return trace_turn(settings, scope, chain, run)
+
+
+def traced_if_enabled(
+    ctx: RequestContext,
+    chain: FallbackChain,
+    run: Callable[[FallbackChain], AsyncIterator[Event]],
+    conversation_id: str | None = None,
+) -> AsyncIterator[Event]:
+    """``run(chain)``, traced when tracing is on (an exporter configured), as it is otherwise: the one hook of the
+    API layer. On Lambda (either mode) the spans are flushed before the turn's stream ends."""
+    if not enabled(ctx.settings):
+        return run(chain)
+    scope = TurnScope(
+        ctx.request_id,
+        headers={k: v for k, v in ctx.request.headers.items() if k in _PROPAGATION_HEADERS},
+        conversation_id=conversation_id,
+        flush=ctx.in_lambda,
+        lambda_trace_id=_lambda_trace_id(ctx),
+    )
+    return traced_turn(ctx.settings, scope, chain, run)
+
+
+def _lambda_trace_id(ctx: RequestContext) -> str | None:
+    """The invocation's X-Ray header: the Web Adapter's context (stream mode), else ``_X_AMZN_TRACE_ID``, which the
+    Lambda runtime sets for each invocation (buffered mode)."""
+    if ctx.invocation is not None:
+        return ctx.invocation.xray_trace_id
+    return from_environment("_X_AMZN_TRACE_ID") if ctx.in_lambda else None
+
+
+_PROPAGATION_HEADERS = ("traceparent", "tracestate", "x-amzn-trace-id")
+
+
+def flush() -> None:
+    """Export what is buffered now (no-op when nothing was ever traced)."""
+    if _INSTALLED[0]:
+        from chatloop.tracing.setup import flush_all
+
+        flush_all()

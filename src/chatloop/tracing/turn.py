@@ -1,0 +1,273 @@
+"""A turn as a trace, derived from the engine's typed events.
+
+One ``invoke_agent chatloop`` span (INTERNAL) per turn, continuing the request's trace (``traceparent``, else X-Ray's
+header); under it the chain's ``chat {model}`` spans (``model.TracedModel``) and one ``execute_tool {tool}`` span per
+tool run, from its ``tool_call_start`` to its ``tool_call_result`` (MCP tools with their server, the sandbox's CPU time
+and exit in ``chatloop.sandbox.*``). Everything the loop decides is an event of the turn's span: each decision with
+the fields of its log line (``chatloop.decision``), fallbacks, context fitting, calls answered without running, and
+every guard that tripped (``chatloop.guard``: budget, loop, deadline, iteration cap).
+
+Usage::
+
+    async for event in trace_turn(settings, scope, chain, lambda model: run_turn(turn, model, tools, deadline)):
+        ...
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Callable, Mapping
+
+from opentelemetry.context import Context
+from opentelemetry.propagators.aws import AwsXRayPropagator
+from opentelemetry.trace import Span, SpanKind, Status, StatusCode, set_span_in_context
+from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
+
+from chatloop.config import Settings
+from chatloop.engine.events import (
+    ContextFitted,
+    DecisionMade,
+    Done,
+    Event,
+    FallbackMade,
+    Retrying,
+    TextCallsRecovered,
+    ToolCallResult,
+    ToolCallStart,
+    TurnError,
+)
+from chatloop.engine.summary import StopReason
+from chatloop.observability import logger, redact
+from chatloop.providers.chain import FallbackChain
+from chatloop.tracing import TurnScope
+from chatloop.tracing.content import output_messages
+from chatloop.tracing.model import TracedModel, provider_and_model
+from chatloop.tracing.setup import Telemetry, telemetry_for
+
+AGENT = "chatloop"
+Attributes = dict[str, str | bool | int | float]
+
+GUARD_STOPS = {
+    StopReason.TOOL_BUDGET,
+    StopReason.LOOP_DETECTED,
+    StopReason.DEADLINE,
+    StopReason.ITERATION_CAP,
+}
+"""Stop reasons that are a guard tripping (a ``chatloop.guard`` event when no decision said so already)."""
+FAILED_STOPS = {StopReason.ERROR, StopReason.ALL_MODELS_FAILED}
+
+
+def incoming_context(scope: TurnScope) -> Context | None:
+    """The trace the request belongs to: its ``traceparent``, else X-Ray's ``X-Amzn-Trace-Id`` (a header, or the
+    Lambda invocation's own), else none (a new trace)."""
+    headers = {k.lower(): v for k, v in scope.headers.items()}
+    if "traceparent" in headers:
+        return TraceContextTextMapPropagator().extract(headers)
+    xray = headers.get("x-amzn-trace-id") or scope.lambda_trace_id
+    if xray and "Parent=" in xray:
+        return AwsXRayPropagator().extract({"X-Amzn-Trace-Id": xray})  # its getter is case-sensitive
+    return None
+
+
+class TurnTrace:
+    """The spans of one turn, fed its events in order."""
+
+    def __init__(self, telemetry: Telemetry, scope: TurnScope, chain: FallbackChain) -> None:
+        self.telemetry = telemetry
+        provider, model_id = provider_and_model(chain.name)
+        attributes: Attributes = {
+            "gen_ai.operation.name": "invoke_agent",
+            "gen_ai.provider.name": provider,
+            "gen_ai.agent.name": AGENT,
+            "gen_ai.request.model": model_id,
+            "chatloop.request_id": scope.request_id,
+        }
+        if scope.conversation_id:
+            attributes["gen_ai.conversation.id"] = scope.conversation_id
+        self.span: Span = telemetry.tracer.start_span(
+            f"invoke_agent {AGENT}",
+            context=incoming_context(scope),
+            kind=SpanKind.INTERNAL,
+            attributes=attributes,
+        )
+        self.context = set_span_in_context(self.span)
+        self.conversation_id = scope.conversation_id
+        self.tools: dict[str, Span] = {}
+        self.guards: set[str] = set()
+        self.ended = False
+
+    def wrap(self, chain: FallbackChain) -> FallbackChain:
+        """The turn's chain with each member model traced (the chain's own logic untouched)."""
+        chain.models = [
+            TracedModel(m, self.telemetry, self.context, self.conversation_id) for m in chain.models
+        ]
+        return chain
+
+    # --- events ------------------------------------------------------------------------------
+    def on(self, event: Event) -> None:
+        match event:
+            case ToolCallStart():
+                self._tool_started(event)
+            case ToolCallResult():
+                self._tool_answered(event)
+            case DecisionMade(decision=decision):
+                fields: Attributes = {"action": decision.action.value}
+                fields.update(_scalars(decision.fields()))
+                self.span.add_event("chatloop.decision", fields)
+                stop = decision.reason.stop_reason
+                if stop is not None:
+                    self._guard(stop.value, decision.reason.value, decision.inputs.iteration)
+            case FallbackMade():
+                self.span.add_event("chatloop.fallback", _scalars(event.data))
+            case ContextFitted():
+                self.span.add_event("chatloop.context", _scalars(event.data))
+            case TextCallsRecovered() | Retrying():
+                self.span.add_event(f"chatloop.{event.data['status']}", _scalars(event.data))
+            case TurnError():
+                self.span.add_event("chatloop.error", {"code": event.code, "message": redact(event.message)})
+            case Done(summary=summary):
+                self._done(summary.stop_reason, summary.iterations, event)
+            case _:
+                pass
+
+    def _tool_started(self, event: ToolCallStart) -> None:
+        attributes: Attributes = {
+            "gen_ai.operation.name": "execute_tool",
+            "gen_ai.tool.name": event.tool_name,
+            "gen_ai.tool.call.id": event.id,
+            "gen_ai.tool.type": "extension",  # run by the agent, server-side (the conventions' word for it)
+        }
+        if (
+            event.server is not None
+        ):  # an MCP server's tool: the MCP client conventions' attributes, and its server
+            attributes["mcp.method.name"] = "tools/call"
+            attributes["chatloop.mcp.server"] = event.server
+            attributes["chatloop.mcp.server_tool"] = event.server_tool or ""
+        if self.telemetry.capture_content:
+            attributes["gen_ai.tool.call.arguments"] = redact(event.arguments)
+        self.tools[event.id] = self.telemetry.tracer.start_span(
+            f"execute_tool {event.tool_name}",
+            context=self.context,
+            kind=SpanKind.INTERNAL,
+            attributes=attributes,
+        )
+
+    def _tool_answered(self, event: ToolCallResult) -> None:
+        span = self.tools.pop(event.id, None)
+        if span is None:  # answered without running (a duplicate, over budget, invalid): an event, not a run
+            self.span.add_event("chatloop.tool_call_not_run", _scalars(event.data, skip={"content"}))
+            if event.reason == "budget_exhausted":
+                self._guard(StopReason.TOOL_BUDGET.value, event.reason, None)
+            return
+        span.set_attribute("chatloop.tool.status", event.status)
+        for key, value in (event.details or {}).items():
+            span.set_attribute(key, value)
+        if event.status != "ok":
+            error = "tool_error" if event.server is not None else _error_kind(event.content)
+            span.set_attribute("error.type", error)
+            span.set_status(Status(StatusCode.ERROR, error))
+        elif self.telemetry.capture_content:
+            span.set_attribute("gen_ai.tool.call.result", redact(event.content))
+        span.end()
+
+    def _guard(self, guard: str, reason: str, iteration: int | None) -> None:
+        if guard in self.guards:
+            return
+        self.guards.add(guard)
+        attributes: Attributes = {"guard": guard, "reason": reason}
+        if iteration is not None:
+            attributes["iteration"] = iteration
+        self.span.add_event("chatloop.guard", attributes)
+
+    def _done(self, stop: StopReason, iterations: int, event: Done) -> None:
+        summary = event.summary
+        span = self.span
+        if stop in GUARD_STOPS:
+            self._guard(stop.value, stop.value, iterations)
+        span.set_attribute("chatloop.stop_reason", stop.value)
+        span.set_attribute("chatloop.iterations", iterations)
+        span.set_attribute("gen_ai.usage.input_tokens", summary.usage.prompt_tokens)
+        span.set_attribute("gen_ai.usage.output_tokens", summary.usage.completion_tokens)
+        if summary.model:
+            span.set_attribute("gen_ai.response.model", provider_and_model(summary.model)[1])
+        if self.telemetry.capture_content:
+            calls = [c.to_message() for c in summary.message.tool_calls or ()]
+            span.set_attribute(
+                "gen_ai.output.messages", output_messages(summary.message.content, calls, stop.value)
+            )
+        if stop in FAILED_STOPS:
+            span.set_attribute("error.type", stop.value)
+            span.set_status(Status(StatusCode.ERROR, stop.value))
+        self.end()
+
+    def end(self, stop: StopReason | None = None) -> None:
+        """End every span still open (a turn cut short: the client went away, or the turn failed)."""
+        if self.ended:
+            return
+        self.ended = True
+        for span in self.tools.values():
+            span.set_attribute("error.type", "cancelled")
+            span.end()
+        self.tools.clear()
+        if stop is not None:
+            self.span.set_attribute("chatloop.stop_reason", stop.value)
+        self.span.end()
+
+
+async def trace_turn(
+    settings: Settings,
+    scope: TurnScope,
+    chain: FallbackChain,
+    run: Callable[[FallbackChain], AsyncIterator[Event]],
+) -> AsyncIterator[Event]:
+    """``run``'s events, passed on as they come, the turn traced. With ``scope.flush``, the spans are exported once
+    the last event was taken, before the stream (and so the invocation) ends: the client has its ``done`` first."""
+    telemetry = telemetry_for(settings)
+    trace = TurnTrace(telemetry, scope, chain)
+    finished = flushed = False
+    try:
+        async for event in run(trace.wrap(chain)):
+            trace.on(event)
+            yield event
+        finished = True
+    finally:
+        trace.end(None if finished else StopReason.CLIENT_DISCONNECTED)
+        if scope.flush and not finished:  # closed early: no await here, so flushed in place
+            flushed = True
+            _flush(telemetry)
+    if scope.flush and not flushed:
+        await asyncio.to_thread(_flush, telemetry)
+
+
+def _flush(telemetry: Telemetry) -> None:
+    try:
+        telemetry.flush()
+    except Exception:  # an exporter failing never fails the turn
+        logger.exception("tracing: flush failed")
+
+
+def _scalars(data: Mapping[str, object], skip: frozenset[str] | set[str] = frozenset()) -> Attributes:
+    """A flat event record's scalar fields as span attributes (None, lists and objects left out), strings redacted."""
+    out: Attributes = {}
+    for key, value in data.items():
+        if key in skip or value is None:
+            continue
+        if isinstance(value, str):
+            out[key] = redact(value)
+        elif isinstance(value, bool | int | float):
+            out[key] = value
+    return out
+
+
+def _error_kind(content: str) -> str:
+    """A failed run's error class (``TimeoutError``, ``CPULimitError`` ...) from its ``{"error": "Kind: ..."}``."""
+    import json
+
+    try:
+        error = json.loads(content).get("error")
+    except (ValueError, AttributeError):
+        return "tool_error"
+    if not isinstance(error, str):
+        return "tool_error"
+    kind = error.split(":", 1)[0].strip()
+    return kind if kind.isidentifier() and len(kind) <= 64 else "tool_error"
