@@ -369,3 +369,14 @@ def test_an_unconfigured_chain_member_is_traced_through_the_runtime_chain(teleme
 
     asyncio.run(go())
     assert runtime.chain().models == [model] and len(telemetry.named("chat ")) == 1
+
+
+async def test_a_sandbox_run_reports_its_cpu_time_and_how_it_exited(sandbox):
+    tool = ExecuteJavaScriptTool(sandbox)
+    busy = await tool.run({"code": "let x = 0; for (let i = 0; i < 3e7; i++) x += i; x"}, Deadline.after(20))
+    assert busy.ok and busy.details["chatloop.sandbox.exit"] == "result"
+    assert (
+        busy.details["chatloop.sandbox.cpu_ms"] >= 5
+    )  # tens of milliseconds of arithmetic, measured per thread
+    stuck = await tool.run({"code": "while (true) {}", "timeout_seconds": 1}, Deadline.after(20))
+    assert not stuck.ok and stuck.details["chatloop.sandbox.exit"] in {"TimeoutError", "CPULimitError"}

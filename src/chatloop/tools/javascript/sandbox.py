@@ -333,7 +333,7 @@ class JavaScriptSandbox:
         before = cpu_ms(process.pid)
         got = read_until(process, token, deadline, limit=MAX_STREAM_BYTES, line_after=True, stop=stop)
         after = cpu_ms(process.pid)
-        child.cpu_ms = None if before is None or after is None else after - before
+        child.cpu_ms = None if before is None or after is None else max(0.0, after - before)
         if got.stopped:
             return {"error": "CancelledError: the run was stopped (the request ended)", "output": ""}, False
         if got.line is not None:
