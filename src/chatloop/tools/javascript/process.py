@@ -107,9 +107,12 @@ def cpu_ms(pid: int) -> float | None:
     total = 0
     try:
         for task in os.listdir(f"/proc/{pid}/task"):
-            with contextlib.suppress(FileNotFoundError):  # a thread that ended meanwhile
-                with open(f"/proc/{pid}/task/{task}/schedstat", "rb") as stat:
-                    total += int(stat.read().split()[0])
+            # A thread that ended meanwhile is skipped.
+            with (
+                contextlib.suppress(FileNotFoundError),
+                open(f"/proc/{pid}/task/{task}/schedstat", "rb") as stat,
+            ):
+                total += int(stat.read().split()[0])
     except OSError:
         return None
     return total / 1e6
