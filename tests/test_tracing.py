@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator
+from dataclasses import replace
 from typing import Any
 
 import pytest
@@ -157,6 +158,47 @@ def test_the_xray_header_is_continued_when_there_is_no_traceparent(telemetry, ru
     agent = telemetry.agent()
     assert status == 200 and f"{agent.context.trace_id:032x}" == "5759e988bd862e3fe1be46a994272793"
     assert parent_of(agent) == 0x53995C3F42CD8AD8
+
+
+def test_lambdas_own_unsampled_xray_header_is_continued_and_still_recorded(telemetry, runtime):
+    """Lambda writes Sampled=0 whenever its active tracing is off: honoured, nothing would ever be exported."""
+    xray = "Root=1-5759e988-bd862e3fe1be46a994272793;Parent=53995c3f42cd8ad8;Sampled=0"
+    invoke(chat_event("hello", headers={"X-Amzn-Trace-Id": xray}))
+    agent = telemetry.agent()
+    assert (
+        f"{agent.context.trace_id:032x}" == "5759e988bd862e3fe1be46a994272793"
+        and agent.context.trace_flags.sampled
+    )
+    assert len(telemetry.named("chat ")) == 1
+
+
+def test_a_turn_in_a_stored_conversation_names_it(telemetry, runtime, tmp_path):
+    runtime.settings = replace(runtime.settings, conversation_store_path=str(tmp_path / "c.sqlite3"))
+
+    def keyed(path: str, body: dict) -> dict:
+        event = rest_event("POST", path, body)
+        event["requestContext"]["identity"]["apiKeyId"] = "key-a"  # a stored conversation has an owner
+        return event
+
+    status, body, _ = invoke(keyed("/v1/conversations", {}))
+    assert status == 200, body
+    conversation = json.loads(body)["id"]
+    status, body, _ = invoke(keyed("/v1/responses", {"conversation": conversation, "input": "hello"}))
+    assert status == 200, body
+    assert telemetry.agent().attributes["gen_ai.conversation.id"] == conversation
+    assert telemetry.named("chat ")[0].attributes["gen_ai.conversation.id"] == conversation
+
+
+def test_a_fault_in_tracing_never_fails_the_turn(telemetry, runtime, monkeypatch):
+    from chatloop.tracing.turn import TurnTrace
+
+    def broken(self, event):
+        raise RuntimeError("a bug in tracing")
+
+    monkeypatch.setattr(TurnTrace, "_tool_started", broken)
+    status, body, _ = invoke(chat_event())
+    assert status == 200 and "20789.28" in json.loads(body)["message"]["content"]
+    assert telemetry.agent().attributes["chatloop.stop_reason"] == "stop"
 
 
 def test_the_metrics_have_the_conventions_names_units_attributes_and_buckets(telemetry, runtime):

@@ -20,6 +20,7 @@ from opentelemetry.context import Context
 from opentelemetry.propagate import inject
 from opentelemetry.trace import Span, SpanKind, Status, StatusCode, set_span_in_context
 
+from chatloop.observability import logger
 from chatloop.providers.base import ChatModel, ModelRequest, ModelResponse, StreamItem, TextDelta
 from chatloop.providers.catalog import split_entry
 from chatloop.providers.errors import ModelError
@@ -83,7 +84,10 @@ class TracedModel:
             span.set_status(Status(StatusCode.ERROR, error))
             raise
         finally:
-            self._end(span, time.perf_counter() - started, first, response, error)
+            try:
+                self._end(span, time.perf_counter() - started, first, response, error)
+            except Exception:  # a fault in tracing is logged, never the call's
+                logger.exception("tracing: a chat span could not be ended")
 
     def _request_attributes(self, request: ModelRequest) -> dict[str, str | bool | int | float]:
         attributes: dict[str, str | bool | int | float] = {
@@ -129,7 +133,8 @@ class TracedModel:
             span.set_attribute("gen_ai.response.model", response_model)
             if response.response_id:
                 span.set_attribute("gen_ai.response.id", response.response_id)
-            span.set_attribute("gen_ai.response.finish_reasons", [response.finish_reason or ""])
+            if response.finish_reason:
+                span.set_attribute("gen_ai.response.finish_reasons", [response.finish_reason])
             if response.usage is not None:
                 span.set_attribute("gen_ai.usage.input_tokens", response.usage.prompt_tokens)
                 span.set_attribute("gen_ai.usage.output_tokens", response.usage.completion_tokens)

@@ -20,7 +20,17 @@ from collections.abc import AsyncIterator, Callable, Mapping
 
 from opentelemetry.context import Context
 from opentelemetry.propagators.aws import AwsXRayPropagator
-from opentelemetry.trace import Span, SpanKind, Status, StatusCode, set_span_in_context
+from opentelemetry.trace import (
+    NonRecordingSpan,
+    Span,
+    SpanContext,
+    SpanKind,
+    Status,
+    StatusCode,
+    TraceFlags,
+    get_current_span,
+    set_span_in_context,
+)
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
 from chatloop.config import Settings
@@ -64,9 +74,18 @@ def incoming_context(scope: TurnScope) -> Context | None:
     if "traceparent" in headers:
         return TraceContextTextMapPropagator().extract(headers)
     xray = headers.get("x-amzn-trace-id") or scope.lambda_trace_id
-    if xray and "Parent=" in xray:
-        return AwsXRayPropagator().extract({"X-Amzn-Trace-Id": xray})  # its getter is case-sensitive
-    return None
+    if not xray or "Parent=" not in xray:
+        return None
+    context = AwsXRayPropagator().extract({"X-Amzn-Trace-Id": xray})  # its getter is case-sensitive
+    parent = get_current_span(context).get_span_context()
+    if not parent.is_valid:
+        return None
+    # Lambda writes Sampled=0 whenever its own active tracing is off: that is no caller's sampling decision, and
+    # honouring it would export nothing. The trace is continued, recorded.
+    sampled = SpanContext(
+        parent.trace_id, parent.span_id, is_remote=True, trace_flags=TraceFlags(TraceFlags.SAMPLED)
+    )
+    return set_span_in_context(NonRecordingSpan(sampled))
 
 
 class TurnTrace:
@@ -227,7 +246,7 @@ async def trace_turn(
     finished = flushed = False
     try:
         async for event in run(trace.wrap(chain)):
-            trace.on(event)
+            _safely(trace.on, event)
             yield event
         finished = True
     finally:
@@ -237,6 +256,14 @@ async def trace_turn(
             _flush(telemetry)
     if scope.flush and not flushed:
         await asyncio.to_thread(_flush, telemetry)
+
+
+def _safely(handle: Callable[[Event], None], event: Event) -> None:
+    """A fault in tracing is logged, never the turn's: the event goes on to the client whatever happened here."""
+    try:
+        handle(event)
+    except Exception:
+        logger.exception(f"tracing: the {event.name} event could not be recorded")
 
 
 def _flush(telemetry: Telemetry) -> None:
