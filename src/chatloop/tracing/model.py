@@ -12,6 +12,7 @@ Usage::
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections.abc import AsyncIterator
 from dataclasses import replace
@@ -42,11 +43,20 @@ def provider_and_model(name: str) -> tuple[str, str]:
 class TracedModel:
     """``inner``, each call a CLIENT span under ``parent`` (the turn's span)."""
 
-    def __init__(self, inner: ChatModel, telemetry: Telemetry, parent: Context, conversation_id: str | None):
+    def __init__(
+        self,
+        inner: ChatModel,
+        telemetry: Telemetry,
+        parent: Context,
+        conversation_id: str | None,
+        open_spans: set[Span] | None = None,
+    ):
         self.inner = inner
         self.telemetry = telemetry
         self.parent = parent
         self.conversation_id = conversation_id
+        self.open_spans = open_spans if open_spans is not None else set()
+        """Calls under way: a turn closed early ends them (its streams are closed only when collected)."""
         self.provider, self.model_id = provider_and_model(inner.name)
 
     @property
@@ -61,6 +71,7 @@ class TracedModel:
             kind=SpanKind.CLIENT,
             attributes=self._request_attributes(request),
         )
+        self.open_spans.add(span)
         carrier: dict[str, str] = {}
         inject(carrier, context=set_span_in_context(span))
         sent = replace(request, headers={**request.headers, **carrier})
@@ -79,7 +90,11 @@ class TracedModel:
             error = exc.kind
             span.set_status(Status(StatusCode.ERROR, exc.kind))
             raise
-        except BaseException as exc:  # cancelled (the turn's deadline, the client gone) or a bug
+        except (GeneratorExit, asyncio.CancelledError):  # the turn's deadline, or the client went away
+            error = "cancelled"
+            span.set_status(Status(StatusCode.ERROR, error))
+            raise
+        except BaseException as exc:  # not a provider failure: a bug, named by its class
             error = type(exc).__name__
             span.set_status(Status(StatusCode.ERROR, error))
             raise
@@ -119,6 +134,9 @@ class TracedModel:
         response: ModelResponse | None,
         error: str | None,
     ) -> None:
+        self.open_spans.discard(span)
+        if not span.is_recording():  # ended already, by its turn closing early
+            return
         telemetry = self.telemetry
         metric: dict[str, str] = {
             "gen_ai.operation.name": OPERATION,

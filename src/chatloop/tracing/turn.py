@@ -112,13 +112,16 @@ class TurnTrace:
         self.context = set_span_in_context(self.span)
         self.conversation_id = scope.conversation_id
         self.tools: dict[str, Span] = {}
+        self.calls: set[Span] = set()
+        """Model calls under way (``TracedModel`` adds and removes them)."""
         self.guards: set[str] = set()
         self.ended = False
 
     def wrap(self, chain: FallbackChain) -> FallbackChain:
         """The turn's chain with each member model traced (the chain's own logic untouched)."""
         chain.models = [
-            TracedModel(m, self.telemetry, self.context, self.conversation_id) for m in chain.models
+            TracedModel(m, self.telemetry, self.context, self.conversation_id, self.calls)
+            for m in chain.models
         ]
         return chain
 
@@ -224,10 +227,12 @@ class TurnTrace:
         if self.ended:
             return
         self.ended = True
-        for span in self.tools.values():
+        for span in [*self.tools.values(), *self.calls]:
             span.set_attribute("error.type", "cancelled")
+            span.set_status(Status(StatusCode.ERROR, "cancelled"))
             span.end()
         self.tools.clear()
+        self.calls.clear()
         if stop is not None:
             self.span.set_attribute("chatloop.stop_reason", stop.value)
         self.span.end()
@@ -243,19 +248,32 @@ async def trace_turn(
     the last event was taken, before the stream (and so the invocation) ends: the client has its ``done`` first."""
     telemetry = telemetry_for(settings)
     trace = TurnTrace(telemetry, scope, chain)
-    finished = flushed = False
+    stop: StopReason | None = None  # set when the turn did not run to its end
+    events = run(trace.wrap(chain))
     try:
-        async for event in run(trace.wrap(chain)):
+        async for event in events:
             _safely(trace.on, event)
             yield event
-        finished = True
+    except (GeneratorExit, asyncio.CancelledError):
+        stop = StopReason.CLIENT_DISCONNECTED
+        # The turn is closed now (its model call stops), not when it is collected.
+        await _close(events)
+        raise
+    except BaseException:
+        stop = StopReason.ERROR
+        raise
     finally:
-        trace.end(None if finished else StopReason.CLIENT_DISCONNECTED)
-        if scope.flush and not finished:  # closed early: no await here, so flushed in place
-            flushed = True
+        trace.end(stop)
+        if scope.flush and stop is not None:  # no await while the stream is torn down: flushed in place
             _flush(telemetry)
-    if scope.flush and not flushed:
+    if scope.flush:
         await asyncio.to_thread(_flush, telemetry)
+
+
+async def _close(events: AsyncIterator[Event]) -> None:
+    close = getattr(events, "aclose", None)
+    if close is not None:
+        await close()
 
 
 def _safely(handle: Callable[[Event], None], event: Event) -> None:

@@ -101,21 +101,16 @@ def cpu_seconds(pid: int) -> int:
 
 
 def cpu_ms(pid: int) -> float | None:
-    """CPU time (every thread's, in milliseconds, to the nanosecond the scheduler counts) a process has used so far;
-    None when it cannot be read (the process is gone). ``/proc/<pid>/stat`` counts whole clock ticks (10 ms), more
-    than a typical run takes: each thread's ``schedstat`` holds its run time in nanoseconds."""
-    total = 0
+    """CPU time (user + system, every thread's, the ended ones' included, in milliseconds at the clock tick's
+    resolution: 10 ms) a process has used so far; None when it cannot be read (the process is gone). Per-thread
+    counters are finer, but a run's worker thread has often ended, and taken its counter with it, by the time the
+    result is read."""
     try:
-        for task in os.listdir(f"/proc/{pid}/task"):
-            # A thread that ended meanwhile is skipped.
-            with (
-                contextlib.suppress(FileNotFoundError),
-                open(f"/proc/{pid}/task/{task}/schedstat", "rb") as stat,
-            ):
-                total += int(stat.read().split()[0])
+        with open(f"/proc/{pid}/stat", "rb") as stat:
+            fields = stat.read().rsplit(b")", 1)[1].split()
     except OSError:
         return None
-    return total / 1e6
+    return (int(fields[11]) + int(fields[12])) * 1000 / CLOCK_TICKS
 
 
 def signal_group(process: subprocess.Popen[bytes]) -> None:
