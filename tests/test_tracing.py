@@ -23,7 +23,6 @@ from chatloop.engine import TurnRequest, run_turn
 from chatloop.engine.messages import normalize_conversation
 from chatloop.observability import register_secret
 from chatloop.providers.base import ModelResponse, TextDelta
-from chatloop.providers.chain import FallbackChain
 from chatloop.tools.base import ToolRegistry
 from chatloop.tools.javascript import ExecuteJavaScriptTool
 from chatloop.tracing import TurnScope, traced_turn
@@ -421,24 +420,22 @@ def test_with_content_off_no_content_attribute_exists(telemetry, runtime, fake_l
     assert "my key is" not in everything(spans)
 
 
-def test_an_unconfigured_chain_member_is_traced_through_the_runtime_chain(telemetry):
-    """The chain the runtime keeps is untouched by tracing: only the turn's copy has wrapped members."""
+async def test_the_runtimes_chain_is_untouched_and_a_reused_chain_is_traced_once_per_call(telemetry):
+    """Tracing wraps the members of the turn's chain (``Runtime.model_for`` makes one per turn), never the chain the
+    runtime keeps; a chain traced twice has its members wrapped once, for the turn at hand."""
     model = ScriptedModel(lambda r, n: ModelResponse("", content="hi"))
     runtime = build_runtime(Settings(), model=model, registry=ToolRegistry())
     turn_chain = runtime.model_for(None, strict=False)
-    assert isinstance(turn_chain, FallbackChain)
     registry = ToolRegistry()
     turn = TurnRequest(messages=normalize_conversation([{"role": "user", "content": "hi"}]))
-
-    async def go() -> None:
-        run = lambda chain: run_turn(turn, chain, registry, Deadline.after(10), runtime.limits)  # noqa: E731
-        async for _ in traced_turn(Settings(), TurnScope("r"), turn_chain, run):
+    run = lambda chain: run_turn(turn, chain, registry, Deadline.after(10), runtime.limits)  # noqa: E731
+    for rid in ("r1", "r2"):
+        async for _ in traced_turn(Settings(), TurnScope(rid), turn_chain, run):
             pass
-
-    import asyncio
-
-    asyncio.run(go())
-    assert runtime.chain().models == [model] and len(telemetry.named("chat ")) == 1
+    assert runtime.chain().models == [model] and model.calls == 2
+    agents = telemetry.named("invoke_agent")
+    chats = telemetry.named("chat ")
+    assert len(agents) == 2 and [parent_of(c) for c in chats] == [a.context.span_id for a in agents]
 
 
 async def test_a_sandbox_run_reports_its_cpu_time_and_how_it_exited(sandbox):

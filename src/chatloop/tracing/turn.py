@@ -118,9 +118,17 @@ class TurnTrace:
         self.ended = False
 
     def wrap(self, chain: FallbackChain) -> FallbackChain:
-        """The turn's chain with each member model traced (the chain's own logic untouched)."""
+        """The turn's chain (``Runtime.model_for`` makes one per turn) with each member model traced, in place, so
+        what the API reads of it after the turn (the model that answered) holds; the chain's logic is untouched. A
+        member traced already (a chain reused) is traced for this turn instead, never twice."""
         chain.models = [
-            TracedModel(m, self.telemetry, self.context, self.conversation_id, self.calls)
+            TracedModel(
+                m.inner if isinstance(m, TracedModel) else m,
+                self.telemetry,
+                self.context,
+                self.conversation_id,
+                self.calls,
+            )
             for m in chain.models
         ]
         return chain
