@@ -112,7 +112,8 @@ def section(t: dict[str, Any]) -> list[str]:
         "",
         f"A calculation-shaped turn through the Lambda handler (an instant model, two calls and one no-op tool run: "
         f"the handler's own cost), tracing on (the SDK, {t['spans_per_turn']} spans a turn to an in-memory exporter, "
-        f"the GenAI metrics to an in-memory reader) and off, alternating, {t['turns']} turns (medians):",
+        f"the GenAI metrics to an in-memory reader) and off, alternating, {t['turns']} turns (medians). The export "
+        "itself, a network call at the end of a Lambda invocation, is not in it:",
         "",
         "| | µs a turn |",
         "|---|---|",

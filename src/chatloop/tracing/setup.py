@@ -50,6 +50,8 @@ class Telemetry:
     tracer_provider: TracerProvider
     meter_provider: MeterProvider | None
     flush_timeout_ms: int = 3000
+    flush_does_io: bool = False
+    """Whether a flush waits on the network (the OTLP exporters): then it runs off the event loop."""
 
     @classmethod
     def of(
@@ -58,6 +60,7 @@ class Telemetry:
         meter_provider: MeterProvider | None,
         capture_content: bool,
         flush_timeout_ms: int = 3000,
+        flush_does_io: bool = False,
     ) -> Telemetry:
         from opentelemetry.metrics import NoOpMeterProvider
 
@@ -86,6 +89,7 @@ class Telemetry:
             tracer_provider=tracer_provider,
             meter_provider=meter_provider,
             flush_timeout_ms=flush_timeout_ms,
+            flush_does_io=flush_does_io,
         )
 
     def flush(self) -> None:
@@ -185,6 +189,7 @@ def _from_settings(settings: Settings) -> Telemetry:
         meter_provider,
         settings.otel_capture_content(),
         flush_timeout_ms=settings.otel_exporter_otlp_timeout,
+        flush_does_io=True,
     )
 
 

@@ -274,8 +274,12 @@ async def trace_turn(
         trace.end(stop)
         if scope.flush and stop is not None:  # no await while the stream is torn down: flushed in place
             _flush(telemetry)
-    if scope.flush:
+    if (
+        scope.flush and telemetry.flush_does_io
+    ):  # an export over the network: the event loop goes on meanwhile
         await asyncio.to_thread(_flush, telemetry)
+    elif scope.flush:  # in-process exporters (tests, the bench): nothing to wait for, no thread to hop to
+        _flush(telemetry)
 
 
 async def _close(events: AsyncIterator[Event]) -> None:
