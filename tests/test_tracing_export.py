@@ -128,6 +128,38 @@ def test_a_request_not_on_lambda_is_exported_by_the_batch_not_flushed_per_turn(o
         assert names(otlp.spans()) == sorted(["invoke_agent chatloop", f"chat {MODEL}"])
 
 
+@pytest.mark.slow
+def test_run_sh_under_the_adapters_contract_exports_from_the_standard_variables(otlp, tmp_path):
+    """Stream mode as deployed: ``src/run.sh`` started as the Web Adapter starts it, configured by OTEL_* variables
+    alone, the turn's spans and metrics at the receiver once the streamed response is complete."""
+    from tests.support.adapter import run_sh
+    from tests.support.fake_llm import FakeLLM
+
+    env = {
+        "OTEL_EXPORTER_OTLP_ENDPOINT": otlp.url,
+        "OTEL_SERVICE_NAME": "chatloop-stream",
+        "OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT": "SPAN_ONLY",
+    }
+    with FakeLLM() as llm, run_sh(llm, tmp_path, **env) as served:
+        llm.default = realistic
+        body = {"messages": [{"role": "user", "content": QUESTION}], "stream": True}
+        headers = {
+            **adapter_headers(60),
+            "traceparent": "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01",
+        }
+        with httpx.stream("POST", f"{served.url}/chat", json=body, headers=headers, timeout=60) as response:
+            text = response.read().decode()
+        assert response.status_code == 200 and "20789.28" in text
+        spans = otlp.spans()
+        assert names(spans) == TURN
+        assert {s.trace_id.hex() for s in spans} == {"0af7651916cd43dd8448eb211c80319c"}
+        assert otlp.resource_attributes()["service.name"] == "chatloop-stream"
+        chat = next(s for s in spans if s.name.startswith("chat "))
+        assert "calculate compound interest" in attributes_of(chat)["gen_ai.input.messages"]  # opted in
+        assert "gsk_test_key" not in str(spans)
+        assert {"gen_ai.client.token.usage", "gen_ai.client.operation.duration"} <= otlp.metric_names()
+
+
 def test_with_no_exporter_opentelemetry_is_never_imported():
     code = """
 import sys, json, app
