@@ -6,14 +6,17 @@ the turn's typed events become spans (``turn.TurnTrace``), each model of the tur
 ``model.TracedModel`` (one ``chat {model}`` CLIENT span per call, a fallback being a failed call followed by the next),
 and ``flush()`` sends what is buffered before a Lambda invocation ends.
 
-Usage (``api/serve.py``)::
+Usage (``api/serve.py``, the API layer's one hook)::
 
-    scope = TurnScope(request_id, headers=request.headers, conversation_id=None, flush=in_lambda)
-    events = traced_turn(settings, scope, chain, lambda model: run_turn(turn, model, registry, deadline))
+    events = traced_if_enabled(ctx, chain, lambda chain: run_turn(turn, chain, registry, deadline), conversation_id)
+
+    # the engine alone (tests): a scope says what the trace knows of the request
+    events = traced_turn(settings, TurnScope("req-1", headers={"traceparent": ...}), chain, run)
 """
 
 from __future__ import annotations
 
+import sys
 from collections.abc import AsyncIterator, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
@@ -37,18 +40,18 @@ class TurnScope:
     """The request's headers: an incoming ``traceparent`` (or X-Ray's ``x-amzn-trace-id``) is continued."""
     conversation_id: str | None = None
     flush: bool = False
-    """Send the buffered spans and metrics before the turn's last event is released (on Lambda: the environment is
-    frozen once the response is sent, and a frozen environment exports nothing)."""
+    """Export the turn's spans and metrics once its last event was taken, before its stream ends (on Lambda: the
+    environment is frozen once the response is sent, and a frozen environment exports nothing)."""
     lambda_trace_id: str | None = None
     """``_X_AMZN_TRACE_ID`` of the invocation (buffered mode), continued when the request carries no trace header."""
 
 
 _INSTALLED: list[bool] = [False]
-"""Set once a tracer is in place (configured from the environment, or installed by a test or the bench)."""
+"""Set while providers installed in-process (a test, the bench) trace every turn (``setup.install``)."""
 
 
 def enabled(settings: Settings) -> bool:
-    """Whether turns are traced: an exporter is configured, or a tracer was installed in-process."""
+    """Whether turns are traced: an exporter is configured, or providers were installed in-process."""
     return _INSTALLED[0] or bool(settings.otel_traces_endpoint())
 
 
@@ -61,7 +64,6 @@ def traced_turn(
     """``run(chain)``'s events, the turn traced: call only when ``enabled(settings)``."""
     from chatloop.tracing.turn import trace_turn  # the SDK loads with the first traced turn
 
-    _INSTALLED[0] = True
     return trace_turn(settings, scope, chain, run)
 
 
@@ -97,8 +99,7 @@ _PROPAGATION_HEADERS = ("traceparent", "tracestate", "x-amzn-trace-id")
 
 
 def flush() -> None:
-    """Export what is buffered now (no-op when nothing was ever traced)."""
-    if _INSTALLED[0]:
-        from chatloop.tracing.setup import flush_all
-
-        flush_all()
+    """Export what is buffered now (nothing to do, and nothing imported, when nothing was ever traced)."""
+    setup = sys.modules.get("chatloop.tracing.setup")
+    if setup is not None:
+        setup.flush_all()
