@@ -30,7 +30,7 @@ from chatloop.tracing.setup import SECONDS_BUCKETS, TOKEN_BUCKETS, install, unin
 from tests.support.events import parse_sse, rest_event
 from tests.support.fake_llm import error, text, tool_calls
 from tests.support.handler import build_runtime, invoke
-from tests.support.mcp_servers import MCPTestServer, tools_server
+from tests.support.mcp_servers import MCPTestServer, free_port, tools_server
 from tests.support.models import ScriptedModel, call
 from tests.support.tools import FakeSearch
 from tests.test_api import realistic
@@ -361,9 +361,17 @@ def test_an_mcp_call_is_a_tool_span_with_its_server(telemetry, fake_llm, sandbox
         assert a["chatloop.mcp.server_tool"] == "search" and a["chatloop.tool.status"] == "ok"
 
         telemetry.exporter.clear()
+        down = MCPServerConfig("down", f"http://127.0.0.1:{free_port()}/mcp")
+        app_runtime(
+            Settings(model_chain=f"groq:{MODEL}", mcp_servers=(down, MCPServerConfig("docs", docs.url))),
+            registry=ToolRegistry([ExecuteJavaScriptTool(sandbox)]),
+            keys={"groq": "gsk_test0123456789", "openai": None},
+        )
         invoke(chat_event("make it fail"))
         (span,) = telemetry.named("execute_tool")
         assert span.status.status_code is StatusCode.ERROR and span.attributes["error.type"] == "tool_error"
+        (unavailable,) = [e for e in telemetry.agent().events if e.name == "chatloop.tools_unavailable"]
+        assert "down" in unavailable.attributes  # the server left out of the turn, and why
 
 
 # --- content: off by default, redacted when on --------------------------------------------------------------

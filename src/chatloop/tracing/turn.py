@@ -44,6 +44,7 @@ from chatloop.engine.events import (
     TextCallsRecovered,
     ToolCallResult,
     ToolCallStart,
+    ToolsUnavailable,
     TurnError,
 )
 from chatloop.engine.summary import StopReason
@@ -153,6 +154,8 @@ class TurnTrace:
                 self.span.add_event("chatloop.context", _scalars(event.data))
             case TextCallsRecovered() | Retrying():
                 self.span.add_event(f"chatloop.{event.data['status']}", _scalars(event.data))
+            case ToolsUnavailable(sources=sources):  # e.g. an MCP server that is down: its label, and why
+                self.span.add_event("chatloop.tools_unavailable", _scalars(sources))
             case TurnError():
                 self.span.add_event("chatloop.error", {"code": event.code, "message": redact(event.message)})
             case Done(summary=summary):
