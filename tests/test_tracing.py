@@ -10,6 +10,8 @@ from dataclasses import replace
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
@@ -455,3 +457,17 @@ async def test_a_sandbox_run_reports_its_cpu_time_and_how_it_exited(sandbox):
     assert busy.details["chatloop.sandbox.cpu_ms"] >= 50
     stuck = await tool.run({"code": "while (true) {}", "timeout_seconds": 1}, Deadline.after(20))
     assert not stuck.ok and stuck.details["chatloop.sandbox.exit"] in {"TimeoutError", "CPULimitError"}
+
+
+@settings(max_examples=200, deadline=None)
+@given(traceparent=st.text(max_size=80), xray=st.text(max_size=120))
+def test_any_trace_header_a_client_sends_is_continued_or_ignored_never_a_failure(traceparent, xray):
+    from chatloop.tracing.turn import incoming_context
+
+    for headers in (
+        {"traceparent": traceparent},
+        {"x-amzn-trace-id": xray},
+        {"x-amzn-trace-id": f"Parent={xray}"},
+    ):
+        context = incoming_context(TurnScope("r", headers=headers))
+        assert context is None or isinstance(context, dict)
