@@ -245,3 +245,56 @@ def test_exports_to_xrays_endpoint_are_signed_with_sigv4(monkeypatch):
     assert "/eu-west-1/xray/aws4_request" in authorization and "x-amz-date" in {
         k.lower() for k in signed.headers
     }
+
+
+# --- the template: TraceExport decides the OTEL_* variables, the layer and the role ---------------------------
+@pytest.fixture(scope="module")
+def translated(tmp_path_factory) -> dict:
+    target = tmp_path_factory.mktemp("cfn") / "template.json"
+    subprocess.run(
+        [sys.executable, "scripts/translate_template.py", "template.yaml", str(target)], cwd=ROOT, check=True
+    )
+    return json.loads(target.read_text())
+
+
+def deployed_function(translated: dict, **parameters: str) -> tuple[dict, list]:
+    """The function's properties and the role's policy statements, as CloudFormation would create them."""
+    from tests.support.cfn import resolve
+
+    resources = resolve(translated, parameters)["Resources"]
+    (function,) = [r["Properties"] for r in resources.values() if r["Type"] == "AWS::Lambda::Function"]
+    (policy,) = [r["Properties"] for r in resources.values() if r["Type"] == "AWS::IAM::ManagedPolicy"]
+    return function, policy["PolicyDocument"]["Statement"]
+
+
+@pytest.mark.parametrize("mode", ["stream", "buffered"])
+def test_the_template_sets_up_each_trace_export(translated, mode):
+    function, statements = deployed_function(translated, ResponseMode=mode)
+    env = function["Environment"]["Variables"]
+    assert not {"OTEL_EXPORTER_OTLP_ENDPOINT", "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT"} & set(env)  # none: off
+    assert not Settings.from_env({k: v for k, v in env.items() if isinstance(v, str)}).otel_traces_endpoint()
+    assert not [s for s in statements if "xray:PutTraceSegments" in s["Action"]]
+    assert {"Ref": "OtelCollectorLayerArn"} not in function["Layers"]
+
+    function, statements = deployed_function(translated, ResponseMode=mode, TraceExport="xray")
+    env = function["Environment"]["Variables"]
+    assert env["OTEL_EXPORTER_OTLP_TRACES_ENDPOINT"] == {
+        "Fn::Sub": "https://xray.${AWS::Region}.${AWS::URLSuffix}/v1/traces"
+    }
+    assert env["OTEL_METRICS_EXPORTER"] == "none"
+    (xray,) = [s for s in statements if "xray:PutTraceSegments" in s["Action"]]
+    assert xray["Resource"] == "*"
+
+    layer = "arn:aws:lambda:us-east-1:901920570463:layer:aws-otel-collector-arm64-ver-0-115-0:3"
+    function, _ = deployed_function(
+        translated,
+        ResponseMode=mode,
+        TraceExport="otlp",
+        OtelExporterEndpoint="http://localhost:4318",
+        OtelCollectorLayerArn=layer,
+    )
+    env = function["Environment"]["Variables"]
+    assert env["OTEL_EXPORTER_OTLP_ENDPOINT"] == {"Ref": "OtelExporterEndpoint"}
+    assert {"Ref": "OtelCollectorLayerArn"} in function["Layers"]
+    settings = Settings.from_env({"OTEL_EXPORTER_OTLP_ENDPOINT": "http://localhost:4318"})
+    assert settings.otel_metrics_endpoint() == "http://localhost:4318/v1/metrics"
