@@ -4,6 +4,7 @@ real MCP server; the guards through the engine with scripted models."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 from collections.abc import Iterator
 from dataclasses import replace
@@ -335,13 +336,18 @@ async def test_a_budget_guard_and_calls_not_run_are_events(telemetry):
 
 
 # --- MCP ------------------------------------------------------------------------------------------------------
+def serve_mcp(app_runtime: Any, sandbox: Any, *servers: MCPServerConfig) -> None:
+    """The handler's app with the sandbox and ``servers``' tools, a groq model on the scripted server."""
+    app_runtime(
+        Settings(model_chain=f"groq:{MODEL}", mcp_servers=servers),
+        registry=ToolRegistry([ExecuteJavaScriptTool(sandbox)]),
+        keys={"groq": "gsk_test0123456789", "openai": None},
+    )
+
+
 def test_an_mcp_call_is_a_tool_span_with_its_server(telemetry, fake_llm, sandbox, app_runtime):
     with MCPTestServer(tools_server()) as docs:
-        app_runtime(
-            Settings(model_chain=f"groq:{MODEL}", mcp_servers=(MCPServerConfig("docs", docs.url),)),
-            registry=ToolRegistry([ExecuteJavaScriptTool(sandbox)]),
-            keys={"groq": "gsk_test0123456789", "openai": None},
-        )
+        serve_mcp(app_runtime, sandbox, MCPServerConfig("docs", docs.url))
 
         def reply(body):
             if any(m["role"] == "tool" for m in body["messages"]):
@@ -364,16 +370,74 @@ def test_an_mcp_call_is_a_tool_span_with_its_server(telemetry, fake_llm, sandbox
 
         telemetry.exporter.clear()
         down = MCPServerConfig("down", f"http://127.0.0.1:{free_port()}/mcp")
-        app_runtime(
-            Settings(model_chain=f"groq:{MODEL}", mcp_servers=(down, MCPServerConfig("docs", docs.url))),
-            registry=ToolRegistry([ExecuteJavaScriptTool(sandbox)]),
-            keys={"groq": "gsk_test0123456789", "openai": None},
-        )
+        serve_mcp(app_runtime, sandbox, down, MCPServerConfig("docs", docs.url))
         invoke(chat_event("make it fail"))
         (span,) = telemetry.named("execute_tool")
         assert span.status.status_code is StatusCode.ERROR and span.attributes["error.type"] == "tool_error"
         (unavailable,) = [e for e in telemetry.agent().events if e.name == "chatloop.tools_unavailable"]
         assert "down" in unavailable.attributes  # the server left out of the turn, and why
+
+
+def recording(app: Any, bodies: list[dict]) -> Any:
+    """``app`` (ASGI), each JSON-RPC request it is sent kept in ``bodies``."""
+
+    async def wrapper(scope: dict, receive: Any, send: Any) -> None:
+        if scope["type"] != "http":
+            return await app(scope, receive, send)
+        chunks, more = [], True
+        while more:
+            message = await receive()
+            chunks.append(message.get("body", b""))
+            more = message.get("more_body", False)
+        body = b"".join(chunks)
+        with contextlib.suppress(ValueError):
+            bodies.append(json.loads(body))
+        replayed = False
+
+        async def replay() -> dict:
+            nonlocal replayed
+            if not replayed:
+                replayed = True
+                return {"type": "http.request", "body": body, "more_body": False}
+            return await receive()
+
+        return await app(scope, replay, send)
+
+    return wrapper
+
+
+def test_an_mcp_call_carries_its_spans_trace_context_in_params_meta(
+    telemetry, fake_llm, sandbox, app_runtime
+):
+    bodies: list[dict] = []
+    inner = tools_server().streamable_http_app(
+        streamable_http_path="/mcp", stateless_http=True, json_response=True
+    )
+    with MCPTestServer(recording(inner, bodies)) as docs:
+        serve_mcp(app_runtime, sandbox, MCPServerConfig("docs", docs.url))
+
+        def reply(body):
+            if any(m["role"] == "tool" for m in body["messages"]):
+                return text(body["model"], "Both found.", groq=True)
+            calls = [
+                ("c1", "docs__search", '{"query": "limits"}'),
+                ("c2", "docs__search", '{"query": "quotas"}'),
+            ]
+            return tool_calls(body["model"], calls, groq=True)
+
+        fake_llm.default = reply
+        status, _, _ = invoke(chat_event("search twice"))
+        assert status == 200
+    runs = {s.attributes["gen_ai.tool.call.id"]: s for s in telemetry.named("execute_tool")}
+    sent = {
+        b["params"]["arguments"]["query"]: b["params"].get("_meta", {}).get("traceparent")
+        for b in bodies
+        if b.get("method") == "tools/call"
+    }
+    context = {q: runs[c].context for c, q in (("c1", "limits"), ("c2", "quotas"))}
+    assert sent == {
+        q: f"00-{c.trace_id:032x}-{c.span_id:016x}-{c.trace_flags:02x}" for q, c in context.items()
+    }  # each run its own
 
 
 # --- content: off by default, redacted when on --------------------------------------------------------------

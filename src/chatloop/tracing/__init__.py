@@ -16,8 +16,10 @@ Usage (``api/serve.py``, the API layer's one hook)::
 
 from __future__ import annotations
 
+import json
 import sys
 from collections.abc import AsyncIterator, Callable, Mapping
+from contextvars import ContextVar
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -28,7 +30,7 @@ if TYPE_CHECKING:
     from chatloop.engine.events import Event
     from chatloop.providers.chain import FallbackChain
 
-__all__ = ["TurnScope", "enabled", "flush", "traced_if_enabled", "traced_turn"]
+__all__ = ["TurnScope", "enabled", "flush", "tool_trace_context", "traced_if_enabled", "traced_turn"]
 
 
 @dataclass(frozen=True)
@@ -44,6 +46,25 @@ class TurnScope:
     environment is frozen once the response is sent, and a frozen environment exports nothing)."""
     lambda_trace_id: str | None = None
     """``_X_AMZN_TRACE_ID`` of the invocation (buffered mode), continued when the request carries no trace header."""
+
+
+_TOOL_RUNS: ContextVar[Mapping[tuple[str, str], Mapping[str, str]] | None] = ContextVar(
+    "chatloop_tool_runs", default=None
+)
+"""The trace context of each traced tool run under way in this task, by (tool name, arguments): the turn's tracing
+sets it as a run's span starts; the runs (in tasks of their own, which copy it) read it."""
+
+
+def tool_run_key(name: str, arguments: object) -> tuple[str, str]:
+    """What tells one run of a batch from another: the engine runs one call per tool and arguments."""
+    return name, json.dumps(arguments, sort_keys=True, default=str)
+
+
+def tool_trace_context(name: str, arguments: Mapping[str, object]) -> dict[str, str]:
+    """The W3C trace context (``traceparent``) of the run of ``name`` with ``arguments`` under way, for a tool that
+    calls a server (an MCP ``tools/call`` carries it in ``params._meta``); empty when the turn is not traced."""
+    runs = _TOOL_RUNS.get()
+    return dict(runs.get(tool_run_key(name, arguments), {})) if runs else {}
 
 
 _INSTALLED: list[bool] = [False]

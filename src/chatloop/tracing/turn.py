@@ -16,9 +16,11 @@ Usage::
 from __future__ import annotations
 
 import asyncio
+import json
 from collections.abc import AsyncIterator, Callable, Mapping
 
 from opentelemetry.context import Context
+from opentelemetry.propagate import inject
 from opentelemetry.propagators.aws import AwsXRayPropagator
 from opentelemetry.trace import (
     NonRecordingSpan,
@@ -50,7 +52,7 @@ from chatloop.engine.events import (
 from chatloop.engine.summary import StopReason
 from chatloop.observability import logger, redact
 from chatloop.providers.chain import FallbackChain
-from chatloop.tracing import TurnScope
+from chatloop.tracing import _TOOL_RUNS, TurnScope, tool_run_key
 from chatloop.tracing.content import output_messages
 from chatloop.tracing.model import TracedModel, provider_and_model
 from chatloop.tracing.setup import Telemetry, telemetry_for
@@ -178,12 +180,18 @@ class TurnTrace:
             attributes["chatloop.mcp.server_tool"] = event.server_tool or ""
         if self.telemetry.capture_content:
             attributes["gen_ai.tool.call.arguments"] = redact(event.arguments)
-        self.tools[event.id] = self.telemetry.tracer.start_span(
+        span = self.telemetry.tracer.start_span(
             f"execute_tool {event.tool_name}",
             context=self.context,
             kind=SpanKind.INTERNAL,
             attributes=attributes,
         )
+        self.tools[event.id] = span
+        if event.server is not None:  # the run's context, for the server it calls (MCP's params._meta)
+            carrier: dict[str, str] = {}
+            inject(carrier, context=set_span_in_context(span))
+            key = tool_run_key(event.tool_name, _arguments(event.arguments))
+            _TOOL_RUNS.set({**(_TOOL_RUNS.get() or {}), key: carrier})
 
     def _tool_answered(self, event: ToolCallResult) -> None:
         span = self.tools.pop(event.id, None)
@@ -319,10 +327,16 @@ def _scalars(data: Mapping[str, object], skip: frozenset[str] | set[str] = froze
     return out
 
 
+def _arguments(raw: str) -> object:
+    """A call's arguments as the tool gets them (the engine runs only calls whose arguments are a JSON object)."""
+    try:
+        return json.loads(raw or "{}")
+    except ValueError:
+        return raw
+
+
 def _error_kind(content: str) -> str:
     """A failed run's error class (``TimeoutError``, ``CPULimitError`` ...) from its ``{"error": "Kind: ..."}``."""
-    import json
-
     try:
         error = json.loads(content).get("error")
     except (ValueError, AttributeError):
