@@ -28,7 +28,8 @@ from chatloop.observability import register_secret
 from chatloop.providers.base import ModelResponse, TextDelta
 from chatloop.tools.base import ToolRegistry
 from chatloop.tools.javascript import ExecuteJavaScriptTool
-from chatloop.tracing import TurnScope, traced_turn
+from chatloop.tracing import traced_turn
+from chatloop.tracing.scope import TurnScope
 from chatloop.tracing.setup import SECONDS_BUCKETS, TOKEN_BUCKETS, install, uninstall
 from tests.support.events import parse_sse, rest_event
 from tests.support.fake_llm import error, text, tool_calls

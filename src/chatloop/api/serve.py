@@ -29,7 +29,6 @@ from chatloop.engine.events import Delta, Done, TurnError
 from chatloop.observability import SecretHold, logger, metrics, record_turn_metrics, redact
 from chatloop.providers.chain import FallbackChain
 from chatloop.tools.base import ToolRegistry
-from chatloop.tracing import traced_if_enabled
 
 INTERNAL_ERROR = TurnError("internal_error", "internal error while sending the response")
 """What a stream that broke mid-way tells its client (the traceback stays in the log)."""
@@ -76,6 +75,7 @@ def turn_events(
     """The turn's events, with the request id on ``done``, metrics recorded from them, and traced when tracing is on
     (``conversation_id``: the stored conversation the turn belongs to)."""
     ctx.request_id  # noqa: B018 - settled before the turn: behind the adapter it is the turn's log correlation id
+    from chatloop.tracing import traced_if_enabled  # with the first turn, not at import (cold start)
 
     def run(chain: FallbackChain) -> AsyncIterator[Event]:
         return run_turn(turn, chain, registry, ctx.deadline, ctx.runtime.limits)

@@ -10,7 +10,7 @@ Usage (``api/serve.py``, the API layer's one hook)::
 
     events = traced_if_enabled(ctx, chain, lambda chain: run_turn(turn, chain, registry, deadline), conversation_id)
 
-    # the engine alone (tests): a scope says what the trace knows of the request
+    # the engine alone (tests): a scope (``scope.TurnScope``) says what the trace knows of the request
     events = traced_turn(settings, TurnScope("req-1", headers={"traceparent": ...}), chain, run)
 """
 
@@ -20,7 +20,6 @@ import json
 import sys
 from collections.abc import AsyncIterator, Callable, Mapping
 from contextvars import ContextVar
-from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from chatloop.config import Settings, from_environment
@@ -29,23 +28,9 @@ if TYPE_CHECKING:
     from chatloop.api.context import RequestContext
     from chatloop.engine.events import Event
     from chatloop.providers.chain import FallbackChain
+    from chatloop.tracing.scope import TurnScope
 
-__all__ = ["TurnScope", "enabled", "flush", "tool_trace_context", "traced_if_enabled", "traced_turn"]
-
-
-@dataclass(frozen=True)
-class TurnScope:
-    """What a turn's trace knows of its request (the engine knows no HTTP)."""
-
-    request_id: str
-    headers: Mapping[str, str] = field(default_factory=dict)
-    """The request's headers: an incoming ``traceparent`` (or X-Ray's ``x-amzn-trace-id``) is continued."""
-    conversation_id: str | None = None
-    flush: bool = False
-    """Export the turn's spans and metrics once its last event was taken, before its stream ends (on Lambda: the
-    environment is frozen once the response is sent, and a frozen environment exports nothing)."""
-    lambda_trace_id: str | None = None
-    """``_X_AMZN_TRACE_ID`` of the invocation (buffered mode), continued when the request carries no trace header."""
+__all__ = ["enabled", "flush", "tool_trace_context", "traced_if_enabled", "traced_turn"]
 
 
 _TOOL_RUNS: ContextVar[Mapping[tuple[str, str], Mapping[str, str]] | None] = ContextVar(
@@ -98,6 +83,8 @@ def traced_if_enabled(
     API layer. On Lambda (either mode) the spans are flushed before the turn's stream ends."""
     if not enabled(ctx.settings):
         return run(chain)
+    from chatloop.tracing.scope import TurnScope  # a dataclass costs ~0.7 ms to define: not at import
+
     scope = TurnScope(
         ctx.request_id,
         headers={k: v for k, v in ctx.request.headers.items() if k in _PROPAGATION_HEADERS},

@@ -52,9 +52,10 @@ from chatloop.engine.events import (
 from chatloop.engine.summary import StopReason
 from chatloop.observability import logger, redact
 from chatloop.providers.chain import FallbackChain
-from chatloop.tracing import _TOOL_RUNS, TurnScope, tool_run_key
+from chatloop.tracing import _TOOL_RUNS, tool_run_key
 from chatloop.tracing.content import output_messages
 from chatloop.tracing.model import TracedModel, provider_and_model
+from chatloop.tracing.scope import TurnScope
 from chatloop.tracing.setup import Telemetry, telemetry_for
 
 AGENT = "chatloop"
