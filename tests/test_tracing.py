@@ -336,6 +336,21 @@ async def test_a_budget_guard_and_calls_not_run_are_events(telemetry):
     assert "tool_budget" in {e.attributes["guard"] for e in agent.events if e.name == "chatloop.guard"}
 
 
+async def test_a_model_written_tool_name_is_capped_and_redacted_in_events(telemetry):
+    register_secret(SECRET)
+    hostile = f"{SECRET}_" + "x" * 5000
+
+    def made_up(request, n):
+        if request.tools and n == 1:
+            return ModelResponse("", tool_calls=[call(hostile, {"q": 1})])
+        return ModelResponse("", content="done")
+
+    await traced(ScriptedModel(made_up), ToolRegistry([FakeSearch()]))
+    (not_run,) = [e for e in telemetry.agent().events if e.name == "chatloop.tool_call_not_run"]
+    name = not_run.attributes["name"]
+    assert SECRET not in name and name.startswith("[REDACTED]") and len(name) <= 512
+
+
 # --- MCP ------------------------------------------------------------------------------------------------------
 def serve_mcp(app_runtime: Any, sandbox: Any, *servers: MCPServerConfig) -> None:
     """The handler's app with the sandbox and ``servers``' tools, a groq model on the scripted server."""

@@ -69,6 +69,8 @@ GUARD_STOPS = {
 }
 """Stop reasons that are a guard tripping (a ``chatloop.guard`` event when no decision said so already)."""
 FAILED_STOPS = {StopReason.ERROR, StopReason.ALL_MODELS_FAILED}
+MAX_EVENT_TEXT = 512
+"""Characters kept of a string field of an event (a provider's error message, a model-written tool name)."""
 
 
 def incoming_context(scope: TurnScope) -> Context | None:
@@ -316,13 +318,14 @@ def _flush(telemetry: Telemetry) -> None:
 
 
 def _scalars(data: Mapping[str, object], skip: frozenset[str] | set[str] = frozenset()) -> Attributes:
-    """A flat event record's scalar fields as span attributes (None, lists and objects left out), strings redacted."""
+    """A flat event record's scalar fields as span attributes (None, lists and objects left out), strings redacted
+    and capped: a name a model wrote (a tool it called that does not exist) is no place for a payload."""
     out: Attributes = {}
     for key, value in data.items():
         if key in skip or value is None:
             continue
         if isinstance(value, str):
-            out[key] = redact(value)
+            out[key] = redact(value)[:MAX_EVENT_TEXT]
         elif isinstance(value, bool | int | float):
             out[key] = value
     return out
