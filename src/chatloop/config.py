@@ -4,7 +4,8 @@ Each field of ``Settings`` documents its environment variable; the README's conf
 names. Nothing else in the package reads ``os.environ``: what is read later than start-up, by name, goes through
 ``from_environment`` here — the provider keys (which may also come from a secret, and are registered for redaction
 when read), the providers' base URLs, ``DENO_BIN``, the values of MCP header placeholders, and the Powertools
-service and namespace names (Powertools itself reads its ``POWERTOOLS_*`` variables too).
+service and namespace names (Powertools itself reads its ``POWERTOOLS_*`` variables too, and the OpenTelemetry SDK,
+once tracing is configured here, its own limits and resource variables such as ``OTEL_ATTRIBUTE_VALUE_LENGTH_LIMIT``).
 
 Usage::
 
