@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -298,3 +299,36 @@ def test_the_template_sets_up_each_trace_export(translated, mode):
     assert {"Ref": "OtelCollectorLayerArn"} in function["Layers"]
     settings = Settings.from_env({"OTEL_EXPORTER_OTLP_ENDPOINT": "http://localhost:4318"})
     assert settings.otel_metrics_endpoint() == "http://localhost:4318/v1/metrics"
+
+
+class SlowProvider:
+    """A provider whose flush takes ``seconds`` of the budget it is given (an endpoint that does not answer)."""
+
+    def __init__(self, seconds: float) -> None:
+        self.seconds = seconds
+        self.given: list[int] = []
+
+    def force_flush(self, timeout_millis: int) -> bool:
+        self.given.append(timeout_millis)
+        time.sleep(min(self.seconds, timeout_millis / 1000))
+        return False
+
+    def get_tracer(self, *args: object, **kwargs: object) -> object:
+        from opentelemetry.trace import NoOpTracer
+
+        return NoOpTracer()
+
+
+def test_a_flush_shares_one_budget_spans_first_and_never_outlasts_the_request():
+    from chatloop.tracing.setup import Telemetry
+
+    spans, metrics = SlowProvider(0.2), SlowProvider(0.0)
+    telemetry = Telemetry.of(spans, None, capture_content=False, flush_timeout_ms=3000)
+    telemetry.meter_provider = metrics
+    telemetry.flush(within_ms=250)  # the request has 250 ms left: the export timeout (3 s) does not apply
+    (given,) = spans.given
+    assert 0 < given <= 250 and len(metrics.given) == 1 and metrics.given[0] <= given - 200  # what spans left
+    telemetry.flush(within_ms=0)  # nothing left: nothing waited for
+    assert len(spans.given) == 1 and len(metrics.given) == 1
+    telemetry.flush()  # no deadline: the export timeout
+    assert 2900 < spans.given[-1] <= 3000

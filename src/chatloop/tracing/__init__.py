@@ -90,6 +90,7 @@ def traced_if_enabled(
         headers={k: v for k, v in ctx.request.headers.items() if k in _PROPAGATION_HEADERS},
         conversation_id=conversation_id,
         flush=ctx.in_lambda,
+        deadline=ctx.deadline,
         lambda_trace_id=_lambda_trace_id(ctx),
     )
     return traced_turn(ctx.settings, scope, chain, run)

@@ -13,6 +13,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
+from chatloop.deadline import Deadline
+
 
 @dataclass(frozen=True)
 class TurnScope:
@@ -25,5 +27,7 @@ class TurnScope:
     flush: bool = False
     """Export the turn's spans and metrics once its last event was taken, before its stream ends (on Lambda: the
     environment is frozen once the response is sent, and a frozen environment exports nothing)."""
+    deadline: Deadline | None = None
+    """The request's deadline: the flush at the end waits no longer than what is left of it."""
     lambda_trace_id: str | None = None
     """``_X_AMZN_TRACE_ID`` of the invocation (buffered mode), continued when the request carries no trace header."""

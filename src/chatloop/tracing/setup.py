@@ -16,6 +16,7 @@ Usage::
 from __future__ import annotations
 
 import threading
+import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 from urllib.parse import unquote, urlsplit
@@ -92,14 +93,20 @@ class Telemetry:
             flush_does_io=flush_does_io,
         )
 
-    def flush(self) -> None:
-        """Export every finished span and the metrics recorded so far, waiting at most the export timeout."""
-        flush_spans = getattr(self.tracer_provider, "force_flush", None)
-        if flush_spans is not None:
-            flush_spans(self.flush_timeout_ms)
-        flush_metrics = getattr(self.meter_provider, "force_flush", None)
-        if flush_metrics is not None:
-            flush_metrics(self.flush_timeout_ms)
+    def flush(self, within_ms: float | None = None) -> None:
+        """Export every finished span, then the metrics recorded so far, waiting at most the export timeout (and at
+        most ``within_ms``: what the request has left) for both together. An endpoint that is down costs a request
+        that long, never more; what was not sent by then is sent by the exporter's thread, or dropped."""
+        budget = min(self.flush_timeout_ms, within_ms if within_ms is not None else self.flush_timeout_ms)
+        started = time.monotonic()
+        for provider in (self.tracer_provider, self.meter_provider):
+            left = int(budget - (time.monotonic() - started) * 1000)
+            force_flush = getattr(provider, "force_flush", None)
+            if force_flush is None:
+                continue
+            if left <= 0:
+                break
+            force_flush(left)
 
 
 _LOCK = threading.Lock()

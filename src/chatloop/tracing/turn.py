@@ -287,13 +287,12 @@ async def trace_turn(
     finally:
         trace.end(stop)
         if scope.flush and stop is not None:  # no await while the stream is torn down: flushed in place
-            _flush(telemetry)
-    if (
-        scope.flush and telemetry.flush_does_io
-    ):  # an export over the network: the event loop goes on meanwhile
-        await asyncio.to_thread(_flush, telemetry)
+            _flush(telemetry, scope)
+    if scope.flush and telemetry.flush_does_io:
+        # An export over the network: the event loop goes on meanwhile (heartbeats, other requests).
+        await asyncio.to_thread(_flush, telemetry, scope)
     elif scope.flush:  # in-process exporters (tests, the bench): nothing to wait for, no thread to hop to
-        _flush(telemetry)
+        _flush(telemetry, scope)
 
 
 async def _close(events: AsyncIterator[Event]) -> None:
@@ -310,9 +309,11 @@ def _safely(handle: Callable[[Event], None], event: Event) -> None:
         logger.exception(f"tracing: the {event.name} event could not be recorded")
 
 
-def _flush(telemetry: Telemetry) -> None:
+def _flush(telemetry: Telemetry, scope: TurnScope) -> None:
+    """Export what the turn recorded, within what its request has left (a flush never makes an answer late)."""
+    within = None if scope.deadline is None else max(0.0, scope.deadline.remaining() * 1000)
     try:
-        telemetry.flush()
+        telemetry.flush(within)
     except Exception:  # an exporter failing never fails the turn
         logger.exception("tracing: flush failed")
 
