@@ -8,6 +8,8 @@ import sys
 from datetime import UTC, datetime
 from pathlib import Path
 
+from bench import tracing
+
 
 def chart(rows: list[dict], path: Path) -> None:
     import matplotlib
@@ -280,6 +282,7 @@ def report(results: dict, quick: bool) -> str:
         "",
     ]
     lines += against_section(results["against"])
+    lines += tracing.section(results["tracing"]) if "tracing" in results else []
     if "budgets" in results:  # bench/budgets.py (#35)
         from bench import budgets
 

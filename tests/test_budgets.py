@@ -496,3 +496,23 @@ def test_a_spent_day_is_refused_until_midnight_utc_then_answered(serve, fake_llm
     assert answer.parse().choices[0].message.content == "Hi there!"
     assert answer.headers["x-ratelimit-reset-tokens"] == "23h59m59s"  # 00:00:01 UTC
     assert usage_of(server)["usage"]["day"] == "2026-11-28"
+
+
+def test_a_metered_turn_is_traced_and_its_span_says_the_budget_stopped_it(tmp_path, app_runtime):
+    """Budgets and tracing compose: tracing traces the chain's models in place, the budget's wrapper around the same
+    chain calls them, so each metered model call is a chat span and the turn's span ends ``budget``."""
+    from chatloop.tracing.setup import uninstall
+    from tests.test_tracing import Telemetry
+
+    telemetry = Telemetry()
+    try:
+        model = ScriptedModel(searcher, name="groq:llama-3.3-70b-versatile")
+        settings = Settings(conversation_store_path=str(tmp_path / "s.sqlite3"), budget_tokens_per_day=1200)
+        app_runtime(settings, model=model, registry=ToolRegistry([FakeSearch()]), keys={})
+        event = rest_event("POST", "/chat", {"messages": HELLO, "stream": False, "max_tokens": 100})
+        answer = handle(event)
+        assert answer["statusCode"] == 200 and json.loads(answer["body"])["stop_reason"] == "budget"
+        assert len(telemetry.named("chat ")) == 1 and model.calls == 1
+        assert (telemetry.agent().attributes or {})["chatloop.stop_reason"] == "budget"
+    finally:
+        uninstall()

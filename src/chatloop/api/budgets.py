@@ -15,8 +15,8 @@ answers unmetered with a warning and a ``BudgetStoreFailures`` metric.
 
 Counters (an endpoint)::
 
-    model = await admit(ctx, turn, model)            # 429 / 503 before the response starts
-    events = turn_events(ctx, turn, model, registry)
+    metered = await budgeted(ctx, turn, model, registry)    # serve.budgeted -> admit: 429 / 503 now
+    events = turn_events(ctx, turn, model, registry, metered=metered)
 """
 
 from __future__ import annotations
