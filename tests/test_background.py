@@ -168,5 +168,5 @@ def test_the_buffered_handler_invokes_itself_and_runs_the_event_once(tmp_path, a
     assert handle(payload)["ran"] is False
     assert writer.calls == ["in the background"]
     # The pass-through path through API Gateway: refused, and nothing runs.
-    status, refused = call("POST", "/events", payload)
+    status, _ = call("POST", "/events", payload)
     assert status == 403 and writer.calls == ["in the background"]
