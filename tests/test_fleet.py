@@ -134,6 +134,24 @@ def test_a_chat_turn_is_stopped_from_the_other_copy(fleet, llm):
     assert again.json()["stopped"] is False
 
 
+def test_a_chat_turn_is_followed_live_on_the_other_copy(fleet):
+    _, made = fleet.request("POST", "/v1/conversations", json={})
+    conversation = made.json()["id"]
+    body = {"conversation": conversation, "messages": [{"role": "user", "content": "narrate slowly"}]}
+    reader = Reader(fleet, "POST", "/chat", body)
+    reader.start()
+    assert reader.started.wait(30) and reader.status == 200
+    path = f"/chat/follow?conversation={conversation}&starting_after=-1"
+    with fleet.stream("GET", path, avoid=reader.copy) as (copy, followed):
+        assert followed.status_code == 200 and copy is not reader.copy
+        events = list(sse_events(followed.iter_lines()))
+    reader.join(30)
+    assert events == reader.events  # every event of the turn, in order, the same as its own client's
+    assert events[-1]["stop_reason"] == "stop" and f"w{WORDS - 1}" in events[-1]["message"]["content"]
+    _, after = fleet.request("GET", path)
+    assert after.status_code == 404  # nothing runs there any more: the page reads the stored answer
+
+
 # --- background responses --------------------------------------------------------------------------------------
 def background(fleet: Fleet, text: str, **extra: Any) -> tuple[Any, dict[str, Any]]:
     before = len(fleet.invocations)

@@ -1,7 +1,8 @@
 """The chat page behind two copies of the app (issue 31), in Chromium: the page reloaded in the middle of an answer
-is served by the copy that is not running the turn, and shows the answer. Two app servers (each its own runtime and
-store client) over one SQLite file; after the reload every request of the page is routed to the second copy
-(Playwright's routing stands in for the load balancer)."""
+is served by the copy that is not running the turn, follows the turn there (``GET /chat/follow``, from the journal)
+and shows the answer. Two app servers (each its own runtime and store client) over one SQLite file; after the
+reload every request of the page is routed to the second copy (Playwright's routing stands in for the load balancer;
+it hands the page each answer whole, so the follow stream arrives at once rather than as it is written)."""
 
 from __future__ import annotations
 
@@ -50,5 +51,6 @@ def test_a_reload_mid_answer_served_by_the_other_copy_shows_the_answer(open_page
     expect(answer).to_contain_text("word39", timeout=30_000)
     assert answer.inner_text().startswith("Turn 1: answer slowly please")
     assert any("/v1/conversations/conv_" in url for url in served)  # read from the other copy
+    assert any("/chat/follow?conversation=conv_" in url for url in served)  # followed there, from the journal
     assert all(url.startswith(second.root) for url in served)
     assert page.errors == []

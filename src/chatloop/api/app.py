@@ -65,6 +65,7 @@ def routes(settings: Settings) -> list[BaseRoute]:
     return [
         Route("/chat", idempotent(chat.chat), methods=["POST"]),
         Route("/chat/stop", lazy("chat_threads", "stop_chat"), methods=["POST"]),
+        Route("/chat/follow", lazy("chat_threads", "follow_chat"), methods=["GET"]),
         Route("/v1/chat/completions", idempotent(openai_chat.chat_completions), methods=["POST"]),
         Route("/v1/responses", idempotent(lazy("responses", "responses")), methods=["POST"]),
         Route("/v1/responses/{response_id}", lazy("stored", "retrieve_response"), methods=["GET"]),

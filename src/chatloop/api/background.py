@@ -96,11 +96,11 @@ async def queue(request: Request, body: ResponsesBody, keeping: Keeping, echo: R
     logger.info(f"background response {rid} queued")
     if not body.stream:
         return JSONBody(queued)
-    from chatloop.api.follow import follow
+    from chatloop.api.follow import follow_response
     from chatloop.api.stored import longest_turn, replay
 
     events = [StoredEvent(0, json_object(first))]
-    followed = follow(store, owner, rid, events, 0, ctx.deadline, longest_turn(request))
+    followed = follow_response(store, owner, rid, events, 0, ctx.deadline, longest_turn(request))
     return StreamingResponse(
         replay(followed),
         media_type="text/event-stream",

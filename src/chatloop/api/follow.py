@@ -13,7 +13,7 @@ crashed. Whoever reads it first ends it ``failed`` (``settled``), once, with its
 Usage (``api.stored``)::
 
     events = await store.events_after(owner, "resp_1", 4, deadline)         # None: 404
-    async for data in follow(store, owner, "resp_1", events, 4, ctx.deadline, longest):
+    async for data in follow_response(store, owner, "resp_1", events, 4, ctx.deadline, longest):
         ...
 """
 
@@ -21,7 +21,8 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from typing import TypeAlias
 
 from chatloop.api.journal import TERMINAL
 from chatloop.api.runs import call_deadline, runs_of
@@ -41,17 +42,24 @@ END_MARGIN_SECONDS = 0.5
 """Kept back from the follower's deadline to send its last event."""
 
 
+Read: TypeAlias = "Callable[[int, Deadline], Awaitable[list[StoredEvent] | None]]"
+"""The journal's events after a sequence number (None: the journal is gone)."""
+Ended: TypeAlias = "Callable[[int], Awaitable[JSONObject | None]]"
+"""The event that ends a follower whose journal went quiet: the turn ended without journaling its end, or died
+(None: it still runs)."""
+
+
 async def follow(
-    store: ConversationStore,
-    owner: str,
-    response_id: str,
+    read: Read,
     first: Sequence[StoredEvent],
     after: int,
     deadline: Deadline,
-    longest: float,
+    *,
+    terminal: frozenset[str] = TERMINAL,
+    ended: Ended | None = None,
 ) -> AsyncIterator[JSONObject]:
     """The events after ``after`` (``first``: those already read), then each new one as the journal gets it, until
-    the terminal event, or the deadline (then an ``error`` event naming where to resume)."""
+    a ``terminal`` one, or the deadline (then an ``error`` event naming where to resume)."""
     events = list(first)
     delay = POLL_FIRST_SECONDS
     quiet_since = time.monotonic()
@@ -59,7 +67,7 @@ async def follow(
         for event in events:
             after = event.sequence_number
             yield event.data
-            if event.data.get("type") in TERMINAL:
+            if event.data.get("type") in terminal:
                 return
         if events:
             delay, quiet_since = POLL_FIRST_SECONDS, time.monotonic()
@@ -70,21 +78,41 @@ async def follow(
             return
         await asyncio.sleep(delay)
         try:
-            read = await store.events_after(owner, response_id, after, deadline.earliest(call_seconds()))
+            read_now = await read(after, deadline.earliest(call_seconds()))
         except StoreUnavailable as error:
-            logger.warning(f"following {response_id}: the store failed ({error}); trying again")
+            logger.warning(f"following a turn: the store failed ({error}); trying again")
             events = []
             continue
-        if read is None:  # deleted meanwhile (or expired)
-            yield resume_here(after, "the response is no longer stored")
+        if read_now is None:  # deleted meanwhile (or expired)
+            yield resume_here(after, "the turn is no longer stored")
             return
-        events = read
-        if not events and time.monotonic() - quiet_since > RECORD_EVERY_SECONDS:
+        events = read_now
+        if not events and ended is not None and time.monotonic() - quiet_since > RECORD_EVERY_SECONDS:
             quiet_since = time.monotonic()
-            ending = await _ended_unjournaled(store, owner, response_id, after, longest)
+            ending = await ended(after)
             if ending is not None:
                 yield ending
                 return
+
+
+def follow_response(
+    store: ConversationStore,
+    owner: str,
+    response_id: str,
+    first: Sequence[StoredEvent],
+    after: int,
+    deadline: Deadline,
+    longest: float,
+) -> AsyncIterator[JSONObject]:
+    """A stored response's events after ``after``, followed to its terminal event (see ``follow``)."""
+
+    async def read(position: int, within: Deadline) -> list[StoredEvent] | None:
+        return await store.events_after(owner, response_id, position, within)
+
+    async def ended(position: int) -> JSONObject | None:
+        return await _ended_unjournaled(store, owner, response_id, position, longest)
+
+    return follow(read, first, after, deadline, ended=ended)
 
 
 def call_seconds() -> float:

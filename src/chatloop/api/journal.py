@@ -12,7 +12,7 @@ Events are numbered by the renderer from 0; ``offset`` shifts them (a background
 
 Usage::
 
-    journal = Journal(store, owner, "resp_1", deadline=ctx.store_deadline, begin=create_record)
+    journal = Journal(response_appender(store, owner, "resp_1"), "resp_1", deadline=ctx.write_deadline, begin=create)
     renderer = ResponsesRenderer(rid, echo, keep, listener=journal.add)
     ...
     await journal.close()                                   # the rest written, the writer ended
@@ -32,6 +32,9 @@ from chatloop.observability import logger
 from chatloop.store.model import StoredEvent, StoreUnavailable
 from chatloop.store.protocol import ConversationStore
 
+Append = Callable[[list[StoredEvent], Deadline], Awaitable[object]]
+"""Writes a batch of events where the journal keeps them."""
+
 FLUSH_SECONDS = 0.15
 """How long an event may wait for others to share its write (measured: bench/fleet.py; a follower's delay is this
 plus its poll interval)."""
@@ -46,21 +49,30 @@ class JournalStats:
     failed_writes: int = 0
 
 
+def response_appender(store: ConversationStore, owner: str, response_id: str) -> Append:
+    """Appends to a stored response's events."""
+
+    async def append(batch: list[StoredEvent], deadline: Deadline) -> object:
+        return await store.append_events(owner, response_id, batch, deadline)
+
+    return append
+
+
 class Journal:
     def __init__(
         self,
-        store: ConversationStore,
-        owner: str,
+        append: Append,
         response_id: str,
         *,
         deadline: Callable[[], Deadline],
         begin: Callable[[dict[str, object]], Awaitable[None]] | None = None,
         offset: int = 0,
+        terminal: frozenset[str] = TERMINAL,
         flush_seconds: float = FLUSH_SECONDS,
         flush_events: int = FLUSH_EVENTS,
     ) -> None:
-        self.store, self.owner, self.response_id = store, owner, response_id
-        self.deadline, self.begin, self.offset = deadline, begin, offset
+        self.append, self.response_id = append, response_id
+        self.deadline, self.begin, self.offset, self.terminal_types = deadline, begin, offset, terminal
         self.flush_seconds, self.flush_events = flush_seconds, flush_events
         self.stats = JournalStats()
         self.began = asyncio.Event()
@@ -87,9 +99,9 @@ class Journal:
             self._first = shifted
         self._pending.append(StoredEvent(number + self.offset, json_object(shifted)))
         self._have.set()
-        if data.get("type") in TERMINAL:
+        if data.get("type") in self.terminal_types:
             self.terminal = shifted
-        if data.get("type") in TERMINAL or len(self._pending) >= self.flush_events:
+        if data.get("type") in self.terminal_types or len(self._pending) >= self.flush_events:
             self._urgent.set()
         if self._writer is None:
             self._writer = asyncio.get_running_loop().create_task(self._write())
@@ -129,7 +141,7 @@ class Journal:
     async def _append(self, batch: list[StoredEvent]) -> bool:
         started = time.perf_counter()
         try:
-            await self.store.append_events(self.owner, self.response_id, batch, self.deadline())
+            await self.append(batch, self.deadline())
         except StoreUnavailable as error:
             self.stats.failed_writes += 1
             logger.warning(f"response {self.response_id}: {len(batch)} journal events not written: {error}")

@@ -16,7 +16,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from chatloop.api.context import RequestContext
-from chatloop.api.journal import Journal
+from chatloop.api.journal import Journal, response_appender
 from chatloop.api.running import Stop, Tracked, run_to_the_end, stoppable
 from chatloop.api.runs import end_run, watcher
 from chatloop.api.serve import serve_turn
@@ -57,7 +57,8 @@ async def serve(
             await store.create_response(owner, json_object(response), input_items(body), ctx.write_deadline())
 
     # A background turn's record was made when it was queued, with response.queued as event 0.
-    journal = Journal(store, owner, rid, deadline=ctx.write_deadline, begin=None if worker else begin)
+    append = response_appender(store, owner, rid)
+    journal = Journal(append, rid, deadline=ctx.write_deadline, begin=None if worker else begin)
     if worker:
         journal.offset = 1
     keeping.journal = journal

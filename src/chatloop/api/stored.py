@@ -183,7 +183,7 @@ def input_items(body: ResponsesBody) -> list[Item]:
 async def retrieve_response(request: Request) -> Response:
     """The response as it stands (``in_progress`` while its turn runs, wherever it runs); with ``stream=true``, its
     events after ``starting_after``, followed live until its terminal event (``api.follow``)."""
-    from chatloop.api.follow import follow, settled
+    from chatloop.api.follow import follow_response, settled
 
     store, owner, deadline = store_context(request)
     response_id = checked_id(str(request.path_params["response_id"]))
@@ -200,7 +200,7 @@ async def retrieve_response(request: Request) -> Response:
         if events is None:
             raise not_found("response", response_id)
         ctx = RequestContext.of(request)
-        followed = follow(store, owner, response_id, events, int(after), ctx.deadline, longest)
+        followed = follow_response(store, owner, response_id, events, int(after), ctx.deadline, longest)
         return StreamingResponse(
             replay(followed), media_type="text/event-stream", headers={"cache-control": "no-cache"}
         )

@@ -23,14 +23,14 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Callable, Collection
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass, replace
 from typing import Literal
 
 from chatloop.deadline import Deadline
 from chatloop.jsontypes import JSONObject
-from chatloop.store.model import Item, Record
-from chatloop.store.service import Store, owner_key
+from chatloop.store.model import Item, Record, StoredEvent
+from chatloop.store.service import MAX_EVENTS_READ, Store, owner_key
 
 RunStatus = Literal["queued", "in_progress", "completed", "failed", "cancelled", "incomplete"]
 ACTIVE: frozenset[str] = frozenset({"queued", "in_progress"})
@@ -151,6 +151,42 @@ class Runs:
             owner, key, deadline, lambda run: run.active and not run.cancel, cancel=True
         )
         return moved or await self.get(owner, key, deadline)
+
+    # --- a /chat turn's journal: its events, under a record of the turn's own ------------------------------
+    async def open_journal(self, owner: str, turn: str, deadline: Deadline) -> None:
+        now = time.time()
+        record = Record("run", int(now), math.ceil(now + self.store.ttl_seconds), {"journal": turn})
+        await self.store._run(deadline, self.store.backend.create, owner_key(owner), run_id(turn), record, {})
+
+    async def append_events(
+        self, owner: str, turn: str, events: Sequence[StoredEvent], deadline: Deadline
+    ) -> bool:
+        entries = [(e.sequence_number, Item(str(e.sequence_number), e.data)) for e in events]
+        return await self.store._run(
+            deadline,
+            self.store.backend.put_at,
+            owner_key(owner),
+            run_id(turn),
+            "events",
+            entries,
+            time.time(),
+        )
+
+    async def events_after(
+        self, owner: str, turn: str, after: int, deadline: Deadline
+    ) -> list[StoredEvent] | None:
+        rows = await self.store._run(
+            deadline,
+            self.store.backend.page,
+            owner_key(owner),
+            run_id(turn),
+            "events",
+            "asc",
+            after,
+            MAX_EVENTS_READ,
+            time.time(),
+        )
+        return None if rows is None else [StoredEvent(position, item.body) for position, item in rows]
 
     async def request_of(self, owner: str, key: str, deadline: Deadline) -> JSONObject | None:
         """The request body a background run was queued with."""

@@ -532,10 +532,64 @@ async function followPending(id, items, opening) {
     }
     const user = element("section", "turn user", mark.question);
     $("log").append(user);
+    if (await followLive(id, opening)) return;
     await awaitAnswer(id, last?.id ?? null, [user], mark.at + PENDING_WAIT_MS, opening);
   } else if (last && last.type === "message" && last.role === "user") {
     await awaitAnswer(id, last.id, [], Date.now() + UNANSWERED_WAIT_MS, opening);
   }
+}
+
+async function followLive(id, opening) {
+  // The turn still running, on whichever copy of the server runs it: its events from the server's journal, shown as
+  // they are written. False when none runs (or the stream broke): the stored answer is awaited instead.
+  const waiting = element("section", "turn assistant pending");
+  waiting.append(element("p", "note", "This question is being answered"));
+  $("log").append(waiting);
+  waitFor(opening); // no new question in this conversation before its answer is in
+  let response;
+  try {
+    const query = new URLSearchParams({ conversation: id, starting_after: "-1" });
+    response = await fetch(`chat/follow?${query}`, { headers: headers() });
+  } catch {
+    response = null;
+  }
+  if (!response?.ok || state.opening !== opening) {
+    waiting.remove();
+    if (state.waiting === opening) waitFor(null);
+    return state.opening !== opening;
+  }
+  const turn = new Turn();
+  let stopReason = null;
+  try {
+    const reader = response.body.getReader();
+    const decoder = new TextDecoder();
+    let buffer = "";
+    for (;;) {
+      const { value, done } = await reader.read();
+      if (done || state.opening !== opening) break;
+      buffer += decoder.decode(value, { stream: true });
+      const cut = buffer.lastIndexOf("\n\n");
+      if (cut < 0) continue;
+      for (const [name, data] of events(buffer.slice(0, cut))) {
+        turn.on(name, data);
+        if (name === "done") stopReason = data.stop_reason;
+      }
+      buffer = buffer.slice(cut + 2);
+    }
+  } catch {
+    // the stream broke: the stored answer is awaited below
+  } finally {
+    if (state.waiting === opening) waitFor(null);
+    waiting.remove();
+  }
+  if (state.opening !== opening) return true;
+  if (stopReason === null) {
+    turn.box.remove();
+    return false;
+  }
+  clearPending(id);
+  if (!NOT_STORED.has(stopReason)) noteLastItem(id);
+  return true;
 }
 
 async function awaitAnswer(id, after, replaced, until, opening) {
