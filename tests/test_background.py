@@ -170,3 +170,54 @@ def test_the_buffered_handler_invokes_itself_and_runs_the_event_once(tmp_path, a
     # The pass-through path through API Gateway: refused, and nothing runs.
     status, _ = call("POST", "/events", payload)
     assert status == 403 and writer.calls == ["in the background"]
+
+
+# --- webhooks -------------------------------------------------------------------------------------------------
+def test_a_background_responses_end_is_a_webhook_the_openai_sdk_verifies(tmp_path):
+    import base64
+    import threading
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    received: list[tuple[dict[str, str], bytes]] = []
+
+    class Receiver(BaseHTTPRequestHandler):
+        def log_message(self, *args: Any) -> None:
+            pass
+
+        def do_POST(self) -> None:
+            body = self.rfile.read(int(self.headers["content-length"]))
+            received.append(({k.lower(): v for k, v in self.headers.items()}, body))
+            self.send_response(200)
+            self.send_header("content-length", "0")
+            self.end_headers()
+
+    receiver = ThreadingHTTPServer(("127.0.0.1", 0), Receiver)
+    threading.Thread(target=receiver.serve_forever, daemon=True).start()
+    secret = "whsec_" + base64.b64encode(b"a webhook secret of 32 bytes....").decode()
+    settings = Settings(
+        conversation_store_path=str(tmp_path / "hooks.sqlite3"),
+        webhook_url=f"http://127.0.0.1:{receiver.server_address[1]}/hooks",
+        webhook_secret=secret,
+    )
+    try:
+        with app_server(settings, model=Writer(), registry=ToolRegistry()) as server:
+            sdk = client(server)
+            created = sdk.responses.create(model="chatloop", input="notify me", background=True)
+            poll(sdk, created.id, {"completed"})
+            deadline = time.monotonic() + 10
+            while not received:
+                assert time.monotonic() < deadline
+                time.sleep(0.05)
+    finally:
+        receiver.shutdown()
+        receiver.server_close()
+    headers, body = received[0]
+    verifier = openai.OpenAI(api_key="unused", webhook_secret=secret)
+    event = verifier.webhooks.unwrap(body, headers)
+    assert event.type == "response.completed" and event.data.id == created.id and event.object == "event"
+    with pytest.raises(openai.InvalidWebhookSignatureError):
+        verifier.webhooks.unwrap(body.replace(b"completed", b"cancelled"), headers)
+    with pytest.raises(openai.InvalidWebhookSignatureError):
+        openai.OpenAI(
+            api_key="unused", webhook_secret="whsec_" + base64.b64encode(b"x" * 32).decode()
+        ).webhooks.unwrap(body, headers)

@@ -196,6 +196,11 @@ class Settings:
     conversation_store_timeout_seconds: float = 5.0
     """CONVERSATION_STORE_TIMEOUT_SECONDS: the longest a request waits for the store (within its own deadline)
     before it answers 503."""
+    webhook_url: str = ""
+    """WEBHOOK_URL: where a background response's end is POSTed (``response.completed`` / ``failed`` / ``cancelled``
+    / ``incomplete``, signed with WEBHOOK_SECRET as OpenAI signs its webhooks). Empty: no webhooks."""
+    webhook_secret: str = ""
+    """WEBHOOK_SECRET: the signing secret of those webhooks (``whsec_`` + base64, as OpenAI's)."""
     background_timeout_seconds: float = 900.0
     """BACKGROUND_TIMEOUT_SECONDS: the longest a background response's turn runs (set it to the function's Timeout;
     on Lambda the invocation's own time left bounds it too). A stored turn still running this long after its last
@@ -306,6 +311,8 @@ class Settings:
                 raise ConfigError(f"MCP_ALLOWED_URLS entry {prefix!r} is not an http(s) URL prefix")
         if self.background_timeout_seconds <= 0:
             raise ConfigError("BACKGROUND_TIMEOUT_SECONDS must be positive")
+        if self.webhook_url and not (re.match(r"^https?://", self.webhook_url) and self.webhook_secret):
+            raise ConfigError("WEBHOOK_URL must be an http(s) URL, and WEBHOOK_SECRET set with it")
         if self.request_timeout_seconds <= 0 or self.deadline_reserve_seconds < 0:
             raise ConfigError(
                 "REQUEST_TIMEOUT_SECONDS must be positive and DEADLINE_RESERVE_SECONDS not negative"

@@ -324,6 +324,9 @@ async def cancel_response(request: Request) -> Response:
             and await runs.move(owner, rid, rid, {"queued"}, "cancelled", deadline)
         ):
             stored = await end_response(store, owner, rid, stored, "cancelled", deadline)
+            from chatloop.api.webhooks import notify
+
+            await notify(RequestContext.of(request).settings, rid, "cancelled")
             return JSONBody(stored.body)
         stop_here((owner, rid))
         waited = Deadline.after(min(CANCEL_WAIT_SECONDS, deadline.remaining()))

@@ -71,6 +71,9 @@ async def serve(
         status = await _settle_record(ctx, owner, rid, journal)
         if worker:
             await end_run(store, owner, rid, rid, status)
+            from chatloop.api.webhooks import notify
+
+            await notify(ctx.settings, rid, status)
 
     tracked = Tracked(
         (owner, rid), stop, watch=watcher(store, owner, rid, rid, begin=False) if worker else None, end=end
