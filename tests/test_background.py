@@ -120,6 +120,30 @@ def test_background_needs_store_and_a_plain_response_cannot_be_cancelled(server,
         sdk.responses.cancel(plain.id)
 
 
+def test_a_follower_ends_well_formed_at_its_deadline_and_resumes(tmp_path):
+    settings = Settings(
+        conversation_store_path=str(tmp_path / "deadline.sqlite3"),
+        request_timeout_seconds=1.5,  # each request's own deadline: the follower's
+        background_timeout_seconds=60,  # the background turn's: it outlives its followers
+    )
+    with app_server(settings, model=Writer(), registry=ToolRegistry()) as server:
+        sdk = client(server)
+        created = sdk.responses.create(model="chatloop", input="go on slowly", background=True)
+        first = list(sdk.responses.retrieve(created.id, stream=True, starting_after=0))
+        assert first[-1].type == "error" and first[-1].code == "stream_interrupted"  # ended, not cut
+        last = first[-2].sequence_number if len(first) > 1 else 0
+        assert first[-1].sequence_number == last and f"starting_after={last}" in first[-1].message
+        events = first[:-1]
+        while events[-1].type != "response.completed":  # resumed, as often as its deadline needs
+            more = list(
+                sdk.responses.retrieve(created.id, stream=True, starting_after=events[-1].sequence_number)
+            )
+            events += [e for e in more if e.type != "error"]
+        numbers = [e.sequence_number for e in events]
+        assert numbers == list(range(1, len(numbers) + 1))
+        assert events[-1].response.output_text.startswith("About go on slowly")
+
+
 # --- the Lambda path, buffered mode (the handler) ------------------------------------------------------------
 def test_the_buffered_handler_invokes_itself_and_runs_the_event_once(tmp_path, app_runtime, monkeypatch):
     import boto3

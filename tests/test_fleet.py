@@ -264,9 +264,10 @@ def test_the_pass_through_path_refuses_a_request_that_came_through_api_gateway(f
 
 
 # --- a dead turn ----------------------------------------------------------------------------------------------
-def test_a_background_turn_whose_copy_died_is_ended_failed_when_read(llm, tmp_path):
+@pytest.mark.parametrize("store", ["sqlite", "dynamodb"])
+def test_a_background_turn_whose_copy_died_is_ended_failed_when_read(llm, tmp_path, store):
     timeouts = {"BACKGROUND_TIMEOUT_SECONDS": "3", "REQUEST_TIMEOUT_SECONDS": "3"}
-    with Fleet(llm, tmp_path, copies=2, store="sqlite", **timeouts) as fleet:
+    with Fleet(llm, tmp_path, copies=2, store=store, **timeouts) as fleet:
         _, queued = background(fleet, "die slowly")
         rid = queued["id"]
         wait_for(lambda: model_calls(llm, "die slowly") == 1, every=0.02)
@@ -276,7 +277,7 @@ def test_a_background_turn_whose_copy_died_is_ended_failed_when_read(llm, tmp_pa
         def settled() -> dict[str, Any] | None:
             _, polled = fleet.request("GET", f"/v1/responses/{rid}", avoid=worker)
             body = polled.json()
-            return body if body["status"] != "in_progress" else None
+            return body if body["status"] not in ("queued", "in_progress") else None
 
         failed = wait_for(settled, timeout=60, every=0.5)
         assert failed["status"] == "failed" and "timed out" in failed["error"]["message"]
