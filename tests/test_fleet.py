@@ -54,6 +54,8 @@ def fleet(request, llm, tmp_path_factory) -> Iterator[Fleet]:
 
 
 def model_calls(llm: FakeLLM, words: str) -> int:
+    """How many model calls were asked to answer ``words`` (each test's words name its fleet's store: the fake
+    model serves both fleets of the module)."""
     return sum(words in str(r["body"]["messages"]) for r in llm.requests_for(MODEL))
 
 
@@ -162,7 +164,7 @@ def background(fleet: Fleet, text: str, **extra: Any) -> tuple[Any, dict[str, An
 
 
 def test_a_background_response_is_invoked_asynchronously_polled_and_resumed(fleet, llm):
-    _, queued = background(fleet, "summarise the background")
+    _, queued = background(fleet, f"summarise the background ({fleet.store})")
     assert queued["status"] == "queued" and queued["background"] is True and queued["output"] == []
     call = fleet.invocations[-1]
     assert call["function"] == FUNCTION and call["qualifier"] == VERSION and call["type"] == "Event"
@@ -183,7 +185,7 @@ def test_a_background_response_is_invoked_asynchronously_polled_and_resumed(flee
     assert events[-1]["type"] == "response.completed"
     numbers = [e["sequence_number"] for e in events]
     assert numbers == list(range(1, len(events) + 1))
-    assert model_calls(llm, "summarise the background") == 1
+    assert model_calls(llm, f"summarise the background ({fleet.store})") == 1
 
 
 def test_a_streamed_background_response_starts_queued_and_can_be_dropped_and_resumed(fleet):
@@ -211,12 +213,15 @@ def test_a_streamed_background_response_starts_queued_and_can_be_dropped_and_res
 
 
 def test_a_background_response_is_cancelled_from_the_other_copy(fleet, llm):
-    _, queued = background(fleet, "write slowly at length")
+    _, queued = background(fleet, f"write slowly at length ({fleet.store})")
     rid = queued["id"]
 
     def running() -> bool:  # read on the copy that is not running it (the other one is busy with the turn)
         _, polled = fleet.request("GET", f"/v1/responses/{rid}")
-        return polled.json()["status"] == "in_progress" and model_calls(llm, "write slowly at length") == 1
+        return (
+            polled.json()["status"] == "in_progress"
+            and model_calls(llm, f"write slowly at length ({fleet.store})") == 1
+        )
 
     wait_for(running)
     worker = next(c for c in fleet.copies if c.busy)  # the copy the delivered event runs on
@@ -230,7 +235,9 @@ def test_a_background_response_is_cancelled_from_the_other_copy(fleet, llm):
     assert events[-1]["type"] == "response.failed" and events[-1]["response"]["status"] == "cancelled"
     assert f"w{WORDS - 1}" not in str(events)
     wait_for(lambda: any(rid in str(d) or '"status":"cancelled"' in d["body"] for d in fleet.deliveries))
-    assert model_calls(llm, "write slowly at length") == 1  # nothing further was asked of the model
+    assert (
+        model_calls(llm, f"write slowly at length ({fleet.store})") == 1
+    )  # nothing further was asked of the model
 
 
 def test_a_response_that_is_not_background_cannot_be_cancelled(fleet):
@@ -243,13 +250,13 @@ def test_an_event_delivered_twice_runs_the_turn_once(fleet, llm):
     fleet.duplicate_deliveries = 1
     try:
         before = len(fleet.deliveries)
-        _, queued = background(fleet, "count the deliveries")
+        _, queued = background(fleet, f"count the deliveries ({fleet.store})")
         fleet.wait_deliveries(before + 2)
     finally:
         fleet.duplicate_deliveries = 0
     answers = sorted(d["body"] for d in fleet.deliveries[before:])
     assert answers[0].startswith('{"ran":false') and answers[1].startswith('{"ran":true')
-    assert model_calls(llm, "count the deliveries") == 1
+    assert model_calls(llm, f"count the deliveries ({fleet.store})") == 1
     _, done = fleet.request("GET", f"/v1/responses/{queued['id']}")
     assert done.json()["status"] == "completed"
 

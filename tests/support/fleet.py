@@ -172,10 +172,11 @@ class Fleet:
             aws_access_key_id="testing",
             aws_secret_access_key="testing",
         )
-        create_table(client, TABLE)
+        table = f"{TABLE}-{uuid.uuid4().hex[:8]}"  # moto servers in one process share their tables
+        create_table(client, table)
         self.dynamodb = client
         return {
-            "CONVERSATION_TABLE_NAME": TABLE,
+            "CONVERSATION_TABLE_NAME": table,
             "AWS_ENDPOINT_URL_DYNAMODB": endpoint,
             "AWS_ACCESS_KEY_ID": "testing",
             "AWS_SECRET_ACCESS_KEY": "testing",
