@@ -224,7 +224,7 @@ def test_a_background_response_is_cancelled_from_the_other_copy(fleet, llm):
         )
 
     wait_for(running)
-    worker = next(c for c in fleet.copies if c.busy)  # the copy the delivered event runs on
+    worker = fleet.delivered_to[-1]  # the copy the delivered event runs on
     _, cancelled = fleet.request("POST", f"/v1/responses/{rid}/cancel", avoid=worker)
     assert cancelled.status_code == 200 and cancelled.json()["status"] == "cancelled"
     _, again = fleet.request("POST", f"/v1/responses/{rid}/cancel")  # idempotent
@@ -273,12 +273,16 @@ def test_the_pass_through_path_refuses_a_request_that_came_through_api_gateway(f
 # --- a dead turn ----------------------------------------------------------------------------------------------
 @pytest.mark.parametrize("store", ["sqlite", "dynamodb"])
 def test_a_background_turn_whose_copy_died_is_ended_failed_when_read(llm, tmp_path, store):
-    timeouts = {"BACKGROUND_TIMEOUT_SECONDS": "3", "REQUEST_TIMEOUT_SECONDS": "3"}
+    timeouts = {
+        "BACKGROUND_TIMEOUT_SECONDS": "6",
+        "REQUEST_TIMEOUT_SECONDS": "3",
+        "DEADLINE_RESERVE_SECONDS": "0.5",
+    }
     with Fleet(llm, tmp_path, copies=2, store=store, **timeouts) as fleet:
-        _, queued = background(fleet, "die slowly")
+        _, queued = background(fleet, f"die slowly on {store}")
         rid = queued["id"]
-        wait_for(lambda: model_calls(llm, "die slowly") == 1, every=0.02)
-        worker = next(c for c in fleet.copies if c.busy)
+        wait_for(lambda: model_calls(llm, f"die slowly on {store}") == 1, every=0.02)
+        worker = fleet.delivered_to[-1]  # the copy the event was delivered to: it runs the turn
         worker.kill()  # the invocation running it ends (timed out, crashed) without finishing it
 
         def settled() -> dict[str, Any] | None:

@@ -122,6 +122,8 @@ class Fleet:
         """What the stand-in Invoke API received: function, qualifier, invocation type, payload."""
         self.deliveries: list[dict[str, Any]] = []
         """Each delivery of an event to a copy's /events: the copy and the app's answer."""
+        self.delivered_to: list[Copy] = []
+        """The copy each delivery went to (as it starts)."""
         self.duplicate_deliveries = 0
         """Deliver each event this many more times (Lambda may deliver one more than once, and retries)."""
         self._lock = threading.Condition()
@@ -284,13 +286,14 @@ class Fleet:
     # --- the stand-in Invoke API's deliveries --------------------------------------------------------------
     def _deliver_later(self, payload: Any) -> None:
         thread = threading.Thread(target=self.deliver, args=(payload,), daemon=True)
-        self._threads.append(thread)
         thread.start()
+        self._threads.append(thread)
 
     def deliver(self, payload: Any, gateway_key: str | None = None) -> httpx.Response:
         """The adapter passing an event through to an idle copy's /events (``gateway_key``: as if it came through
         API Gateway, with that caller)."""
         with self.serving() as copy:
+            self.delivered_to.append(copy)
             headers = lambda_headers(self.seconds_left, gateway_key, "/events", "POST")
             answer = httpx.post(copy.url + "/events", json=payload, headers=headers, timeout=120)
             self.deliveries.append({"copy": copy.index, "status": answer.status_code, "body": answer.text})
