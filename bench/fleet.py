@@ -191,6 +191,26 @@ def _cancel_to_end(a: httpx.Client, b: httpx.Client) -> float:
     return (ended[0] - start) * 1000
 
 
+def _batching(
+    a: httpx.Client, b: httpx.Client, counted_a: Counting, b_counted: Counting
+) -> list[dict[str, float]]:
+    """The journal's flush interval against what it costs (writes per streamed turn) and buys (a follower's delay)."""
+    from chatloop.api import journal
+
+    chosen = journal.FLUSH_SECONDS
+    rows = []
+    try:
+        for seconds in (0.05, 0.15, 0.3):
+            journal.FLUSH_SECONDS = seconds
+            counted_a.calls.clear()
+            delay = _follower_delays(a, b, b_counted)
+            writes = counted_a.split()["writes"]
+            rows.append({"flush_seconds": seconds, "writes": writes, "median_ms": delay["median_ms"]})
+    finally:
+        journal.FLUSH_SECONDS = chosen
+    return rows
+
+
 def _first_token(a: httpx.Client, reps: int) -> dict[str, float]:
     times: dict[str, list[float]] = {"journaled": [], "unstored": []}
     for _ in range(reps):
@@ -216,11 +236,13 @@ def measure(reps: int) -> dict[str, Any]:
             a = httpx.Client(base_url=server_a.root, headers=headers, timeout=60)
             b = httpx.Client(base_url=server_b.root, headers=headers, timeout=60)
             per_turn = _per_turn(a, b, counted_a)
+            batching = _batching(a, b, counted_a, counted_b)
             delays = [_follower_delays(a, b, counted_b) for _ in range(max(1, reps // 5))]
             cancels = [_cancel_to_end(a, b) for _ in range(max(1, reps // 10))]
             first = _first_token(a, reps)
     return {
         "per_turn": per_turn,
+        "batching": batching,
         "follower_median_ms": median([d["median_ms"] for d in delays]),
         "follower_p95_ms": median([d["p95_ms"] for d in delays]),
         "follower_reads_per_second": median([d["reads_per_second"] for d in delays]),
@@ -243,6 +265,17 @@ def section(r: dict[str, Any]) -> list[str]:
         "|---|---|---|",
     ]
     lines += [f"| {name} | {c['writes']} | {c['reads']} |" for name, c in turns.items()]
+    lines += [
+        "",
+        "The journal's flush interval (FLUSH_SECONDS): writes per streamed turn against a follower's delay:",
+        "",
+        "| flush interval | writes per turn | follower delay (median) |",
+        "|---|---|---|",
+    ]
+    lines += [
+        f"| {row['flush_seconds'] * 1000:.0f} ms | {row['writes']:.0f} | {row['median_ms']:.0f} ms |"
+        for row in r.get("batching", [])
+    ]
     first = r["first_token"]
     lines += [
         "",

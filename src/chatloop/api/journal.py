@@ -68,12 +68,13 @@ class Journal:
         begin: Callable[[dict[str, object]], Awaitable[None]] | None = None,
         offset: int = 0,
         terminal: frozenset[str] = TERMINAL,
-        flush_seconds: float = FLUSH_SECONDS,
-        flush_events: int = FLUSH_EVENTS,
+        flush_seconds: float | None = None,
+        flush_events: int | None = None,
     ) -> None:
         self.append, self.response_id = append, response_id
         self.deadline, self.begin, self.offset, self.terminal_types = deadline, begin, offset, terminal
-        self.flush_seconds, self.flush_events = flush_seconds, flush_events
+        self.flush_seconds = FLUSH_SECONDS if flush_seconds is None else flush_seconds
+        self.flush_events = FLUSH_EVENTS if flush_events is None else flush_events
         self.stats = JournalStats()
         self.began = asyncio.Event()
         """Set once the response record exists (or could not be made): what is stored after the turn waits for
