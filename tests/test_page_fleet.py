@@ -6,9 +6,12 @@ it hands the page each answer whole, so the follow stream arrives at once rather
 
 from __future__ import annotations
 
+import contextlib
+import time
 from collections.abc import Iterator
 from typing import Any
 
+import httpx
 import pytest
 
 from chatloop.config import Settings
@@ -53,4 +56,40 @@ def test_a_reload_mid_answer_served_by_the_other_copy_shows_the_answer(open_page
     assert any("/v1/conversations/conv_" in url for url in served)  # read from the other copy
     assert any("/chat/follow?conversation=conv_" in url for url in served)  # followed there, from the journal
     assert all(url.startswith(second.root) for url in served)
+    assert page.errors == []
+
+
+def test_stop_after_a_reload_ends_the_turn_on_the_copy_that_runs_it(open_page, copies):  # noqa: F811
+    first, second = copies
+    page = open_page(first, "fleet-stop-key")
+    ask(page, SLOW)
+    page.locator(".answer", has_text="Turn 1").wait_for()
+    conversation_id = page.evaluate("location.hash").removeprefix("#")
+
+    def to_the_other_copy(route: Any) -> None:
+        from playwright.sync_api import Error
+
+        with contextlib.suppress(Error):  # the follow stream's request, aborted by Stop, cannot be fulfilled
+            route.fulfill(response=route.fetch(url=route.request.url.replace(first.root, second.root)))
+
+    page.route(f"{first.root}/**", to_the_other_copy)
+    page.reload()
+    expect(page.locator(".turn.pending .note")).to_contain_text("being answered")
+    page.click("#stop")  # served by the second copy; the turn runs on the first
+    expect(page.locator(".turn.assistant .note").last).to_contain_text("Stopped")
+    deadline = time.monotonic() + 20
+    while True:  # the first copy's turn ended, stopped: nothing of it is stored, it runs no more
+        stopped = httpx.post(
+            f"{second.root}/chat/stop",
+            json={"conversation": conversation_id},
+            headers={"x-api-key": "fleet-stop-key"},
+        ).json()["stopped"]
+        if not stopped:
+            break
+        assert time.monotonic() < deadline
+        time.sleep(0.2)
+    items = httpx.get(
+        f"{first.root}/v1/conversations/{conversation_id}/items", headers={"x-api-key": "fleet-stop-key"}
+    ).json()["data"]
+    assert items == []
     assert page.errors == []

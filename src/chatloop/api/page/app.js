@@ -541,50 +541,53 @@ async function followPending(id, items, opening) {
 
 async function followLive(id, opening) {
   // The turn still running, on whichever copy of the server runs it: its events from the server's journal, shown as
-  // they are written. False when none runs (or the stream broke): the stored answer is awaited instead.
+  // they are written; Stop ends it there. False when none runs (or the stream broke): the stored answer is awaited.
   const waiting = element("section", "turn assistant pending");
   waiting.append(element("p", "note", "This question is being answered"));
   $("log").append(waiting);
   waitFor(opening); // no new question in this conversation before its answer is in
-  let response;
+  const controller = (state.controller = new AbortController());
+  busy(true);
+  let turn = null;
+  let stopReason = null;
+  let stopped = false;
   try {
     const query = new URLSearchParams({ conversation: id, starting_after: "-1" });
-    response = await fetch(`chat/follow?${query}`, { headers: headers() });
-  } catch {
-    response = null;
-  }
-  if (!response?.ok || state.opening !== opening) {
-    waiting.remove();
-    if (state.waiting === opening) waitFor(null);
-    return state.opening !== opening;
-  }
-  const turn = new Turn();
-  let stopReason = null;
-  try {
-    const reader = response.body.getReader();
-    const decoder = new TextDecoder();
-    let buffer = "";
-    for (;;) {
-      const { value, done } = await reader.read();
-      if (done || state.opening !== opening) break;
-      buffer += decoder.decode(value, { stream: true });
-      const cut = buffer.lastIndexOf("\n\n");
-      if (cut < 0) continue;
-      for (const [name, data] of events(buffer.slice(0, cut))) {
-        turn.on(name, data);
-        if (name === "done") stopReason = data.stop_reason;
+    const response = await fetch(`chat/follow?${query}`, { headers: headers(), signal: controller.signal });
+    if (response.ok && state.opening === opening) {
+      turn = new Turn();
+      const reader = response.body.getReader();
+      const decoder = new TextDecoder();
+      let buffer = "";
+      for (;;) {
+        const { value, done } = await reader.read();
+        if (done || state.opening !== opening) break;
+        buffer += decoder.decode(value, { stream: true });
+        const cut = buffer.lastIndexOf("\n\n");
+        if (cut < 0) continue;
+        for (const [name, data] of events(buffer.slice(0, cut))) {
+          turn.on(name, data);
+          if (name === "done") stopReason = data.stop_reason;
+        }
+        buffer = buffer.slice(cut + 2);
       }
-      buffer = buffer.slice(cut + 2);
     }
-  } catch {
-    // the stream broke: the stored answer is awaited below
+  } catch (error) {
+    stopped = error.name === "AbortError" && state.opening === opening; // Stop (the server was asked too)
   } finally {
+    if (state.controller === controller) state.controller = null;
+    busy(false);
     if (state.waiting === opening) waitFor(null);
     waiting.remove();
   }
   if (state.opening !== opening) return true;
+  if (stopped) {
+    (turn ?? new Turn()).note(STOPPED_IN_CONVERSATION);
+    clearPending(id);
+    return true;
+  }
   if (stopReason === null) {
-    turn.box.remove();
+    turn?.box.remove();
     return false;
   }
   clearPending(id);
