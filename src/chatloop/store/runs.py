@@ -105,10 +105,10 @@ class Runs:
         A conversation's earlier run under the same key is replaced."""
         run = Run(key, turn, status, False, time.time(), background)
         backend, okey = self.store.backend, owner_key(owner)
-        existing = await self.store._run(deadline, backend.read, okey, run_id(key), time.time())
+        existing = await self.store.call(deadline, backend.read, okey, run_id(key), time.time())
         replaced = existing is not None and existing.kind == "run"
         if replaced and existing is not None:  # a conversation's earlier turn
-            swapped = await self.store._run(
+            swapped = await self.store.call(
                 deadline, backend.swap_body, okey, run_id(key), existing.body, run.body(), time.time()
             )
             if swapped:
@@ -116,11 +116,11 @@ class Runs:
         now = time.time()
         record = Record("run", int(now), math.ceil(now + self.store.ttl_seconds), run.body())
         lists = {"input": [Item(REQUEST_ITEM, request)]} if request is not None else {}
-        await self.store._run(deadline, backend.create, okey, run_id(key), record, lists)
+        await self.store.call(deadline, backend.create, okey, run_id(key), record, lists)
         return run
 
     async def get(self, owner: str, key: str, deadline: Deadline) -> Run | None:
-        record = await self.store._run(
+        record = await self.store.call(
             deadline, self.store.backend.read, owner_key(owner), run_id(key), time.time()
         )
         return Run.of(key, record.body) if record is not None and record.kind == "run" else None
@@ -156,13 +156,13 @@ class Runs:
     async def open_journal(self, owner: str, turn: str, deadline: Deadline) -> None:
         now = time.time()
         record = Record("run", int(now), math.ceil(now + self.store.ttl_seconds), {"journal": turn})
-        await self.store._run(deadline, self.store.backend.create, owner_key(owner), run_id(turn), record, {})
+        await self.store.call(deadline, self.store.backend.create, owner_key(owner), run_id(turn), record, {})
 
     async def append_events(
         self, owner: str, turn: str, events: Sequence[StoredEvent], deadline: Deadline
     ) -> bool:
         entries = [(e.sequence_number, Item(str(e.sequence_number), e.data)) for e in events]
-        return await self.store._run(
+        return await self.store.call(
             deadline,
             self.store.backend.put_at,
             owner_key(owner),
@@ -175,7 +175,7 @@ class Runs:
     async def events_after(
         self, owner: str, turn: str, after: int, deadline: Deadline
     ) -> list[StoredEvent] | None:
-        rows = await self.store._run(
+        rows = await self.store.call(
             deadline,
             self.store.backend.page,
             owner_key(owner),
@@ -190,7 +190,7 @@ class Runs:
 
     async def request_of(self, owner: str, key: str, deadline: Deadline) -> JSONObject | None:
         """The request body a background run was queued with."""
-        item = await self.store._run(
+        item = await self.store.call(
             deadline,
             self.store.backend.get_child,
             owner_key(owner),
@@ -206,14 +206,14 @@ class Runs:
     ) -> Run | None:
         backend, okey = self.store.backend, owner_key(owner)
         for _ in range(5):  # a concurrent write between the read and the swap: read again
-            record = await self.store._run(deadline, backend.read, okey, run_id(key), time.time())
+            record = await self.store.call(deadline, backend.read, okey, run_id(key), time.time())
             if record is None or record.kind != "run":
                 return None
             run = Run.of(key, record.body)
             if not when(run):
                 return None
             new = replace(run, **changes, updated_at=time.time())  # type: ignore[arg-type]
-            if await self.store._run(
+            if await self.store.call(
                 deadline, backend.swap_body, okey, run_id(key), record.body, new.body(), time.time()
             ):
                 return new
