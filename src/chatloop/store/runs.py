@@ -36,6 +36,9 @@ RunStatus = Literal["queued", "in_progress", "completed", "failed", "cancelled",
 ACTIVE: frozenset[str] = frozenset({"queued", "in_progress"})
 """The statuses of a turn that has not ended (OpenAI's ``ResponseStatus`` values; the rest are terminal)."""
 REQUEST_ITEM = "request"
+JOURNAL_TTL_SECONDS = 3600
+"""How long a ``/chat`` turn's journal is kept: it serves a reload while the turn runs (the conversation keeps the
+turn itself), so it goes long before the conversation does."""
 
 
 @dataclass(frozen=True)
@@ -155,7 +158,8 @@ class Runs:
     # --- a /chat turn's journal: its events, under a record of the turn's own ------------------------------
     async def open_journal(self, owner: str, turn: str, deadline: Deadline) -> None:
         now = time.time()
-        record = Record("run", int(now), math.ceil(now + self.store.ttl_seconds), {"journal": turn})
+        expires = math.ceil(now + min(self.store.ttl_seconds, JOURNAL_TTL_SECONDS))
+        record = Record("run", int(now), expires, {"journal": turn})
         await self.store.call(deadline, self.store.backend.create, owner_key(owner), run_id(turn), record, {})
 
     async def append_events(
