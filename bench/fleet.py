@@ -71,7 +71,7 @@ class Counting:
         return {"writes": sum(self.calls.values()) - reads, "reads": reads}
 
 
-def _copy(path: Path) -> tuple[Any, Counting]:
+def _copy(path: Path, table: str = "") -> tuple[Any, Counting]:
     from tests.support.handler import build_runtime
     from tests.support.server import Server
 
@@ -80,8 +80,13 @@ def _copy(path: Path) -> tuple[Any, Counting]:
     from chatloop.store import Store
     from chatloop.store.sqlite import SQLiteBackend
 
-    backend = Counting(SQLiteBackend(path))
-    settings = Settings(conversation_store_path=str(path))
+    if table:
+        from chatloop.store.dynamodb import DynamoDBBackend
+
+        backend = Counting(DynamoDBBackend(table))
+    else:
+        backend = Counting(SQLiteBackend(path))
+    settings = Settings(conversation_store_path=str(path), conversation_table_name=table)
     from chatloop.providers.chain import FallbackChain
     from chatloop.tools.base import ToolRegistry
 
@@ -240,6 +245,7 @@ def measure(reps: int) -> dict[str, Any]:
             delays = [_follower_delays(a, b, counted_b) for _ in range(max(1, reps // 5))]
             cancels = [_cancel_to_end(a, b) for _ in range(max(1, reps // 10))]
             first = _first_token(a, reps)
+        dynamodb = _on_dynamodb(Path(tmp), max(1, reps // 10))
     return {
         "per_turn": per_turn,
         "batching": batching,
@@ -249,6 +255,57 @@ def measure(reps: int) -> dict[str, Any]:
         "cancel_to_end_ms": median(cancels),
         "first_token": first,
         "runs": len(delays),
+        "dynamodb": dynamodb,
+    }
+
+
+def _on_dynamodb(tmp: Path, runs: int) -> dict[str, Any]:
+    """The same two copies over one DynamoDB table on a moto server (over HTTP, as a region is, minus its latency)."""
+    import logging
+    import os
+
+    import boto3
+    from moto.server import ThreadedMotoServer
+
+    from chatloop.store.dynamodb import create_table
+
+    logging.getLogger("werkzeug").setLevel(logging.ERROR)  # moto's server logs every request
+    moto = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
+    moto.start()
+    host, port = moto.get_host_and_port()
+    env = {
+        "AWS_ENDPOINT_URL_DYNAMODB": f"http://{host}:{port}",
+        "AWS_ACCESS_KEY_ID": "testing",
+        "AWS_SECRET_ACCESS_KEY": "testing",
+        "AWS_DEFAULT_REGION": "us-east-1",
+    }
+    saved = {name: os.environ.get(name) for name in env}
+    os.environ.update(env)
+    try:
+        create_table(boto3.client("dynamodb"), "bench-fleet")
+        (server_a, counted_a), (server_b, counted_b) = (
+            _copy(tmp / "unused", "bench-fleet"),
+            _copy(tmp, "bench-fleet"),
+        )
+        with server_a, server_b:
+            headers = {"x-api-key": "bench"}
+            a = httpx.Client(base_url=server_a.root, headers=headers, timeout=60)
+            b = httpx.Client(base_url=server_b.root, headers=headers, timeout=60)
+            per_turn = _per_turn(a, b, counted_a)
+            delays = [_follower_delays(a, b, counted_b) for _ in range(runs)]
+            cancels = [_cancel_to_end(a, b) for _ in range(runs)]
+    finally:
+        for name, value in saved.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
+        moto.stop()
+    return {
+        "per_turn": per_turn,
+        "follower_median_ms": median([d["median_ms"] for d in delays]),
+        "follower_p95_ms": median([d["p95_ms"] for d in delays]),
+        "cancel_to_end_ms": median(cancels),
     }
 
 
@@ -265,6 +322,21 @@ def section(r: dict[str, Any]) -> list[str]:
         "|---|---|---|",
     ]
     lines += [f"| {name} | {c['writes']} | {c['reads']} |" for name, c in turns.items()]
+    dynamodb = r.get("dynamodb")
+    if dynamodb:
+        lines += [
+            "",
+            "On DynamoDB (a moto server over HTTP; a region adds its latency to each call):",
+            "",
+            "| turn | writes | reads |",
+            "|---|---|---|",
+        ]
+        lines += [f"| {name} | {c['writes']} | {c['reads']} |" for name, c in dynamodb["per_turn"].items()]
+        lines += [
+            "",
+            f"DynamoDB: a follower {dynamodb['follower_median_ms']:.0f} ms behind (median; p95 "
+            f"{dynamodb['follower_p95_ms']:.0f} ms), cancel to the terminal event {dynamodb['cancel_to_end_ms']:.0f} ms.",
+        ]
     lines += [
         "",
         "The journal's flush interval (FLUSH_SECONDS): writes per streamed turn against a follower's delay:",
