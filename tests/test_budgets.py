@@ -516,3 +516,20 @@ def test_a_metered_turn_is_traced_and_its_span_says_the_budget_stopped_it(tmp_pa
         assert (telemetry.agent().attributes or {})["chatloop.stop_reason"] == "budget"
     finally:
         uninstall()
+
+
+def test_a_background_response_is_metered_for_its_caller_and_gives_its_slot_back(serve, fake_llm):
+    import time
+
+    server = serve(budget_tokens_per_day=100_000, budget_concurrent_turns=1)
+    client = sdk(server)
+    queued = client.responses.create(model="chatloop", input="hello", background=True, max_output_tokens=50)
+    assert queued.status == "queued"
+    for _ in range(200):
+        done = client.responses.retrieve(queued.id)
+        if done.status not in ("queued", "in_progress"):
+            break
+        time.sleep(0.05)
+    assert done.status == "completed" and done.output_text == "Hi there!"
+    used = usage_of(server)["usage"]
+    assert used["tokens_today"] == 25 and used["running_turns"] == 0 and used["tokens_reserved_today"] == 0

@@ -144,13 +144,15 @@ class TurnBudget:
     lease: str | None
 
     async def finish(self) -> None:
+        """Once: at the end of the turn's events, or of its response when the events never ran (whichever first)."""
         unused = self.model.take_prepaid()
+        lease, self.lease = self.lease, None
         ledger, caller = self.account.book.ledger, self.account.caller
         try:
             if unused is not None:
                 await ledger.settle(caller, unused, Charge(), self.account.ctx.write_deadline())
-            if self.lease is not None:
-                await ledger.end_turn(caller, self.lease, self.account.ctx.write_deadline())
+            if lease is not None:
+                await ledger.end_turn(caller, lease, self.account.ctx.write_deadline())
         except StoreUnavailable as exc:  # the lease runs out by itself
             logger.warning("Budget release failed", extra={"budget": {"error": str(exc)}})
 

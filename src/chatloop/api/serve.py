@@ -98,7 +98,12 @@ def turn_events(
         called: ChatModel = chain if metered is None or metered is model else metered
         return run_turn(turn, called, registry, ctx.deadline, ctx.runtime.limits)
 
-    return observed(traced_if_enabled(ctx, model, run, conversation_id), ctx)
+    events = observed(traced_if_enabled(ctx, model, run, conversation_id), ctx)
+    if metered is None or metered is model:
+        return events
+    from chatloop.api.ratelimit import given_back
+
+    return given_back(ctx.request.scope, events)
 
 
 async def observed(events: AsyncIterator[Event], ctx: RequestContext) -> AsyncIterator[Event]:
