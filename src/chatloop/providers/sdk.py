@@ -5,20 +5,36 @@ deadline, and every failure is raised as a typed ``ModelError``. The SDK is impo
 that provider is called, not at import time (cold start). The SDK's own ``*_API_KEY`` / ``*_BASE_URL``
 variables work, so a chain can point at any OpenAI-compatible server.
 
+The first call of a process pays for what later calls reuse; each piece is made once and is ready before it is
+needed (``prime``, in a SnapStart snapshot; while the first call is in flight, on a plain cold start):
+
+- one TLS context (CA certificates only, ~30 ms of CPU to load) shared by every client of every SDK;
+- per SDK, its chat resource modules, a keyless HTTP client (the key is added by the SDK client built around it
+  on first use, after a restore: never in a snapshot) and the streamed chunk's pydantic schema (built on the first
+  chunk otherwise, after the model answered: on the turn's path);
+- ``when_in_flight`` callbacks: work the turn needs later (the sandbox's spare Deno process) started once a model
+  call is waiting on the network, so it takes CPU the turn is not using.
+
 Usage::
 
     model = GroqModel(catalog.get("groq:llama-3.3-70b-versatile"), catalog.provider("groq"), api_key="gsk_...")
     async for item in model.stream(ModelRequest(messages=[...], deadline=Deadline.after(20))): ...
+    prime("groq")                  # before a snapshot: everything above but a key or a connection
+    drop_clients()                 # ... and no client that may have held either
+    when_in_flight(sandbox.warm)   # run once, when the next model call is waiting for its answer
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import importlib
+import ssl
+import threading
 import weakref
-from collections.abc import AsyncIterable, AsyncIterator, Awaitable
+from collections.abc import AsyncIterable, AsyncIterator, Awaitable, Callable
 from types import ModuleType
-from typing import Protocol
+from typing import Any, Protocol
 
 from chatloop.config import from_environment
 from chatloop.deadline import until
@@ -33,6 +49,39 @@ from chatloop.textsafe import text_safe
 _CLIENTS: weakref.WeakKeyDictionary[
     asyncio.AbstractEventLoop, dict[tuple[str, str | None, str | None], _AsyncClient]
 ] = weakref.WeakKeyDictionary()
+_TLS: ssl.SSLContext | None = None
+"""The TLS context every client shares (``tls_context``)."""
+_HTTP: dict[str, Any] = {}
+"""Per SDK, a primed keyless ``httpx.AsyncClient`` that has never connected: the next client built takes it."""
+_PRIMED: set[str] = set()
+"""The SDKs whose modules and chunk schema are ready (``prime``)."""
+_IN_FLIGHT: list[Callable[[], None]] = []
+"""Run once each, when the next model call is waiting for its answer (``when_in_flight``)."""
+_LOCK = threading.Lock()
+SAMPLE_CHUNK: dict[str, object] = {
+    "id": "chatcmpl-prime",
+    "object": "chat.completion.chunk",
+    "created": 0,
+    "model": "prime",
+    "choices": [
+        {
+            "index": 0,
+            "delta": {
+                "role": "assistant",
+                "content": "",
+                "tool_calls": [
+                    {"index": 0, "id": "call_0", "type": "function", "function": {"name": "f", "arguments": "{}"}}
+                ],
+            },
+            "finish_reason": None,
+            "logprobs": None,
+        }
+    ],
+    "usage": {"prompt_tokens": 1, "completion_tokens": 1, "total_tokens": 2},
+    "x_groq": {"id": "req_prime", "usage": {"prompt_tokens": 1, "completion_tokens": 1, "total_tokens": 2}},
+}
+"""A streamed chunk with every part a turn reads (text, a tool call, usage, Groq's ``x_groq``): constructing it
+builds the pydantic schemas the SDK builds lazily on the first real chunk."""
 
 
 class _Completions(Protocol):
@@ -84,11 +133,15 @@ class SDKChatModel:
         key = (self.sdk_module, self._api_key, self._base_url)
         client = clients.get(key)
         if client is None:
-            cls = getattr(self._sdk(), self.client_class)
-            kwargs: dict[str, str | int] = {"api_key": self._api_key or "missing", "max_retries": 0}
+            sdk = self._sdk()
+            kwargs: dict[str, object] = {
+                "api_key": self._api_key or "missing",
+                "max_retries": 0,
+                "http_client": http_client(self.sdk_module),
+            }
             if self._base_url:
                 kwargs["base_url"] = self._base_url
-            client = clients[key] = cls(**kwargs)
+            client = clients[key] = getattr(sdk, self.client_class)(**kwargs)
         return client
 
     # --- a call ------------------------------------------------------------------------------
@@ -138,6 +191,7 @@ class SDKChatModel:
                 create = self._client().chat.completions.create(
                     **_untransformed(self.params(request)), timeout=budget
                 )
+                _call_in_flight(self.sdk_module)
                 stream = await asyncio.wait_for(create, timeout=first.remaining())
             except sdk.APIError as exc:
                 raise self._error(sdk, exc, streamed=False) from exc
@@ -189,6 +243,97 @@ class SDKChatModel:
             return classify(None, getattr(exc, "body", None) or {"message": str(exc)}, {}, model=self.name)
         where = "mid-stream" if streamed else "before any output"
         return Transient(f"{self.name}: the stream was cut {where} ({type(exc).__name__})", model=self.name)
+
+
+def tls_context() -> ssl.SSLContext:
+    """The one TLS context of this process, as httpx builds its default one (certifi's CA bundle, or
+    ``SSL_CERT_FILE``/``SSL_CERT_DIR``): CA certificates only, no client key, no session until a connection."""
+    global _TLS
+    with _LOCK:
+        if _TLS is None:
+            import httpx
+
+            _TLS = httpx.create_ssl_context()
+        return _TLS
+
+
+def http_client(sdk_module: str) -> Any:
+    """An ``httpx.AsyncClient`` with the SDK's defaults and the shared TLS context: the primed one (never
+    connected) the first time, then a new one for each client (a client's pool belongs to its event loop)."""
+    with _LOCK:
+        primed = _HTTP.pop(sdk_module, None)
+    if primed is not None:
+        return primed
+    sdk = importlib.import_module(sdk_module)
+    return sdk.DefaultAsyncHttpxClient(verify=tls_context())
+
+
+def prime(sdk_module: str, *, http: bool = True) -> None:
+    """Make ready, before any call, what the first call of ``sdk_module`` would otherwise make on its path: the SDK
+    and its chat resource modules, the TLS context, the streamed chunk's schema, the platform facts the SDK sends
+    as headers (``uname -p`` is a subprocess), and (``http``) a keyless HTTP client. Nothing here holds a key or a
+    connection, so it may go into a SnapStart snapshot."""
+    sdk = importlib.import_module(sdk_module)
+    if sdk_module not in _PRIMED:
+        importlib.import_module(f"{sdk_module}.resources.chat.completions")
+        import platform
+
+        platform.platform()  # cached per process, as is what ``distro`` reads (the SDKs' own dependency)
+        with contextlib.suppress(ImportError):
+            import distro
+
+            distro.id()
+        sdk.types.chat.ChatCompletionChunk.construct(**SAMPLE_CHUNK)
+        _PRIMED.add(sdk_module)
+    tls_context()
+    if http:
+        client = sdk.DefaultAsyncHttpxClient(verify=tls_context())
+        with _LOCK:
+            _HTTP.setdefault(sdk_module, client)
+
+
+def drop_clients() -> None:
+    """Forget every SDK client (and its connection pool, with whatever connections and key it holds): the next
+    call builds its client anew. The primed keyless HTTP clients and the TLS context stay."""
+    _CLIENTS.clear()
+
+
+def when_in_flight(callback: Callable[[], None]) -> None:
+    """Run ``callback`` (once, on the event loop: it must not block) when the next model call is waiting for its
+    answer."""
+    with _LOCK:
+        _IN_FLIGHT.append(callback)
+
+
+def _call_in_flight(sdk_module: str) -> None:
+    """A call was just made: once it waits on the network (the loop's next turn), start what was waiting for that,
+    and build the chunk schema off the turn's path if no snapshot primed it."""
+    with _LOCK:
+        callbacks = _IN_FLIGHT[:]
+        _IN_FLIGHT.clear()
+    loop = asyncio.get_running_loop()
+    for callback in callbacks:
+        loop.call_soon(callback)
+    if sdk_module not in _PRIMED:
+        loop.call_soon(_prime_in_background, sdk_module)
+
+
+def _prime_in_background(sdk_module: str) -> None:
+    """``prime`` (without an HTTP client: this call has one) in a thread, while the call waits: its pure-Python
+    work yields the interpreter to the event loop every few milliseconds, so the answer is read when it comes."""
+    with _LOCK:
+        if sdk_module in _PRIMED:
+            return
+        _PRIMED.add(sdk_module)  # claimed: one thread per SDK
+    threading.Thread(target=_prime_quietly, args=(sdk_module,), name="sdk-prime", daemon=True).start()
+
+
+def _prime_quietly(sdk_module: str) -> None:
+    _PRIMED.discard(sdk_module)
+    try:
+        prime(sdk_module, http=False)
+    except Exception:  # an optimisation only: the SDK builds the same lazily if this failed
+        _PRIMED.add(sdk_module)
 
 
 def _untransformed(params: dict[str, object]) -> dict[str, object]:
