@@ -72,9 +72,36 @@ def compile_bytecode(tree: Path) -> None:
             "unchecked-hash",
             str(tree),
         ],
-        check=True,
+        check=False,  # a package may ship a file that is not Python 3 (a template, a test fixture): checked below
         stdout=subprocess.DEVNULL,
     )
+    missing = missing_bytecode(tree)
+    if missing:
+        raise SystemExit(f"no bytecode for {len(missing)} module(s) that compile: {missing[:5]}")
+
+
+def missing_bytecode(tree: Path) -> list[str]:
+    """The ``.py`` files under ``tree`` that compile but have no unchecked-hash ``.pyc`` for this Python beside
+    them: each would be compiled again on every cold start (Lambda's code directories are read-only)."""
+    import importlib.util
+
+    magic = importlib.util.MAGIC_NUMBER
+    missing = []
+    for source in sorted(tree.rglob("*.py")):
+        cached = Path(importlib.util.cache_from_source(str(source)))
+        try:
+            header = cached.read_bytes()[:8]
+        except OSError:
+            header = b""
+        # PEP 552: the magic number, then flags: 0b01 = hash-based, 0b10 = check_source (unset: unchecked)
+        if header[:4] == magic and int.from_bytes(header[4:8], "little") == 0b01:
+            continue
+        try:
+            compile(source.read_bytes(), str(source), "exec", dont_inherit=True)
+        except (SyntaxError, ValueError):
+            continue  # not importable by this Python either way (a template, a Python 2 fixture)
+        missing.append(str(source.relative_to(tree)))
+    return missing
 
 
 def build_function(build: Path = BUILD, source: Path = ROOT / "src") -> Path:
@@ -88,7 +115,9 @@ def build_function(build: Path = BUILD, source: Path = ROOT / "src") -> Path:
     return target
 
 
-def build_layer(arch: str, build: Path = BUILD) -> Path:
+def build_layer(arch: str, build: Path = BUILD, requirements: Path = ROOT / "requirements.txt") -> Path:
+    """``build/layer.zip``: ``requirements`` (the pinned runtime packages) as manylinux wheels for ``arch`` and
+    python3.12, compiled to bytecode, and the Deno binary."""
     machine = MACHINES[arch]
     root = build / "layer"
     shutil.rmtree(root, ignore_errors=True)
@@ -111,7 +140,7 @@ def build_layer(arch: str, build: Path = BUILD) -> Path:
             "--only-binary=:all:",
             *platforms,
             "-r",
-            str(ROOT / "requirements.txt"),
+            str(requirements),
         ],
         check=True,
     )

@@ -357,7 +357,9 @@ def test_stream_mode_runs_the_hooks_for_the_adapters_posts_and_refuses_invocatio
             assert children_of(served.process.pid) == set()  # no sandbox process in the snapshot
             assert httpx.post(served.url + AFTER, timeout=30).status_code == 204
             time.sleep(0.3)
-            assert children_of(served.process.pid) == set()  # no spare until the first model call is in flight
+            assert (
+                children_of(served.process.pid) == set()
+            )  # no spare until the first model call is in flight
             body = {"messages": [{"role": "user", "content": "5!"}], "stream": False}
             answer = httpx.post(f"{served.url}/chat", json=body, headers=adapter_headers(60), timeout=30)
             assert answer.status_code == 200 and "120" in answer.text

@@ -70,7 +70,12 @@ SAMPLE_CHUNK: dict[str, object] = {
                 "role": "assistant",
                 "content": "",
                 "tool_calls": [
-                    {"index": 0, "id": "call_0", "type": "function", "function": {"name": "f", "arguments": "{}"}}
+                    {
+                        "index": 0,
+                        "id": "call_0",
+                        "type": "function",
+                        "function": {"name": "f", "arguments": "{}"},
+                    }
                 ],
             },
             "finish_reason": None,
