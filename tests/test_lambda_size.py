@@ -58,9 +58,11 @@ def test_the_built_artefacts_answer_cold_and_after_a_restore_at_512_mb(tree):
         with cgroups.LambdaCgroup(f"{name}-cold", 512) as cold_group:
             # the child asserts each turn's 200 and its result (20789.28); these are its own measurements
             cold = lambda_size.run_cold(tree, cold_group, env, mode="check", turns=1)
-        with cgroups.LambdaCgroup(f"{name}-primed", 512) as primed_group:
-            with lambda_size.primed(tree, primed_group, env) as restore:
-                restored = [restore(), restore()]  # two copies of one snapshot
+        with (
+            cgroups.LambdaCgroup(f"{name}-primed", 512) as primed_group,
+            lambda_size.primed(tree, primed_group, env) as restore,
+        ):
+            restored = [restore(), restore()]  # two copies of one snapshot
     assert cold["compiled"] == []  # every module the cold start imported came with its bytecode
     assert 0 < cold["peak_rss_mb"] < 512 and cold["process_ms"] > cold["import_ms"] > 0
     for copy in restored:
