@@ -29,10 +29,12 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import importlib
+import importlib.util
 import ssl
 import threading
 import weakref
 from collections.abc import AsyncIterable, AsyncIterator, Awaitable, Callable
+from pathlib import Path
 from types import ModuleType
 from typing import Any, Protocol
 
@@ -58,6 +60,8 @@ _PRIMED: set[str] = set()
 _IN_FLIGHT: list[Callable[[], None]] = []
 """Run once each, when the next model call is waiting for its answer (``when_in_flight``)."""
 _LOCK = threading.Lock()
+CA_DIR = "chatloop-ca"
+"""Beside certifi in the layer: its CAs as an OpenSSL hashed directory (``scripts/package.py``'s ``CA_DIR``)."""
 SAMPLE_CHUNK: dict[str, object] = {
     "id": "chatcmpl-prime",
     "object": "chat.completion.chunk",
@@ -251,15 +255,32 @@ class SDKChatModel:
 
 
 def tls_context() -> ssl.SSLContext:
-    """The one TLS context of this process, as httpx builds its default one (certifi's CA bundle, or
-    ``SSL_CERT_FILE``/``SSL_CERT_DIR``): CA certificates only, no client key, no session until a connection."""
+    """The one TLS context of this process, trusting what httpx trusts by default (certifi's CA bundle, or
+    ``SSL_CERT_FILE``/``SSL_CERT_DIR``): CA certificates only, no client key, no session until a connection. In the
+    Lambda layer, certifi's CAs also come as a hashed directory (``scripts/package.py``): loaded one by one as a
+    handshake needs them, not all ~120 parsed as the context is made (~20 ms of CPU on the first call)."""
     global _TLS
     with _LOCK:
         if _TLS is None:
-            import httpx
+            hashed = _hashed_ca_dir()
+            if hashed is not None:
+                _TLS = ssl.create_default_context(capath=str(hashed))
+            else:
+                import httpx
 
-            _TLS = httpx.create_ssl_context()
+                _TLS = httpx.create_ssl_context()
         return _TLS
+
+
+def _hashed_ca_dir() -> Path | None:
+    """The layer's hashed copy of certifi's CAs, unless the environment names other CAs (as httpx honours)."""
+    if from_environment("SSL_CERT_FILE") or from_environment("SSL_CERT_DIR"):
+        return None
+    spec = importlib.util.find_spec("certifi")
+    if spec is None or spec.origin is None:
+        return None
+    hashed = Path(spec.origin).parent.parent / CA_DIR
+    return hashed if hashed.is_dir() else None
 
 
 def http_client(sdk_module: str) -> Any:
@@ -273,28 +294,35 @@ def http_client(sdk_module: str) -> Any:
     return sdk.DefaultAsyncHttpxClient(verify=tls_context())
 
 
-def prime(sdk_module: str, *, http: bool = True) -> None:
+def prime(sdk_module: str) -> None:
     """Make ready, before any call, what the first call of ``sdk_module`` would otherwise make on its path: the SDK
     and its chat resource modules, the TLS context, the streamed chunk's schema, the platform facts the SDK sends
-    as headers (``uname -p`` is a subprocess), and (``http``) a keyless HTTP client. Nothing here holds a key or a
+    as headers (``uname -p`` is a subprocess), and a keyless HTTP client. Nothing here holds a key or a
     connection, so it may go into a SnapStart snapshot."""
     sdk = importlib.import_module(sdk_module)
-    if sdk_module not in _PRIMED:
-        importlib.import_module(f"{sdk_module}.resources.chat.completions")
-        import platform
-
-        platform.platform()  # cached per process, as is what ``distro`` reads (the SDKs' own dependency)
-        with contextlib.suppress(ImportError):
-            import distro
-
-            distro.id()
-        sdk.types.chat.ChatCompletionChunk.construct(**SAMPLE_CHUNK)
+    with _LOCK:
+        claimed = sdk_module not in _PRIMED
         _PRIMED.add(sdk_module)
+    if claimed:
+        prime_modules(sdk_module)
+    client = sdk.DefaultAsyncHttpxClient(verify=tls_context())
+    with _LOCK:
+        _HTTP.setdefault(sdk_module, client)
+
+
+def prime_modules(sdk_module: str) -> None:
+    """``prime`` without the HTTP client: the modules, the chunk schema, the platform facts, the TLS context."""
+    sdk = importlib.import_module(sdk_module)
+    importlib.import_module(f"{sdk_module}.resources.chat.completions")
+    import platform
+
+    platform.platform()  # cached per process, as is what ``distro`` reads (the SDKs' own dependency)
+    with contextlib.suppress(ImportError):
+        import distro
+
+        distro.id()
+    sdk.types.chat.ChatCompletionChunk.construct(**SAMPLE_CHUNK)
     tls_context()
-    if http:
-        client = sdk.DefaultAsyncHttpxClient(verify=tls_context())
-        with _LOCK:
-            _HTTP.setdefault(sdk_module, client)
 
 
 def drop_clients() -> None:
@@ -324,21 +352,20 @@ def _call_in_flight(sdk_module: str) -> None:
 
 
 def _prime_in_background(sdk_module: str) -> None:
-    """``prime`` (without an HTTP client: this call has one) in a thread, while the call waits: its pure-Python
-    work yields the interpreter to the event loop every few milliseconds, so the answer is read when it comes."""
+    """``prime_modules`` in a thread, while the call waits: its pure-Python work yields the interpreter to the event
+    loop every few milliseconds, so the answer is read when it comes. Once per SDK and process."""
     with _LOCK:
         if sdk_module in _PRIMED:
             return
-        _PRIMED.add(sdk_module)  # claimed: one thread per SDK
+        _PRIMED.add(sdk_module)
     threading.Thread(target=_prime_quietly, args=(sdk_module,), name="sdk-prime", daemon=True).start()
 
 
 def _prime_quietly(sdk_module: str) -> None:
-    _PRIMED.discard(sdk_module)
-    try:
-        prime(sdk_module, http=False)
-    except Exception:  # an optimisation only: the SDK builds the same lazily if this failed
-        _PRIMED.add(sdk_module)
+    with contextlib.suppress(
+        Exception
+    ):  # an optimisation only: the SDK builds the same lazily if this failed
+        prime_modules(sdk_module)
 
 
 def _untransformed(params: dict[str, object]) -> dict[str, object]:
