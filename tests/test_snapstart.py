@@ -93,6 +93,7 @@ SNAPSHOT_THEN_TWO_RESTORES = textwrap.dedent(
             if name.lower() in ("authorization", "api-key") or os.environ["GROQ_API_KEY"] in value
         ),
         "chunk_schema_built": "groq" in sdk._PRIMED,
+        "body_validator_built": sys.modules["chatloop.api.schemas"].ChatBody.__pydantic_complete__,
         "frozen": gc.get_freeze_count() > 0,
     }
     print("RESULT", json.dumps(snapshot), flush=True)
@@ -176,6 +177,7 @@ def test_two_restores_of_one_snapshot_are_their_own_and_answer_turns(tmp_path):
             "http_primed": True,  # the keyless HTTP client a restored copy's first SDK client is built around ...
             "http_headers_with_key": [],  # ... carries no key
             "chunk_schema_built": True,  # the streamed chunk's schema is built
+            "body_validator_built": True,  # and the request body's validator
             "frozen": True,  # the init's objects are out of the collector's way (gc.freeze)
         }
     )

@@ -17,6 +17,7 @@ Usage::
 from __future__ import annotations
 
 import importlib
+import sys
 import threading
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
@@ -58,6 +59,29 @@ def engine_limits(settings: Settings) -> EngineLimits:
         tool_budgets=dict(settings.tool_budgets),
         log_content=settings.log_content,
     )
+
+
+def build_schemas(prefix: str = "chatloop.") -> list[str]:
+    """Build the validators of every pydantic model the loaded ``prefix`` modules define with ``defer_build`` (the
+    request bodies: built on a route's first request otherwise, ~10 ms of CPU for /chat's). Returns their names."""
+    from pydantic import BaseModel
+    from pydantic.errors import PydanticUndefinedAnnotation
+
+    built = []
+    for name, module in list(sys.modules.items()):
+        if not name.startswith(prefix) or module is None:
+            continue
+        for value in list(vars(module).values()):
+            if not (isinstance(value, type) and issubclass(value, BaseModel)) or value.__module__ != name:
+                continue
+            if value.__pydantic_complete__:
+                continue
+            try:
+                value.model_rebuild()
+            except PydanticUndefinedAnnotation:
+                continue  # a forward reference only its first use can resolve: built then, as without this
+            built.append(f"{name}.{value.__qualname__}")
+    return built
 
 
 class Runtime:
@@ -121,12 +145,14 @@ class Runtime:
     def prime(self, sdk_modules: Sequence[str], modules: Sequence[str] = ()) -> None:
         """Build now what the first turn would build, where none of it holds a key, a connection or a process (a
         SnapStart snapshot): ``modules`` imported, each of ``sdk_modules`` primed (``providers.sdk.prime``: its
-        modules, the TLS context, a keyless HTTP client, the chunk schema), the tool registry (the sandbox without
-        its process) and, when MCP servers are configured, the ``mcp`` SDK (the servers are listed on first use)."""
+        modules, the TLS context, a keyless HTTP client, the chunk schema), the request bodies' validators
+        (``build_schemas``), the tool registry (the sandbox without its process) and, when MCP servers are
+        configured, the ``mcp`` SDK (the servers are listed on first use)."""
         for module in modules:
             importlib.import_module(module)
         for sdk_module in sdk_modules:
             prime_sdk(sdk_module)
+        build_schemas()
         self.registry()
         if self.settings.mcp_servers:
             from chatloop.tools.mcp.client import load_sdk
