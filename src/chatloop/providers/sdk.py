@@ -305,6 +305,18 @@ def prime(sdk_module: str) -> None:
         _PRIMED.add(sdk_module)
     if claimed:
         prime_modules(sdk_module)
+    import anyio
+    import anyio.streams.memory
+    import anyio.streams.stapled
+
+    # The asyncio backend and the socket streams the HTTP transport (httpcore) uses, imported on its first
+    # connection otherwise: a loop run and closed here (no thread, nothing left; under a running loop, as the Web
+    # Adapter's hook route runs, Starlette has imported the backend already), and anyio's lazy attribute.
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        anyio.run(anyio.sleep, 0)
+    _ = anyio.connect_tcp
     client = sdk.DefaultAsyncHttpxClient(verify=tls_context())
     with _LOCK:
         _HTTP.setdefault(sdk_module, client)
