@@ -17,6 +17,7 @@ import socket
 import subprocess
 import sys
 import threading
+import time
 
 import pytest
 
@@ -61,7 +62,10 @@ def test_the_spare_starts_once_the_first_model_call_is_in_flight(fake_llm):
     seen: dict[str, bool] = {}
 
     def at_send(body: dict) -> object:
-        # the upstream has the request: the spare is starting (or started) while the model works
+        # the upstream has the request and has not answered: the spare starts while the model works
+        deadline = time.monotonic() + 5
+        while not (box._spare_starting or box._spare is not None) and time.monotonic() < deadline:
+            time.sleep(0.01)
         seen["starting"] = box._spare_starting or box._spare is not None
         return realistic(body)
 

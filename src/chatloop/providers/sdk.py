@@ -200,7 +200,6 @@ class SDKChatModel:
                 create = self._client().chat.completions.create(
                     **_untransformed(self.params(request)), timeout=budget
                 )
-                _call_in_flight(self.sdk_module)
                 stream = await asyncio.wait_for(create, timeout=first.remaining())
             except sdk.APIError as exc:
                 raise self._error(sdk, exc, streamed=False) from exc
@@ -288,10 +287,22 @@ def http_client(sdk_module: str) -> Any:
     connected) the first time, then a new one for each client (a client's pool belongs to its event loop)."""
     with _LOCK:
         primed = _HTTP.pop(sdk_module, None)
-    if primed is not None:
-        return primed
+    return primed if primed is not None else _new_http_client(sdk_module)
+
+
+def _new_http_client(sdk_module: str) -> Any:
+    """The SDK's default HTTP client on the shared TLS context, telling ``when_in_flight`` when a call's request has
+    been written (httpcore's ``trace`` request extension, set by a request hook): from then on the call only waits."""
+
+    async def sent(event: str, info: dict[str, object]) -> None:
+        if event.endswith(".send_request_body.complete"):  # http11. / http2.: the whole request is on the wire
+            _call_in_flight(sdk_module)
+
+    async def trace_sends(request: Any) -> None:
+        request.extensions.setdefault("trace", sent)
+
     sdk = importlib.import_module(sdk_module)
-    return sdk.DefaultAsyncHttpxClient(verify=tls_context())
+    return sdk.DefaultAsyncHttpxClient(verify=tls_context(), event_hooks={"request": [trace_sends]})
 
 
 def prime(sdk_module: str) -> None:
@@ -299,7 +310,6 @@ def prime(sdk_module: str) -> None:
     and its chat resource modules, the TLS context, the streamed chunk's schema, the platform facts the SDK sends
     as headers (``uname -p`` is a subprocess), and a keyless HTTP client. Nothing here holds a key or a
     connection, so it may go into a SnapStart snapshot."""
-    sdk = importlib.import_module(sdk_module)
     with _LOCK:
         claimed = sdk_module not in _PRIMED
         _PRIMED.add(sdk_module)
@@ -317,7 +327,7 @@ def prime(sdk_module: str) -> None:
     except RuntimeError:
         anyio.run(anyio.sleep, 0)
     _ = anyio.connect_tcp
-    client = sdk.DefaultAsyncHttpxClient(verify=tls_context())
+    client = _new_http_client(sdk_module)
     with _LOCK:
         _HTTP.setdefault(sdk_module, client)
 
@@ -351,8 +361,8 @@ def when_in_flight(callback: Callable[[], None]) -> None:
 
 
 def _call_in_flight(sdk_module: str) -> None:
-    """A call was just made: once it waits on the network (the loop's next turn), start what was waiting for that,
-    and build the chunk schema off the turn's path if no snapshot primed it."""
+    """A call's request is written: start what was waiting for that (on the loop's next turn, once the call awaits
+    its answer), and build the chunk schema off the turn's path if no snapshot primed it."""
     with _LOCK:
         callbacks = _IN_FLIGHT[:]
         _IN_FLIGHT.clear()
