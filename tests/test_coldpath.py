@@ -24,7 +24,7 @@ import pytest
 from chatloop.api.runtime import Runtime
 from chatloop.config import Settings
 from chatloop.deadline import Deadline
-from chatloop.providers import sdk
+from chatloop.providers import warmup
 from chatloop.providers.base import ModelRequest
 from tests.support.adapter import MODEL, ROOT
 from tests.test_api import realistic
@@ -93,9 +93,9 @@ def test_the_chunk_schema_is_built_while_the_first_call_waits(fake_llm, monkeypa
     """On a cold start nothing primed the SDK: its first call builds the streamed chunk's schema in the background
     (the SDK would build it on the first chunk, once the model has answered: on the turn's path)."""
     fake_llm.default = realistic
-    monkeypatch.setattr(sdk, "_PRIMED", set())
+    monkeypatch.setattr(warmup, "_PRIMED", set())
     built = []
-    monkeypatch.setattr(sdk, "prime_modules", built.append)
+    monkeypatch.setattr(warmup, "prime_modules", built.append)
     runtime = Runtime(Settings(model_chain=f"groq:{MODEL}"), keys_loader=lambda s: {"groq": "gsk_test"})
     turn = ModelRequest(messages=[{"role": "user", "content": "hi"}], deadline=Deadline.after(20))
 
@@ -111,14 +111,18 @@ def test_the_chunk_schema_is_built_while_the_first_call_waits(fake_llm, monkeypa
 
 
 def test_every_client_shares_one_tls_context_and_the_primed_http_client_is_used_once(monkeypatch):
-    monkeypatch.setattr(sdk, "_HTTP", {})
-    sdk.prime("groq")
-    primed = sdk._HTTP["groq"]
+    monkeypatch.setattr(warmup, "_HTTP", {})
+    warmup.prime("groq")
+    primed = warmup._HTTP["groq"]
     assert "authorization" not in {k.lower() for k in primed.headers}  # keyless
-    first, second, other = sdk.http_client("groq"), sdk.http_client("groq"), sdk.http_client("openai")
+    first, second, other = (
+        warmup.http_client("groq"),
+        warmup.http_client("groq"),
+        warmup.http_client("openai"),
+    )
     assert first is primed and second is not primed
     contexts = {id(c._transport._pool._ssl_context) for c in (first, second, other)}
-    assert contexts == {id(sdk.tls_context())}
+    assert contexts == {id(warmup.tls_context())}
 
 
 @pytest.mark.skipif(shutil.which("openssl") is None, reason="the layer's CA directory is hashed with openssl")
@@ -174,10 +178,10 @@ def test_the_tls_context_takes_the_hashed_ca_directory_beside_certifi_unless_the
         monkeypatch.delenv(variable, raising=False)
     (tmp_path / "certifi").mkdir()
     (tmp_path / "certifi" / "__init__.py").write_text("")
-    assert sdk._hashed_ca_dir() is None  # the venv's certifi has none beside it: the bundle is loaded
-    (tmp_path / sdk.CA_DIR).mkdir()
+    assert warmup._hashed_ca_dir() is None  # the venv's certifi has none beside it: the bundle is loaded
+    (tmp_path / warmup.CA_DIR).mkdir()
     monkeypatch.syspath_prepend(str(tmp_path))
     monkeypatch.delitem(sys.modules, "certifi", raising=False)
-    assert sdk._hashed_ca_dir() == tmp_path / sdk.CA_DIR  # as in the layer
+    assert warmup._hashed_ca_dir() == tmp_path / warmup.CA_DIR  # as in the layer
     monkeypatch.setenv("SSL_CERT_FILE", str(tmp_path / "mine.pem"))
-    assert sdk._hashed_ca_dir() is None  # the operator's CAs, as httpx honours them
+    assert warmup._hashed_ca_dir() is None  # the operator's CAs, as httpx honours them

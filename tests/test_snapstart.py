@@ -69,9 +69,9 @@ SNAPSHOT_THEN_TWO_RESTORES = textwrap.dedent(
     for func, args, kwargs in reversed(snapshot_restore_py.get_before_snapshot()):  # as the runtime runs them
         func(*args, **kwargs)
     runtime = app.app.state.runtime
-    from chatloop.providers import sdk
-    tls = sdk._TLS
-    primed_http = sdk._HTTP.get("groq")
+    from chatloop.providers import sdk, warmup
+    tls = warmup._TLS
+    primed_http = warmup._HTTP.get("groq")
     snapshot = {
         "registered": registered,
         "children": len(children_of()),
@@ -92,7 +92,7 @@ SNAPSHOT_THEN_TWO_RESTORES = textwrap.dedent(
             name for name, value in primed_http.headers.items()
             if name.lower() in ("authorization", "api-key") or os.environ["GROQ_API_KEY"] in value
         ),
-        "chunk_schema_built": "groq" in sdk._PRIMED,
+        "chunk_schema_built": "groq" in warmup._PRIMED,
         "body_validator_built": sys.modules["chatloop.api.schemas"].ChatBody.__pydantic_complete__,
         "frozen": gc.get_freeze_count() > 0,
     }

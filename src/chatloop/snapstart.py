@@ -9,7 +9,7 @@ first model call is in flight (not at once: the first turn needs the CPU until i
 
 What a first turn needs that can be frozen is built into the snapshot instead ("priming", ``Runtime.prime``): the
 provider SDKs of the configured chain with their chat modules, one TLS context, a keyless HTTP client each and the
-streamed chunk's schema (``providers.sdk.prime``); the Responses and Conversations modules; Powertools' Parameters
+streamed chunk's schema (``providers.warmup.prime``); the Responses and Conversations modules; Powertools' Parameters
 (boto3) and Idempotency when configured; the ``mcp`` SDK when MCP servers are; the tool registry (the sandbox
 without a process). Then ``Runtime.forget_credentials`` drops any key and SDK client a request before the snapshot
 may have left, and ``gc.freeze`` keeps the init's objects out of every later collection (and their pages unwritten
@@ -81,7 +81,7 @@ def after_restore(runtime: Runtime) -> None:
     the OS already), the sandbox's spare started once the first model call is in flight. The keys are read on the
     first request."""
     random.seed()
-    from chatloop.providers.sdk import when_in_flight
+    from chatloop.providers.warmup import when_in_flight
     from chatloop.tools.javascript import sandbox
 
     when_in_flight(sandbox.resume_all)
@@ -107,7 +107,7 @@ def aws_modules(settings: Settings) -> list[str]:
 
 def primed_modules(settings: Settings) -> list[str]:
     """What the first request after a restore would import, imported into the snapshot instead: the chain's SDKs
-    (primed further by ``providers.sdk.prime``) and the AWS modules of ``aws_modules``."""
+    (primed further by ``providers.warmup.prime``) and the AWS modules of ``aws_modules``."""
     return [*sdk_modules(settings), *aws_modules(settings)]
 
 

@@ -29,8 +29,9 @@ from chatloop.engine.limits import EngineLimits
 from chatloop.providers.catalog import Catalog, split_entry
 from chatloop.providers.chain import FallbackChain
 from chatloop.providers.factory import build_chain, build_model, provider_usable
-from chatloop.providers.sdk import drop_clients, when_in_flight
-from chatloop.providers.sdk import prime as prime_sdk
+from chatloop.providers.sdk import drop_clients
+from chatloop.providers.warmup import prime as prime_sdk
+from chatloop.providers.warmup import when_in_flight
 from chatloop.secrets import load_provider_keys
 from chatloop.tools.base import ToolRegistry
 
@@ -144,7 +145,7 @@ class Runtime:
 
     def prime(self, sdk_modules: Sequence[str], modules: Sequence[str] = ()) -> None:
         """Build now what the first turn would build, where none of it holds a key, a connection or a process (a
-        SnapStart snapshot): ``modules`` imported, each of ``sdk_modules`` primed (``providers.sdk.prime``: its
+        SnapStart snapshot): ``modules`` imported, each of ``sdk_modules`` primed (``providers.warmup.prime``: its
         modules, the TLS context, a keyless HTTP client, the chunk schema), the request bodies' validators
         (``build_schemas``), the tool registry (the sandbox without its process) and, when MCP servers are
         configured, the ``mcp`` SDK (the servers are listed on first use)."""
