@@ -12,7 +12,10 @@ sandbox run) from a loopback model (the groq SDK over HTTP) that takes ``MODEL_S
 - ``restored_ms``: the after-restore hooks -> first turn answered, less the model's time, in a process forked from
   one that ran ``import app`` and the before-snapshot hooks (a snapshot): each sample is a new copy of one snapshot,
   as SnapStart restores one. A fork copies memory on write as a restore faults pages in, not as expensively;
-- ``warm_overhead_ms``: a later turn less the model's time; ``import_ms``; ``peak_rss_mb`` (cold runs, the cgroup's
+- ``cold_cpu_ms`` / ``restored_cpu_ms``: the CPU the handler's process used until that first answer (all its
+  threads; the Deno processes not included), a figure other load on the machine barely moves: divided by the
+  size's CPU share, it is what the wall time would be with the share to itself;
+- ``warm_overhead_ms``: a later turn less the model's time (``warm_cpu_ms``: the handler's CPU in it); ``import_ms``; ``peak_rss_mb`` (cold runs, the cgroup's
   anonymous memory: the handler and every Deno process);
 - ``compiled``: the ``.py`` files a cold start compiled (an audit hook, in a separate, untimed run): none, when the
   artefacts ship bytecode for every module they import.
@@ -60,7 +63,7 @@ PREFIX = "BENCH "
 # mode "cold": import app, a first turn, warm turns. "primed": import app, the before-snapshot hooks, then a fork per
 # "restore" line read: the after-restore hooks, a first turn. "check": a cold start that records what it compiled.
 CHILD = r"""
-import json, os, sys, time
+import json, os, resource, sys, time
 mode, turns = sys.argv[1], int(sys.argv[2])
 sys.path[:0] = sys.argv[3:]
 compiled = []
@@ -99,12 +102,20 @@ def turn():
     assert response["statusCode"] == 200 and "20789.28" in response["body"], response
     return elapsed
 
+warm_cpu = []
+
 def warm_turns():
     warm = []
     for _ in range(turns):
         time.sleep(0.1)  # between requests: the spare is refilled, as it is between real turns
+        before = cpu_ms()
         warm.append(turn())
+        warm_cpu.append(cpu_ms() - before)
     return warm
+
+def cpu_ms():  # this process's CPU (every thread's) since it started, or since the fork for a restored copy
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return (usage.ru_utime + usage.ru_stime) * 1000
 
 def report(out):
     os.write(1, ("@PREFIX@" + json.dumps(out) + "\n").encode())
@@ -114,9 +125,9 @@ import app
 import_ms = (time.perf_counter() - t) * 1000
 if mode in ("cold", "check"):
     first = turn()
-    answered = time.monotonic()
-    report({"answered": answered, "import_ms": import_ms, "first_turn_ms": first, "warm_ms": warm_turns(),
-            "compiled": compiled})
+    answered, cpu = time.monotonic(), cpu_ms()
+    report({"answered": answered, "cpu_ms": cpu, "import_ms": import_ms, "first_turn_ms": first,
+            "warm_ms": warm_turns(), "warm_cpu_ms": warm_cpu, "compiled": compiled})
 else:
     import chatloop.snapstart as snapstart
     runtime = app.app.state.runtime
@@ -131,8 +142,8 @@ else:
             snapstart.after_restore(runtime)
             hooks_ms = (time.monotonic() - start) * 1000
             turn()
-            restored_ms = (time.monotonic() - start) * 1000
-            report({"restored_ms": restored_ms, "hooks_ms": hooks_ms, "warm_ms": warm_turns()})
+            restored_ms, cpu = (time.monotonic() - start) * 1000, cpu_ms()
+            report({"restored_ms": restored_ms, "cpu_ms": cpu, "hooks_ms": hooks_ms, "warm_ms": warm_turns()})
             from chatloop.tools.javascript import sandbox
             sandbox.close_all()
             os._exit(0)
@@ -373,14 +384,17 @@ def measure(runs: int, turns: int, sizes: tuple[int, ...] = SIZES, base: str | N
                         cold = run_cold(trees[label], groups[label, "cold"], env, turns=turns)
                         row = samples[label]
                         row.setdefault("cold_ms", []).append(cold["process_ms"] - model_ms)
+                        row.setdefault("cold_cpu_ms", []).append(cold["cpu_ms"])
                         row.setdefault("import_ms", []).append(cold["import_ms"])
                         row.setdefault("warm_overhead_ms", []).append(median(cold["warm_ms"]) - model_ms)
+                        row.setdefault("warm_cpu_ms", []).append(median(cold["warm_cpu_ms"]))
                         row.setdefault("peak_rss_mb", []).append(cold["peak_rss_mb"])
                     for label in order:
                         restored = restorers[label]()
                         samples[label].setdefault("restored_ms", []).append(
                             restored["restored_ms"] - model_ms
                         )
+                        samples[label].setdefault("restored_cpu_ms", []).append(restored["cpu_ms"])
                         samples[label].setdefault("restore_hooks_ms", []).append(restored["hooks_ms"])
                 if size == sizes[0]:  # what a cold start compiles: once per tree, untimed
                     for label, tree in trees.items():
