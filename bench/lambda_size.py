@@ -1,22 +1,24 @@
 """Lambda-sized first turns: the built artefacts under a cgroup sized like a MemorySize, this tree against the
 previous main, measured in one run.
 
-Both trees are built as ``scripts/package.py`` builds them (``build/layer.zip`` + ``build/function.zip``), unpacked
-read-only (as ``/opt`` and ``/var/task``), and run by ``python3.12 -I -B`` with only those two on ``sys.path``, as an
-unprivileged user where the interpreter allows it (Lambda's own user cannot write there either: a missing ``.pyc``
-is compiled on every start, which ``-B`` reproduces for root), in a cgroup whose CPU is MemorySize / 1,769 of a core and whose memory is MemorySize (``bench/cgroups.py``). The
-handler gets REST API events for a compound-interest turn (two model calls: a tool call, then the answer; one
-sandbox run) from a loopback model (the groq SDK over HTTP) that takes ``MODEL_SECONDS`` a call. Per size and tree:
+Both trees are built as ``scripts/package.py`` builds them (``build/layer.zip`` + ``build/function.zip``; the layer
+cached by ``bench/artefacts.py``), unpacked read-only (as ``/opt`` and ``/var/task``), and run by ``python3.12 -I -B``
+(``bench/lambda_child.py``) with only those two on ``sys.path``, as an unprivileged user where the interpreter allows
+it (Lambda's own user cannot write there either: a missing ``.pyc`` is compiled on every start, which ``-B``
+reproduces for root), in a cgroup whose CPU is MemorySize / 1,769 of a core and whose memory is MemorySize
+(``bench/cgroups.py``). The handler gets REST API events for a compound-interest turn (two model calls: a tool call,
+then the answer; one sandbox run) from a loopback model (the groq SDK over HTTP) that takes ``MODEL_SECONDS`` a call.
+Per size and tree:
 
 - ``cold_ms``: process start (before ``exec``) -> first turn answered, less the model's time;
 - ``restored_ms``: the after-restore hooks -> first turn answered, less the model's time, in a process forked from
   one that ran ``import app`` and the before-snapshot hooks (a snapshot): each sample is a new copy of one snapshot,
   as SnapStart restores one. A fork copies memory on write as a restore faults pages in, not as expensively;
 - ``cold_cpu_ms`` / ``restored_cpu_ms``: the CPU the handler's process used until that first answer (all its
-  threads; the Deno processes not included), a figure other load on the machine barely moves: divided by the
-  size's CPU share, it is what the wall time would be with the share to itself;
-- ``warm_overhead_ms``: a later turn less the model's time (``warm_cpu_ms``: the handler's CPU in it); ``import_ms``; ``peak_rss_mb`` (cold runs, the cgroup's
-  anonymous memory: the handler and every Deno process);
+  threads; the Deno processes not included), a figure other load on the machine moves less: divided by the size's
+  CPU share, it is what that CPU costs in wall time, were none of it hidden behind the model's time;
+- ``warm_overhead_ms``: a later turn less the model's time (``warm_cpu_ms``: the handler's CPU in it);
+  ``import_ms``; ``peak_rss_mb`` (cold runs, the cgroup's anonymous memory: the handler and every Deno process);
 - ``compiled``: the ``.py`` files a cold start compiled (an audit hook, in a separate, untimed run): none, when the
   artefacts ship bytecode for every module they import.
 
@@ -59,96 +61,8 @@ UNPRIVILEGED = 65534
 """``nobody``: Lambda runs the function as a user that cannot write to /var/task or /opt."""
 PREFIX = "BENCH "
 
-# Runs inside the cgroup, on the Lambda runtime's bare interpreter: argv = [mode, turns, *sys.path entries].
-# mode "cold": import app, a first turn, warm turns. "primed": import app, the before-snapshot hooks, then a fork per
-# "restore" line read: the after-restore hooks, a first turn. "check": a cold start that records what it compiled.
-CHILD = r"""
-import json, os, resource, sys, time
-mode, turns = sys.argv[1], int(sys.argv[2])
-sys.path[:0] = sys.argv[3:]
-compiled = []
-if mode == "check":
-    def audit(event, args):  # a module compiled from source by the import system (not a library's own parse)
-        if event == "compile" and sys._getframe(2).f_code.co_name == "source_to_code":
-            compiled.append(args[1])
-    sys.addaudithook(audit)
-
-class Context:
-    function_name = "chatloop-bench"
-    function_version = "1"
-    memory_limit_in_mb = int(os.environ["AWS_LAMBDA_FUNCTION_MEMORY_SIZE"])
-    invoked_function_arn = "arn:aws:lambda:us-east-1:123456789012:function:chatloop-bench"
-    aws_request_id = "bench"
-    log_group_name = log_stream_name = "bench"
-    def get_remaining_time_in_millis(self):
-        return 28000
-
-body = json.dumps({"messages": [{"role": "user", "content": "What do $10,000 at 5% compounded annually for 15 years grow to?"}], "stream": False})
-event = {
-    "resource": "/{proxy+}", "path": "/chat", "httpMethod": "POST", "body": body, "isBase64Encoded": False,
-    "headers": {"content-type": "application/json", "host": "bench.execute-api.us-east-1.amazonaws.com"},
-    "multiValueHeaders": {"content-type": ["application/json"]},
-    "queryStringParameters": None, "multiValueQueryStringParameters": None, "pathParameters": {"proxy": "chat"},
-    "stageVariables": None,
-    "requestContext": {"requestId": "bench", "stage": "prod", "resourcePath": "/{proxy+}", "httpMethod": "POST",
-                       "path": "/prod/chat", "identity": {"sourceIp": "127.0.0.1", "apiKeyId": "bench"},
-                       "requestTimeEpoch": 0},
-}
-
-def turn():
-    start = time.perf_counter()
-    response = app.handler(dict(event), Context())
-    elapsed = (time.perf_counter() - start) * 1000
-    assert response["statusCode"] == 200 and "20789.28" in response["body"], response
-    return elapsed
-
-warm_cpu = []
-
-def warm_turns():
-    warm = []
-    for _ in range(turns):
-        time.sleep(0.1)  # between requests: the spare is refilled, as it is between real turns
-        before = cpu_ms()
-        warm.append(turn())
-        warm_cpu.append(cpu_ms() - before)
-    return warm
-
-def cpu_ms():  # this process's CPU (every thread's) since it started, or since the fork for a restored copy
-    usage = resource.getrusage(resource.RUSAGE_SELF)
-    return (usage.ru_utime + usage.ru_stime) * 1000
-
-def report(out):
-    os.write(1, ("@PREFIX@" + json.dumps(out) + "\n").encode())
-
-t = time.perf_counter()
-import app
-import_ms = (time.perf_counter() - t) * 1000
-if mode in ("cold", "check"):
-    first = turn()
-    answered, cpu = time.monotonic(), cpu_ms()
-    report({"answered": answered, "cpu_ms": cpu, "import_ms": import_ms, "first_turn_ms": first,
-            "warm_ms": warm_turns(), "warm_cpu_ms": warm_cpu, "compiled": compiled})
-else:
-    import chatloop.snapstart as snapstart
-    runtime = app.app.state.runtime
-    snapstart.before_snapshot(runtime)
-    report({"primed": True})
-    for line in sys.stdin:
-        if line.strip() != "restore":
-            break
-        pid = os.fork()
-        if pid == 0:  # one restored copy of the snapshot
-            start = time.monotonic()
-            snapstart.after_restore(runtime)
-            hooks_ms = (time.monotonic() - start) * 1000
-            turn()
-            restored_ms, cpu = (time.monotonic() - start) * 1000, cpu_ms()
-            report({"restored_ms": restored_ms, "cpu_ms": cpu, "hooks_ms": hooks_ms, "warm_ms": warm_turns()})
-            from chatloop.tools.javascript import sandbox
-            sandbox.close_all()
-            os._exit(0)
-        os.waitpid(pid, 0)
-""".replace("@PREFIX@", PREFIX)
+CHILD = Path(__file__).with_name("lambda_child.py")
+"""The measured process (``bench/lambda_child.py``): ``cold``, ``check`` or ``primed`` mode."""
 
 
 def available() -> str | None:
@@ -213,7 +127,7 @@ class Tree:
         self.label, self.paths, self.python, self.home = label, paths, python, home
 
     def command(self, mode: str, turns: int) -> list[str]:
-        return [self.python, "-I", "-B", "-c", CHILD, mode, str(turns), *self.paths]
+        return [self.python, "-I", "-B", str(CHILD), mode, str(turns), *self.paths]
 
     def preexec(self, group: LambdaCgroup) -> Any:
         unprivileged = os.geteuid() == 0 and _others_may_run(self.python)
