@@ -4,7 +4,8 @@
 
 - ``cold``: ``import app``, a first turn (the monotonic clock when it was answered, the CPU used until then), then
   ``TURNS`` warm turns;
-- ``check``: the same, recording every module the import system compiled from source (an audit hook: untimed);
+- ``check``: the same, recording (with an audit hook: untimed) every module the import system compiled from source
+  and every file of the artefacts opened more than once;
 - ``primed``: ``import app`` and the before-snapshot hooks, then, for each ``restore`` line read on stdin, a fork (a
   copy of the snapshot) that runs the after-restore hooks and a first turn, and reports.
 """
@@ -93,12 +94,17 @@ def main() -> None:
     mode, warm = sys.argv[1], int(sys.argv[2])
     sys.path[:0] = sys.argv[3:]
     compiled: list[str] = []
+    opened: dict[str, int] = {}
     if mode == "check":
+        roots = tuple(sys.argv[3:])
 
         def audit(event: str, args: tuple[Any, ...]) -> None:
             # a module compiled from source by the import system (not a library's own parse of some text)
             if event == "compile" and sys._getframe(2).f_code.co_name == "source_to_code":
                 compiled.append(args[1])
+            # a file of the artefacts opened (the import system reads each .pyc once through open_code)
+            elif event == "open" and isinstance(args[0], str) and args[0].startswith(roots):
+                opened[args[0]] = opened.get(args[0], 0) + 1
 
         sys.addaudithook(audit)
     start = time.perf_counter()
@@ -109,7 +115,10 @@ def main() -> None:
         first = turns.one()
         answered, cpu = time.monotonic(), cpu_ms()
         out = {"answered": answered, "cpu_ms": cpu, "import_ms": import_ms, "first_turn_ms": first}
-        report({**out, **turns.warm_turns(), "compiled": compiled})
+        twice = sorted(path for path, count in opened.items() if count > 1)
+        report(
+            {**out, **turns.warm_turns(), "compiled": compiled, "opened": len(opened), "read_twice": twice}
+        )
         return
     snapstart = importlib.import_module("chatloop.snapstart")
     runtime = app.app.state.runtime

@@ -19,8 +19,9 @@ Per size and tree:
   CPU share, it is what that CPU costs in wall time, were none of it hidden behind the model's time;
 - ``warm_overhead_ms``: a later turn less the model's time (``warm_cpu_ms``: the handler's CPU in it);
   ``import_ms``; ``peak_rss_mb`` (cold runs, the cgroup's anonymous memory: the handler and every Deno process);
-- ``compiled``: the ``.py`` files a cold start compiled (an audit hook, in a separate, untimed run): none, when the
-  artefacts ship bytecode for every module they import.
+- ``compiled`` / ``read_twice``: the ``.py`` files a cold start compiled and the files of the artefacts it opened more
+  than once (an audit hook, in a separate, untimed run): none, when the artefacts ship bytecode for every module they
+  import and nothing is read again.
 
 The two trees alternate, sample by sample, with which goes first alternating too: whatever else the machine is doing
 (this is a shared 2-core machine) falls on both alike. Medians are reported, with this tree / main.
@@ -314,6 +315,8 @@ def measure(runs: int, turns: int, sizes: tuple[int, ...] = SIZES, base: str | N
                     for label, tree in trees.items():
                         checked = run_cold(tree, groups[label, "cold"], env, mode="check", turns=0)
                         out.setdefault("compiled", {})[label] = checked["compiled"]
+                        out.setdefault("read_twice", {})[label] = checked["read_twice"]
+                        out.setdefault("files_opened", {})[label] = checked["opened"]
             row_out: dict[str, Any] = {"cpu_share": cpu_share(size)}
             for label, values in samples.items():
                 row_out[label] = {key: {"median": median(v), "samples": v} for key, v in values.items()}

@@ -438,12 +438,16 @@ def lambda_size_section(x: dict) -> list[str]:
                 verdict += f" ({alone:,.0f} ms by its CPU: {'met' if alone <= target else 'MISSED'})"
             verdicts.append(verdict)
         lines += [f"Targets at 512 MB (issue #34): {'; '.join(verdicts)}.", ""]
-    compiled = x.get("compiled", {})
+    compiled, twice, opened = x.get("compiled", {}), x.get("read_twice", {}), x.get("files_opened", {})
     if compiled:
         lines += [
-            "Modules compiled from source during a cold start (each would be compiled on every cold start: the "
-            "code directories are read-only): "
+            "A cold start, checked with an audit hook (untimed): modules compiled from source (each would be compiled on "
+            "every cold start: the code directories are read-only): "
             + ", ".join(f"{label} {len(files)}" for label, files in compiled.items())
+            + "; files of the artefacts opened more than once (of those opened): "
+            + ", ".join(
+                f"{label} {len(twice.get(label, []))} (of {opened.get(label, '?')})" for label in compiled
+            )
             + ".",
             "",
         ]

@@ -49,7 +49,8 @@ def test_bench_smoke_run(tmp_path):
             r"\*\*\d+ ms\*\* \(\d+; ×\d", restored
         )
         assert "Targets at 512 MB (issue #34): cold ≤ 1,200 ms" in lambda_sized
-        assert "compiled from source during a cold start" in lambda_sized and "here 0" in lambda_sized
+        assert "modules compiled from source" in lambda_sized and "here 0;" in lambda_sized
+        assert "opened more than once (of those opened): here 0 (of" in lambda_sized
     row = next(line for line in report.splitlines() if line.startswith("| compound interest |"))
     calls, executions = re.findall(r"\| (\d+) / (\d+) ", row)[:2]
     assert calls[0] == "2" and executions[0] == "1"  # this engine: 2 model calls, 1 execution

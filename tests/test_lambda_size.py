@@ -64,6 +64,7 @@ def test_the_built_artefacts_answer_cold_and_after_a_restore_at_512_mb(tree):
         ):
             restored = [restore(), restore()]  # two copies of one snapshot
     assert cold["compiled"] == []  # every module the cold start imported came with its bytecode
+    assert cold["opened"] > 100 and cold["read_twice"] == []  # and no file of the artefacts was read twice
     assert 0 < cold["peak_rss_mb"] < 512 and cold["process_ms"] > cold["import_ms"] > 0
     for copy in restored:
         assert copy["restored_ms"] > 0 and len(copy["warm_ms"]) == 1
