@@ -185,3 +185,28 @@ def test_the_tls_context_takes_the_hashed_ca_directory_beside_certifi_unless_the
     assert warmup._hashed_ca_dir() == tmp_path / warmup.CA_DIR  # as in the layer
     monkeypatch.setenv("SSL_CERT_FILE", str(tmp_path / "mine.pem"))
     assert warmup._hashed_ca_dir() is None  # the operator's CAs, as httpx honours them
+
+
+@pytest.mark.slow
+def test_a_run_takes_the_spare_that_is_still_starting_rather_than_start_another():
+    """The spare starts once the model call is in flight; a model that answers fast can ask for a run before it is
+    ready. The run waits for it: one Deno process starting, not two sharing the CPU."""
+    from chatloop.tools.javascript import JavaScriptSandbox
+
+    box = JavaScriptSandbox()
+    spawned = []
+    spawn = box._spawn
+
+    def counted():
+        spawned.append(1)
+        return spawn()
+
+    box._spawn = counted
+    try:
+        box.warm()
+        assert box._spare_starting  # not ready yet
+        result = box.run("6 * 7")
+        assert result.payload["result"] == 42 and result.prespawned
+        assert len(spawned) == 1
+    finally:
+        box.close()
