@@ -3,7 +3,8 @@
 
 The layer takes pip a minute or more on a busy machine and deleting its ~3,500 files as long again, so one is kept
 per content in ``bench/.cache/`` (git-ignored): keyed by the requirements, the architecture, the interpreter and
-``scripts/package.py`` itself, it is built once and shared by every run and every tree with the same requirements.
+``scripts/package.py`` itself, it is built once and shared by every run and every tree with the same requirements
+(the oldest beyond ``KEPT_LAYERS`` are removed when a new one is built).
 The function (``src/``, under a second to build) is built each time.
 
 Usage::
@@ -26,6 +27,8 @@ from pathlib import Path
 from bench import ROOT
 
 CACHE = ROOT / "bench" / ".cache"
+KEPT_LAYERS = 3
+"""Layers kept in the cache: this tree's, main's when its requirements differ, and one more."""
 
 
 def arch() -> str:
@@ -76,7 +79,15 @@ def layer(requirements: Path) -> Path:
                 raise
         shutil.rmtree(Path(tmp) / "build", ignore_errors=True)
     target.chmod(0o555)
+    _prune(keep=target)
     return target
+
+
+def _prune(keep: Path, most: int = KEPT_LAYERS) -> None:
+    """Remove the oldest cached layers beyond ``most`` (each is ~200 MB), never ``keep``."""
+    layers = sorted(CACHE.glob("layer-*"), key=lambda p: p.stat().st_mtime, reverse=True)
+    for old in [p for p in layers if p != keep][most - 1 :]:
+        shutil.rmtree(old, ignore_errors=True)
 
 
 def function(source: Path, into: Path) -> Path:
