@@ -87,6 +87,8 @@ def _prune(keep: Path, most: int = KEPT_LAYERS) -> None:
     """Remove the oldest cached layers beyond ``most`` (each is ~200 MB), never ``keep``."""
     layers = sorted(CACHE.glob("layer-*"), key=lambda p: p.stat().st_mtime, reverse=True)
     for old in [p for p in layers if p != keep][most - 1 :]:
+        for folder in [old, *(p for p in old.rglob("*") if p.is_dir() and not p.is_symlink())]:
+            folder.chmod(0o755)  # read-only folders: their entries could not be removed (but by root)
         shutil.rmtree(old, ignore_errors=True)
 
 
