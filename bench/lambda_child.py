@@ -6,6 +6,7 @@
   ``TURNS`` warm turns;
 - ``check``: the same, recording (with an audit hook: untimed) every module the import system compiled from source
   and every file of the artefacts opened more than once;
+- ``profile``: ``import app`` and a first turn under pyinstrument (wall clock, 1 ms samples): the text profile;
 - ``primed``: ``import app`` and the before-snapshot hooks, then, for each ``restore`` line read on stdin, a fork (a
   copy of the snapshot) that runs the after-restore hooks and a first turn, and reports.
 """
@@ -107,10 +108,24 @@ def main() -> None:
                 opened[args[0]] = opened.get(args[0], 0) + 1
 
         sys.addaudithook(audit)
+    profiler = None
+    if (
+        mode == "profile"
+    ):  # the profiler comes from the bench's own environment, after the artefacts on the path
+        sys.path.append(os.environ["BENCH_SITE_PACKAGES"])
+        from pyinstrument import Profiler
+
+        profiler = Profiler(interval=0.001)
+        profiler.start()
     start = time.perf_counter()
     app = importlib.import_module("app")
     import_ms = (time.perf_counter() - start) * 1000
     turns = Turns(app, warm)
+    if profiler is not None:
+        turns.one()
+        profiler.stop()
+        report({"profile": profiler.output_text(unicode=False, color=False, show_all=False)})
+        return
     if mode in ("cold", "check"):
         first = turns.one()
         answered, cpu = time.monotonic(), cpu_ms()

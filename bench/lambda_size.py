@@ -29,6 +29,7 @@ The two trees alternate, sample by sample, with which goes first alternating too
 Usage::
 
     .venv/bin/python -m bench.lambda_size --runs 5            # prints JSON; make bench reports it (section 13)
+    .venv/bin/python -m bench.lambda_size --profile 512       # a cold start's pyinstrument profile at 512 MB
 """
 
 from __future__ import annotations
@@ -198,7 +199,8 @@ def run_cold(
             if process.poll() is None:
                 process.kill()
                 process.wait()
-    out["process_ms"] = (out.pop("answered") - started) * 1000
+    if "answered" in out:
+        out["process_ms"] = (out.pop("answered") - started) * 1000
     out["peak_rss_mb"] = peak[0] / 1024 / 1024
     return out
 
@@ -326,8 +328,38 @@ def measure(runs: int, turns: int, sizes: tuple[int, ...] = SIZES, base: str | N
     return out
 
 
+def profile(size: int) -> str:
+    """Where a cold start of this tree's artefacts spends its time at ``size``: ``import app`` and the first turn
+    under pyinstrument, in the cgroup (the model's 2 x 300 ms show as waits)."""
+    import sysconfig
+
+    from tests.support.fake_llm import FakeLLM
+    from tests.test_api import realistic
+
+    python = _lambda_python()
+    assert python is not None and not available()
+    with tempfile.TemporaryDirectory(prefix="chatloop-lambda-profile-") as tmp, FakeLLM() as llm:
+        llm.default = lambda body: replace(realistic(body), delay=MODEL_SECONDS)
+        work = Path(tmp)
+        work.chmod(0o755)
+        paths = [
+            str(artefacts.function(ROOT / "src", work / "task")),
+            str(artefacts.layer(ROOT / "requirements.txt") / "python"),
+        ]
+        tree = Tree("here", paths, python, work)
+        env = {
+            **_environment(size, llm.groq_base_url, tmp),
+            "BENCH_SITE_PACKAGES": sysconfig.get_path("purelib"),
+        }
+        with LambdaCgroup(f"chatloop-profile-{os.getpid()}", size) as group:
+            out = run_cold(tree, group, env, mode="profile", turns=0)
+    text: str = out["profile"]
+    return text
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
+    parser.add_argument("--profile", type=int, metavar="MB", help="print a cold start's profile at this size")
     parser.add_argument("--runs", type=int, default=5)
     parser.add_argument("--turns", type=int, default=3, help="warm turns after each cold start")
     parser.add_argument("--sizes", default=",".join(map(str, SIZES)))
@@ -335,6 +367,9 @@ def main() -> int:
         "--base", default=None, help="the commit to measure against (default: the previous main)"
     )
     args = parser.parse_args()
+    if args.profile:
+        print(profile(args.profile))
+        return 0
     sizes = tuple(int(s) for s in args.sizes.split(","))
     print(json.dumps(measure(args.runs, args.turns, sizes, args.base), indent=2))
     return 0
