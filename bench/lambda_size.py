@@ -347,10 +347,11 @@ def profile(size: int) -> str:
             str(artefacts.layer(ROOT / "requirements.txt") / "python"),
         ]
         tree = Tree("here", paths, python, work)
-        env = {
-            **_environment(size, llm.groq_base_url, tmp),
-            "BENCH_SITE_PACKAGES": sysconfig.get_path("purelib"),
-        }
+        # pyinstrument alone (it has no dependencies): the venv's other packages stay off the child's path
+        only = work / "profiler"
+        only.mkdir()
+        (only / "pyinstrument").symlink_to(Path(sysconfig.get_path("platlib")) / "pyinstrument")
+        env = {**_environment(size, llm.groq_base_url, tmp), "BENCH_SITE_PACKAGES": str(only)}
         with LambdaCgroup(f"chatloop-profile-{os.getpid()}", size) as group:
             out = run_cold(tree, group, env, mode="profile", turns=0)
     text: str = out["profile"]
