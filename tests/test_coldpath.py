@@ -1,7 +1,8 @@
 """The first turn's path (issue #34): what a cold start does before its first model call, and what it leaves for the
 time that call waits on the network.
 
-- ``import app`` turns off pydantic's plugin discovery (it reads every installed distribution's metadata);
+- ``import app`` turns off pydantic's plugin discovery (it reads every installed distribution's metadata) and
+  httpx's command-line client (it loads click for nothing);
 - the sandbox's spare Deno process starts once the first model call is in flight, not before it;
 - the streamed chunk's schema is built while that call waits (in a SnapStart snapshot: before it);
 - one TLS context serves every SDK client; a primed keyless HTTP client is used once, by the first client; the
@@ -30,22 +31,23 @@ from tests.support.adapter import MODEL, ROOT
 from tests.test_api import realistic
 
 
-def test_import_app_turns_off_pydantic_plugin_discovery_unless_the_operator_set_it():
+def test_import_app_turns_off_pydantic_plugin_discovery_and_httpx_cli_unless_the_operator_set_it():
     code = (
         "import json, os, sys; sys.path[:0] = [sys.argv[1] + '/src']; import app; "
         "from chatloop.api.schemas import ChatBody; "
         "ChatBody.model_validate({'messages': [{'role': 'user', 'content': 'hi'}]}); "
         "from pydantic.plugin import _loader; "
-        "print(json.dumps([os.environ['PYDANTIC_DISABLE_PLUGINS'], _loader._plugins is None, "
-        "sorted(m for m in ('groq', 'openai', 'boto3', 'mcp') if m in sys.modules)]))"
+        "lazy = sorted(m for m in ('groq', 'openai', 'boto3', 'mcp') if m in sys.modules); "
+        "import groq, httpx; "
+        "print(json.dumps([os.environ['PYDANTIC_DISABLE_PLUGINS'], _loader._plugins is None, lazy, "
+        "'click' in sys.modules, callable(httpx.main)]))"
     )
     base = {"PATH": "/usr/bin:/bin", "POWERTOOLS_SERVICE_NAME": "t", "POWERTOOLS_LOG_LEVEL": "ERROR"}
     for env, expected in (
-        (base, ["__all__", True, []]),  # no distribution's metadata read; no SDK imported by `import app`
-        (
-            {**base, "PYDANTIC_DISABLE_PLUGINS": "logfire"},
-            ["logfire", False, []],
-        ),  # the operator's choice stands
+        # no distribution's metadata read; no SDK imported by `import app`; the SDK's httpx loads no CLI (click)
+        (base, ["__all__", True, [], False, True]),
+        # the operator's choice stands
+        ({**base, "PYDANTIC_DISABLE_PLUGINS": "logfire"}, ["logfire", False, [], False, True]),
     ):
         done = subprocess.run(
             [sys.executable, "-c", code, str(ROOT)], env=env, capture_output=True, text=True, timeout=60
