@@ -37,6 +37,7 @@ def test_bench_smoke_run(tmp_path):
         "## 14. Time to first token",
         "## 15. MCP tools",
         "## 16. Against",
+        "## Tracing (OpenTelemetry)",
     ):
         assert section in report
     lambda_sized = report.split("## 13. Lambda-sized")[1].split("## 14.")[0]
