@@ -67,7 +67,7 @@ def before_snapshot(runtime: Runtime) -> None:
     from chatloop.tools.javascript import sandbox
 
     sandbox.suspend_all()  # first: the tool built below starts suspended, without a process
-    runtime.prime(sdk_modules(runtime.settings), [*aws_modules(runtime.settings), *LAZY_MODULES])
+    runtime.prime(sdk_modules(runtime.settings), [*configured_modules(runtime.settings), *LAZY_MODULES])
     runtime.forget_credentials()  # nothing read a key during init; should a request have run, it is dropped
     parameters = sys.modules.get("aws_lambda_powertools.utilities.parameters")
     if parameters is not None:
@@ -94,25 +94,24 @@ def sdk_modules(settings: Settings) -> list[str]:
     return list(dict.fromkeys(SDK_MODULES[p] for p in providers if p in SDK_MODULES))
 
 
-def aws_modules(settings: Settings) -> list[str]:
-    """Powertools' Parameters (boto3, for the keys secret) and Idempotency, when configured (~0.45 s at 512 MB):
-    imported into the snapshot, never called before it."""
+def configured_modules(settings: Settings) -> list[str]:
+    """What configuration adds to a first request's imports, imported into the snapshot and never called before it:
+    Powertools' Parameters (boto3, for the keys secret) and Idempotency (~0.45 s at 512 MB), and the OpenTelemetry
+    SDK and exporter when traces are exported (its providers start after restore)."""
     modules = []
     if settings.provider_keys_secret_arn:
         modules.append("aws_lambda_powertools.utilities.parameters")
     if settings.idempotency_table_name:
         modules.append("aws_lambda_powertools.utilities.idempotency")
-    if (
-        settings.otel_traces_endpoint()
-    ):  # the OpenTelemetry SDK and exporter; its providers start after restore
+    if settings.otel_traces_endpoint():
         modules.append("chatloop.tracing.turn")
     return modules
 
 
 def primed_modules(settings: Settings) -> list[str]:
     """What the first request after a restore would import, imported into the snapshot instead: the chain's SDKs
-    (primed further by ``providers.warmup.prime``) and the AWS modules of ``aws_modules``."""
-    return [*sdk_modules(settings), *aws_modules(settings)]
+    (primed further by ``providers.warmup.prime``) and ``configured_modules``."""
+    return [*sdk_modules(settings), *configured_modules(settings)]
 
 
 def register_runtime_hooks(runtime: Runtime) -> bool:
