@@ -262,6 +262,10 @@ def report(results: dict, quick: bool) -> str:
         "",
     ]
     lines += _store_section(results["store"])
+    if "fleet" in results:  # bench/fleet.py: turns that live in the store
+        from bench.fleet import section
+
+        lines += section(results["fleet"])
     if "lambda_size" in results:
         lines += lambda_size_section(results["lambda_size"])
     lines += ttft_section(results["ttft"])
