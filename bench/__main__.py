@@ -73,7 +73,7 @@ def main() -> int:
         (
             "lambda_size",
             lambda: lambda_size.measure(
-                1 if quick else 2, 2 if quick else 8, (512,) if quick else lambda_size.SIZES
+                1 if quick else 5, 1 if quick else 3, (512,) if quick else lambda_size.SIZES
             ),
         ),
         ("ttft", lambda: ttft.measure(2 if quick else 15)),

@@ -18,7 +18,10 @@ from aws_lambda_powertools.metrics import MetricUnit
 from mangum import Mangum
 from mangum.types import LambdaContext
 
-from chatloop import snapstart
+from chatloop import (
+    coldstart,  # noqa: F401  # first: it sets what the imports below read as they build
+    snapstart,
+)
 from chatloop.api import create_app
 from chatloop.api.limits import fit_lambda_response
 from chatloop.config import Settings
