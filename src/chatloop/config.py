@@ -224,6 +224,9 @@ class Settings:
     mcp_allowed_urls: str = ""
     """MCP_ALLOWED_URLS: comma-separated URL prefixes a /v1/responses request's own ``mcp`` tools may point at.
     Empty: no client-supplied MCP servers."""
+    approval_required_tools: str = ""
+    """APPROVAL_REQUIRED_TOOLS: comma-separated tool names (as offered: ``execute_javascript``,
+    ``docs__create_page``; ``docs__*`` for every tool of a server) whose calls wait for a person's approval."""
     # --- observability --------------------------------------------------------------------
     log_content: bool = False
     """LOG_CONTENT: include message text and tool arguments in log lines."""
@@ -244,6 +247,17 @@ class Settings:
         """The SQLite file of the embedded store: CONVERSATION_STORE_PATH, else under the user's data directory when
         it is writable, else under the temp directory."""
         return self.conversation_store_path or default_store_path()
+
+    def approval_required(self, name: str) -> bool:
+        """Whether APPROVAL_REQUIRED_TOOLS names tool ``name`` (by its offered name, or its server's ``label__*``).
+
+        >>> Settings(approval_required_tools="docs__*, execute_javascript").approval_required("docs__create")
+        True
+        """
+        for pattern in (p.strip() for p in self.approval_required_tools.split(",")):
+            if pattern and (name == pattern or (pattern.endswith("__*") and name.startswith(pattern[:-1]))):
+                return True
+        return False
 
     def mcp_url_prefixes(self) -> list[str]:
         """MCP_ALLOWED_URLS as a list (empty: no client-supplied MCP server is accepted)."""

@@ -70,10 +70,19 @@ async def chat(request: Request) -> Response:
     runtime = ctx.runtime
     body = await read_body(request, ChatBody)
     thread = None
+    if body.approvals and body.conversation is None:
+        raise RequestError(
+            400,
+            "invalid_request",
+            "approvals: answer in the conversation that asked (conversation)",
+            "approvals",
+        )
     if body.conversation is not None:
         from chatloop.api import chat_threads
 
-        thread = await chat_threads.chat_thread(request, body.conversation, body.messages)
+        thread = await chat_threads.chat_thread(
+            request, body.conversation, body.messages, body.approvals or []
+        )
     messages = conversation(
         [*(thread.history if thread else []), *body.messages], runtime.settings.max_messages
     )
@@ -90,9 +99,14 @@ async def chat(request: Request) -> Response:
         top_p=body.top_p,
         max_tokens=body.max_tokens,
         max_iterations=body.max_iterations,
+        approvals=thread.answers if thread else (),
     )
     ctx.request_id  # noqa: B018 - settled before the tools are listed (the adapter's log correlation id)
     registry = await runtime.tools_for_turn(ctx.deadline) if tool_names != [] else ToolRegistry()
+    if runtime.settings.approval_required_tools:  # the operator's tools that wait for a person (README)
+        from chatloop.api import approvals
+
+        await approvals.ask_for(ctx, turn, registry, [], {})
     events = turn_events(ctx, turn, model, registry)
     if thread is not None:  # a stored conversation's turn runs to its end even when the client goes away
         from chatloop.api import chat_threads

@@ -9,8 +9,9 @@ Usage (``api.chat``)::
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from starlette.requests import Request
 from starlette.responses import Response
@@ -25,6 +26,11 @@ from chatloop.engine.messages import Message
 from chatloop.engine.summary import StopReason, TurnSummary
 from chatloop.observability import logger
 
+if TYPE_CHECKING:
+    from chatloop.api.approval_items import McpApprovalResponseInput
+    from chatloop.api.schemas import ChatApproval
+    from chatloop.engine.approvals import ApprovalAnswer
+
 
 @dataclass
 class ChatThread:
@@ -35,11 +41,20 @@ class ChatThread:
     history: list[Message]
     new: list[dict[str, object]]
     """The request's new messages (user or system), appended to the conversation with the answer."""
+    answers: tuple[ApprovalAnswer, ...] = ()
+    """Answers to the conversation's approval requests the turn runs first (``api.approvals``)."""
+    answer_items: tuple[McpApprovalResponseInput, ...] = ()
+    """Those answers as the items appended to the conversation (a denial stays the model's history)."""
 
 
-async def chat_thread(request: Request, conversation: str, new: list[object]) -> ChatThread:
+async def chat_thread(
+    request: Request, conversation: str, new: list[object], approvals: Sequence[ChatApproval] = ()
+) -> ChatThread:
     """The conversation a ``/chat`` request continues (a 4xx or 503 before any model call when it cannot be had).
-    With a conversation the client sends only what is new: user (or system) messages."""
+    With a conversation the client sends only what is new: user (or system) messages, and answers to its
+    approval requests (each checked as ``api.approvals`` checks them)."""
+    from chatloop.api.approval_items import McpApprovalResponseInput
+    from chatloop.api.approvals import answers_of
     from chatloop.api.responses import messages_of
 
     messages = [m for m in new if isinstance(m, dict) and m.get("role") in ("user", "system")]
@@ -54,7 +69,10 @@ async def chat_thread(request: Request, conversation: str, new: list[object]) ->
     conversation_id = conversation_id_of(conversation)
     with store_errors():
         items = await conversation_history(store, owner, conversation_id, deadline)
-    return ChatThread(owner, conversation_id, messages_of(items), messages)
+    given = tuple(McpApprovalResponseInput.model_validate(a.as_item()) for a in approvals)
+    answers = await answers_of(RequestContext.of(request), [*items, *given], len(items))
+    history = messages_of([*items, *given], answers.ids)
+    return ChatThread(owner, conversation_id, history, messages, answers.answers, given)
 
 
 async def ended_when_stopped(events: AsyncIterator[Event]) -> AsyncIterator[Event]:
@@ -107,7 +125,10 @@ async def save_chat_turn(request: Request, thread: ChatThread, events: list[Even
             output.feed(event)
     output.finish()
     inputs = stored_items(
-        [InputMessage.model_validate({"role": m["role"], "content": m["content"]}) for m in thread.new]
+        [
+            *[InputMessage.model_validate({"role": m["role"], "content": m["content"]}) for m in thread.new],
+            *thread.answer_items,
+        ]
     )
     outputs = [Item(i["id"], json_object(i)) for i in output.items]
     ctx = RequestContext.of(request)

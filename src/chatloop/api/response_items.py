@@ -18,6 +18,7 @@ import json
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
+from chatloop.api.approval_items import approval_request_frames, approval_request_item
 from chatloop.api.mcp_items import (
     call_finished_frames,
     call_started_frames,
@@ -26,7 +27,7 @@ from chatloop.api.mcp_items import (
     started_call_item,
 )
 from chatloop.api.wire import sse_frame
-from chatloop.engine.events import Delta, Event, ToolCallResult, ToolCallStart
+from chatloop.engine.events import ApprovalRequested, Delta, Event, ToolCallResult, ToolCallStart
 from chatloop.providers.base import ToolCall
 from chatloop.tools.javascript.tool import TOOL_NAME
 
@@ -156,6 +157,11 @@ class ResponseOutput:
             index, call = self._mcp_calls.pop(event.id)
             finish_call_item(call, event)
             return call_finished_frames(self.emit, call, index)
+        if isinstance(event, ApprovalRequested):  # a call that waits for a person: the turn ends after these
+            request = approval_request_item(event)
+            frames = self._close_message()
+            self.items.append(request)
+            return frames + approval_request_frames(self.emit, request, self._index())
         return []
 
     def finish(self, client_calls: Sequence[ToolCall] = ()) -> list[str]:

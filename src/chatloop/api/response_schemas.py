@@ -12,6 +12,7 @@ from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt, StrictStr
 
+from chatloop.api.approval_items import McpApprovalRequestInput, McpApprovalResponseInput
 from chatloop.api.mcp_items import McpCallInput, McpListToolsInput
 from chatloop.api.mcp_servers import ResponsesMcpTool
 from chatloop.api.schemas import (
@@ -124,7 +125,9 @@ InputItem = Annotated[
     | CodeInterpreterCallItem
     | ReasoningItem
     | McpCallInput
-    | McpListToolsInput,
+    | McpListToolsInput
+    | McpApprovalRequestInput
+    | McpApprovalResponseInput,
     Field(union_mode="left_to_right"),
 ]
 

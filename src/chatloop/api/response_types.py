@@ -135,10 +135,23 @@ class McpCall(TypedDict):
     output: str | None
     error: McpToolExecutionError | McpProtocolError | None
     status: McpCallStatus
-    approval_request_id: None
+    approval_request_id: str | None
+    """The approval request a person answered before it ran (``mcpr_…``), or None."""
 
 
-OutputItem: TypeAlias = "OutputMessage | FunctionCall | CodeInterpreterCall | McpCall | McpListTools"
+class McpApprovalRequest(TypedDict):
+    """``McpApprovalRequest``: a call that waits for a person's approval (``id`` is what the answer names)."""
+
+    id: str
+    type: Literal["mcp_approval_request"]
+    server_label: str
+    name: str
+    arguments: str
+
+
+OutputItem: TypeAlias = (
+    "OutputMessage | FunctionCall | CodeInterpreterCall | McpCall | McpListTools | McpApprovalRequest"
+)
 """One item of a response's ``output`` (``ResponseOutputItem``, the kinds this server makes)."""
 
 
