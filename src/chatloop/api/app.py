@@ -66,6 +66,7 @@ def routes(settings: Settings) -> list[BaseRoute]:
         Route("/chat/stop", lazy("chat_threads", "stop_chat"), methods=["POST"]),
         Route("/v1/chat/completions", idempotent(openai_chat.chat_completions), methods=["POST"]),
         Route("/v1/responses", idempotent(lazy("responses", "responses")), methods=["POST"]),
+        Route("/v1/responses/compact", lazy("compact", "compact"), methods=["POST"]),
         Route("/v1/responses/{response_id}", lazy("stored", "retrieve_response"), methods=["GET"]),
         Route("/v1/responses/{response_id}", lazy("stored", "delete_response"), methods=["DELETE"]),
         Route("/v1/responses/{response_id}/input_items", lazy("stored", "list_input_items"), methods=["GET"]),

@@ -8,7 +8,7 @@ server's label), so ``execute_javascript`` needs no protocol of its own.
 Usage::
 
     item = approval_request_item(event)          # {"type": "mcp_approval_request", "id": "mcpr_…", ...}
-    frames = approval_request_frames(emit, item, index)
+    frames = whole_item_frames(emit, item, index)
     McpApprovalRequestInput.model_validate(item).offered_name()      # "docs__create_page"
 """
 
@@ -25,7 +25,7 @@ from chatloop.tools.mcp import offered_name
 
 if TYPE_CHECKING:
     from chatloop.api.mcp_items import Emit
-    from chatloop.api.response_types import McpApprovalRequest
+    from chatloop.api.response_types import CompactionItem, McpApprovalRequest
     from chatloop.engine.events import ApprovalRequested
     from chatloop.engine.messages import Message
 
@@ -45,8 +45,9 @@ def approval_request_item(event: ApprovalRequested) -> McpApprovalRequest:
     }
 
 
-def approval_request_frames(emit: Emit, item: McpApprovalRequest, index: int) -> list[str]:
-    """How OpenAI streams an approval request: the item added, whole, then done."""
+def whole_item_frames(emit: Emit, item: McpApprovalRequest | CompactionItem, index: int) -> list[str]:
+    """How OpenAI streams an item that is whole when it is known (an approval request, a compaction): added,
+    then done."""
     return [
         emit("response.output_item.added", output_index=index, item=dict(item)),
         emit("response.output_item.done", output_index=index, item=dict(item)),

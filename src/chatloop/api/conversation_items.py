@@ -16,6 +16,7 @@ from typing import Annotated
 from pydantic import BaseModel, ConfigDict, Field, StrictStr
 
 from chatloop.api.approval_items import McpApprovalRequestInput, McpApprovalResponseInput
+from chatloop.api.compaction import CompactionInput
 from chatloop.api.errors import RequestError
 from chatloop.api.mcp_items import McpCallInput, McpListToolsInput
 from chatloop.api.response_schemas import (
@@ -104,6 +105,9 @@ def stored_items(items: Sequence[InputItem]) -> list[Item]:
         elif isinstance(item, McpApprovalRequestInput):  # kept under its own (sealed) id: the answer names it
             item_id = new_id("mcpr")
             body = item.model_dump()
+        elif isinstance(item, CompactionInput):  # kept as it is: only this server can open it
+            item_id = new_id("cmp")
+            body = {**item.model_dump(exclude_none=True), "id": item_id}
         elif isinstance(item, McpApprovalResponseInput):
             item_id = new_id("mcpa")
             body = {**item.model_dump(exclude_none=True), "id": item_id}

@@ -298,6 +298,7 @@ def as_input_items(bodies: list[JSONObject]) -> list[InputItem]:
                 "mcp_call",
                 "mcp_approval_request",  # a call that waited for a person, and their answer (api/approvals.py)
                 "mcp_approval_response",
+                "compaction",  # the earlier conversation, summarized (api/compaction.py)
             )
         ]
     )

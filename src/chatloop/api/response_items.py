@@ -18,7 +18,7 @@ import json
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
-from chatloop.api.approval_items import approval_request_frames, approval_request_item
+from chatloop.api.approval_items import approval_request_item, whole_item_frames
 from chatloop.api.mcp_items import (
     call_finished_frames,
     call_started_frames,
@@ -35,6 +35,7 @@ if TYPE_CHECKING:
     from chatloop.api.response_types import (
         CallStatus,
         CodeInterpreterCall,
+        CompactionItem,
         FunctionCall,
         McpCall,
         McpListTools,
@@ -120,7 +121,9 @@ class ResponseOutput:
     items. A tool on an MCP server is an ``mcp_call`` item, and the request's own MCP servers each open the output
     with an ``mcp_list_tools`` item (``listed``, framed by ``start``)."""
 
-    def __init__(self, request_id: str, emit: ResponseEvents, listed: Sequence[McpListTools] = ()) -> None:
+    def __init__(
+        self, request_id: str, emit: ResponseEvents, listed: Sequence[McpListTools | CompactionItem] = ()
+    ) -> None:
         self.request_id = request_id
         self.emit = emit
         self.items: list[OutputItem] = []
@@ -136,7 +139,10 @@ class ResponseOutput:
         frames: list[str] = []
         for item in self._listed:
             self.items.append(item)
-            frames += list_tools_frames(self.emit, item, self._index())
+            if item["type"] == "compaction":  # the earlier conversation, summarized before the turn
+                frames += whole_item_frames(self.emit, item, self._index())
+            else:
+                frames += list_tools_frames(self.emit, item, self._index())
         return frames
 
     def feed(self, event: Event) -> list[str]:
@@ -161,7 +167,7 @@ class ResponseOutput:
             request = approval_request_item(event)
             frames = self._close_message()
             self.items.append(request)
-            return frames + approval_request_frames(self.emit, request, self._index())
+            return frames + whole_item_frames(self.emit, request, self._index())
         return []
 
     def finish(self, client_calls: Sequence[ToolCall] = ()) -> list[str]:

@@ -149,8 +149,18 @@ class McpApprovalRequest(TypedDict):
     arguments: str
 
 
+class CompactionItem(TypedDict):
+    """``ResponseCompactionItem``: the earlier conversation, summarized and sealed (``api.compaction``)."""
+
+    id: str
+    type: Literal["compaction"]
+    encrypted_content: str
+    created_by: str | None
+
+
 OutputItem: TypeAlias = (
     "OutputMessage | FunctionCall | CodeInterpreterCall | McpCall | McpListTools | McpApprovalRequest"
+    " | CompactionItem"
 )
 """One item of a response's ``output`` (``ResponseOutputItem``, the kinds this server makes)."""
 

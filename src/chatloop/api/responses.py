@@ -31,6 +31,7 @@ from chatloop.api.checks import (
     refuse_unsupported,
     structured_output,
 )
+from chatloop.api.compaction import CompactionInput
 from chatloop.api.context import RequestContext
 from chatloop.api.errors import RequestError
 from chatloop.api.mcp_items import McpCallInput, listed_items
@@ -58,6 +59,7 @@ from chatloop.tools.javascript.tool import TOOL_NAME
 
 if TYPE_CHECKING:
     from chatloop.api.response_types import (
+        CompactionItem,
         FinishedResponse,
         McpListTools,
         OutputItem,
@@ -115,6 +117,8 @@ def messages_of(items: Sequence[InputItem], answering: frozenset[str] = frozense
             messages.append({"role": "tool", "tool_call_id": item.call_id(), "content": item.logs()})
         elif isinstance(item, McpCallInput):  # an earlier MCP call, replayed: the call and its answer
             messages += item.messages()
+        elif isinstance(item, CompactionInput):  # it stands for everything before it
+            messages = [item.message()]
         elif isinstance(item, McpApprovalResponseInput) and not item.approve:
             request = requests.get(item.approval_request_id)
             if request is not None and request.id not in answering:
@@ -254,7 +258,7 @@ class ResponsesRenderer:
         echo: ResponseEcho,
         keep: Keep | None = None,
         listener: Callable[[dict[str, object]], None] | None = None,
-        listed: Sequence[McpListTools] = (),
+        listed: Sequence[McpListTools | CompactionItem] = (),
         *,
         stream: bool = True,
     ) -> None:
@@ -330,13 +334,14 @@ async def responses(request: Request) -> Response:
     body = await read_body(request, ResponsesBody)
     refuse_unsupported(body)
     keeping = await stored.prepare(request, body)
-    turn, model, servers = await turn_of(ctx, body, keeping.history)
+    turn, model, servers, compacted = await turn_of(ctx, body, keeping.history)
     rid = ctx.request_id
     echo = echo_of(body, model.name, keeping.store is not None, keeping.conversation_id)
     mcp = await runtime.mcp_for_turn(ctx.deadline, servers)
     registry = runtime.registry().with_tools(mcp.tools, mcp.skipped)
     await approvals.ask_for(ctx, turn, registry, mcp.tools, approvals.client_rules(body.tools))
-    listed = listed_items(servers, mcp)  # mcp_list_tools items: what each of the request's servers offered
+    # The output opens with these: the compaction the turn starts with, then what each request server offered.
+    listed: list[McpListTools | CompactionItem] = [*compacted, *listed_items(servers, mcp)]
     events = turn_events(ctx, turn, model, registry)
 
     async def keep(response: FinishedResponse, sent: list[dict[str, object]]) -> FinishedResponse:
@@ -363,14 +368,29 @@ async def responses(request: Request) -> Response:
 
 async def turn_of(
     ctx: RequestContext, body: ResponsesBody, history: Sequence[InputItem]
-) -> tuple[TurnRequest, FallbackChain, list[MCPServerConfig]]:
-    """The turn a request asks for, its chain and its own MCP servers, every check passed (a 4xx before any model
-    call otherwise)."""
+) -> tuple[TurnRequest, FallbackChain, list[MCPServerConfig], list[CompactionItem]]:
+    """The turn a request asks for, its chain, its own MCP servers and the compaction item it starts with (when its
+    conversation was past the threshold), every check passed (a 4xx before any model call otherwise)."""
+    from chatloop.api import compaction
     from chatloop.api.approvals import answers_of
 
     runtime = ctx.runtime
-    answers = await answers_of(ctx, [*history, *current_items(body)], len(history))
+    items = [*history, *current_items(body)]
+    await compaction.open_items(ctx, items)
+    answers = await answers_of(ctx, items, len(history))
     messages = conversation(conversation_of(body, history, answers.ids), runtime.settings.max_messages)
+    compacted = await compaction.when_past_threshold(ctx, body, messages, bool(history))
+    if compacted is not None:  # the summary stands for it all; the request's newest question follows it
+        current = current_items(body)
+        newest = max(
+            (i for i, it in enumerate(current) if isinstance(it, InputMessage) and it.role == "user"),
+            default=0,
+        )
+        instructions: list[Message] = (
+            [{"role": "system", "content": body.instructions}] if body.instructions else []
+        )
+        kept = messages_of([compacted[1], *current[newest:]], answers.ids)
+        messages = conversation([*instructions, *kept], runtime.settings.max_messages)
     chat_choice: ChatChoice = None
     if isinstance(body.tool_choice, str):
         chat_choice = body.tool_choice
@@ -404,4 +424,4 @@ async def turn_of(
         allow_trimming=trimming,
         approvals=answers.answers,
     )
-    return turn, model, servers
+    return turn, model, servers, [compacted[0]] if compacted else []
