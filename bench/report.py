@@ -279,6 +279,10 @@ def report(results: dict, quick: bool) -> str:
         f"| importing the `mcp` SDK (once per container, on the first turn that lists a server) | {m['sdk_import_ms']:.0f} |",
         "",
     ]
+    if "state" in results:  # compaction and approvals (bench/state.py)
+        from bench.state import section
+
+        lines += section(results["state"])
     lines += against_section(results["against"])
     return "\n".join(lines)
 
