@@ -182,3 +182,33 @@ def test_pydantic_ai_parses_the_compaction_item_in_a_stream_and_sends_it_back(co
     assert len(parts) == 1 and parts[0].provider_details["encrypted_content"]
     assert later == "The code word is PELICAN."
     assert models[0].requests[-1].messages[0]["content"].startswith(SUMMARY_HEADER)
+
+
+def test_a_chat_conversation_past_the_threshold_is_compacted_not_trimmed(copies, models):
+    import httpx
+
+    first, second = copies
+    conversation = client(first).conversations.create(items=chatter(1)).id
+
+    def ask(server: Server, text: str) -> dict[str, Any]:
+        body = {
+            "conversation": conversation,
+            "messages": [{"role": "user", "content": text}],
+            "stream": False,
+        }
+        response = httpx.post(
+            f"{server.root}/chat", json=body, headers={"x-api-key": "alice-key"}, timeout=30
+        )
+        assert response.status_code == 200, response.text
+        return response.json()
+
+    for i in range(8):
+        ask(first, f"Turn {i}: more weather talk, " * 4)
+    items = client(first).conversations.items.list(conversation, limit=100, order="asc").data
+    assert any(i.type == "compaction" for i in items)
+    answer = ask(second, "What is the code word?")
+    assert answer["message"]["content"] == "The code word is PELICAN."
+    given = models[0].requests[-1].messages
+    assert given[0]["content"].startswith(SUMMARY_HEADER) and not any(
+        "Turn 0" in str(m["content"]) for m in given
+    )

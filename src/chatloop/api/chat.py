@@ -86,6 +86,14 @@ async def chat(request: Request) -> Response:
     messages = conversation(
         [*(thread.history if thread else []), *body.messages], runtime.settings.max_messages
     )
+    if thread is not None and runtime.settings.compaction_threshold_tokens:  # instead of trimming (README)
+        from chatloop.api import compaction
+
+        threshold = runtime.settings.compaction_threshold_tokens
+        compacted = await compaction.past(ctx, messages, threshold, body.model, openai=False)
+        if compacted is not None:
+            thread.compaction = compacted[0]
+            messages = conversation([compacted[1].message(), *body.messages], runtime.settings.max_messages)
     choice = named_choice(body.tool_choice)
     tool_names = tools_for_chat(runtime, body, choice)
     model = model_for(runtime, body.model)

@@ -28,6 +28,7 @@ from chatloop.observability import logger
 
 if TYPE_CHECKING:
     from chatloop.api.approval_items import McpApprovalResponseInput
+    from chatloop.api.response_types import CompactionItem
     from chatloop.api.schemas import ChatApproval
     from chatloop.engine.approvals import ApprovalAnswer
 
@@ -45,6 +46,8 @@ class ChatThread:
     """Answers to the conversation's approval requests the turn runs first (``api.approvals``)."""
     answer_items: tuple[McpApprovalResponseInput, ...] = ()
     """Those answers as the items appended to the conversation (a denial stays the model's history)."""
+    compaction: CompactionItem | None = None
+    """The compaction the turn started with (COMPACTION_THRESHOLD_TOKENS): appended before the turn's output."""
 
 
 async def chat_thread(
@@ -55,6 +58,7 @@ async def chat_thread(
     approval requests (each checked as ``api.approvals`` checks them)."""
     from chatloop.api.approval_items import McpApprovalResponseInput
     from chatloop.api.approvals import answers_of
+    from chatloop.api.compaction import open_items
     from chatloop.api.responses import messages_of
 
     messages = [m for m in new if isinstance(m, dict) and m.get("role") in ("user", "system")]
@@ -70,7 +74,9 @@ async def chat_thread(
     with store_errors():
         items = await conversation_history(store, owner, conversation_id, deadline)
     given = tuple(McpApprovalResponseInput.model_validate(a.as_item()) for a in approvals)
-    answers = await answers_of(RequestContext.of(request), [*items, *given], len(items))
+    ctx = RequestContext.of(request)
+    await open_items(ctx, items)  # a compaction item stands for what came before it
+    answers = await answers_of(ctx, [*items, *given], len(items))
     history = messages_of([*items, *given], answers.ids)
     return ChatThread(owner, conversation_id, history, messages, answers.answers, given)
 
@@ -131,6 +137,8 @@ async def save_chat_turn(request: Request, thread: ChatThread, events: list[Even
         ]
     )
     outputs = [Item(i["id"], json_object(i)) for i in output.items]
+    if thread.compaction is not None:  # it stands for everything before it, the new message included
+        outputs.insert(0, Item(thread.compaction["id"], json_object(thread.compaction)))
     ctx = RequestContext.of(request)
     deadline = ctx.write_deadline()
     try:

@@ -215,15 +215,23 @@ async def when_past_threshold(
     """The compaction a turn starts with: when ``messages`` are estimated past the request's ``compact_threshold``
     (or, for a stored chain or conversation it ``continued``, COMPACTION_THRESHOLD_TOKENS). None below it, or when
     no model could write the summary (logged: the turn goes on uncompacted, fitted as before)."""
+    settings = ctx.runtime.settings
+    threshold = body.compact_threshold() or (settings.compaction_threshold_tokens if continued else 0)
+    return await past(ctx, messages, threshold, body.model, openai=True)
+
+
+async def past(
+    ctx: RequestContext, messages: Sequence[Message], threshold: int, model_name: str | None, *, openai: bool
+) -> tuple[CompactionItem, CompactionInput] | None:
+    """``messages`` compacted when they are estimated past ``threshold`` tokens (0: never), by COMPACTION_MODEL's
+    chain or ``model_name``'s; None below it or when no model could write the summary (logged)."""
     from chatloop.api.checks import model_for
     from chatloop.providers.errors import ModelError
     from chatloop.providers.tokens import raw_tokens
 
-    settings = ctx.runtime.settings
-    threshold = body.compact_threshold() or (settings.compaction_threshold_tokens if continued else 0)
     if not threshold or raw_tokens(list(messages), None) <= threshold:
         return None
-    model = model_for(ctx.runtime, settings.compaction_model or body.model, openai=True)
+    model = model_for(ctx.runtime, ctx.runtime.settings.compaction_model or model_name, openai=openai)
     try:
         item, _, given = await compaction_item(ctx, model, messages)
     except ModelError as exc:
