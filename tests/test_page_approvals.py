@@ -51,4 +51,9 @@ def test_the_page_asks_before_the_sandbox_runs_and_runs_it_once_approved(open_pa
     page.locator(".approval").nth(1).locator("button.deny").click()
     expect(page.locator(".turn.assistant .answer").last).to_contain_text("did not approve")
     assert page.locator("details.tool").count() == 1  # the denied run never happened
+
+    page.reload()  # the conversation reopened: both requests shown, answered, their buttons off
+    expect(page.locator(".approval")).to_have_count(2)
+    expect(page.locator(".approval button.approve").nth(1)).to_be_disabled()
+    expect(page.locator(".approval pre.code").first).to_have_text("return 6 * 7")
     assert page.errors == []

@@ -152,7 +152,7 @@ class Turn {
     this.box.insertBefore(block, this.answer);
   }
 
-  on_approval_request(data) {
+  on_approval_request(data, answered = false) {
     // A call the operator wants a person to approve (APPROVAL_REQUIRED_TOOLS): nothing ran. The answer goes to the
     // server as the next turn of this conversation, which runs the call (or tells the model it was denied).
     const block = element("div", "approval");
@@ -173,6 +173,7 @@ class Turn {
     };
     approve.addEventListener("click", () => answer(true));
     deny.addEventListener("click", () => answer(false));
+    approve.disabled = deny.disabled = answered; // a reopened conversation's request that was answered already
     block.append(approve, " ", deny);
     this.box.insertBefore(block, this.answer);
   }
@@ -489,6 +490,7 @@ const isAnswer = (item) => item.type === "message" && item.role === "assistant";
 function renderItems(items) {
   // Stored items as the live page shows them: a user message, then one assistant block with its tool runs and text.
   let turn = null;
+  const answered = new Set(items.filter((i) => i.type === "mcp_approval_response").map((i) => i.approval_request_id));
   for (const item of items) {
     if (item.type === "message" && item.role === "user") {
       $("log").append(element("section", "turn user", textOf(item)));
@@ -507,6 +509,13 @@ function renderItems(items) {
     } else if (item.type === "function_call") {
       turn ??= new Turn();
       turn.on_tool_call_start({ id: item.call_id, name: item.name, arguments: item.arguments ?? "" });
+    } else if (item.type === "mcp_approval_request") {
+      turn ??= new Turn();
+      const builtin = item.server_label === "chatloop_builtin"; // the server's own tools (api/approval_items.py)
+      const call = { id: item.id, arguments: item.arguments ?? "" };
+      call.name = builtin ? item.name : `${item.server_label}__${item.name}`;
+      if (!builtin) call.server = item.server_label;
+      turn.on_approval_request(call, answered.has(item.id));
     } else if (item.type === "function_call_output") {
       turn?.on_tool_call_result({ id: item.call_id, status: "ok", content: String(item.output ?? "") });
     }
