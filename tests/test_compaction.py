@@ -212,3 +212,52 @@ def test_a_chat_conversation_past_the_threshold_is_compacted_not_trimmed(copies,
     assert given[0]["content"].startswith(SUMMARY_HEADER) and not any(
         "Turn 0" in str(m["content"]) for m in given
     )
+
+
+def test_compact_follows_a_previous_response_id_chain(copies, models):
+    first, second = copies
+    alice = client(first)
+    earlier = alice.responses.create(
+        model="chatloop", input=[*chatter(3), {"role": "user", "content": "Just small talk."}]
+    )
+    compacted = client(second).responses.compact(
+        model="chatloop", previous_response_id=earlier.id, input="bye"
+    )
+    summary_request = models[0].requests[-1].messages
+    assert summary_request[0]["content"] == SUMMARY_PROMPT and "PELICAN" in summary_request[-1]["content"]
+    assert [o.type for o in compacted.output][-1] == "compaction"
+
+
+class SummaryRefuser:
+    """Answers questions, but refuses every summary request as too large (a transcript past its request limit)."""
+
+    name = "scripted:refuser"
+
+    def __init__(self) -> None:
+        self.answered = 0
+
+    async def stream(self, request: ModelRequest) -> Any:
+        from chatloop.providers.errors import RequestTooLarge
+
+        if request.messages[0]["content"] == SUMMARY_PROMPT:
+            raise RequestTooLarge("the request is too large", model=self.name)
+        self.answered += 1
+        yield ModelResponse(
+            self.name, content=f"Answered over {len(request.messages)} messages.", finish_reason="stop"
+        )
+
+
+def test_a_summary_no_model_can_write_leaves_the_turn_uncompacted(tmp_path, sandbox):
+    model = SummaryRefuser()
+    settings = Settings(conversation_store_path=str(tmp_path / "s.sqlite3"), max_messages=5000)
+    with app_server(settings, model=model, registry=ToolRegistry(), keys=KEYS) as server:
+        sdk = client(server)
+        answer = sdk.responses.create(
+            model="chatloop",
+            input=[*chatter(200), {"role": "user", "content": "And?"}],
+            context_management=[{"type": "compaction", "compact_threshold": 1000}],
+        )
+        assert answer.status == "completed" and answer.output[0].type == "message"
+        assert answer.output_text.startswith("Answered over") and model.answered == 1
+        with pytest.raises(openai.InternalServerError, match=r"compaction_failed|no model could write"):
+            sdk.responses.compact(model="chatloop", input=chatter(2))
