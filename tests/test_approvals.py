@@ -16,7 +16,7 @@ import openai
 import pytest
 
 from chatloop.config import Settings
-from chatloop.providers.base import ModelRequest, ModelResponse
+from chatloop.providers.base import ModelRequest, ModelResponse, ToolCall
 from chatloop.tools.base import ToolRegistry
 from chatloop.tools.javascript import ExecuteJavaScriptTool
 from tests.support.events import parse_sse
@@ -436,3 +436,48 @@ def test_chat_completions_does_not_offer_a_tool_that_needs_approval(guarded):
     )
     assert completion.choices[0].message.content == "Result: none"
     assert "execute_javascript" not in offered(model.requests[-1])
+
+
+def test_the_operators_policy_on_responses_asks_for_the_sandbox_under_the_builtin_label(guarded):
+    first, second, _ = guarded
+    asked = client(first).responses.create(model="chatloop", input="6*7?")
+    (request,) = [o for o in asked.output if o.type == "mcp_approval_request"]
+    assert (request.server_label, request.name) == ("chatloop_builtin", "execute_javascript")
+    done = client(second).responses.create(
+        model="chatloop", previous_response_id=asked.id, input=[answer(request.id, True)]
+    )
+    (run,) = [o for o in done.output if o.type == "code_interpreter_call"]
+    assert run.code == "return 6 * 7" and "42" in done.output_text
+
+
+# --- the seals, fuzzed -------------------------------------------------------------------------------------------
+def test_a_sealed_id_verifies_only_for_its_caller_tool_and_exact_arguments():
+    from hypothesis import given, settings
+    from hypothesis import strategies as st
+
+    from chatloop.api.approval_items import McpApprovalRequestInput
+    from chatloop.api.approvals import Sealer
+
+    text = st.text(max_size=40)
+
+    @settings(max_examples=200, deadline=None)
+    @given(
+        owner=text,
+        other=text,
+        name=st.from_regex(r"[a-z]{1,10}", fullmatch=True),
+        arguments=text,
+        changed=text,
+    )
+    def check(owner: str, other: str, name: str, arguments: str, changed: str) -> None:
+        sealer = Sealer(b"k" * 32, owner)
+        sealed = sealer.approval_id(ToolCall("call_1", f"docs__{name}", arguments))
+        request = McpApprovalRequestInput(
+            type="mcp_approval_request", id=sealed, server_label="docs", name=name, arguments=arguments
+        )
+        assert sealer.verifies(request)
+        assert Sealer(b"k" * 32, other).verifies(request) == (other == owner)
+        assert Sealer(b"x" * 32, owner).verifies(request) is False
+        altered = request.model_copy(update={"arguments": changed})
+        assert sealer.verifies(altered) == (changed == arguments)
+
+    check()

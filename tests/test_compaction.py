@@ -261,3 +261,32 @@ def test_a_summary_no_model_can_write_leaves_the_turn_uncompacted(tmp_path, sand
         assert answer.output_text.startswith("Answered over") and model.answered == 1
         with pytest.raises(openai.InternalServerError, match=r"compaction_failed|no model could write"):
             sdk.responses.compact(model="chatloop", input=chatter(2))
+
+
+def test_a_sealed_summary_opens_only_unchanged_and_for_its_caller():
+    from hypothesis import given, settings
+    from hypothesis import strategies as st
+
+    from chatloop.api.compaction import seal, unseal
+
+    @settings(max_examples=200, deadline=None)
+    @given(
+        summary=st.text(max_size=200),
+        owner=st.text(max_size=20),
+        at=st.integers(min_value=0),
+        bit=st.integers(0, 7),
+    )
+    def check(summary: str, owner: str, at: int, bit: int) -> None:
+        import base64
+
+        key = b"s" * 32
+        sealed = seal(key, owner, {"summary": summary})
+        assert unseal(key, owner, sealed)["summary"] == summary
+        raw = bytearray(base64.urlsafe_b64decode(sealed))
+        raw[at % len(raw)] ^= 1 << bit
+        with pytest.raises(ValueError):
+            unseal(key, owner, base64.urlsafe_b64encode(bytes(raw)).decode())
+        with pytest.raises(ValueError):
+            unseal(key, owner + "x", sealed)
+
+    check()
