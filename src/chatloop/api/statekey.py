@@ -32,9 +32,15 @@ _material: weakref.WeakKeyDictionary[Runtime, bytes] = weakref.WeakKeyDictionary
 
 async def state_key(runtime: Runtime, purpose: str) -> bytes:
     """The 32-byte key for ``purpose`` (read once per runtime; reading may ask Secrets Manager: off the loop)."""
+    from chatloop.api.errors import RequestError
+    from chatloop.secrets import KeysUnavailable
+
     material = _material.get(runtime)
     if material is None:
-        material = await asyncio.to_thread(_read_material, runtime)
+        try:
+            material = await asyncio.to_thread(_read_material, runtime)
+        except KeysUnavailable as exc:  # the secret could not be read: as for the provider keys, a 503
+            raise RequestError(503, "keys_unavailable", str(exc)) from None
         _material[runtime] = material
     # HKDF (RFC 5869) with SHA-256: extract with a fixed salt, expand one block for the purpose.
     prk = hmac.new(b"chatloop-state-v1", material, hashlib.sha256).digest()
