@@ -209,6 +209,20 @@ async def compaction_item(
     return item, response.usage or Usage(), given
 
 
+def continued(body: ResponsesBody, compacted: CompactionInput, answering: frozenset[str]) -> list[Message]:
+    """The conversation a turn runs on once compacted: its instructions, the summary, then the request's input from
+    its newest question on (the summary holds everything before it)."""
+    from chatloop.api.response_schemas import InputMessage
+    from chatloop.api.responses import current_items, messages_of
+
+    current = current_items(body)
+    users = [i for i, item in enumerate(current) if isinstance(item, InputMessage) and item.role == "user"]
+    instructions: list[Message] = (
+        [{"role": "system", "content": body.instructions}] if body.instructions else []
+    )
+    return [*instructions, *messages_of([compacted, *current[users[-1] if users else 0 :]], answering)]
+
+
 async def when_past_threshold(
     ctx: RequestContext, body: ResponsesBody, messages: Sequence[Message], continued: bool
 ) -> tuple[CompactionItem, CompactionInput] | None:

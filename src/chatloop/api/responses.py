@@ -381,16 +381,9 @@ async def turn_of(
     messages = conversation(conversation_of(body, history, answers.ids), runtime.settings.max_messages)
     compacted = await compaction.when_past_threshold(ctx, body, messages, bool(history))
     if compacted is not None:  # the summary stands for it all; the request's newest question follows it
-        current = current_items(body)
-        newest = max(
-            (i for i, it in enumerate(current) if isinstance(it, InputMessage) and it.role == "user"),
-            default=0,
+        messages = conversation(
+            compaction.continued(body, compacted[1], answers.ids), runtime.settings.max_messages
         )
-        instructions: list[Message] = (
-            [{"role": "system", "content": body.instructions}] if body.instructions else []
-        )
-        kept = messages_of([compacted[1], *current[newest:]], answers.ids)
-        messages = conversation([*instructions, *kept], runtime.settings.max_messages)
     chat_choice: ChatChoice = None
     if isinstance(body.tool_choice, str):
         chat_choice = body.tool_choice

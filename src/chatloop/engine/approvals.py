@@ -17,13 +17,16 @@ Usage::
 from __future__ import annotations
 
 import secrets
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
+from chatloop.engine.events import ApprovalRequested
 from chatloop.engine.guards import BatchPlan, Disposition, PlannedCall, ToolLedger, call_key
 from chatloop.engine.policy import Action, Decision, DecisionInput
+from chatloop.engine.record import TurnRecord
 from chatloop.engine.summary import DecisionReason
 from chatloop.providers.base import ModelResponse, ToolCall
+from chatloop.tools.base import ToolRegistry
 
 APPROVAL_ID_PREFIX = "mcpr_"
 """OpenAI's prefix for an ``mcp_approval_request`` item: an approval's id is that item's id."""
@@ -42,6 +45,29 @@ class ApprovalAnswer:
     call: ToolCall
     approve: bool
     reason: str | None = None
+
+
+def requests(
+    plan: BatchPlan, tools: ToolRegistry, make_id: Callable[[ToolCall], str] | None, record: TurnRecord
+) -> list[ApprovalRequested]:
+    """One ``approval_request`` per call of ``plan`` that waits for a person, each with a new id (``make_id``'s:
+    the API seals it; else a random one), recorded under that id (what a JSON client answers with); the batch's
+    other calls are recorded as not run (``approval_pending``)."""
+    asked = plan.of(Disposition.APPROVAL)
+    events = []
+    for p in asked:
+        origin = tools.origin(p.call.name)
+        approval_id = make_id(p.call) if make_id is not None else new_approval_id()
+        events.append(
+            ApprovalRequested(
+                approval_id, p.call.name, p.call.arguments, origin.get("server"), origin.get("server_tool")
+            )
+        )
+    record.skipped((p.call for p in plan.calls if p not in asked), "approval_pending")
+    record.skipped(
+        (ToolCall(e.id, e.tool_name, e.arguments) for e in events), DecisionReason.APPROVAL_REQUIRED
+    )
+    return events
 
 
 def answered_batch(

@@ -375,31 +375,11 @@ class _Turn:
         return TurnEnd(StopReason.TOOL_CALLS, held, tuple(p.call for p in client))
 
     def _ask_approval(self, response: ModelResponse, plan: BatchPlan) -> list[ApprovalRequested | TurnEnd]:
-        """Calls that need a person's approval end the turn, one ``approval_request`` each (a new id, which the
-        answer names); nothing else of the batch runs (the model may call it again once the answers are in)."""
-        asked = plan.of(Disposition.APPROVAL)
-        make_id = self.setup.request.approval_id or (lambda call: approvals.new_approval_id())
-        events: list[ApprovalRequested | TurnEnd] = []
-        for p in asked:
-            origin = self.setup.tools.origin(p.call.name)
-            events.append(
-                ApprovalRequested(
-                    make_id(p.call),
-                    p.call.name,
-                    p.call.arguments,
-                    origin.get("server"),
-                    origin.get("server_tool"),
-                )
-            )
-        record = self.state.record
-        record.skipped((p.call for p in plan.calls if p not in asked), "approval_pending")
-        # Recorded under the request's id: what a JSON client (``tool_calls``) answers with.
-        asked_as = (
-            ToolCall(e.id, e.tool_name, e.arguments) for e in events if isinstance(e, ApprovalRequested)
-        )
-        record.skipped(asked_as, DecisionReason.APPROVAL_REQUIRED)
+        """Calls that need a person's approval end the turn, one ``approval_request`` each (``engine.approvals``);
+        nothing else of the batch runs (the model may call it again once the answers are in)."""
+        asked = approvals.requests(plan, self.setup.tools, self.setup.request.approval_id, self.state.record)
         held = "" if self.state.shown.call_shown else response.content
-        return [*events, TurnEnd(StopReason.APPROVAL_REQUIRED, held)]
+        return [*asked, TurnEnd(StopReason.APPROVAL_REQUIRED, held)]
 
     async def _answered_approvals(self) -> AsyncIterator[Event]:
         """The person's answers: approved calls run as any call does, denied ones are told so, one decision."""
