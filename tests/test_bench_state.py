@@ -2,10 +2,24 @@
 
 from __future__ import annotations
 
+import os
+from types import ModuleType
+
+
+def bench_state() -> ModuleType:
+    """bench.state, without the bench package's environment settings (quiet Powertools, metrics off) leaking into
+    the other tests, as tests/test_lambda_size.py imports its module."""
+    saved = dict(os.environ)
+    try:
+        from bench import state
+    finally:
+        os.environ.clear()
+        os.environ.update(saved)
+    return state
+
 
 def test_compaction_shrinks_a_conversation_and_an_approval_round_trip_is_measured():
-    from bench import state
-
+    state = bench_state()
     results = state.measure(1)
     for size in ("100", "1000"):
         row = results["compaction"][size]
