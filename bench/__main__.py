@@ -34,6 +34,7 @@ from bench import (
     streaming,
     textcalls,
     throughput,
+    tracing,
     ttft,
 )
 from chatloop.tools.javascript import ExecuteJavaScriptTool, JavaScriptSandbox
@@ -79,6 +80,7 @@ def main() -> int:
             lambda: __import__("bench.state").state.measure(2 if quick else 20),
         ),  # compaction, approvals
         ("against", lambda: against.measure(1 if quick else 7, 2 if quick else 30)),
+        ("tracing", lambda: tracing.measure(2 if quick else 30)),
     ]
     results: dict[str, Any] = {}
     for name, step in steps:

@@ -8,6 +8,8 @@ import sys
 from datetime import UTC, datetime
 from pathlib import Path
 
+from bench import tracing
+
 
 def chart(rows: list[dict], path: Path) -> None:
     import matplotlib
@@ -284,6 +286,7 @@ def report(results: dict, quick: bool) -> str:
 
         lines += section(results["state"])
     lines += against_section(results["against"])
+    lines += tracing.section(results["tracing"]) if "tracing" in results else []
     return "\n".join(lines)
 
 

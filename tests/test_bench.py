@@ -38,6 +38,7 @@ def test_bench_smoke_run(tmp_path):
         "## 15. MCP tools",
         "## Compaction and approvals",
         "## 16. Against",
+        "## Tracing (OpenTelemetry)",
     ):
         assert section in report
     row = next(line for line in report.splitlines() if line.startswith("| compound interest |"))

@@ -115,7 +115,7 @@ async def chat(request: Request) -> Response:
         from chatloop.api import approvals
 
         await approvals.ask_for(ctx, turn, registry, [], {})
-    events = turn_events(ctx, turn, model, registry)
+    events = turn_events(ctx, turn, model, registry, thread.conversation_id if thread else None)
     if thread is not None:  # a stored conversation's turn runs to its end even when the client goes away
         from chatloop.api import chat_threads
         from chatloop.api.running import run_to_the_end

@@ -342,7 +342,7 @@ async def responses(request: Request) -> Response:
     await approvals.ask_for(ctx, turn, registry, mcp.tools, approvals.client_rules(body.tools))
     # The output opens with these: the compaction the turn starts with, then what each request server offered.
     listed: list[McpListTools | CompactionItem] = [*compacted, *listed_items(servers, mcp)]
-    events = turn_events(ctx, turn, model, registry)
+    events = turn_events(ctx, turn, model, registry, keeping.conversation_id)
 
     async def keep(response: FinishedResponse, sent: list[dict[str, object]]) -> FinishedResponse:
         return await stored.save(keeping, request, body, response, sent)
