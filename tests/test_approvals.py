@@ -481,3 +481,24 @@ def test_a_sealed_id_verifies_only_for_its_caller_tool_and_exact_arguments():
         assert sealer.verifies(altered) == (changed == arguments)
 
     check()
+
+
+def test_an_answer_in_a_responses_conversation_runs_once_and_stays_its_history(copies, docs):
+    first, second, _ = copies
+    alice = client(first)
+    conversation = alice.conversations.create().id
+    asked = alice.responses.create(
+        model="chatloop", conversation=conversation, input="search for approvals", tools=[mcp_tool(docs)]
+    )
+    request = next(o for o in asked.output if o.type == "mcp_approval_request")
+    before = list(docs.calls)
+    body = {"conversation": conversation, "input": [answer(request.id, True)], "tools": [mcp_tool(docs)]}
+    done = client(second).responses.create(model="chatloop", **body)
+    assert next(o for o in done.output if o.type == "mcp_call").approval_request_id == request.id
+    assert docs.calls == [*before, "approvals"]
+    with pytest.raises(openai.BadRequestError, match="already answered"):
+        client(first).responses.create(model="chatloop", **body)
+    later = client(first).responses.create(model="chatloop", conversation=conversation, input="thanks")
+    assert later.status == "completed" and docs.calls == [*before, "approvals"]
+    kinds = [i.type for i in alice.conversations.items.list(conversation, order="asc").data]
+    assert kinds.count("mcp_approval_request") == 1 and kinds.count("mcp_approval_response") == 1
