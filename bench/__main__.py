@@ -20,6 +20,7 @@ from bench import (
     cold_start,
     context,
     fallback,
+    fleet,
     handler,
     idempotency,
     lambda_size,
@@ -67,6 +68,7 @@ def main() -> int:
         ("idempotency", lambda: idempotency.measure(2 if quick else 30, js_tool)),
         ("page", lambda: page.measure(2 if quick else 15)),
         ("store", lambda: store.measure(3 if quick else 50)),
+        ("fleet", lambda: fleet.measure(2 if quick else 20)),
         (
             "lambda_size",
             lambda: lambda_size.measure(

@@ -261,6 +261,10 @@ def report(results: dict, quick: bool) -> str:
         "",
     ]
     lines += _store_section(results["store"])
+    if "fleet" in results:  # bench/fleet.py: turns that live in the store
+        from bench.fleet import section
+
+        lines += section(results["fleet"])
     if "lambda_size" in results:
         lines += lambda_size_section(results["lambda_size"])
     lines += ttft_section(results["ttft"])
@@ -282,9 +286,9 @@ def report(results: dict, quick: bool) -> str:
         "",
     ]
     if "state" in results:  # compaction and approvals (bench/state.py)
-        from bench.state import section
+        from bench.state import section as state_section
 
-        lines += section(results["state"])
+        lines += state_section(results["state"])
     lines += against_section(results["against"])
     lines += tracing.section(results["tracing"]) if "tracing" in results else []
     return "\n".join(lines)

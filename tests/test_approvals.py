@@ -502,3 +502,29 @@ def test_an_answer_in_a_responses_conversation_runs_once_and_stays_its_history(c
     assert later.status == "completed" and docs.calls == [*before, "approvals"]
     kinds = [i.type for i in alice.conversations.items.list(conversation, order="asc").data]
     assert kinds.count("mcp_approval_request") == 1 and kinds.count("mcp_approval_response") == 1
+
+
+def test_an_approval_answered_in_a_background_response_runs_once_in_its_worker(copies, docs):
+    import time
+
+    first, second, _ = copies
+    asked = ask(first, docs)
+    request = next(o for o in asked.output if o.type == "mcp_approval_request")
+    before = list(docs.calls)
+    sdk = client(second)
+    queued = sdk.responses.create(
+        model="chatloop",
+        background=True,
+        previous_response_id=asked.id,
+        input=[answer(request.id, True)],
+        tools=[mcp_tool(docs)],
+    )
+    done = queued
+    for _ in range(200):  # the worker (a task of this copy here; a Lambda invocation deployed) runs it
+        done = sdk.responses.retrieve(queued.id)
+        if done.status in ("completed", "failed", "incomplete", "cancelled"):
+            break
+        time.sleep(0.05)
+    assert done.status == "completed", done
+    assert next(o for o in done.output if o.type == "mcp_call").approval_request_id == request.id
+    assert docs.calls == [*before, "approvals"]  # claimed when queued, run once by the worker

@@ -36,6 +36,7 @@ from chatloop.tools.base import ToolRegistry
 LAZY_MODULES = (
     "chatloop.api.responses",
     "chatloop.api.stored",
+    "chatloop.api.background",
     "chatloop.api.chat_threads",
     "chatloop.api.conversations",
 )
@@ -64,11 +65,13 @@ def routes(settings: Settings) -> list[BaseRoute]:
     return [
         Route("/chat", idempotent(chat.chat), methods=["POST"]),
         Route("/chat/stop", lazy("chat_threads", "stop_chat"), methods=["POST"]),
+        Route("/chat/follow", lazy("chat_threads", "follow_chat"), methods=["GET"]),
         Route("/v1/chat/completions", idempotent(openai_chat.chat_completions), methods=["POST"]),
         Route("/v1/responses", idempotent(lazy("responses", "responses")), methods=["POST"]),
         Route("/v1/responses/compact", lazy("compact", "compact"), methods=["POST"]),
         Route("/v1/responses/{response_id}", lazy("stored", "retrieve_response"), methods=["GET"]),
         Route("/v1/responses/{response_id}", lazy("stored", "delete_response"), methods=["DELETE"]),
+        Route("/v1/responses/{response_id}/cancel", lazy("background", "cancel_response"), methods=["POST"]),
         Route("/v1/responses/{response_id}/input_items", lazy("stored", "list_input_items"), methods=["GET"]),
         Route("/v1/conversations", lazy("conversations", "create_conversation"), methods=["POST"]),
         Route("/v1/conversations", lazy("conversations", "list_conversations"), methods=["GET"]),
@@ -112,6 +115,8 @@ def routes(settings: Settings) -> list[BaseRoute]:
         Route("/health", models.health, methods=["GET"]),
         Route("/", page.page, methods=["GET"]),
         Route("/static/{path:path}", page.asset, methods=["GET"]),
+        # stream mode: the asynchronous invocation that runs a background response, as the Web Adapter passes it
+        Route(settings.lwa_pass_through_path, lazy("background", "events"), methods=["POST"]),
         # stream mode under SnapStart: the Web Adapter's two hook routes, when configured (H1, #27)
         *snapstart.hook_routes(settings),
     ]

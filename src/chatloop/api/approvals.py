@@ -240,8 +240,13 @@ async def answers_of(ctx: RequestContext, items: Sequence[InputItem], start: int
 
 
 async def _claim(ctx: RequestContext, ids: Sequence[str]) -> list[bool]:
-    """Each id's one use recorded in the store: True where this request is the first."""
+    """Each id's one use recorded in the store: True where this request is the first. A background worker runs a
+    request that was checked, and claimed its answers, when it was queued: its claims are that request's."""
     from chatloop.api.conversations import store_errors
+    from chatloop.api.journaled import WORKER_SCOPE
+
+    if WORKER_SCOPE in ctx.request.scope:  # a background worker (``background.is_worker``)
+        return [True] * len(ids)
 
     if ctx.caller is None:
         raise RequestError(

@@ -118,14 +118,8 @@ async def chat(request: Request) -> Response:
     events = turn_events(ctx, turn, model, registry, thread.conversation_id if thread else None)
     if thread is not None:  # a stored conversation's turn runs to its end even when the client goes away
         from chatloop.api import chat_threads
-        from chatloop.api.running import run_to_the_end
 
-        async def keep(seen: list[Event]) -> None:
-            await chat_threads.save_chat_turn(request, thread, seen)
-
-        events = chat_threads.ended_when_stopped(
-            run_to_the_end(events, keep, key=(thread.owner, thread.conversation_id))
-        )
+        events = chat_threads.running_turn(request, thread, events)
     return await serve_turn(ctx, ChatRenderer(), events, stream=body.stream)
 
 

@@ -229,6 +229,12 @@ async def when_past_threshold(
     """The compaction a turn starts with: when ``messages`` are estimated past the request's ``compact_threshold``
     (or, for a stored chain or conversation it ``continued``, COMPACTION_THRESHOLD_TOKENS). None below it, or when
     no model could write the summary (logged: the turn goes on uncompacted, fitted as before)."""
+    from chatloop.api.journaled import WORKER_SCOPE
+
+    if (
+        body.background and WORKER_SCOPE not in ctx.request.scope
+    ):  # queued: its worker compacts, once, when it runs the turn
+        return None
     settings = ctx.runtime.settings
     threshold = body.compact_threshold() or (settings.compaction_threshold_tokens if continued else 0)
     return await past(ctx, messages, threshold, body.model, openai=True)
