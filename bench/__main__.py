@@ -78,6 +78,10 @@ def main() -> int:
         ),
         ("ttft", lambda: ttft.measure(2 if quick else 15)),
         ("mcp", lambda: mcp_tools.measure(2 if quick else 30)),
+        (
+            "state",
+            lambda: __import__("bench.state").state.measure(2 if quick else 20),
+        ),  # compaction, approvals
         ("against", lambda: against.measure(1 if quick else 7, 2 if quick else 30)),
         ("budgets", lambda: budgets.measure(2 if quick else 50)),
         ("tracing", lambda: tracing.measure(2 if quick else 30)),

@@ -286,6 +286,10 @@ def report(results: dict, quick: bool) -> str:
         f"| importing the `mcp` SDK (once per container, on the first turn that lists a server) | {m['sdk_import_ms']:.0f} |",
         "",
     ]
+    if "state" in results:  # compaction and approvals (bench/state.py)
+        from bench.state import section as state_section
+
+        lines += state_section(results["state"])
     lines += against_section(results["against"])
     lines += tracing.section(results["tracing"]) if "tracing" in results else []
     if "budgets" in results:  # bench/budgets.py (#35)

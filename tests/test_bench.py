@@ -36,6 +36,7 @@ def test_bench_smoke_run(tmp_path):
         "## 13. Lambda-sized",
         "## 14. Time to first token",
         "## 15. MCP tools",
+        "## Compaction and approvals",
         "## 16. Against",
         "## Tracing (OpenTelemetry)",
     ):

@@ -33,7 +33,7 @@ from tests.support.events import parse_sse
 from tests.support.fake_llm import Reply, text, tool_calls
 from tests.support.handler import build_runtime
 from tests.support.handler import post as invoke
-from tests.support.mcp_servers import MCPTestServer, free_port, tools_server
+from tests.support.mcp_servers import MCPTestServer, docs_server, free_port, tools_server
 from tests.support.server import Server
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -67,9 +67,7 @@ def once(args: dict[str, Any]) -> Callable[[int], dict[str, Any] | None]:
 
 @pytest.fixture(scope="module")
 def docs():
-    calls: list[str] = []
-    with MCPTestServer(tools_server(calls=calls)) as server:
-        server.calls = calls
+    with docs_server() as server:
         yield server
 
 
@@ -471,8 +469,12 @@ def test_a_400_names_the_mcp_tools_index_in_the_requests_tools_not_among_mcp_too
     assert llm.requests == []
 
 
-@pytest.mark.parametrize("approval", ["always", None, {"never": {"tool_names": ["search"]}}])
-def test_require_approval_other_than_never_is_a_400(docs, llm, sandbox, handler_runtime, approval):
+@pytest.mark.parametrize(
+    "approval", ["sometimes", {"always": {"read_only": True}}, {"never": ["search"]}, {"maybe": {}}]
+)
+def test_require_approval_in_a_shape_openai_does_not_use_is_a_400(
+    docs, llm, sandbox, handler_runtime, approval
+):
     handler_runtime(make_runtime(sandbox, (), mcp_allowed_urls=f"{docs.root}/"))
     before = len(docs.requests)
     tool = {**mcp_tool(docs.url), "require_approval": approval}

@@ -137,3 +137,84 @@ def test_the_pinned_transport_connects_to_the_checked_host_only():
             with pytest.raises(httpx2.ConnectError):
                 asyncio.run(fetch(url, addresses))
     assert len(checked.requests) == 1
+
+
+def test_over_tls_the_pinned_connection_names_the_checked_host_for_sni_and_the_certificate(
+    tmp_path, monkeypatch
+):
+    """A TLS listener on 127.0.0.1 with a certificate for NAME only (from a CA the client is told to trust): the
+    pinned connection reaches it by address, and the handshake succeeds only because SNI and the certificate check
+    name NAME, not the address; the Host header is NAME's too."""
+    import datetime
+    import ssl
+    import threading
+
+    import httpx2
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+    from cryptography.x509.oid import NameOID
+
+    from chatloop.tools.mcp.pinning import pinned_transport
+
+    def certificate(subject: str, key: Any, issuer: str, signer: Any, ca: bool) -> Any:
+        now = datetime.datetime.now(datetime.UTC)
+        builder = (
+            x509.CertificateBuilder()
+            .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, subject)]))
+            .issuer_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, issuer)]))
+            .public_key(key.public_key())
+            .serial_number(x509.random_serial_number())
+            .not_valid_before(now - datetime.timedelta(minutes=1))
+            .not_valid_after(now + datetime.timedelta(hours=1))
+            .add_extension(x509.BasicConstraints(ca=ca, path_length=None), critical=True)
+        )
+        if not ca:
+            builder = builder.add_extension(x509.SubjectAlternativeName([x509.DNSName(NAME)]), critical=False)
+        return builder.sign(signer, hashes.SHA256())
+
+    ca_key, server_key = ec.generate_private_key(ec.SECP256R1()), ec.generate_private_key(ec.SECP256R1())
+    ca = certificate("test CA", ca_key, "test CA", ca_key, ca=True)
+    leaf = certificate(NAME, server_key, "test CA", ca_key, ca=False)
+    pem = serialization.Encoding.PEM
+    (tmp_path / "ca.pem").write_bytes(ca.public_bytes(pem))
+    (tmp_path / "leaf.pem").write_bytes(leaf.public_bytes(pem))
+    (tmp_path / "leaf.key").write_bytes(
+        server_key.private_bytes(pem, serialization.PrivateFormat.PKCS8, serialization.NoEncryption())
+    )
+
+    seen: dict[str, str] = {}
+    context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    context.load_cert_chain(tmp_path / "leaf.pem", tmp_path / "leaf.key")
+
+    def note_sni(sock: Any, name: str | None, ctx: Any) -> None:
+        seen["sni"] = str(name)
+
+    context.sni_callback = note_sni
+    listener = socket.create_server(("127.0.0.1", 0))
+    port = listener.getsockname()[1]
+
+    def serve_once() -> None:
+        listener.settimeout(10)
+        with listener, context.wrap_socket(listener.accept()[0], server_side=True) as conn:
+            request = conn.recv(65536).decode("latin-1")
+            seen["host"] = next(
+                line.split(":", 1)[1].strip()
+                for line in request.split("\r\n")
+                if line.lower().startswith("host:")
+            )
+            conn.sendall(b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\nconnection: close\r\n\r\nok")
+
+    server = threading.Thread(target=serve_once, daemon=True)
+    server.start()
+    monkeypatch.setenv(
+        "SSL_CERT_FILE", str(tmp_path / "ca.pem")
+    )  # the client trusts the test CA, nothing else
+
+    async def fetch() -> str:
+        async with httpx2.AsyncClient(transport=pinned_transport(NAME, ("127.0.0.1",))) as http:
+            return (await http.get(f"https://{NAME}:{port}/mcp", timeout=10)).text
+
+    assert asyncio.run(fetch()) == "ok"
+    server.join(10)
+    assert seen == {"sni": NAME, "host": f"{NAME}:{port}"}

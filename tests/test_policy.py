@@ -132,6 +132,26 @@ CASES = [
         "client_tools",
         False,
     ),
+    (
+        "a call that needs approval is asked for, even beside runnable ones and a long answer",
+        {
+            "has_tool_calls": True,
+            "valid_tool_calls": 2,
+            "runnable_calls": 1,
+            "approval_calls": 1,
+            "content_length": 500,
+        },
+        Action.ASK_APPROVAL,
+        "approval_required",
+        False,
+    ),
+    (
+        "a client tool goes first: the approval waits for a later batch",
+        {"has_tool_calls": True, "valid_tool_calls": 2, "client_tool_calls": 1, "approval_calls": 1},
+        Action.CLIENT_TOOLS,
+        "client_tools",
+        False,
+    ),
     ("empty reply nudged once", {"nudges_left": 1}, Action.NUDGE, "empty_reply", False),
     ("empty reply twice", {"nudges_left": 0}, Action.FALLBACK, "empty_reply", False),
     (

@@ -155,6 +155,21 @@ def test_a_calculation_turn_is_one_agent_span_two_chat_spans_and_one_tool_span(t
     assert sent == [f"00-{c.context.trace_id:032x}-{c.context.span_id:016x}-01" for c in chats]
 
 
+def test_a_call_that_waits_for_approval_is_an_event_of_the_turns_span_without_its_arguments(
+    telemetry, runtime, fake_llm
+):
+    runtime.settings = replace(runtime.settings, approval_required_tools="execute_javascript")
+    status, body, _ = invoke(chat_event())
+    assert status == 200 and json.loads(body)["stop_reason"] == "approval_required"
+    agent = telemetry.agent()
+    (asked,) = [e for e in agent.events if e.name == "chatloop.approval_request"]
+    attributes = dict(asked.attributes or {})
+    assert attributes["name"] == "execute_javascript" and str(attributes["id"]).startswith("mcpr_")
+    assert "arguments" not in attributes and not telemetry.named("execute_tool ")  # nothing ran
+    decisions = [e.attributes["reason"] for e in agent.events if e.name == "chatloop.decision"]
+    assert decisions == ["approval_required"]
+
+
 def test_the_xray_header_is_continued_when_there_is_no_traceparent(telemetry, runtime):
     xray = "Root=1-5759e988-bd862e3fe1be46a994272793;Parent=53995c3f42cd8ad8;Sampled=1"
     status, _, _ = invoke(chat_event("hello", headers={"X-Amzn-Trace-Id": xray}))

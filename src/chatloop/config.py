@@ -264,6 +264,14 @@ class Settings:
     mcp_allowed_urls: str = ""
     """MCP_ALLOWED_URLS: comma-separated URL prefixes a /v1/responses request's own ``mcp`` tools may point at.
     Empty: no client-supplied MCP servers."""
+    approval_required_tools: str = ""
+    """APPROVAL_REQUIRED_TOOLS: comma-separated tool names (as offered: ``execute_javascript``,
+    ``docs__create_page``; ``docs__*`` for every tool of a server) whose calls wait for a person's approval."""
+    compaction_threshold_tokens: int = 0
+    """COMPACTION_THRESHOLD_TOKENS: a stored conversation or response chain estimated past this many tokens is
+    compacted (its earlier turns summarized) before the turn, instead of trimmed; 0: off."""
+    compaction_model: str = ""
+    """COMPACTION_MODEL: the chain entry (or catalog model) that writes compaction summaries; empty: the turn's."""
     # --- observability --------------------------------------------------------------------
     log_content: bool = False
     """LOG_CONTENT: include message text and tool arguments in log lines."""
@@ -348,6 +356,17 @@ class Settings:
             self.budget_concurrent_turns,
         )
 
+    def approval_required(self, name: str) -> bool:
+        """Whether APPROVAL_REQUIRED_TOOLS names tool ``name`` (by its offered name, or its server's ``label__*``).
+
+        >>> Settings(approval_required_tools="docs__*, execute_javascript").approval_required("docs__create")
+        True
+        """
+        for pattern in (p.strip() for p in self.approval_required_tools.split(",")):
+            if pattern and (name == pattern or (pattern.endswith("__*") and name.startswith(pattern[:-1]))):
+                return True
+        return False
+
     def mcp_url_prefixes(self) -> list[str]:
         """MCP_ALLOWED_URLS as a list (empty: no client-supplied MCP server is accepted)."""
         return [p.strip() for p in self.mcp_allowed_urls.split(",") if p.strip()]
@@ -396,6 +415,8 @@ class Settings:
             raise ConfigError(
                 "MCP_TOOL_BUDGET and MCP_LIST_TIMEOUT_SECONDS must be positive, MCP_TOOLS_TTL_SECONDS not negative"
             )
+        if self.compaction_threshold_tokens < 0:
+            raise ConfigError("COMPACTION_THRESHOLD_TOKENS must not be negative (0: off)")
         for prefix in self.mcp_url_prefixes():
             if not re.match(r"^https?://[^/?#@]+", prefix):
                 raise ConfigError(f"MCP_ALLOWED_URLS entry {prefix!r} is not an http(s) URL prefix")

@@ -15,8 +15,10 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import contextlib
 import threading
 import time
+from collections.abc import Iterator
 from typing import Any
 
 import uvicorn
@@ -144,6 +146,15 @@ class MCPTestServer:
     def __exit__(self, *exc: Any) -> None:
         self.server.should_exit = True
         self.thread.join(5)
+
+
+@contextlib.contextmanager
+def docs_server() -> Iterator[MCPTestServer]:
+    """A ``tools_server`` served for a test module; its ``calls`` list every ``search`` query run."""
+    calls: list[str] = []
+    with MCPTestServer(tools_server(calls=calls)) as server:
+        server.calls = calls  # type: ignore[attr-defined]
+        yield server
 
 
 def free_port() -> int:

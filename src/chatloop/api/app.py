@@ -69,6 +69,7 @@ def routes(settings: Settings) -> list[BaseRoute]:
         Route("/chat/follow", lazy("chat_threads", "follow_chat"), methods=["GET"]),
         Route("/v1/chat/completions", idempotent(openai_chat.chat_completions), methods=["POST"]),
         Route("/v1/responses", idempotent(lazy("responses", "responses")), methods=["POST"]),
+        Route("/v1/responses/compact", lazy("compact", "compact"), methods=["POST"]),
         Route("/v1/responses/{response_id}", lazy("stored", "retrieve_response"), methods=["GET"]),
         Route("/v1/responses/{response_id}", lazy("stored", "delete_response"), methods=["DELETE"]),
         Route("/v1/responses/{response_id}/cancel", lazy("background", "cancel_response"), methods=["POST"]),

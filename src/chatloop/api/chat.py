@@ -70,13 +70,30 @@ async def chat(request: Request) -> Response:
     runtime = ctx.runtime
     body = await read_body(request, ChatBody)
     thread = None
+    if body.approvals and body.conversation is None:
+        raise RequestError(
+            400,
+            "invalid_request",
+            "approvals: answer in the conversation that asked (conversation)",
+            "approvals",
+        )
     if body.conversation is not None:
         from chatloop.api import chat_threads
 
-        thread = await chat_threads.chat_thread(request, body.conversation, body.messages)
+        thread = await chat_threads.chat_thread(
+            request, body.conversation, body.messages, body.approvals or []
+        )
     messages = conversation(
         [*(thread.history if thread else []), *body.messages], runtime.settings.max_messages
     )
+    if thread is not None and runtime.settings.compaction_threshold_tokens:  # instead of trimming (README)
+        from chatloop.api import compaction
+
+        threshold = runtime.settings.compaction_threshold_tokens
+        compacted = await compaction.past(ctx, messages, threshold, body.model, openai=False)
+        if compacted is not None:
+            thread.compaction = compacted[0]
+            messages = conversation([compacted[1].message(), *body.messages], runtime.settings.max_messages)
     choice = named_choice(body.tool_choice)
     tool_names = tools_for_chat(runtime, body, choice)
     model = model_for(runtime, body.model)
@@ -90,9 +107,14 @@ async def chat(request: Request) -> Response:
         top_p=body.top_p,
         max_tokens=body.max_tokens,
         max_iterations=body.max_iterations,
+        approvals=thread.answers if thread else (),
     )
     ctx.request_id  # noqa: B018 - settled before the tools are listed (the adapter's log correlation id)
     registry = await runtime.tools_for_turn(ctx.deadline) if tool_names != [] else ToolRegistry()
+    if runtime.settings.approval_required_tools:  # the operator's tools that wait for a person (README)
+        from chatloop.api import approvals
+
+        await approvals.ask_for(ctx, turn, registry, [], {})
     metered = await budgeted(ctx, turn, model, registry)
     events = turn_events(
         ctx, turn, model, registry, thread.conversation_id if thread else None, metered=metered

@@ -16,8 +16,9 @@ Usage (``api.chat``)::
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from starlette.requests import Request
 from starlette.responses import Response
@@ -37,6 +38,12 @@ from chatloop.jsontypes import JSONObject
 from chatloop.observability import logger
 from chatloop.store.model import StoredEvent
 
+if TYPE_CHECKING:
+    from chatloop.api.approval_items import McpApprovalResponseInput
+    from chatloop.api.response_types import CompactionItem
+    from chatloop.api.schemas import ChatApproval
+    from chatloop.engine.approvals import ApprovalAnswer
+
 
 @dataclass
 class ChatThread:
@@ -47,11 +54,23 @@ class ChatThread:
     history: list[Message]
     new: list[dict[str, object]]
     """The request's new messages (user or system), appended to the conversation with the answer."""
+    answers: tuple[ApprovalAnswer, ...] = ()
+    """Answers to the conversation's approval requests the turn runs first (``api.approvals``)."""
+    answer_items: tuple[McpApprovalResponseInput, ...] = ()
+    """Those answers as the items appended to the conversation (a denial stays the model's history)."""
+    compaction: CompactionItem | None = None
+    """The compaction the turn started with (COMPACTION_THRESHOLD_TOKENS): appended before the turn's output."""
 
 
-async def chat_thread(request: Request, conversation: str, new: list[object]) -> ChatThread:
+async def chat_thread(
+    request: Request, conversation: str, new: list[object], approvals: Sequence[ChatApproval] = ()
+) -> ChatThread:
     """The conversation a ``/chat`` request continues (a 4xx or 503 before any model call when it cannot be had).
-    With a conversation the client sends only what is new: user (or system) messages."""
+    With a conversation the client sends only what is new: user (or system) messages, and answers to its
+    approval requests (each checked as ``api.approvals`` checks them)."""
+    from chatloop.api.approval_items import McpApprovalResponseInput
+    from chatloop.api.approvals import answers_of
+    from chatloop.api.compaction import open_items
     from chatloop.api.responses import messages_of
 
     messages = [m for m in new if isinstance(m, dict) and m.get("role") in ("user", "system")]
@@ -66,7 +85,12 @@ async def chat_thread(request: Request, conversation: str, new: list[object]) ->
     conversation_id = conversation_id_of(conversation)
     with store_errors():
         items = await conversation_history(store, owner, conversation_id, deadline)
-    return ChatThread(owner, conversation_id, messages_of(items), messages)
+    given = tuple(McpApprovalResponseInput.model_validate(a.as_item()) for a in approvals)
+    ctx = RequestContext.of(request)
+    await open_items(ctx, items)  # a compaction item stands for what came before it
+    answers = await answers_of(ctx, [*items, *given], len(items))
+    history = messages_of([*items, *given], answers.ids)
+    return ChatThread(owner, conversation_id, history, messages, answers.answers, given)
 
 
 def running_turn(request: Request, thread: ChatThread, events: AsyncIterator[Event]) -> AsyncIterator[Event]:
@@ -223,9 +247,14 @@ async def save_chat_turn(request: Request, thread: ChatThread, events: list[Even
             output.feed(event)
     output.finish()
     inputs = stored_items(
-        [InputMessage.model_validate({"role": m["role"], "content": m["content"]}) for m in thread.new]
+        [
+            *[InputMessage.model_validate({"role": m["role"], "content": m["content"]}) for m in thread.new],
+            *thread.answer_items,
+        ]
     )
     outputs = [Item(i["id"], json_object(i)) for i in output.items]
+    if thread.compaction is not None:  # it stands for everything before it, the new message included
+        outputs.insert(0, Item(thread.compaction["id"], json_object(thread.compaction)))
     ctx = RequestContext.of(request)
     deadline = ctx.write_deadline()
     try:

@@ -15,6 +15,8 @@ from typing import Annotated
 
 from pydantic import BaseModel, ConfigDict, Field, StrictStr
 
+from chatloop.api.approval_items import McpApprovalRequestInput, McpApprovalResponseInput
+from chatloop.api.compaction import CompactionInput
 from chatloop.api.errors import RequestError
 from chatloop.api.mcp_items import McpCallInput, McpListToolsInput
 from chatloop.api.response_schemas import (
@@ -100,12 +102,21 @@ def stored_items(items: Sequence[InputItem]) -> list[Item]:
         elif isinstance(item, McpCallInput | McpListToolsInput):  # an MCP server's call or listing, as shown
             item_id = new_id("mcp" if isinstance(item, McpCallInput) else "mcpl")
             body = {**item.model_dump(exclude_none=True), "id": item_id}
+        elif isinstance(item, McpApprovalRequestInput):  # kept under its own (sealed) id: the answer names it
+            item_id = new_id("mcpr")
+            body = item.model_dump()
+        elif isinstance(item, CompactionInput):  # kept as it is: only this server can open it
+            item_id = new_id("cmp")
+            body = {**item.model_dump(exclude_none=True), "id": item_id}
+        elif isinstance(item, McpApprovalResponseInput):
+            item_id = new_id("mcpa")
+            body = {**item.model_dump(exclude_none=True), "id": item_id}
         else:
             raise RequestError(
                 400,
                 "invalid_request",
                 f"items[{index}]: only message, function_call, function_call_output, code_interpreter_call, "
-                "mcp_call and mcp_list_tools items are stored",
+                "mcp_call, mcp_list_tools and mcp_approval_* items are stored",
                 param=f"items[{index}]",
             )
         stored.append(Item(item_id, body))

@@ -290,6 +290,15 @@ def as_input_items(bodies: list[JSONObject]) -> list[InputItem]:
             b
             for b in bodies
             if b.get("type")
-            in ("message", "function_call", "function_call_output", "code_interpreter_call", "mcp_call")
+            in (
+                "message",
+                "function_call",
+                "function_call_output",
+                "code_interpreter_call",
+                "mcp_call",
+                "mcp_approval_request",  # a call that waited for a person, and their answer (api/approvals.py)
+                "mcp_approval_response",
+                "compaction",  # the earlier conversation, summarized (api/compaction.py)
+            )
         ]
     )

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Literal
 from pydantic import BaseModel, ConfigDict, StrictStr
 
 from chatloop.config import MCPServerConfig
+from chatloop.engine.approvals import APPROVAL_ID_PREFIX
 from chatloop.jsontypes import JSONObject, JSONValue
 from chatloop.tools.mcp import TOOL_ERROR_PREFIX, offered_name
 
@@ -65,9 +66,11 @@ def call_item(
     content: str | None,
     ok: bool,
     status: McpCallStatus | None = None,
+    approval_request_id: str | None = None,
 ) -> McpCall:
     """OpenAI's ``mcp_call`` output item for one call: ``name`` is the server's own tool name, ``content`` the
-    tool message the model got (``{"result": ...}`` or ``{"error": ...}``); None while the call is running."""
+    tool message the model got (``{"result": ...}`` or ``{"error": ...}``); None while the call is running;
+    ``approval_request_id``: the approval request a person answered before it ran."""
     output: str | None = None
     error: McpToolExecutionError | McpProtocolError | None = None
     if content is not None:
@@ -96,7 +99,7 @@ def call_item(
         "error": error,
         "status": status
         or ("in_progress" if content is None else "completed" if error is None else "failed"),
-        "approval_request_id": None,
+        "approval_request_id": approval_request_id,
     }
 
 
@@ -108,8 +111,16 @@ def started_call_item(start: ToolCallStart) -> McpCall:
     """The ``mcp_call`` item of a ``tool_call_start`` event of a tool that runs on a server (in progress)."""
     if start.server is None:
         raise ValueError(f"{start.tool_name} does not run on an MCP server")
+    # A call a person approved runs under the approval request's id (``engine.approvals``).
+    approved = start.id if start.id.startswith(APPROVAL_ID_PREFIX) else None
     return call_item(
-        start.id, start.server_tool or start.tool_name, start.arguments, start.server, None, ok=False
+        start.id,
+        start.server_tool or start.tool_name,
+        start.arguments,
+        start.server,
+        None,
+        ok=False,
+        approval_request_id=approved,
     )
 
 
@@ -122,6 +133,7 @@ def finish_call_item(item: McpCall, result: ToolCallResult) -> None:
         item["server_label"],
         result.content,
         result.status == "ok",
+        approval_request_id=item["approval_request_id"],
     )
     # Set in place: the item keeps its keys' order, and the response's ``output`` holds it.
     item["output"], item["error"], item["status"] = finished["output"], finished["error"], finished["status"]
@@ -193,6 +205,7 @@ class McpCallInput(BaseModel):
     output: StrictStr | None = None
     error: object = None
     status: StrictStr | None = None
+    approval_request_id: StrictStr | None = None
 
     def messages(self) -> list[Message]:
         """An assistant message calling ``<server_label>__<name>`` and the tool message that answered it."""

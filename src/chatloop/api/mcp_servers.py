@@ -3,8 +3,9 @@ checked before any connection is made.
 
 A request's server is accepted only when its ``server_url`` starts with a prefix in MCP_ALLOWED_URLS (at a path
 boundary), is not a link-local or cloud-metadata address whatever the list says (the host is resolved once, every
-address checked, and the server's connections go to those addresses only), and ``require_approval`` is ``"never"`` (approvals do not exist here yet). Anything else is a 400 that
-names the URL or the field, and nothing is sent to the server.
+address checked, and the server's connections go to those addresses only), and ``require_approval`` is one of
+OpenAI's forms (``api.approvals``). Anything else is a 400 that names the URL or the field, and nothing is sent to
+the server.
 
 Usage::
 
@@ -22,6 +23,7 @@ from urllib.parse import urlsplit
 
 from pydantic import BaseModel, ConfigDict, Field, StrictStr
 
+from chatloop.api.approvals import approval_rule
 from chatloop.api.errors import RequestError
 from chatloop.config import MCP_LABEL, MCPServerConfig, Settings
 
@@ -98,14 +100,7 @@ async def _checked_server(
             f"{param}: only server_url is supported (no connectors)",
             f"{param}.server_url",
         )
-    if tool.require_approval != "never":
-        raise RequestError(
-            400,
-            "unsupported_parameter",
-            f"{param}.require_approval: approvals are not supported by this server; "
-            'send "require_approval": "never"',
-            f"{param}.require_approval",
-        )
+    approval_rule(tool.require_approval, f"{param}.require_approval")  # a 400 for a shape it cannot read
     prefix = allowed_prefix(tool.server_url, prefixes)
     if prefix is None:
         raise RequestError(

@@ -186,6 +186,10 @@ async def chat_completions(request: Request) -> Response:
     )
     ctx.request_id  # noqa: B018 - settled before the tools are listed (the adapter's log correlation id)
     registry = await runtime.tools_for_turn(ctx.deadline)
+    if runtime.settings.approval_required_tools:  # no way to ask here: such tools are not offered (README)
+        from chatloop.api.approvals import without_approval
+
+        turn.tool_names = without_approval(runtime.settings, registry, turn.tool_names)
     metered = await budgeted(ctx, turn, model, registry)
     events = turn_events(ctx, turn, model, registry, metered=metered)
     include_usage = bool(body.stream_options and body.stream_options.include_usage)

@@ -18,6 +18,7 @@ import json
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
+from chatloop.api.approval_items import approval_request_item, whole_item_frames
 from chatloop.api.mcp_items import (
     call_finished_frames,
     call_started_frames,
@@ -26,7 +27,7 @@ from chatloop.api.mcp_items import (
     started_call_item,
 )
 from chatloop.api.wire import sse_frame
-from chatloop.engine.events import Delta, Event, ToolCallResult, ToolCallStart
+from chatloop.engine.events import ApprovalRequested, Delta, Event, ToolCallResult, ToolCallStart
 from chatloop.providers.base import ToolCall
 from chatloop.tools.javascript.tool import TOOL_NAME
 
@@ -34,6 +35,7 @@ if TYPE_CHECKING:
     from chatloop.api.response_types import (
         CallStatus,
         CodeInterpreterCall,
+        CompactionItem,
         FunctionCall,
         McpCall,
         McpListTools,
@@ -119,7 +121,9 @@ class ResponseOutput:
     items. A tool on an MCP server is an ``mcp_call`` item, and the request's own MCP servers each open the output
     with an ``mcp_list_tools`` item (``listed``, framed by ``start``)."""
 
-    def __init__(self, request_id: str, emit: ResponseEvents, listed: Sequence[McpListTools] = ()) -> None:
+    def __init__(
+        self, request_id: str, emit: ResponseEvents, listed: Sequence[McpListTools | CompactionItem] = ()
+    ) -> None:
         self.request_id = request_id
         self.emit = emit
         self.items: list[OutputItem] = []
@@ -135,7 +139,10 @@ class ResponseOutput:
         frames: list[str] = []
         for item in self._listed:
             self.items.append(item)
-            frames += list_tools_frames(self.emit, item, self._index())
+            if item["type"] == "compaction":  # the earlier conversation, summarized before the turn
+                frames += whole_item_frames(self.emit, item, self._index())
+            else:
+                frames += list_tools_frames(self.emit, item, self._index())
         return frames
 
     def feed(self, event: Event) -> list[str]:
@@ -156,6 +163,11 @@ class ResponseOutput:
             index, call = self._mcp_calls.pop(event.id)
             finish_call_item(call, event)
             return call_finished_frames(self.emit, call, index)
+        if isinstance(event, ApprovalRequested):  # a call that waits for a person: the turn ends after these
+            request = approval_request_item(event)
+            frames = self._close_message()
+            self.items.append(request)
+            return frames + whole_item_frames(self.emit, request, self._index())
         return []
 
     def finish(self, client_calls: Sequence[ToolCall] = ()) -> list[str]:

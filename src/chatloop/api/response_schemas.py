@@ -12,6 +12,8 @@ from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt, StrictStr
 
+from chatloop.api.approval_items import McpApprovalRequestInput, McpApprovalResponseInput
+from chatloop.api.compaction import CompactionInput, CompactionSetting
 from chatloop.api.mcp_items import McpCallInput, McpListToolsInput
 from chatloop.api.mcp_servers import ResponsesMcpTool
 from chatloop.api.schemas import (
@@ -124,7 +126,10 @@ InputItem = Annotated[
     | CodeInterpreterCallItem
     | ReasoningItem
     | McpCallInput
-    | McpListToolsInput,
+    | McpListToolsInput
+    | McpApprovalRequestInput
+    | McpApprovalResponseInput
+    | CompactionInput,
     Field(union_mode="left_to_right"),
 ]
 
@@ -224,6 +229,11 @@ class ResponsesBody(OpenAIParams):
     previous_response_id: StrictStr | None = None
     conversation: StrictStr | dict[str, object] | None = None
     prompt: dict[str, object] | None = None
+    context_management: list[CompactionSetting] | None = None
+    """Automatic compaction past ``compact_threshold`` estimated tokens (``api.compaction``)."""
+
+    def compact_threshold(self) -> int | None:
+        return next((c.compact_threshold for c in self.context_management or [] if c.compact_threshold), None)
 
     def forwarded(self) -> JSONObject:
         params = super().forwarded()

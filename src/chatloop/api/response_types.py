@@ -135,10 +135,33 @@ class McpCall(TypedDict):
     output: str | None
     error: McpToolExecutionError | McpProtocolError | None
     status: McpCallStatus
-    approval_request_id: None
+    approval_request_id: str | None
+    """The approval request a person answered before it ran (``mcpr_…``), or None."""
 
 
-OutputItem: TypeAlias = "OutputMessage | FunctionCall | CodeInterpreterCall | McpCall | McpListTools"
+class McpApprovalRequest(TypedDict):
+    """``McpApprovalRequest``: a call that waits for a person's approval (``id`` is what the answer names)."""
+
+    id: str
+    type: Literal["mcp_approval_request"]
+    server_label: str
+    name: str
+    arguments: str
+
+
+class CompactionItem(TypedDict):
+    """``ResponseCompactionItem``: the earlier conversation, summarized and sealed (``api.compaction``)."""
+
+    id: str
+    type: Literal["compaction"]
+    encrypted_content: str
+    created_by: str | None
+
+
+OutputItem: TypeAlias = (
+    "OutputMessage | FunctionCall | CodeInterpreterCall | McpCall | McpListTools | McpApprovalRequest"
+    " | CompactionItem"
+)
 """One item of a response's ``output`` (``ResponseOutputItem``, the kinds this server makes)."""
 
 

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, TypeAlias
 from starlette.requests import Request
 from starlette.responses import Response
 
+from chatloop.api.approval_items import McpApprovalRequestInput, McpApprovalResponseInput, denied_messages
 from chatloop.api.checks import (
     ChatChoice,
     check_context,
@@ -30,6 +31,7 @@ from chatloop.api.checks import (
     refuse_unsupported,
     structured_output,
 )
+from chatloop.api.compaction import CompactionInput
 from chatloop.api.context import RequestContext
 from chatloop.api.errors import RequestError
 from chatloop.api.mcp_items import McpCallInput, listed_items
@@ -57,6 +59,7 @@ from chatloop.tools.javascript.tool import TOOL_NAME
 
 if TYPE_CHECKING:
     from chatloop.api.response_types import (
+        CompactionItem,
         FinishedResponse,
         McpListTools,
         OutputItem,
@@ -71,21 +74,31 @@ INCOMPLETE = {"length": "max_output_tokens", "iteration_cap": "iteration_cap", "
 
 
 # --- input ---------------------------------------------------------------------------------------------
-def conversation_of(body: ResponsesBody, history: Sequence[InputItem] = ()) -> list[Message]:
+def conversation_of(
+    body: ResponsesBody, history: Sequence[InputItem] = (), answering: frozenset[str] = frozenset()
+) -> list[Message]:
     """The chat conversation for ``instructions``, the earlier items a request continues from (``history``: a
     previous response's chain, or a conversation's items) and ``input``: ``developer`` is ``system``, consecutive
     ``function_call`` items join the assistant message before them, ``function_call_output`` is a tool message,
-    reasoning items carry nothing this server needs."""
+    reasoning items carry nothing this server needs. ``answering``: the approval requests this request answers
+    (the turn runs them first)."""
     messages: list[Message] = []
     if body.instructions:
         messages.append({"role": "system", "content": body.instructions})
-    current = [InputMessage(role="user", content=body.input)] if isinstance(body.input, str) else body.input
-    return messages + messages_of([*history, *current])
+    return messages + messages_of([*history, *current_items(body)], answering)
 
 
-def messages_of(items: Sequence[InputItem]) -> list[Message]:
-    """Input items (a request's, or stored ones read back) as chat messages."""
+def current_items(body: ResponsesBody) -> list[InputItem]:
+    """The request's ``input`` as items (a string is one user message)."""
+    return [InputMessage(role="user", content=body.input)] if isinstance(body.input, str) else body.input
+
+
+def messages_of(items: Sequence[InputItem], answering: frozenset[str] = frozenset()) -> list[Message]:
+    """Input items (a request's, or stored ones read back) as chat messages. An approval request is no message
+    until it is answered: a denial answered earlier is the call and the denial the model was told; an approval
+    is the ``mcp_call`` that followed it; the ones in ``answering`` the turn itself adds."""
     messages: list[Message] = []
+    requests = {i.id: i for i in items if isinstance(i, McpApprovalRequestInput)}
     for item in items:
         if isinstance(item, InputMessage):
             role = "system" if item.role == "developer" else item.role
@@ -104,6 +117,12 @@ def messages_of(items: Sequence[InputItem]) -> list[Message]:
             messages.append({"role": "tool", "tool_call_id": item.call_id(), "content": item.logs()})
         elif isinstance(item, McpCallInput):  # an earlier MCP call, replayed: the call and its answer
             messages += item.messages()
+        elif isinstance(item, CompactionInput):  # it stands for everything before it
+            messages = [item.message()]
+        elif isinstance(item, McpApprovalResponseInput) and not item.approve:
+            request = requests.get(item.approval_request_id)
+            if request is not None and request.id not in answering:
+                messages += denied_messages(request, item.reason)
     return messages
 
 
@@ -239,7 +258,7 @@ class ResponsesRenderer:
         echo: ResponseEcho,
         keep: Keep | None = None,
         listener: Callable[[dict[str, object]], None] | None = None,
-        listed: Sequence[McpListTools] = (),
+        listed: Sequence[McpListTools | CompactionItem] = (),
         *,
         stream: bool = True,
     ) -> None:
@@ -309,6 +328,7 @@ async def responses(request: Request) -> Response:
     """OpenAI's Responses API: the same turn as chat completions, rendered as a ``response``; stored, and continued
     from a stored response or a conversation, by ``api.stored``."""
     from chatloop.api import (  # the store and its schemas load with the first Responses request
+        approvals,
         journaled,
         stored,
     )
@@ -319,14 +339,16 @@ async def responses(request: Request) -> Response:
     body = await read_body(request, ResponsesBody)
     refuse_unsupported(body)
     keeping = await stored.prepare(request, body)
-    turn, model, servers = await turn_of(ctx, body, keeping.history)
+    turn, model, servers, compacted = await turn_of(ctx, body, keeping.history)
     rid = ctx.request_id
     echo = echo_of(body, model.name, keeping.store is not None, keeping.conversation_id)
     if body.background and not is_worker(request):  # queued: a worker runs it (api.background)
         return await queue(request, body, keeping, echo)
     mcp = await runtime.mcp_for_turn(ctx.deadline, servers)
     registry = runtime.registry().with_tools(mcp.tools, mcp.skipped)
-    listed = listed_items(servers, mcp)  # mcp_list_tools items: what each of the request's servers offered
+    await approvals.ask_for(ctx, turn, registry, mcp.tools, approvals.client_rules(body.tools))
+    # The output opens with these: the compaction the turn starts with, then what each request server offered.
+    listed: list[McpListTools | CompactionItem] = [*compacted, *listed_items(servers, mcp)]
     metered = await budgeted(ctx, turn, model, registry)
     events = turn_events(ctx, turn, model, registry, keeping.conversation_id, metered=metered)
 
@@ -351,11 +373,22 @@ async def responses(request: Request) -> Response:
 
 async def turn_of(
     ctx: RequestContext, body: ResponsesBody, history: Sequence[InputItem]
-) -> tuple[TurnRequest, FallbackChain, list[MCPServerConfig]]:
-    """The turn a request asks for, its chain and its own MCP servers, every check passed (a 4xx before any model
-    call otherwise)."""
+) -> tuple[TurnRequest, FallbackChain, list[MCPServerConfig], list[CompactionItem]]:
+    """The turn a request asks for, its chain, its own MCP servers and the compaction item it starts with (when its
+    conversation was past the threshold), every check passed (a 4xx before any model call otherwise)."""
+    from chatloop.api import compaction
+    from chatloop.api.approvals import answers_of
+
     runtime = ctx.runtime
-    messages = conversation(conversation_of(body, history), runtime.settings.max_messages)
+    items = [*history, *current_items(body)]
+    await compaction.open_items(ctx, items)
+    answers = await answers_of(ctx, items, len(history))
+    messages = conversation(conversation_of(body, history, answers.ids), runtime.settings.max_messages)
+    compacted = await compaction.when_past_threshold(ctx, body, messages, bool(history))
+    if compacted is not None:  # the summary stands for it all; the request's newest question follows it
+        messages = conversation(
+            compaction.continued(body, compacted[1], answers.ids), runtime.settings.max_messages
+        )
     chat_choice: ChatChoice = None
     if isinstance(body.tool_choice, str):
         chat_choice = body.tool_choice
@@ -387,5 +420,6 @@ async def turn_of(
         model_params=params,
         max_tool_calls=body.max_tool_calls,
         allow_trimming=trimming,
+        approvals=answers.answers,
     )
-    return turn, model, servers
+    return turn, model, servers, [compacted[0]] if compacted else []

@@ -94,6 +94,21 @@ class ChatBody(_ChatFields):
     stream: StrictBool = True
     conversation: StrictStr | None = None
     """A stored conversation to continue (``conv_…``): ``messages`` then holds only the new message(s)."""
+    approvals: list[ChatApproval] | None = None
+    """Answers to the conversation's approval requests (``approval_request`` events), with ``conversation``."""
+
+
+class ChatApproval(BaseModel):
+    """``/chat``'s answer to an approval request: the Responses API's ``mcp_approval_response`` without its type."""
+
+    model_config = ConfigDict(extra="forbid", defer_build=True)
+
+    approval_request_id: StrictStr
+    approve: StrictBool
+    reason: Annotated[StrictStr, Field(max_length=1000)] | None = None
+
+    def as_item(self) -> dict[str, object]:
+        return {"type": "mcp_approval_response", **self.model_dump(exclude_none=True)}
 
 
 class StopBody(BaseModel):

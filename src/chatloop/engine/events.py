@@ -30,6 +30,7 @@ from chatloop.providers.errors import AllModelsFailed, ModelError
 from chatloop.providers.textcalls import TextCalls
 
 __all__ = [
+    "ApprovalRequested",
     "ContextFitted",
     "DecisionMade",
     "Delta",
@@ -58,6 +59,7 @@ class EventType(StrEnum):
     MESSAGE_COMPLETE = "message_complete"
     TOOL_CALL_START = "tool_call_start"
     TOOL_CALL_RESULT = "tool_call_result"
+    APPROVAL_REQUEST = "approval_request"
     DECISION = "decision"
     MODEL_FALLBACK = "model_fallback"
     ERROR = "error"
@@ -240,8 +242,9 @@ class MessageComplete(_Payload):
 
 # --- tools ---------------------------------------------------------------------------------------
 @dataclass(frozen=True, eq=False)
-class ToolCallStart(_Payload):
-    type: ClassVar[EventType] = EventType.TOOL_CALL_START
+class _ToolCallOf(_Payload):
+    """A call of one tool: the fields ``tool_call_start`` and ``approval_request`` share."""
+
     id: str
     tool_name: str
     """The tool's name (``name`` is the event's, as on every event)."""
@@ -257,6 +260,11 @@ class ToolCallStart(_Payload):
             data["server"] = self.server
             data["server_tool"] = self.server_tool
         return data
+
+
+@dataclass(frozen=True, eq=False)
+class ToolCallStart(_ToolCallOf):
+    type: ClassVar[EventType] = EventType.TOOL_CALL_START
 
 
 @dataclass(frozen=True, eq=False)
@@ -291,6 +299,13 @@ class ToolCallResult(_Payload):
         if self.reason:
             data["reason"] = self.reason
         return data
+
+
+@dataclass(frozen=True, eq=False)
+class ApprovalRequested(_ToolCallOf):
+    """A call that waits for a person's approval (the turn ends after it): ``id`` is what the answer names."""
+
+    type: ClassVar[EventType] = EventType.APPROVAL_REQUEST
 
 
 # --- decisions, fallbacks, failures ---------------------------------------------------------------------
@@ -414,6 +429,7 @@ Event = (
     | MessageComplete
     | ToolCallStart
     | ToolCallResult
+    | ApprovalRequested
     | DecisionMade
     | FallbackMade
     | TurnError

@@ -33,6 +33,7 @@ NOT_RUN_STATUS: dict[Disposition, tuple[str, str | None]] = {
     Disposition.JS_ALREADY_SUCCEEDED: ("skipped", DecisionReason.JS_ALREADY_SUCCEEDED),
     Disposition.OVER_BUDGET: ("skipped", DecisionReason.BUDGET_EXHAUSTED),
     Disposition.CLIENT: ("skipped", "client_tools_pending"),
+    Disposition.APPROVAL: ("skipped", "approval_pending"),
 }
 """``(status, reason)`` of a call answered without running, by why it did not run."""
 
@@ -124,6 +125,8 @@ class ToolExecutor:
         if p.disposition is Disposition.DUPLICATE:
             earlier = ledger.earlier_result(p.key)
             return "skipped", "duplicate", duplicate_answer(earlier[1] if earlier else "{}", p.duplicate_of)
+        if p.disposition is Disposition.DENIED:
+            return "skipped", DecisionReason.DENIED, json.dumps({"error": prompts.denied(p.note)})
         status, reason = NOT_RUN_STATUS[p.disposition]
         message = prompts.not_run(
             p.disposition.value,

@@ -67,6 +67,10 @@ class Disposition(StrEnum):
     OVER_BUDGET = "over_budget"
     CLIENT = "client"
     """A client-defined tool (/v1): the client runs it."""
+    APPROVAL = "approval"
+    """A tool that needs a person's approval first: the turn ends asking for it."""
+    DENIED = "denied"
+    """A call a person did not approve: answered with the denial (``PlannedCall.note``: their reason)."""
 
 
 @dataclass
@@ -75,6 +79,8 @@ class PlannedCall:
     disposition: Disposition
     key: str
     duplicate_of: str | None = None
+    note: str | None = None
+    """A denied call's reason, as the person gave it."""
 
 
 @dataclass
@@ -137,7 +143,14 @@ class ToolLedger:
         return [n for n in names if self.withdrawn(n) is None]
 
     # --- one batch -------------------------------------------------------------------------
-    def plan_batch(self, calls: list[ToolCall], offered: set[str], client_tools: set[str]) -> BatchPlan:
+    def plan_batch(
+        self,
+        calls: list[ToolCall],
+        offered: set[str],
+        client_tools: set[str],
+        approval: frozenset[str] = frozenset(),
+    ) -> BatchPlan:
+        """Each call's disposition; ``approval``: tools whose calls, when they could run, wait for a person."""
         planned: list[PlannedCall] = []
         seen_in_batch: dict[str, str] = {}
         runs: Counter[str] = Counter()
@@ -169,6 +182,8 @@ class ToolLedger:
                     total_left is not None and sum(runs.values()) >= total_left
                 ):
                     disposition = Disposition.OVER_BUDGET
+                elif call.name in approval:
+                    disposition = Disposition.APPROVAL
                 else:
                     disposition = Disposition.RUN
                     runs[call.name] += 1

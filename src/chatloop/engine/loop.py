@@ -29,7 +29,7 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass
 
 from chatloop.deadline import Deadline, until
-from chatloop.engine import prompts
+from chatloop.engine import approvals, prompts
 from chatloop.engine.ask import (
     MIN_CALL_SECONDS,
     Offer,
@@ -39,6 +39,7 @@ from chatloop.engine.ask import (
     text_filter,
 )
 from chatloop.engine.events import (
+    ApprovalRequested,
     ContextFitted,
     DecisionMade,
     Delta,
@@ -113,6 +114,9 @@ class _Turn:
             yield ToolsUnavailable(dict(setup.tools.unavailable))
         end: TurnEnd | None = None
         try:
+            if setup.request.approvals:  # a person's answers to earlier approval requests go first
+                async for event in self._answered_approvals():
+                    yield event
             while end is None:
                 async for item in self._iteration():
                     if isinstance(item, TurnEnd):
@@ -172,7 +176,10 @@ class _Turn:
         self._make_ids_unique(response.tool_calls)
         self._one_call_unless_parallel(response)
         plan = self.state.ledger.plan_batch(
-            response.tool_calls, offered=set(offer.tools), client_tools=set(self.setup.client_names)
+            response.tool_calls,
+            offered=set(offer.tools),
+            client_tools=set(self.setup.client_names),
+            approval=self.setup.request.approval_required,
         )
         decision = self._decide(reply, plan)
         yield self._logged(decision, response)
@@ -293,6 +300,7 @@ class _Turn:
                 js_already_succeeded_calls=counts[Disposition.JS_ALREADY_SUCCEEDED.value],
                 over_budget_calls=counts[Disposition.OVER_BUDGET.value],
                 client_tool_calls=counts[Disposition.CLIENT.value],
+                approval_calls=counts[Disposition.APPROVAL.value],
                 finish_reason=response.finish_reason,
                 content_length=len((response.content or "").strip()),
                 substantive_answer_chars=setup.limits.substantive_answer_chars,
@@ -342,6 +350,9 @@ class _Turn:
                 yield event
         elif action is Action.CLIENT_TOOLS:
             yield self._hand_to_client(response, plan)
+        elif action is Action.ASK_APPROVAL:
+            for item in self._ask_approval(response, plan):
+                yield item
         elif action is Action.NUDGE:
             state.nudges += 1
             state.messages.append({"role": "system", "content": prompts.EMPTY_REPLY_NUDGE})
@@ -367,6 +378,22 @@ class _Turn:
         self.state.record.skipped((p.call for p in plan.calls if p not in client), "client_tools_pending")
         held = "" if self.state.shown.call_shown else response.content
         return TurnEnd(StopReason.TOOL_CALLS, held, tuple(p.call for p in client))
+
+    def _ask_approval(self, response: ModelResponse, plan: BatchPlan) -> list[ApprovalRequested | TurnEnd]:
+        """Calls that need a person's approval end the turn, one ``approval_request`` each (``engine.approvals``);
+        nothing else of the batch runs (the model may call it again once the answers are in)."""
+        asked = approvals.requests(plan, self.setup.tools, self.setup.request.approval_id, self.state.record)
+        held = "" if self.state.shown.call_shown else response.content
+        return [*asked, TurnEnd(StopReason.APPROVAL_REQUIRED, held)]
+
+    async def _answered_approvals(self) -> AsyncIterator[Event]:
+        """The person's answers: approved calls run as any call does, denied ones are told so, one decision."""
+        setup, state = self.setup, self.state
+        offered = set(state.ledger.offerable(setup.builtin))
+        response, plan = approvals.answered_batch(state.ledger, setup.request.approvals, offered)
+        yield self._logged(approvals.answered_decision(state.iteration, setup.max_iterations, plan), response)
+        async for event in self.executor.execute(response, plan):
+            yield event
 
     def _remind(self, response: ModelResponse) -> Retrying:
         state = self.state

@@ -32,6 +32,8 @@ class Action(StrEnum):
     """Empty reply: ask once more."""
     CLIENT_TOOLS = "client_tools"
     """The model called a client-defined tool: end the turn and hand the calls to the client."""
+    ASK_APPROVAL = "ask_approval"
+    """The model called a tool that needs a person's approval: end the turn asking for it."""
     FALLBACK = "fallback"
     """No usable answer can be had: answer with the user-facing fallback text."""
 
@@ -50,6 +52,8 @@ class DecisionInput:
     js_already_succeeded_calls: int = 0
     over_budget_calls: int = 0
     client_tool_calls: int = 0
+    approval_calls: int = 0
+    """Calls that could run but need a person's approval first."""
     finish_reason: str | None = None
     content_length: int = 0
     substantive_answer_chars: int = 200
@@ -188,6 +192,9 @@ def decide(i: DecisionInput) -> Decision:
     # for its tools, and OpenAI's contract returns text and tool calls together.
     if i.client_tool_calls > 0:
         return made(Action.CLIENT_TOOLS, R.CLIENT_TOOLS)
+    # A call that needs a person's approval is asked for before anything else of the batch runs.
+    if i.approval_calls > 0:
+        return made(Action.ASK_APPROVAL, R.APPROVAL_REQUIRED)
     # A long answer alongside the server's tool calls is taken as the answer (seed 000's rule).
     if i.has_substantive_answer:
         return made(Action.ANSWER, R.SUBSTANTIVE_ANSWER)

@@ -50,7 +50,15 @@ def not_run(kind: str, *, name: str, arguments: str, budget: int | None, availab
         return f"BudgetExhausted: {name} may run at most {budget} times per question"
     if kind == "client":
         return "NotRun: client tools cannot run in this batch"
+    if kind == "approval":
+        return "NotRun: another call of this batch is waiting for the user's approval"
     return f"UnknownTool: {name!r} is not available; available tools: {available}"
+
+
+def denied(reason: str | None) -> str:
+    """What a call the user did not approve is answered with (their reason, when they gave one)."""
+    why = f" Their reason: {reason}" if reason else ""
+    return f"NotApproved: the user did not approve this call, so it did not run.{why}"
 
 
 def with_guidance(messages: list[Message], guidance: str) -> list[Message]:

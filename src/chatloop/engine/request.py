@@ -7,11 +7,16 @@ Usage::
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from chatloop.engine.messages import Message
 from chatloop.jsontypes import JSONObject
+
+if TYPE_CHECKING:
+    from chatloop.engine.approvals import ApprovalAnswer
+    from chatloop.providers.base import ToolCall
 
 
 def function_name(tool: Mapping[str, object]) -> str | None:
@@ -54,6 +59,12 @@ class TurnRequest:
     allow_trimming: bool = True
     """False (the Responses API's ``truncation: disabled``): a conversation no model can hold is refused, not
     trimmed."""
+    approval_required: frozenset[str] = frozenset()
+    """Tools (by offered name) whose calls wait for a person's approval (``engine.approvals``)."""
+    approvals: tuple[ApprovalAnswer, ...] = ()
+    """A person's answers to earlier approval requests: run (or denied) before the turn's first model call."""
+    approval_id: Callable[[ToolCall], str] | None = None
+    """Makes the id of an approval request for a call (the API seals it to its caller); None: a random id."""
 
     def requires_client_tool(self) -> bool:
         """Whether ``tool_choice`` obliges the turn to end with a call to a client tool."""

@@ -36,6 +36,9 @@ class StopReason(StrEnum):
     ALL_MODELS_FAILED = "all_models_failed"
     BUDGET = "budget"
     """The caller's budget refused a model call mid-turn (or its store failed, closed): the answer so far stands."""
+    APPROVAL_REQUIRED = "approval_required"
+    """A call of a tool that needs a person's approval first: the turn ends asking for it (``approval_request``
+    events); a later request with the answer runs it, or tells the model it was denied."""
     CLIENT_DISCONNECTED = "client_disconnected"
     """The client went away mid-turn: the turn stopped at its next step (logged; nobody reads a done event)."""
     ERROR = "error"
@@ -61,6 +64,12 @@ class DecisionReason(StrEnum):
     EMPTY_REPLY = "empty_reply"
     CLIENT_TOOLS = "client_tools"
     CLIENT_TOOL_REQUIRED = "client_tool_required"
+    APPROVAL_REQUIRED = "approval_required"
+    """A call needs a person's approval: the turn ends asking for it."""
+    APPROVED = "approved"
+    DENIED = "denied"
+    """A turn resumed with the answers to its approval requests: approved calls run, denied ones are answered with
+    the denial (and its reason); ``approved`` when any ran."""
 
     @property
     def stop_reason(self) -> StopReason | None:

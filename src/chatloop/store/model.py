@@ -27,8 +27,9 @@ ListName = Literal["items", "input", "output", "events", "conversations"]
 streamed response's events, at the position of their ``sequence_number``. ``conversations``: an owner's index of
 their conversations (each entry expiring with its conversation)."""
 Order = Literal["asc", "desc"]
-RecordKind = Literal["conversation", "response", "index", "run"]
-RECORD_KINDS: tuple[RecordKind, ...] = ("conversation", "response", "index", "run")
+RecordKind = Literal["conversation", "response", "index", "run", "claim"]
+RECORD_KINDS: tuple[RecordKind, ...] = ("conversation", "response", "index", "run", "claim")
+"""``claim``: a one-time use recorded (an approval answered), so a second use is told apart (``Store.claim``)."""
 ID_RANDOM_BYTES = 24
 """192 bits: an id is never guessed, and never collides."""
 

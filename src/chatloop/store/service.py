@@ -276,7 +276,21 @@ class Store:
         return None if rows is None else [StoredEvent(position, item.body) for position, item in rows]
 
     # --- shared steps -----------------------------------------------------------------------------
-    def _new_record(self, kind: Literal["conversation", "response"], body: JSONObject) -> Record:
+    # --- one-time uses ---------------------------------------------------------------------------
+    async def claim(self, owner: str, claim_id: str, deadline: Deadline) -> bool:
+        """Record the one use of ``claim_id`` (an answered approval, say): True the first time, False ever after
+        (until the store's TTL), across processes: the backend's create is conditional, so of two at once one
+        wins."""
+        record = self._new_record("claim", {})
+        try:
+            await self._run(deadline, self.backend.create, owner_key(owner), claim_id, record, {})
+        except StoreUnavailable:
+            if await self._read(owner, claim_id, "claim", deadline) is not None:
+                return False  # it exists: this is a second use
+            raise
+        return True
+
+    def _new_record(self, kind: Literal["conversation", "response", "claim"], body: JSONObject) -> Record:
         now = time.time()
         return Record(kind, int(now), math.ceil(now + self.ttl_seconds), body)
 

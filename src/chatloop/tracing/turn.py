@@ -37,6 +37,7 @@ from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapProp
 
 from chatloop.config import Settings
 from chatloop.engine.events import (
+    ApprovalRequested,
     ContextFitted,
     DecisionMade,
     Done,
@@ -159,6 +160,9 @@ class TurnTrace:
                 self.span.add_event("chatloop.context", _scalars(event.data))
             case TextCallsRecovered() | Retrying():
                 self.span.add_event(f"chatloop.{event.data['status']}", _scalars(event.data))
+            case ApprovalRequested():  # a call that waits for a person (its arguments are content: not here)
+                asked = {"id": event.id, "name": event.tool_name, "server": event.server or ""}
+                self.span.add_event("chatloop.approval_request", _scalars(asked))
             case ToolsUnavailable(sources=sources):  # e.g. an MCP server that is down: its label, and why
                 self.span.add_event("chatloop.tools_unavailable", _scalars(sources))
             case TurnError():

@@ -10,6 +10,7 @@ const STOP_REASONS = {
   deadline: "Time ran short, so the model answered with what it had.",
   loop_detected: "The model repeated itself, so tool use was stopped and it answered.",
   tool_budget: "The tool's budget for this question was used up, so the model answered.",
+  approval_required: "A tool waits for your approval before it runs.",
   all_models_failed: "No model could answer: every model in the chain failed.",
   error: "Something went wrong on the server.",
 };
@@ -151,6 +152,32 @@ class Turn {
     this.box.insertBefore(block, this.answer);
   }
 
+  on_approval_request(data, answered = false) {
+    // A call the operator wants a person to approve (APPROVAL_REQUIRED_TOOLS): nothing ran. The answer goes to the
+    // server as the next turn of this conversation, which runs the call (or tells the model it was denied).
+    const block = element("div", "approval");
+    block.append(element("p", "", `${data.name}${data.server ? ` on ${data.server}` : ""} waits for your approval:`));
+    let shown = data.arguments;
+    try {
+      const args = JSON.parse(data.arguments);
+      shown = data.server ? JSON.stringify(args, null, 2) : (args.code ?? data.arguments);
+    } catch {
+      // arguments that are not JSON are shown as they are
+    }
+    block.append(element("pre", "code", shown));
+    const approve = element("button", "approve", "Approve");
+    const deny = element("button", "deny", "Deny");
+    const answer = (yes) => {
+      approve.disabled = deny.disabled = true;
+      send(`${yes ? "Approved" : "Denied"}: ${data.name}`, [{ approval_request_id: data.id, approve: yes }]);
+    };
+    approve.addEventListener("click", () => answer(true));
+    deny.addEventListener("click", () => answer(false));
+    approve.disabled = deny.disabled = answered; // a reopened conversation's request that was answered already
+    block.append(approve, " ", deny);
+    this.box.insertBefore(block, this.answer);
+  }
+
   on_tool_call_result(data) {
     const tool = this.tools.get(data.id);
     if (!tool) return;
@@ -203,7 +230,8 @@ function* events(buffer) {
   }
 }
 
-async function send(question) {
+async function send(question, approvals = null) {
+  // ``approvals``: answers to the conversation's approval requests, sent instead of a new message.
   notice("");
   const user = element("section", "turn user", question);
   $("log").append(user);
@@ -219,11 +247,13 @@ async function send(question) {
       if (error.name === "AbortError") throw error;
       notice(error.message);
       user.remove();
-      $("question").value = question; // nothing was lost: send it again when ready
+      if (!approvals) $("question").value = question; // nothing was lost: send it again when ready
       return;
     }
     // The server has the conversation: only the new message goes, and the turn is stored with it.
-    const body = { conversation: thread.id, messages: [{ role: "user", content: question }], stream: true };
+    const body = approvals
+      ? { conversation: thread.id, messages: [], approvals, stream: true }
+      : { conversation: thread.id, messages: [{ role: "user", content: question }], stream: true };
     if ($("model").value) body.model = $("model").value;
     markPending(thread.id, question, state.lastItem);
     const response = await fetch("chat", {
@@ -244,7 +274,7 @@ async function send(question) {
       notice(detail && !HTTP_ERRORS[response.status] ? `${known} ${detail}` : known);
       refused(thread, response.status, code);
       user.remove();
-      $("question").value = question; // nothing was lost: send it again when ready
+      if (!approvals) $("question").value = question; // nothing was lost: send it again when ready
       return;
     }
     state.history.push({ role: "user", content: question });
@@ -460,6 +490,7 @@ const isAnswer = (item) => item.type === "message" && item.role === "assistant";
 function renderItems(items) {
   // Stored items as the live page shows them: a user message, then one assistant block with its tool runs and text.
   let turn = null;
+  const answered = new Set(items.filter((i) => i.type === "mcp_approval_response").map((i) => i.approval_request_id));
   for (const item of items) {
     if (item.type === "message" && item.role === "user") {
       $("log").append(element("section", "turn user", textOf(item)));
@@ -478,6 +509,13 @@ function renderItems(items) {
     } else if (item.type === "function_call") {
       turn ??= new Turn();
       turn.on_tool_call_start({ id: item.call_id, name: item.name, arguments: item.arguments ?? "" });
+    } else if (item.type === "mcp_approval_request") {
+      turn ??= new Turn();
+      const builtin = item.server_label === "chatloop_builtin"; // the server's own tools (api/approval_items.py)
+      const call = { id: item.id, arguments: item.arguments ?? "" };
+      call.name = builtin ? item.name : `${item.server_label}__${item.name}`;
+      if (!builtin) call.server = item.server_label;
+      turn.on_approval_request(call, answered.has(item.id));
     } else if (item.type === "function_call_output") {
       turn?.on_tool_call_result({ id: item.call_id, status: "ok", content: String(item.output ?? "") });
     }

@@ -69,6 +69,9 @@ def pinned_transport(host: str, addresses: Sequence[str]) -> httpx2.AsyncHTTPTra
         async def sleep(self, seconds: float) -> None:
             await self._inner.sleep(seconds)
 
+    # TLS needs nothing of its own: httpcore2 starts TLS on the stream this backend returns with
+    # ``server_hostname=self._origin.host`` (httpcore2/_async/connection.py, ``_connect``), the URL's host, so SNI
+    # and the certificate check name the checked host, never the address (tests/test_mcp_pinning.py checks both).
     pinned_host = host.lower().strip("[]")
     transport = httpx2.AsyncHTTPTransport()
     # httpx2's transport takes no network backend of its own: its connection pool is replaced by one that has the
