@@ -57,6 +57,7 @@ from chatloop.engine.guards import BatchPlan, Disposition
 from chatloop.engine.limits import EngineLimits
 from chatloop.engine.policy import Action, Decision, DecisionInput, decide
 from chatloop.engine.request import TurnRequest
+from chatloop.engine.retold import Retold
 from chatloop.engine.state import TurnSetup
 from chatloop.engine.summary import AssistantMessage, DecisionReason, StopReason
 from chatloop.engine.textcalls import Reply
@@ -181,6 +182,7 @@ class _Turn:
         setup, state = self.setup, self.state
         request = model_request(setup, state, offer.tools)
         visible = text_filter(setup, state, request, offer)
+        retold = Retold(state.shown.said())  # a call made again for the same reply continues it
         streamed = False
         state.shown.start_call()
         response: ModelResponse | None = None
@@ -188,16 +190,19 @@ class _Turn:
             # The adapters bound their own calls; this bounds any ChatModel, so no model outlives the deadline.
             async for item in until(request.deadline, setup.model.stream(request)):
                 if isinstance(item, TextDelta):
-                    text = visible.feed(item.text)
+                    text = self._unsaid(retold, visible.feed(item.text))
                     if text:
                         streamed = True
                         for piece in self._show(text):
                             yield piece
                 elif isinstance(item, ModelFallback):
                     yield state.record.fallback(item)
-                    if item.discard_partial:  # the text shown stays; the next model's follows a seam
+                    if (
+                        item.discard_partial
+                    ):  # the text shown stays; the next model's continues it, or follows a seam
                         visible = text_filter(setup, state, request, offer)
-                        state.shown.new_segment = True
+                        retold = Retold(state.shown.said())
+                        state.shown.start_call()
                 elif isinstance(item, ContextFit):
                     event = self._fitted(item)
                     if event is not None:
@@ -213,7 +218,7 @@ class _Turn:
         if response is None:
             raise Transient("the model stream ended without a response", model=setup.model.name)
         reply = read_reply(setup, state, response, request, offer, visible.released)
-        tail = visible.finish(response.content)
+        tail = self._unsaid(retold, visible.finish(response.content)) + self._unsaid(retold, None)
         if tail:
             for piece in self._show(tail):
                 yield piece
@@ -223,6 +228,16 @@ class _Turn:
             state.record.text_calls(reply.text_calls)
             yield TextCallsRecovered.of(reply.text_calls, state.iteration)
         yield reply
+
+    def _unsaid(self, retold: Retold, text: str | None) -> str:
+        """What of a call's visible ``text`` is not a repeat of what its reply already said (None: the call ended).
+        A continuation follows what was said without a seam; text the call did not show again counts as shown."""
+        out = retold.feed(text) if text is not None else retold.finish()
+        if retold.dropped:
+            self.state.shown.call_shown = True
+            if retold.continues:
+                self.state.shown.new_segment = False
+        return out
 
     def _after_timeout(self, offer: Offer) -> TurnEnd | None:
         """A call that ran out of time. While tools were offered, it ran into the reserve kept for the answer:
@@ -296,6 +311,7 @@ class _Turn:
                 loop_kind=ledger.loop,
                 deadline_near=setup.deadline.remaining() < reserve,
                 legacy_syntax=reply.unrunnable_text_call,
+                not_an_answer=reply.not_an_answer is not None,
                 text_tool_calls=len(reply.text_calls.calls) if reply.text_calls else 0,
                 text_call_format=reply.text_calls.format if reply.text_calls else None,
                 reminders_left=setup.limits.legacy_syntax_reminders - state.reminders,
@@ -333,6 +349,7 @@ class _Turn:
             # A decision that ends tool use (a second repeat) ends it where a loop in the batch's results would:
             # after the batch is answered, once.
             ends = decision.reason if decision.end_tool_use else None
+            state.shown.new_reply()
             async for event in self.executor.execute(response, plan, ends):
                 yield event
         elif action is Action.CLIENT_TOOLS:
@@ -341,7 +358,7 @@ class _Turn:
             state.nudges += 1
             state.messages.append({"role": "system", "content": prompts.EMPTY_REPLY_NUDGE})
         elif action is Action.REMIND:
-            yield self._remind(response)
+            yield self._remind(response, decision.reason)
         else:
             state.record.skipped((p.call for p in plan.calls), decision.reason)
             if action is Action.FINAL_CALL:
@@ -363,11 +380,16 @@ class _Turn:
         held = "" if self.state.shown.call_shown else response.content
         return TurnEnd(StopReason.TOOL_CALLS, held, tuple(p.call for p in client))
 
-    def _remind(self, response: ModelResponse) -> Retrying:
+    def _remind(self, response: ModelResponse, reason: DecisionReason) -> Retrying:
+        """Ask again, saying what was wrong. The reply so far goes back as the assistant's words, so the model can
+        go on from it (and what it says again is not shown again: ``engine.retold``)."""
         state = self.state
         state.reminders += 1
         if response.content:
             state.messages.append({"role": "assistant", "content": response.content})
+        if reason is DecisionReason.NOT_AN_ANSWER:
+            state.messages.append({"role": "system", "content": prompts.NOT_AN_ANSWER_REMINDER})
+            return Retrying(state.reminders, "not_an_answer_reminder")
         state.messages.append({"role": "system", "content": prompts.LEGACY_SYNTAX_REMINDER})
         return Retrying(state.reminders)
 

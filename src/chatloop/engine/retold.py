@@ -1,0 +1,127 @@
+"""A retried call continues the reply; it does not say it again.
+
+Within a turn the engine asks the model again for a reply it already began: a reminder after an unreadable call, a
+nudge after an empty reply, the forced last call for a client tool, the next model after a cut. What was shown
+stays shown, and models asked again start their reply again from the top. ``Retold`` sits after the text-call
+filter of such a call: it holds the new text while it repeats what the reply already said (compared with runs of
+whitespace as one space), then
+
+- drops the repeat and lets the rest through *without* a seam, when the new text said all of it and goes on (a
+  continuation: "Let me compute that." then "Let me compute that. The balance is ...");
+- drops the whole sentences it repeated and lets the rest through *after* a seam, when it parts from what was said
+  (a cut answer restarted in other words: two different things a model said);
+- drops it all when the new text only repeats (the forced call ignored: the same answer twice).
+
+Text the call says that repeats nothing goes through as it comes, after a seam. The reply's text is compared from
+each of its calls' starts, so a retry that repeats only the last call's words is caught too.
+
+Usage::
+
+    retold = Retold(["Let me compute that."])
+    retold.feed("Let me compute") + retold.feed(" that. It is 42.") + retold.finish()   # " It is 42."
+    retold.continues                                                                     # True: no seam
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+_SENTENCE_ENDS = frozenset(".!?:;")
+
+
+class _Match:
+    """How far new text repeats one earlier text (whitespace runs compared as one space)."""
+
+    def __init__(self, said: str) -> None:
+        self.said = " ".join(said.split())
+        self.at = 0
+        """Characters of ``said`` matched so far."""
+        self.space = False
+        """Whitespace was read since the last matched character."""
+        self.boundary = 0
+        """Where in the new text the last whole sentence that matched ends."""
+        self.failed = False
+        self.last = ""
+
+    @property
+    def whole(self) -> bool:
+        return self.at >= len(self.said) > 0
+
+    def read(self, text: str, offset: int) -> int | None:
+        """Advance over ``text`` (starting at ``offset`` in the new text); the offset where all of ``said`` was
+        matched, or None."""
+        for i, char in enumerate(text):
+            if self.failed or self.whole:
+                break
+            if char.isspace():
+                # A sentence both texts end here: the new text may be cut after it.
+                if self.at and not self.space and self.last in _SENTENCE_ENDS and self.said[self.at] == " ":
+                    self.boundary = offset + i
+                self.space = self.space or self.at > 0
+                continue
+            if self.space:
+                if self.said[self.at] != " ":
+                    self.failed = True
+                    break
+                self.at += 1
+                self.space = False
+            if self.at < len(self.said) and self.said[self.at] == char:
+                self.at += 1
+                self.last = char
+            else:
+                self.failed = True
+                break
+            if self.whole:
+                if char in _SENTENCE_ENDS:
+                    self.boundary = offset + i + 1
+                return offset + i + 1
+        return None
+
+
+class Retold:
+    """Filters one retried call's visible text against what the reply already said (``said``: each earlier call's
+    text of this reply, oldest first). See the module docstring."""
+
+    def __init__(self, said: Sequence[str]) -> None:
+        texts = ["\n\n".join(said[i:]) for i in range(len(said))]  # as a seam joins them
+        self.matches = [_Match(t) for t in texts if t.strip()]
+        self.held = ""
+        self.decided = not self.matches
+        self.continues = False
+        """The new text carries on from what was said: it follows without a seam."""
+        self.dropped = 0
+        """Characters of the new text not shown again."""
+
+    def feed(self, text: str) -> str:
+        """What of ``text`` (and of what was held) may be shown now."""
+        if self.decided:
+            return text
+        offset = len(self.held)
+        self.held += text
+        for match in self.matches:
+            done = match.read(text, offset) if not match.failed else None
+            if done is not None:
+                return self._decide(cut=done, continues=True)
+        if all(m.failed for m in self.matches):
+            best = max(m.boundary for m in self.matches)
+            return self._decide(cut=best, continues=False)
+        return ""
+
+    def finish(self) -> str:
+        """The call ended: what was held only repeated what was said (a prefix of it, or all of it)."""
+        if self.decided:
+            return ""
+        if any(not m.failed for m in self.matches):
+            self.dropped += len(self.held)
+            self.held, self.decided, self.continues = "", True, True
+            return ""
+        return self._decide(cut=max(m.boundary for m in self.matches), continues=False)
+
+    def _decide(self, cut: int, continues: bool) -> str:
+        self.decided, self.continues = True, continues
+        rest = self.held[cut:]
+        if not continues:
+            rest = rest.lstrip()
+        self.dropped += len(self.held) - len(rest)
+        self.held = ""
+        return rest
