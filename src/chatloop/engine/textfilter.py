@@ -252,7 +252,7 @@ def _echo(text: str, partial: bool) -> tuple[int | None, bool]:
     if found:
         return min(found), True
     for marker in ECHO_MARKERS if partial else ():
-        for size in range(min(len(marker), len(text)), 2, -1):
+        for size in range(min(len(marker), len(text)), 0, -1):
             if text.endswith(marker[:size]):
                 return len(text) - size, False
     return None, False
