@@ -76,3 +76,8 @@ def test_what_is_shown_is_a_suffix_of_the_new_text_and_a_repeat_is_never_shown_t
 def test_a_retry_that_repeats_every_earlier_call_continues_them_all():
     out, retold = run(["Let me look.", "The answer is 42."], "Let me look. The answer is 42. Anything else?")
     assert out == " Anything else?" and retold.continues
+
+
+def test_a_continuation_does_not_repeat_the_space_already_shown():
+    out, _ = run(["From the docs: "], "From the docs: the answer.")
+    assert out == "the answer."

@@ -85,6 +85,8 @@ class Retold:
     def __init__(self, said: Sequence[str]) -> None:
         texts = ["\n\n".join(said[i:]) for i in range(len(said))]  # as a seam joins them
         self.matches = [_Match(t) for t in texts if t.strip()]
+        self.said_ends_in_space = bool(said) and said[-1][-1:].isspace()
+        """A continuation then starts without the whitespace that was already shown."""
         self.held = ""
         self.decided = not self.matches
         self.continues = False
@@ -120,7 +122,7 @@ class Retold:
     def _decide(self, cut: int, continues: bool) -> str:
         self.decided, self.continues = True, continues
         rest = self.held[cut:]
-        if not continues:
+        if not continues or self.said_ends_in_space:
             rest = rest.lstrip()
         self.dropped += len(self.held) - len(rest)
         self.held = ""
