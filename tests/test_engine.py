@@ -550,6 +550,6 @@ async def test_text_streamed_before_a_timeout_stays_and_the_answer_follows_a_sea
         deadline=3.0,
     )
     error = turn.of(EventType.ERROR)[0]
-    assert error["code"] == "deadline" and error["discard_partial"] is True  # the call was cut mid-text
+    assert error["code"] == "deadline" and error["partial_kept"] is True  # the call was cut mid-text
     assert turn.answer == "Let me think\n\nShort answer." == turn.streamed
     assert turn.done["stop_reason"] == "deadline"

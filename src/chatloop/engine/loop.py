@@ -213,7 +213,7 @@ class _Turn:
             late = exc if isinstance(exc, DeadlineExceeded) else self._late()
             # The text this call already showed stays part of the answer (the client has it); what follows is
             # set off by a seam.
-            yield TurnError.of(late, discard_partial=streamed)
+            yield TurnError.of(late, partial_kept=streamed)
             return
         if response is None:
             raise Transient("the model stream ended without a response", model=setup.model.name)
