@@ -30,6 +30,7 @@ from bench import (
     responses,
     sandbox,
     scenarios,
+    small_models,
     store,
     streaming,
     textcalls,
@@ -75,6 +76,7 @@ def main() -> int:
         ("ttft", lambda: ttft.measure(2 if quick else 15)),
         ("mcp", lambda: mcp_tools.measure(2 if quick else 30)),
         ("against", lambda: against.measure(1 if quick else 7, 2 if quick else 30)),
+        ("small_models", lambda: small_models.measure(2 if quick else 50)),
     ]
     results: dict[str, Any] = {}
     for name, step in steps:

@@ -280,6 +280,10 @@ def report(results: dict, quick: bool) -> str:
         "",
     ]
     lines += against_section(results["against"])
+    if "small_models" in results:
+        from bench.small_models import section
+
+        lines += section(results["small_models"])
     return "\n".join(lines)
 
 

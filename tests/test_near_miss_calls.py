@@ -199,4 +199,11 @@ def test_prose_that_quotes_a_call_stays_prose(text):
 def test_a_huge_near_miss_is_not_repaired():
     code = "x" * (nearjson.MAX_REPAIR_CHARS + 10)
     text = '{"name": "execute_javascript", "arguments": {"code": "' + code + '",}}'
-    assert find_text_calls(text, TOOLS) is None
+    assert find_text_calls(text, TOOLS) is None  # json-repair is pure Python: bounded in size, so in time
+    raw_newlines = '{"name": "execute_javascript", "arguments": {"code": "' + code + '\n1"}}'
+    found = find_text_calls(raw_newlines, TOOLS)  # read by the standard library's lenient mode, at C speed
+    assert found is not None and json.loads(found.calls[0].arguments)["code"] == code + "\n1"
+    huge = (
+        '{"name": "execute_javascript", "arguments": {"code": "' + "x" * nearjson.MAX_LENIENT_CHARS + '\n"}}'
+    )
+    assert find_text_calls(huge, TOOLS) is None

@@ -50,10 +50,13 @@ REASON_WORDS = {
 """What each kind of non-answer is, in the words the reminder uses."""
 
 
-def judge_answer(content: str | None, tools: Sequence[JSONObject], structured: bool = False) -> Judged:
+def judge_answer(
+    content: str | None, tools: Sequence[JSONObject], structured: bool = False, calls_read: bool = False
+) -> Judged:
     """Judge ``content`` against the turn's ``tools`` (OpenAI tool definitions, offered or withdrawn; none in a turn
     without tools, where only the echo blocks are judged). ``structured``: the client asked for JSON
-    (``response_format``), so a JSON object is the answer, not a tool error; a call or an echo still is not."""
+    (``response_format``), so a JSON object is the answer, not a tool error; a call or an echo still is not.
+    ``calls_read``: text-call recovery already looked for calls to these tools and found none."""
     text = content or ""
     if not text.strip():
         return Judged(text)
@@ -64,7 +67,7 @@ def judge_answer(content: str | None, tools: Sequence[JSONObject], structured: b
     if not tools:
         return Judged(text)
     keys = tool_keys(tools)
-    found = find_text_calls(text, keys)
+    found = None if calls_read else find_text_calls(text, keys)
     if found is not None:
         return Judged(found.prefix, "call_shaped")
     trailing = fenced_json(text, {}) or bare_json(text, {})

@@ -114,7 +114,8 @@ def read_reply(
     if response.tool_calls:
         return reply
     tools = request.tools or turn_tools(setup)
-    judged = judge_answer(response.content, tools, structured=bool(request.response_format))
+    structured = bool(request.response_format)
+    judged = judge_answer(response.content, tools, structured, calls_read=bool(request.tools))
     if judged.reason is None:
         return reply
     logger.warning(describe(judged), extra={"iteration": state.iteration, "reason": judged.reason})

@@ -34,6 +34,7 @@ Usage::
 
 from __future__ import annotations
 
+import itertools
 import json
 import re
 import uuid
@@ -83,6 +84,8 @@ _CALL_PAYLOAD = re.compile(r"\s*(?:$|[{\[]|[A-Za-z_][\w.\-]*\s*[({])")
 _NAME_KEYS = ("name", "function", "tool", "tool_name")
 _ARGUMENT_KEYS = ("arguments", "parameters", "args", "input", "tool_input")
 _MAY_HOLD_A_CALL = re.compile(r"[<{\[]")
+_NON_SPACE = re.compile(r"\S")
+_BRACKET = re.compile(r"[{\[]")
 """Every format needs one of these: prose without them is not parsed at all."""
 MAX_JSON_STARTS = 64
 """Candidate starts tried for a trailing JSON value: bounds the work on a long answer full of braces (and the stream
@@ -219,7 +222,7 @@ def bare_json(text: str, tools: ToolKeys) -> Found | None:
     """A JSON object or list the text ends with (the whole text, or after some words); a near miss is repaired when
     it starts the text or a line."""
     decoder = json.JSONDecoder()
-    starts = [m.start() for m in re.finditer(r"[{\[]", text)][:MAX_JSON_STARTS]
+    starts = [m.start() for m in itertools.islice(_BRACKET.finditer(text), MAX_JSON_STARTS)]
     for start in starts:
         try:
             value, end = decoder.raw_decode(text, start)
@@ -229,7 +232,7 @@ def bare_json(text: str, tools: ToolKeys) -> Found | None:
                 if fixed is not None:
                     return (fixed if isinstance(fixed, list) else [fixed]), text[:start]
             continue
-        if not text[end:].strip():
+        if not _NON_SPACE.search(text, end):  # (no copy of the rest: a long answer has many candidates)
             return (value if isinstance(value, list) else [value]), text[:start]
     return None
 
