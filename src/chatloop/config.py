@@ -49,6 +49,9 @@ class MCPServerConfig:
     """A call to one of its tools ends after this long (and never outlives the request)."""
     url_prefix: str | None = None
     """Client-supplied servers: every request, redirects included, must stay under this prefix."""
+    addresses: tuple[str, ...] | None = None
+    """Client-supplied servers: the addresses the host resolved to when they were checked; every connection goes
+    to one of them and the name is never resolved again (empty: it did not resolve). None: resolved as usual."""
 
 
 MCP_LABEL = re.compile(r"^[A-Za-z][A-Za-z0-9-]{0,31}$")

@@ -76,13 +76,30 @@ class MCPTestServer:
         path: str = "/mcp",
         redirect_from: str | None = None,
         stall: float = 0.0,
+        bind: str = "127.0.0.1",
+        port: int = 0,
+        public_host: str | None = None,
     ):
         """``redirect_from``: a path answered with a 307 to ``path`` (a server that redirects its clients);
-        ``stall``: seconds every request waits before it is served (a server that hangs)."""
+        ``stall``: seconds every request waits before it is served (a server that hangs); ``bind`` and ``port``:
+        where it listens (a loopback address; port 0: a free one); ``public_host``: the one name its ``Host``
+        header may carry (the SDK's own Host check), for a server reached by a name rather than 127.0.0.1."""
         self.requests: list[tuple[str, str, bool]] = []
+        self.hosts: list[str] = []
+        """The ``Host`` header of every request, in order."""
         self.token = token
+        security = None
+        if public_host is not None:
+            from mcp.server.transport_security import TransportSecuritySettings
+
+            security = TransportSecuritySettings(allowed_hosts=[f"{public_host}:*"])
         inner = (
-            server.streamable_http_app(streamable_http_path=path, stateless_http=True, json_response=True)
+            server.streamable_http_app(
+                streamable_http_path=path,
+                stateless_http=True,
+                json_response=True,
+                transport_security=security,
+            )
             if isinstance(server, MCPServer)
             else server  # an ASGI app of its own
         )
@@ -92,6 +109,7 @@ class MCPTestServer:
                 headers = dict(scope.get("headers") or [])
                 authorized = token is None or headers.get(b"authorization") == f"Bearer {token}".encode()
                 self.requests.append((scope["method"], scope["path"], authorized))
+                self.hosts.append(headers.get(b"host", b"").decode("latin-1"))
                 if stall:
                     await asyncio.sleep(stall)
                 if redirect_from is not None and scope["path"] == redirect_from:
@@ -105,7 +123,7 @@ class MCPTestServer:
                     return
             await inner(scope, receive, send)
 
-        config = uvicorn.Config(app, host="127.0.0.1", port=0, log_level="warning", lifespan="on")
+        config = uvicorn.Config(app, host=bind, port=port, log_level="warning", lifespan="on")
         self.server = uvicorn.Server(config)
         self.thread = threading.Thread(target=lambda: asyncio.run(self.server.serve()), daemon=True)
         self.path = path
@@ -118,7 +136,8 @@ class MCPTestServer:
         while not self.server.started and time.monotonic() < deadline:
             time.sleep(0.01)
         port = self.server.servers[0].sockets[0].getsockname()[1]
-        self.root = f"http://127.0.0.1:{port}"
+        self.port = port
+        self.root = f"http://{self.server.config.host}:{port}"
         self.url = f"{self.root}{self.path}"
         return self
 

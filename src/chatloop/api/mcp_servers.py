@@ -2,8 +2,8 @@
 checked before any connection is made.
 
 A request's server is accepted only when its ``server_url`` starts with a prefix in MCP_ALLOWED_URLS (at a path
-boundary), is not a link-local or cloud-metadata address whatever the list says (the host's addresses are looked
-up first), and ``require_approval`` is ``"never"`` (approvals do not exist here yet). Anything else is a 400 that
+boundary), is not a link-local or cloud-metadata address whatever the list says (the host is resolved once, every
+address checked, and the server's connections go to those addresses only), and ``require_approval`` is ``"never"`` (approvals do not exist here yet). Anything else is a 400 that
 names the URL or the field, and nothing is sent to the server.
 
 Usage::
@@ -114,7 +114,7 @@ async def _checked_server(
             f"{param}.server_url {tool.server_url!r} is not allowed on this server (MCP_ALLOWED_URLS)",
             f"{param}.server_url",
         )
-    await refuse_internal_addresses(tool.server_url, f"{param}.server_url")
+    addresses = await checked_addresses(tool.server_url, f"{param}.server_url")
     headers = checked_headers(tool.headers or {}, f"{param}.headers")
     if tool.authorization:
         headers["Authorization"] = f"Bearer {tool.authorization}"
@@ -125,6 +125,7 @@ async def _checked_server(
         allowed_tools=allowed_tool_names(tool.allowed_tools, f"{param}.allowed_tools"),
         timeout_seconds=DEFAULT_TIMEOUT_SECONDS,
         url_prefix=prefix,
+        addresses=addresses,
     )
 
 
@@ -174,26 +175,28 @@ def allowed_prefix(url: str, prefixes: Sequence[str]) -> str | None:
     return None
 
 
-async def refuse_internal_addresses(url: str, param: str) -> None:
-    """A 400 when ``url``'s host is, or resolves to, a link-local or cloud-metadata address (MCP_ALLOWED_URLS
-    cannot allow them). A host that does not resolve passes: the connection fails and the server is skipped."""
+async def checked_addresses(url: str, param: str) -> tuple[str, ...]:
+    """Every address ``url``'s host resolves to, resolved once, each checked: a 400 when one is link-local or a
+    cloud-metadata address (MCP_ALLOWED_URLS cannot allow them). The server's connections go to these addresses
+    only (``tools.mcp.pinning``), so a name that answers differently later (DNS rebinding) reaches nothing that
+    was not checked. A host that does not resolve gives no address: the server is skipped when it is listed."""
     import ipaddress
     import socket
 
     host = urlsplit(url).hostname or ""
-    addresses: set[str] = {host}
+    addresses: list[str] = []
     try:
-        ipaddress.ip_address(host)
+        addresses.append(str(ipaddress.ip_address(host)))
     except ValueError:
         loop = asyncio.get_running_loop()
         try:
             infos = await asyncio.wait_for(
                 loop.getaddrinfo(host, None, type=socket.SOCK_STREAM), RESOLVE_TIMEOUT_SECONDS
             )
-            addresses |= {str(info[4][0]) for info in infos}
         except (OSError, TimeoutError):
-            pass
-    for address in addresses:
+            infos = []
+        addresses += dict.fromkeys(str(info[4][0]) for info in infos)  # in the resolver's order, once each
+    for address in [host, *addresses]:
         if internal_address(address):
             raise RequestError(
                 400,
@@ -201,6 +204,7 @@ async def refuse_internal_addresses(url: str, param: str) -> None:
                 f"{param} {url!r} points at a link-local or metadata address, which is never allowed",
                 param,
             )
+    return tuple(addresses)
 
 
 def internal_address(text: str) -> bool:

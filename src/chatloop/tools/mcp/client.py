@@ -15,6 +15,7 @@ from chatloop.config import MCPServerConfig
 from chatloop.observability import logger, redact
 from chatloop.textsafe import text_safe, text_safe_value
 from chatloop.tools.base import ToolResult, fit_tool_message
+from chatloop.tools.mcp.pinning import pinned_transport
 from chatloop.tools.mcp.results import describe_result
 
 if TYPE_CHECKING:
@@ -83,7 +84,7 @@ class MCPServer:
     @asynccontextmanager
     async def session(self, timeout: float, statuses: list[int]) -> AsyncIterator[Client]:
         """A connected client for one listing or call. A client-supplied server's requests (redirects included)
-        never leave its allowed URL prefix; the HTTP status of every response is appended to ``statuses`` (the
+        never leave its allowed URL prefix and connect only to the addresses checked for it (``pinning``); the HTTP status of every response is appended to ``statuses`` (the
         SDK reports a refusal without it)."""
         import httpx2
         from mcp import Client
@@ -104,10 +105,12 @@ class MCPServer:
         known = self.protocol_version
         # A server already listed speaks a known version: a modern one is adopted without the discovery probe.
         mode = known if known in MODERN_PROTOCOL_VERSIONS else "auto"
+        pinned = self.config.addresses
         async with httpx2.AsyncClient(
             headers=self._headers,
             timeout=httpx2.Timeout(timeout),
             event_hooks={"request": [stay_under_prefix], "response": [note_status]},
+            transport=None if pinned is None else pinned_transport(httpx2.URL(self.config.url).host, pinned),
         ) as http:
             transport = streamable_http_client(
                 self.config.url, http_client=http, max_sse_event_size=MAX_EVENT_BYTES
