@@ -6,9 +6,10 @@ or end tool use so the next call answers. Always ends with exactly one ``done`` 
 
 Text reaches the client as the model writes it (after the text-call filter's hold), and all of it is the turn's
 answer: text a model writes before calling a tool ("Let me compute that.") stays, a ``seam`` delta (a blank line)
-separates one model call's text from the next, and a fallback text is shown as deltas too. So the concatenated
-``delta`` events always equal the content of the answer in ``done``, whatever happened in between (a model that
-failed mid-answer included: its text stays, the seam follows, then the next model's answer).
+separates one model call's text from the next, and a fallback text is shown as deltas too. A call made again for
+the reply it began (a reminder, a nudge, the forced last call, the next model after a cut) continues it: what it
+repeats is not shown again (``engine.retold``). So the concatenated ``delta`` events always equal the content of the
+answer in ``done``, whatever happened in between, and each sentence is in it once.
 
 Every phase is an async stream of ``Event``s that ends with its result, the way a ``ChatModel`` stream
 ends with its ``ModelResponse``: the asking phase with the response, an acting phase with a ``TurnEnd``
@@ -190,7 +191,7 @@ class _Turn:
             # The adapters bound their own calls; this bounds any ChatModel, so no model outlives the deadline.
             async for item in until(request.deadline, setup.model.stream(request)):
                 if isinstance(item, TextDelta):
-                    text = self._unsaid(retold, visible.feed(item.text))
+                    text = state.shown.unsaid(retold, visible.feed(item.text))
                     if text:
                         streamed = True
                         for piece in self._show(text):
@@ -218,7 +219,7 @@ class _Turn:
         if response is None:
             raise Transient("the model stream ended without a response", model=setup.model.name)
         reply = read_reply(setup, state, response, request, offer, visible.released)
-        tail = self._unsaid(retold, visible.finish(response.content)) + self._unsaid(retold, None)
+        tail = state.shown.unsaid(retold, visible.finish(response.content)) + state.shown.unsaid(retold, None)
         if tail:
             for piece in self._show(tail):
                 yield piece
@@ -228,16 +229,6 @@ class _Turn:
             state.record.text_calls(reply.text_calls)
             yield TextCallsRecovered.of(reply.text_calls, state.iteration)
         yield reply
-
-    def _unsaid(self, retold: Retold, text: str | None) -> str:
-        """What of a call's visible ``text`` is not a repeat of what its reply already said (None: the call ended).
-        A continuation follows what was said without a seam; text the call did not show again counts as shown."""
-        out = retold.feed(text) if text is not None else retold.finish()
-        if retold.dropped:
-            self.state.shown.call_shown = True
-            if retold.continues:
-                self.state.shown.new_segment = False
-        return out
 
     def _after_timeout(self, offer: Offer) -> TurnEnd | None:
         """A call that ran out of time. While tools were offered, it ran into the reserve kept for the answer:

@@ -23,6 +23,7 @@ from chatloop.engine.limits import EngineLimits
 from chatloop.engine.messages import Message, tool_call_ids
 from chatloop.engine.record import TurnRecord
 from chatloop.engine.request import TurnRequest
+from chatloop.engine.retold import Retold
 from chatloop.engine.summary import DecisionReason, StopReason
 from chatloop.providers.base import ChatModel
 from chatloop.tools.base import ToolRegistry
@@ -160,6 +161,16 @@ class ShownText:
     def said(self) -> list[str]:
         """The reply's text so far, one entry per model call that showed some."""
         return [text for text in self.reply if text]
+
+    def unsaid(self, retold: Retold, text: str | None) -> str:
+        """What of a call's visible ``text`` is not a repeat of what its reply already said (None: the call ended).
+        A continuation follows what was said without a seam; text the call did not show again counts as shown."""
+        out = retold.feed(text) if text is not None else retold.finish()
+        if retold.dropped:
+            self.call_shown = True
+            if retold.continues:
+                self.new_segment = False
+        return out
 
     def show(self, text: str, iteration: int) -> list[Delta]:
         """``text`` as ``delta`` events, after a seam when it starts a new model call's text."""
