@@ -25,7 +25,11 @@ from typing import Any
 
 import pytest
 
-from tests.support.server import Server
+from chatloop.config import MCPServerConfig, Settings
+from chatloop.tools.base import ToolRegistry
+from tests.support.fake_llm import FakeLLM, Reply, text, tool_calls
+from tests.support.mcp_servers import MCPTestServer, tools_server
+from tests.support.server import Server, app_server
 from tests.test_clients_contract import CODE, QUESTION, TOTAL, client_of, server, store_path, upstream
 
 __all__ = ["server", "store_path", "upstream"]  # the contract module's fixtures, used here as they are
@@ -50,12 +54,12 @@ def test_the_openai_sdk_builds_the_code_from_its_deltas(server: Server):
     assert part.part.type == "output_text" and part.part.logprobs == []
 
 
-def run_client(server: Server, path: str | None = None) -> dict[str, Any]:
+def run_client(server: Server, path: str | None = None, question: str = QUESTION) -> dict[str, Any]:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("OPENAI_", "GROQ_"))}
     if path:
         env["PYTHONPATH"] = os.pathsep.join([path, *filter(None, [env.get("PYTHONPATH")])])
     done = subprocess.run(
-        [sys.executable, str(SCRIPT), server.base_url, QUESTION],
+        [sys.executable, str(SCRIPT), server.base_url, question],
         capture_output=True,
         text=True,
         timeout=120,
@@ -96,3 +100,61 @@ def pydantic_ai_1(request: pytest.FixtureRequest) -> Iterator[str]:
 def test_pydantic_ai_1_streams_a_server_code_run(server: Server, pydantic_ai_1: str):
     """Failed with ``AssertionError: Expected '...' to end in `"code":"``` while the item came with its code."""
     assert_streams_passed(run_client(server, pydantic_ai_1), "1.")
+
+
+# --- an MCP call (a tool on a server the operator configured), streamed as an mcp_call item ---------------------
+MCP_QUESTION = "What do the docs say about limits?"
+MCP_ANSWER = "The docs say: 3 pages mention 'limits'."
+
+
+def mcp_model(body: dict[str, Any]) -> Reply:
+    """Calls the docs server's search once, then answers from its result."""
+    model, messages = body["model"], body["messages"]
+    if not any(m["role"] == "tool" for m in messages):
+        return tool_calls(
+            model, [("call_docs_1", "docs__search", json.dumps({"query": "limits"}))], groq=True
+        )
+    return text(model, MCP_ANSWER, groq=True)
+
+
+@pytest.fixture(scope="module")
+def mcp_server(tmp_path_factory) -> Iterator[Server]:
+    with FakeLLM() as llm, MCPTestServer(tools_server()) as docs:
+        llm.default = mcp_model
+        settings = Settings(
+            model_chain="groq:llama-3.3-70b-versatile",
+            mcp_servers=(MCPServerConfig("docs", docs.url),),
+            conversation_store_path=str(tmp_path_factory.mktemp("mcp") / "store.sqlite3"),
+        )
+        env = {"GROQ_BASE_URL": llm.groq_base_url}
+        with app_server(
+            settings, env=env, registry=ToolRegistry([]), keys={"groq": "gsk_mcp_stream_0000000000"}
+        ) as s:
+            yield s
+
+
+def test_the_openai_sdk_sees_an_mcp_call_added_empty_then_its_arguments(mcp_server: Server):
+    with client_of(mcp_server).responses.stream(model="chatloop", input=MCP_QUESTION) as stream:
+        events = list(stream)
+    kinds = [e.type for e in events]
+    added = next(e for e in events if e.type == "response.output_item.added" and e.item.type == "mcp_call")
+    assert added.item.arguments == ""  # as OpenAI adds it
+    start = kinds.index("response.mcp_call.in_progress")
+    assert kinds[start + 1 : start + 5] == [
+        "response.mcp_call_arguments.delta",
+        "response.mcp_call_arguments.done",
+        "response.mcp_call.completed",
+        "response.output_item.done",
+    ]
+    arguments = "".join(str(e.delta) for e in events if e.type == "response.mcp_call_arguments.delta")
+    assert json.loads(arguments) == {"query": "limits"}
+
+
+@pytest.mark.slow
+def test_pydantic_ai_1_and_2_stream_an_mcp_call(mcp_server: Server, pydantic_ai_1: str):
+    for path, major in ((None, "2."), (pydantic_ai_1, "1.")):
+        found = run_client(mcp_server, path, MCP_QUESTION)
+        assert found["version"].startswith(major)
+        assert found["run_stream"] == MCP_ANSWER == found["run_stream_events"], found
+        meant = [{"tool_name": "search", "tool_args": {"query": "limits"}}]
+        assert found["run_stream_codes"] == meant == found["run_stream_events_codes"], found

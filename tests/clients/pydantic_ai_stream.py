@@ -52,15 +52,18 @@ async def _read(iterator: Any, events: list[str], found: dict[str, Any]) -> None
             found["run_stream_events_codes"] = _codes(event.result.all_messages())
 
 
-def _codes(messages: list[Any]) -> list[str]:
-    """The code of each server-side code run in ``messages`` (pydantic-ai 1.x: BuiltinToolCallPart; 2.x: Native)."""
-    codes = []
+def _codes(messages: list[Any]) -> list[Any]:
+    """What each server-side tool call in ``messages`` ran (pydantic-ai 1.x: BuiltinToolCallPart; 2.x: Native):
+    a code run's code, an MCP call's ``{"tool_name", "tool_args"}``."""
+    codes: list[Any] = []
     for message in messages:
         for part in getattr(message, "parts", []):
             if type(part).__name__ in ("NativeToolCallPart", "BuiltinToolCallPart"):
                 args = part.args_as_dict()
                 if "code" in args:
                     codes.append(args["code"])
+                elif "tool_args" in args:
+                    codes.append({"tool_name": args.get("tool_name"), "tool_args": args["tool_args"]})
     return codes
 
 
