@@ -137,7 +137,9 @@ def test_the_openai_sdk_sees_an_mcp_call_added_empty_then_its_arguments(mcp_serv
     with client_of(mcp_server).responses.stream(model="chatloop", input=MCP_QUESTION) as stream:
         events = list(stream)
     kinds = [e.type for e in events]
-    added = next(e for e in events if e.type == "response.output_item.added" and e.item.type == "mcp_call")
+    added: Any = next(
+        e for e in events if e.type == "response.output_item.added" and e.item.type == "mcp_call"
+    )
     assert added.item.arguments == ""  # as OpenAI adds it
     start = kinds.index("response.mcp_call.in_progress")
     assert kinds[start + 1 : start + 5] == [
