@@ -198,9 +198,8 @@ class _Turn:
                             yield piece
                 elif isinstance(item, ModelFallback):
                     yield state.record.fallback(item)
-                    if (
-                        item.discard_partial
-                    ):  # the text shown stays; the next model's continues it, or follows a seam
+                    # The text shown stays; the next model's text continues it, or follows a seam.
+                    if item.discard_partial:
                         visible = text_filter(setup, state, request, offer)
                         retold = Retold(state.shown.said())
                         state.shown.start_call()
@@ -212,8 +211,8 @@ class _Turn:
                     response = item
         except (DeadlineExceeded, TimeoutError) as exc:
             late = exc if isinstance(exc, DeadlineExceeded) else self._late()
-            # The text this call already showed stays part of the answer (the client has it); what follows is
-            # set off by a seam.
+            # The text this call already showed stays part of the answer (the client has it); the next call
+            # continues it, or follows a seam.
             yield TurnError.of(late, partial_kept=streamed)
             return
         if response is None:

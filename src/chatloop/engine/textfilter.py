@@ -7,6 +7,8 @@ be the start of such a call, in any format the parser recovers: the openers come
 everything until the response is judged; ``finish()`` then releases what the content turned out to be.
 
 - tags (``<tool_call>``, ``<|python_tag|>``, ``<function=``): always held, a partial tag waits for the next piece;
+- echo blocks (``<tools>`` before JSON, ``RAW TOOL RESULTS:``; ``engine.answers.ECHO_MARKERS``): always held, as
+  they are never an answer; a marker's first characters at the end of the text wait for the next piece;
 - a ```` ``` ```` fence for json (or no language): held; another language is released after its first line;
 - while tools are offered (or were, on the final call): a reply that starts with ``{``/``[`` or with an offered
   tool's name is held; a ``{``/``[`` later on (among the first ``MAX_JSON_STARTS``, as the parser reads them) waits
