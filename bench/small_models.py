@@ -88,6 +88,76 @@ finally:
     box.close()
 """
 
+# The repeated-narration cases of issue #36, run by each tree's engine: a scripted model (or chain) per case; how many
+# model calls the turn made and how often the case's first sentence is in the answer (1: said once).
+RETRY_CHILD = r"""
+import asyncio, json
+from chatloop.deadline import Deadline
+from chatloop.engine import run_turn
+from chatloop.engine.request import TurnRequest
+from chatloop.providers.base import ModelResponse, TextDelta
+from chatloop.providers.chain import FallbackChain
+from chatloop.providers.errors import Transient
+from chatloop.tools.base import ToolRegistry
+from chatloop.tools.javascript import ExecuteJavaScriptTool, JavaScriptSandbox
+
+class Says:
+    def __init__(self, name, replies, cut=None):
+        self.name, self.replies, self.cut, self.calls = name, replies, cut, 0
+    async def stream(self, request):
+        content = self.replies[min(self.calls, len(self.replies) - 1)]
+        self.calls += 1
+        shown = content if self.cut is None else content[: self.cut]
+        for i in range(0, len(shown), 7):
+            yield TextDelta(shown[i : i + 7])
+        if self.cut is not None:
+            raise Transient("the stream was cut mid-reply", model=self.name)
+        yield ModelResponse(model=self.name, content=content, finish_reason="stop")
+
+WEATHER = {"type": "function", "function": {"name": "get_weather", "parameters": {"type": "object",
+           "properties": {"city": {"type": "string"}}, "required": ["city"]}}}
+ANSWER = "The balance after 15 years is $20,789.28. It more than doubles the deposit."
+QUOTED = {
+    "hermes tag in prose": 'In Hermes format a call looks like `<tool_call>{"name": "execute_javascript", '
+        '"arguments": {"code": "1"}}</tool_call>`. The server reads it.',
+    "Llama's tag in prose": 'Llama 3.1 starts a call with <|python_tag|>{"name": "execute_javascript", '
+        '"parameters": {"code": "1"}} and a stop token. Plain answers need none.',
+    "Groq's tag in prose": "Groq's legacy dialect writes <function=execute_javascript>{\"code\": \"1\"}</function> "
+        "inside the text. That is why it fails.",
+    "RAW TOOL RESULTS: echo": 'Here is what the sandbox returned. RAW TOOL RESULTS: [{"result": 2}]',
+}
+
+def cases():
+    for label, text in QUOTED.items():
+        yield label, [Says("m:a", [text])], {}, text.split("<")[0].split("RAW")[0].strip()[:30]
+    yield ("the forced client call ignored", [Says("m:a", ["It is sunny in Oslo today."])],
+           {"client_tools": [WEATHER], "tool_choice": "required"}, "It is sunny in Oslo today.")
+    yield ("a cut, the next model restarts", [Says("m:a", [ANSWER], cut=40), Says("m:b", [ANSWER])], {},
+           "The balance after 15 years")
+    yield "a nudge after an empty reply", [Says("m:a", ["", "It is 42."])], {}, "It is 42."
+
+async def run(box):
+    registry = ToolRegistry([ExecuteJavaScriptTool(box)])
+    out = {}
+    for label, models, extra, sentence in cases():
+        chain = FallbackChain(models)
+        done = None
+        request = TurnRequest(messages=[{"role": "user", "content": "?"}], **extra)
+        async for event in run_turn(request, chain, registry, Deadline.after(30)):
+            if event.type == "done":
+                done = event.data
+        out[label] = {"calls": sum(m.calls for m in models),
+                      "said": done["message"]["content"].count(sentence)}
+    return out
+
+box = JavaScriptSandbox()
+box.warm()
+try:
+    print(json.dumps(asyncio.run(run(box))))
+finally:
+    box.close()
+"""
+
 
 def corpus() -> list[dict[str, str]]:
     """The scripted small-model cases (the tests' tables)."""
@@ -104,9 +174,9 @@ def corpus() -> list[dict[str, str]]:
     return cases
 
 
-def _run_corpus(tree: Path, cases: list[dict[str, str]]) -> dict[str, int]:
+def _run_corpus(tree: Path, cases: list[dict[str, str]], child: str = CHILD) -> dict[str, Any]:
     result = subprocess.run(
-        [sys.executable, "-c", CHILD],
+        [sys.executable, "-c", child],
         cwd=tree,
         input=json.dumps(cases),
         env={
@@ -121,7 +191,7 @@ def _run_corpus(tree: Path, cases: list[dict[str, str]]) -> dict[str, int]:
     )
     if result.returncode != 0:
         raise RuntimeError(f"bench child failed in {tree}: {result.stderr[-2000:]}")
-    values: dict[str, int] = json.loads(result.stdout.strip().splitlines()[-1])
+    values: dict[str, Any] = json.loads(result.stdout.strip().splitlines()[-1])
     return values
 
 
@@ -171,6 +241,10 @@ def measure(reps: int, corpus_runs: bool = True) -> dict[str, Any]:
         with tempfile.TemporaryDirectory(prefix="chatloop-small-models-") as tmp:
             before = tree_at(BEFORE_COMMIT, Path(tmp) / "before")
             out["corpus"] = {"before": _run_corpus(before, cases), "here": _run_corpus(ROOT, cases)}
+            out["retries"] = {
+                "before": _run_corpus(before, [], RETRY_CHILD),
+                "here": _run_corpus(ROOT, [], RETRY_CHILD),
+            }
         out["before_commit"] = BEFORE_COMMIT
     return out
 
@@ -204,6 +278,19 @@ def section(x: dict[str, Any]) -> list[str]:
             f"| here | {c['here']['tool_ran']} / {c['here']['cases']} | {c['here']['junk_answers']} |",
             "",
         ]
+    if "retries" in x:
+        r = x["retries"]
+        lines += [
+            "A call made again for the reply it began (issue #36's cases, scripted): model calls, and how many times "
+            "the case's first sentence is in the answer (1: said once), before and here:",
+            "",
+            "| case | calls before | said before | calls here | said here |",
+            "|---|---|---|---|---|",
+        ]
+        for case, was in r["before"].items():
+            now = r["here"][case]
+            lines.append(f"| {case} | {was['calls']} | {was['said']} | {now['calls']} | {now['said']} |")
+        lines.append("")
     return lines
 
 
