@@ -148,3 +148,14 @@ async def test_no_final_answer_is_junk(sandbox, before, junk, then_run):
     assert not is_junk(turn.answer), turn.answer
     assert turn.streamed == turn.answer
     assert turn.of(EventType.DONE)[0]["message"]["content"] == turn.answer
+
+
+async def test_an_echo_is_no_answer_in_a_turn_without_tools_either(sandbox):
+    """``tools: []`` (plan mode): the echo blocks are judged too; JSON is not (nothing was offered to be a call)."""
+    echoed = "Sure.\nRAW TOOL RESULTS: " + json.dumps({"result": 42})
+    model = ScriptedModel(lambda request, n: ModelResponse("", content=echoed), chunk=5)
+    turn = await drive(model, ToolRegistry([ExecuteJavaScriptTool(sandbox)]), "6*7?", tool_names=[])
+    assert turn.answer.strip() == "Sure." and turn.answer == turn.streamed
+    json_answer = ScriptedModel(lambda request, n: ModelResponse("", content='{"error": "none"}'))
+    turn = await drive(json_answer, ToolRegistry([ExecuteJavaScriptTool(sandbox)]), "JSON?", tool_names=[])
+    assert turn.answer == '{"error": "none"}' and json_answer.calls == 1

@@ -87,6 +87,8 @@ class Retold:
         self.matches = [_Match(t) for t in texts if t.strip()]
         self.said_ends_in_space = bool(said) and said[-1][-1:].isspace()
         """A continuation then starts without the whitespace that was already shown."""
+        self.spaced = False
+        """Whitespace at the start of what comes next is not shown (until something else is)."""
         self.held = ""
         self.decided = not self.matches
         self.continues = False
@@ -97,7 +99,7 @@ class Retold:
     def feed(self, text: str) -> str:
         """What of ``text`` (and of what was held) may be shown now."""
         if self.decided:
-            return text
+            return self._after_space(text)
         offset = len(self.held)
         self.held += text
         for match in self.matches:
@@ -121,9 +123,17 @@ class Retold:
 
     def _decide(self, cut: int, continues: bool) -> str:
         self.decided, self.continues = True, continues
-        rest = self.held[cut:]
-        if not continues or self.said_ends_in_space:
-            rest = rest.lstrip()
-        self.dropped += len(self.held) - len(rest)
+        self.spaced = not continues or self.said_ends_in_space
+        self.dropped += cut
+        rest = self._after_space(self.held[cut:])
         self.held = ""
+        return rest
+
+    def _after_space(self, text: str) -> str:
+        """``text``, less the whitespace that would follow what was shown twice (or open a new text after a seam)."""
+        if not self.spaced:
+            return text
+        rest = text.lstrip()
+        self.dropped += len(text) - len(rest)
+        self.spaced = not rest
         return rest
