@@ -81,3 +81,14 @@ def test_a_retry_that_repeats_every_earlier_call_continues_them_all():
 def test_a_continuation_does_not_repeat_the_space_already_shown():
     out, _ = run(["From the docs: "], "From the docs: the answer.")
     assert out == "the answer."
+
+
+@given(
+    st.lists(st.text(alphabet="ab. \n", min_size=1, max_size=12), min_size=1, max_size=3),
+    st.text(alphabet="ab. \n", max_size=40),
+    st.integers(1, 7),
+)
+def test_what_is_shown_does_not_depend_on_how_the_text_was_cut_into_pieces(said, new, piece):
+    whole, _ = run(said, new, piece=max(1, len(new)))
+    pieces, _ = run(said, new, piece=piece)
+    assert pieces == whole
