@@ -10,6 +10,8 @@ from __future__ import annotations
 import json
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from chatloop.jsontypes import JSONObject
 from chatloop.providers import nearjson
@@ -207,3 +209,12 @@ def test_a_huge_near_miss_is_not_repaired():
         '{"name": "execute_javascript", "arguments": {"code": "' + "x" * nearjson.MAX_LENIENT_CHARS + '\n"}}'
     )
     assert find_text_calls(huge, TOOLS) is None
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.text(alphabet=st.sampled_from(list("{}[]\"':,\\ \nabcname01truefalsenul/*")), max_size=120))
+def test_repairing_hostile_text_never_raises(body):
+    text = '{"name": ' + body + "}"
+    value = nearjson.loads(text)
+    assert value is None or isinstance(value, dict | list | str | int | float | bool)
+    find_text_calls(text, TOOLS)  # never raises either
