@@ -92,3 +92,19 @@ def test_what_is_shown_does_not_depend_on_how_the_text_was_cut_into_pieces(said,
     whole, _ = run(said, new, piece=max(1, len(new)))
     pieces, _ = run(said, new, piece=piece)
     assert pieces == whole
+
+
+def test_a_sentence_already_said_is_not_shown_again_after_a_seam_either():
+    out, retold = run(
+        ["The weather in Oslo is sunny."], "Sorry about that. The weather in Oslo is sunny. Anything else?"
+    )
+    assert out == "Sorry about that. Anything else?" and not retold.continues
+
+
+def test_text_held_to_the_end_that_parts_from_what_was_said_is_shown():
+    out, _ = run(["The answer is 42."], "The answer is 4")
+    assert out == ""  # a prefix of what was said: nothing new
+    out, _ = run(["The answer is 42. It is 6 times 7."], "The answer is 42. It is")
+    assert out == ""
+    out, _ = run(["Yes. It is 42."], "Yes. No.")
+    assert out == "No."

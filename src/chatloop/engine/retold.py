@@ -12,8 +12,9 @@ whitespace as one space), then
   (a cut answer restarted in other words: two different things a model said);
 - drops it all when the new text only repeats (the forced call ignored: the same answer twice).
 
-Text the call says that repeats nothing goes through as it comes, after a seam. The reply's text is compared from
-each of its calls' starts, so a retry that repeats only the last call's words is caught too.
+Text the call says that repeats nothing goes through after a seam, a sentence at a time: a sentence the reply
+already said is not shown again wherever it comes ("Sorry about that. The weather in Oslo is sunny."). The reply's
+text is compared from each of its calls' starts, so a retry that repeats only the last call's words is caught too.
 
 Usage::
 
@@ -24,16 +25,25 @@ Usage::
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 
 _SENTENCE_ENDS = frozenset(".!?:;")
+_SENTENCE_END = re.compile(r"(?:[.!?](?=\s)|\n)\s*(?=\S)")
+"""Where a sentence (or a line) ends and the next one starts: only once something follows the whitespace, so the
+pieces a text arrives in do not change where it is cut."""
+_SPLIT = re.compile(r"(?<=[.!?])\s+|\n+")
+
+
+def _norm(text: str) -> str:
+    return " ".join(text.split())
 
 
 class _Match:
     """How far new text repeats one earlier text (whitespace runs compared as one space)."""
 
     def __init__(self, said: str) -> None:
-        self.said = " ".join(said.split())
+        self.said = _norm(said)
         self.at = 0
         """Characters of ``said`` matched so far."""
         self.space = False
@@ -95,9 +105,16 @@ class Retold:
         """The new text carries on from what was said: it follows without a seam."""
         self.dropped = 0
         """Characters of the new text not shown again."""
+        self.sentences = {_norm(t) for t in _SPLIT.split("\n".join(said))} - {""}
+        """The sentences the reply said: after a seam, none is shown again."""
+        self.by_sentence = False
+        self.pending = ""
+        """Text after a seam, held until its sentence ends."""
 
     def feed(self, text: str) -> str:
         """What of ``text`` (and of what was held) may be shown now."""
+        if self.by_sentence:
+            return self._sentences(text, final=False)
         if self.decided:
             return self._after_space(text)
         offset = len(self.held)
@@ -113,21 +130,44 @@ class Retold:
 
     def finish(self) -> str:
         """The call ended: what was held only repeated what was said (a prefix of it, or all of it)."""
+        if self.by_sentence:
+            return self._sentences("", final=True)
         if self.decided:
             return ""
         if any(not m.failed for m in self.matches):
             self.dropped += len(self.held)
             self.held, self.decided, self.continues = "", True, True
             return ""
-        return self._decide(cut=max(m.boundary for m in self.matches), continues=False)
+        shown = self._decide(cut=max(m.boundary for m in self.matches), continues=False)
+        return shown + self._sentences("", final=True)
 
     def _decide(self, cut: int, continues: bool) -> str:
         self.decided, self.continues = True, continues
         self.spaced = not continues or self.said_ends_in_space
         self.dropped += cut
-        rest = self._after_space(self.held[cut:])
-        self.held = ""
-        return rest
+        rest, self.held = self.held[cut:], ""
+        if continues:
+            return self._after_space(rest)
+        self.by_sentence = True
+        return self._sentences(rest, final=False)
+
+    def _sentences(self, text: str, final: bool) -> str:
+        """Whole sentences of the text after a seam, less those the reply already said; at the end, the rest."""
+        self.pending += text
+        out, start = [], 0
+        for end in [m.end() for m in _SENTENCE_END.finditer(self.pending)] + (
+            [len(self.pending)] if final else []
+        ):
+            out.append(self._unless_said(self.pending[start:end]))
+            start = end
+        self.pending = self.pending[start:]
+        return "".join(out)
+
+    def _unless_said(self, sentence: str) -> str:
+        if _norm(sentence) in self.sentences:
+            self.dropped += len(sentence)
+            return ""
+        return self._after_space(sentence)
 
     def _after_space(self, text: str) -> str:
         """``text``, less the whitespace that would follow what was shown twice (or open a new text after a seam)."""
