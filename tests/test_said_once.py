@@ -15,13 +15,18 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from chatloop.config import Settings
+from chatloop.providers.base import ModelResponse
 from chatloop.tools.base import ToolRegistry
 from chatloop.tools.javascript import ExecuteJavaScriptTool
 from tests.support.events import parse_sse
 from tests.support.fake_llm import FakeLLM, Reply, text
 from tests.support.handler import post
+from tests.support.models import ScriptedModel
+from tests.test_engine import drive
 
 GROQ = "llama-3.3-70b-versatile"
 OPENAI = "gpt-4.1-mini"
@@ -196,3 +201,35 @@ def test_a_nudge_after_an_empty_reply_answers_once(fake_llm: FakeLLM, use, route
     use(f"groq:{GROQ}")
     answer, deltas = ask(route, "What is 6 times 7?", stream)
     assert answer == reply and (deltas is None or deltas == answer)
+
+
+# --- the property, through the engine: whatever a model repeats across the calls of one reply ----------------------
+SENTENCES = ["The balance is $20,789.28.", "It more than doubles.", "Compounding does that.", "Ask me more."]
+TAILS = [
+    "",
+    " <tool_call>",
+    ' RAW TOOL RESULTS: {"result": 1}',
+    ' <|python_tag|>{"name": "x", "parameters": {}} ok',
+]
+
+
+@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(
+    replies=st.lists(
+        st.tuples(st.lists(st.sampled_from(SENTENCES), max_size=3, unique=True), st.sampled_from(TAILS)),
+        min_size=1,
+        max_size=5,
+    )
+)
+async def test_no_sentence_is_said_twice_whatever_the_retries(sandbox, replies):
+    """A model asked again (reminded, nudged, asked without tools) says any of the same sentences again, with or
+    without a tag or an echo after them: each sentence is in the answer at most once, and the deltas add up to it."""
+
+    def script(request, n):
+        words, tail = replies[min(n, len(replies)) - 1]
+        return ModelResponse("", content=" ".join(words) + tail)
+
+    turn = await drive(ScriptedModel(script, chunk=6), ToolRegistry([ExecuteJavaScriptTool(sandbox)]), "?")
+    assert turn.streamed == turn.answer
+    said = [s for s in SENTENCES if s in turn.answer]
+    assert all(turn.answer.count(s) == 1 for s in said), turn.answer

@@ -146,9 +146,7 @@ class Retold:
         self.spaced = not continues or self.said_ends_in_space
         self.dropped += cut
         rest, self.held = self.held[cut:], ""
-        if continues:
-            return self._after_space(rest)
-        self.by_sentence = True
+        self.by_sentence = True  # what follows, a continuation or not, goes out without what was said
         return self._sentences(rest, final=False)
 
     def _sentences(self, text: str, final: bool) -> str:
