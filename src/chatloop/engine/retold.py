@@ -12,9 +12,10 @@ whitespace as one space), then
   (a cut answer restarted in other words: two different things a model said);
 - drops it all when the new text only repeats (the forced call ignored: the same answer twice).
 
-Text the call says that repeats nothing goes through after a seam, a sentence at a time: a sentence the reply
+Whatever follows (a continuation, or new text after a seam) goes out a sentence at a time, and a sentence the reply
 already said is not shown again wherever it comes ("Sorry about that. The weather in Oslo is sunny."). The reply's
 text is compared from each of its calls' starts, so a retry that repeats only the last call's words is caught too.
+Only a call made again for the same reply is filtered; a reply's first call streams as it comes.
 
 Usage::
 
