@@ -35,6 +35,7 @@ from bench import (
     streaming,
     textcalls,
     throughput,
+    tracing,
     ttft,
 )
 from chatloop.tools.javascript import ExecuteJavaScriptTool, JavaScriptSandbox
@@ -76,6 +77,7 @@ def main() -> int:
         ("ttft", lambda: ttft.measure(2 if quick else 15)),
         ("mcp", lambda: mcp_tools.measure(2 if quick else 30)),
         ("against", lambda: against.measure(1 if quick else 7, 2 if quick else 30)),
+        ("tracing", lambda: tracing.measure(2 if quick else 30)),
         ("small_models", lambda: small_models.measure(2 if quick else 50)),
     ]
     results: dict[str, Any] = {}

@@ -8,6 +8,8 @@ import sys
 from datetime import UTC, datetime
 from pathlib import Path
 
+from bench import small_models, tracing
+
 
 def chart(rows: list[dict], path: Path) -> None:
     import matplotlib
@@ -280,10 +282,8 @@ def report(results: dict, quick: bool) -> str:
         "",
     ]
     lines += against_section(results["against"])
-    if "small_models" in results:
-        from bench.small_models import section
-
-        lines += section(results["small_models"])
+    lines += tracing.section(results["tracing"]) if "tracing" in results else []
+    lines += small_models.section(results["small_models"]) if "small_models" in results else []
     return "\n".join(lines)
 
 

@@ -37,6 +37,7 @@ def test_bench_smoke_run(tmp_path):
         "## 14. Time to first token",
         "## 15. MCP tools",
         "## 16. Against",
+        "## Tracing (OpenTelemetry)",
         "## 17. Small models",
     ):
         assert section in report

@@ -198,6 +198,11 @@ def test_the_snapshot_primes_the_sdks_of_the_configured_chain():
         "aws_lambda_powertools.utilities.idempotency",
     ]
     assert snapstart.primed_modules(Settings(model_chain="groq:a")) == ["groq"]
+    traced = Settings(model_chain="groq:a", otel_exporter_otlp_endpoint="http://localhost:4318")
+    assert snapstart.primed_modules(traced) == [
+        "groq",
+        "chatloop.tracing.turn",
+    ]  # modules only: no exporter thread
 
 
 def test_runtime_hooks_are_registered_only_where_the_runtime_provides_them(monkeypatch):

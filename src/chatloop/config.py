@@ -4,7 +4,8 @@ Each field of ``Settings`` documents its environment variable; the README's conf
 names. Nothing else in the package reads ``os.environ``: what is read later than start-up, by name, goes through
 ``from_environment`` here — the provider keys (which may also come from a secret, and are registered for redaction
 when read), the providers' base URLs, ``DENO_BIN``, the values of MCP header placeholders, and the Powertools
-service and namespace names (Powertools itself reads its ``POWERTOOLS_*`` variables too).
+service and namespace names (Powertools itself reads its ``POWERTOOLS_*`` variables too, and the OpenTelemetry SDK,
+once tracing is configured here, its own limits and resource variables such as ``OTEL_ATTRIBUTE_VALUE_LENGTH_LIMIT``).
 
 Usage::
 
@@ -229,6 +230,55 @@ class Settings:
     """LOG_CONTENT: include message text and tool arguments in log lines."""
     version: str = "0.1.0"
     """APP_VERSION: reported by /health."""
+    # --- OpenTelemetry (chatloop/tracing): the standard OTEL_* variables; off unless an exporter is configured ----
+    otel_sdk_disabled: bool = False
+    """OTEL_SDK_DISABLED: true turns tracing off whatever else is set."""
+    otel_traces_exporter: str = ""
+    """OTEL_TRACES_EXPORTER: ``otlp`` (the only one supported; the default once an endpoint is set) or ``none``."""
+    otel_metrics_exporter: str = ""
+    """OTEL_METRICS_EXPORTER: ``otlp`` (the default once an endpoint is set) or ``none`` (spans only)."""
+    otel_exporter_otlp_endpoint: str = ""
+    """OTEL_EXPORTER_OTLP_ENDPOINT: OTLP/HTTP base URL (``/v1/traces`` and ``/v1/metrics`` are appended), e.g. the
+    ADOT collector layer's ``http://localhost:4318``. Empty (and no per-signal endpoint): no tracing, and the
+    OpenTelemetry packages are never imported."""
+    otel_exporter_otlp_traces_endpoint: str = ""
+    """OTEL_EXPORTER_OTLP_TRACES_ENDPOINT: the full traces URL, used as is (X-Ray's
+    ``https://xray.<region>.amazonaws.com/v1/traces`` is signed with SigV4)."""
+    otel_exporter_otlp_metrics_endpoint: str = ""
+    """OTEL_EXPORTER_OTLP_METRICS_ENDPOINT: the full metrics URL, used as is."""
+    otel_exporter_otlp_headers: str = ""
+    """OTEL_EXPORTER_OTLP_HEADERS: ``key=value`` pairs, comma-separated, sent with every export (a backend's key;
+    redacted like the provider keys)."""
+    otel_exporter_otlp_timeout: int = 3000
+    """OTEL_EXPORTER_OTLP_TIMEOUT: milliseconds one export may take (each flush at the end of an invocation too)."""
+    otel_service_name: str = ""
+    """OTEL_SERVICE_NAME: the traces' ``service.name``. Empty: POWERTOOLS_SERVICE_NAME, else ``chatloop``."""
+    otel_instrumentation_genai_capture_message_content: str = ""
+    """OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT: ``true`` / ``SPAN_ONLY`` / ``SPAN_AND_EVENT`` put prompts,
+    answers, tool arguments and results on the spans, redacted as the logs are. Empty / ``false`` / ``NO_CONTENT``:
+    none (the default)."""
+
+    def otel_traces_endpoint(self) -> str:
+        """Where spans go (empty: nowhere)."""
+        if self.otel_sdk_disabled or self.otel_traces_exporter.lower() == "none":
+            return ""
+        return self._otlp_url(self.otel_exporter_otlp_traces_endpoint, "traces")
+
+    def otel_metrics_endpoint(self) -> str:
+        """Where the GenAI metrics go (empty: nowhere; never without traces)."""
+        if not self.otel_traces_endpoint() or self.otel_metrics_exporter.lower() == "none":
+            return ""
+        return self._otlp_url(self.otel_exporter_otlp_metrics_endpoint, "metrics")
+
+    def _otlp_url(self, signal_url: str, signal: str) -> str:
+        """A signal's own URL as it is, else the base endpoint with ``/v1/<signal>`` (the OTLP exporter spec)."""
+        base = self.otel_exporter_otlp_endpoint.rstrip("/")
+        return signal_url or (f"{base}/v1/{signal}" if base else "")
+
+    def otel_capture_content(self) -> bool:
+        """Whether message content goes on spans (opted in, by the conventions' Python utilities' values)."""
+        value = self.otel_instrumentation_genai_capture_message_content.strip().lower()
+        return value in {"true", "1", "span_only", "span_and_event"}
 
     def sandbox_concurrency(self) -> int:
         """Sandbox runs at once: concurrency x JS_MEMORY_MB stays within SANDBOX_MEMORY_SHARE of the function's
@@ -296,6 +346,10 @@ class Settings:
         for prefix in self.mcp_url_prefixes():
             if not re.match(r"^https?://[^/?#@]+", prefix):
                 raise ConfigError(f"MCP_ALLOWED_URLS entry {prefix!r} is not an http(s) URL prefix")
+        if self.otel_traces_exporter.lower() not in {"", "otlp", "none"}:
+            raise ConfigError(
+                "OTEL_TRACES_EXPORTER must be otlp or none (OTLP/HTTP is the exporter supported)"
+            )
         if self.request_timeout_seconds <= 0 or self.deadline_reserve_seconds < 0:
             raise ConfigError(
                 "REQUEST_TIMEOUT_SECONDS must be positive and DEADLINE_RESERVE_SECONDS not negative"

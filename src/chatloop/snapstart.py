@@ -96,6 +96,10 @@ def primed_modules(settings: Settings) -> list[str]:
         modules.append("aws_lambda_powertools.utilities.parameters")
     if settings.idempotency_table_name:
         modules.append("aws_lambda_powertools.utilities.idempotency")
+    if (
+        settings.otel_traces_endpoint()
+    ):  # the OpenTelemetry SDK and exporter; its providers start after restore
+        modules.append("chatloop.tracing.turn")
     return modules
 
 

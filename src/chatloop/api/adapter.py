@@ -46,6 +46,8 @@ class Invocation:
     """When Lambda stops the invocation, in Unix milliseconds."""
     request_id: str
     """API Gateway's request id when there is one (the correlation id), else Lambda's."""
+    xray_trace_id: str | None = None
+    """The invocation's X-Ray trace header (``Root=...;Parent=...;Sampled=...``), continued by its trace."""
 
     def seconds_left(self) -> float:
         return self.deadline_ms / 1000 - time.time()
@@ -63,7 +65,10 @@ def invocation_from(
     if gateway is None:
         gateway = _json_object(headers.get(REQUEST_CONTEXT_HEADER))
     gateway_id = gateway.get("requestId")
-    return Invocation(deadline, str(gateway_id or context.get("request_id") or ""))
+    xray = context.get("xray_trace_id")
+    return Invocation(
+        deadline, str(gateway_id or context.get("request_id") or ""), xray if isinstance(xray, str) else None
+    )
 
 
 def from_adapter(request: HTTPConnection) -> bool:

@@ -93,7 +93,7 @@ async def chat(request: Request) -> Response:
     )
     ctx.request_id  # noqa: B018 - settled before the tools are listed (the adapter's log correlation id)
     registry = await runtime.tools_for_turn(ctx.deadline) if tool_names != [] else ToolRegistry()
-    events = turn_events(ctx, turn, model, registry)
+    events = turn_events(ctx, turn, model, registry, thread.conversation_id if thread else None)
     if thread is not None:  # a stored conversation's turn runs to its end even when the client goes away
         from chatloop.api import chat_threads
         from chatloop.api.running import run_to_the_end

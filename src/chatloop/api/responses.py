@@ -320,7 +320,7 @@ async def responses(request: Request) -> Response:
     mcp = await runtime.mcp_for_turn(ctx.deadline, servers)
     registry = runtime.registry().with_tools(mcp.tools, mcp.skipped)
     listed = listed_items(servers, mcp)  # mcp_list_tools items: what each of the request's servers offered
-    events = turn_events(ctx, turn, model, registry)
+    events = turn_events(ctx, turn, model, registry, keeping.conversation_id)
 
     async def keep(response: FinishedResponse, sent: list[dict[str, object]]) -> FinishedResponse:
         return await stored.save(keeping, request, body, response, sent)

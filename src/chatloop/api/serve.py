@@ -66,11 +66,21 @@ class Renderer(Protocol):
 
 
 def turn_events(
-    ctx: RequestContext, turn: TurnRequest, model: FallbackChain, registry: ToolRegistry
+    ctx: RequestContext,
+    turn: TurnRequest,
+    model: FallbackChain,
+    registry: ToolRegistry,
+    conversation_id: str | None = None,
 ) -> AsyncIterator[Event]:
-    """The turn's events, with the request id on ``done`` and metrics recorded from them."""
+    """The turn's events, with the request id on ``done``, metrics recorded from them, and traced when tracing is on
+    (``conversation_id``: the stored conversation the turn belongs to)."""
     ctx.request_id  # noqa: B018 - settled before the turn: behind the adapter it is the turn's log correlation id
-    return observed(run_turn(turn, model, registry, ctx.deadline, ctx.runtime.limits), ctx)
+    from chatloop.tracing import traced_if_enabled  # with the first turn, not at import (cold start)
+
+    def run(chain: FallbackChain) -> AsyncIterator[Event]:
+        return run_turn(turn, chain, registry, ctx.deadline, ctx.runtime.limits)
+
+    return observed(traced_if_enabled(ctx, model, run, conversation_id), ctx)
 
 
 async def observed(events: AsyncIterator[Event], ctx: RequestContext) -> AsyncIterator[Event]:

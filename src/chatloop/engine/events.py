@@ -272,6 +272,8 @@ class ToolCallResult(_Payload):
     server_tool: str | None = None
     duration_ms: float | None = None
     reason: str | None = None
+    details: Mapping[str, str | int | float | bool] | None = None
+    """What the tool reported of its run for traces (``chatloop.sandbox.cpu_ms`` ...); not sent to clients."""
 
     @cached_property
     def data(self) -> JSONObject:

@@ -113,7 +113,10 @@ class ToolExecutor:
         server, server_tool = self._server(call.name)
         duration_ms = None if result is None else result.duration_ms
         state.record.tool_call(call, status, content, reason, server, server_tool, duration_ms)
-        return ToolCallResult(call.id, call.name, status, content, server, server_tool, duration_ms, reason)
+        details = None if result is None else result.details
+        return ToolCallResult(
+            call.id, call.name, status, content, server, server_tool, duration_ms, reason, details
+        )
 
     def _answer_without_running(self, p: PlannedCall) -> tuple[str, str | None, str]:
         """``(status, reason, tool message content)`` for a call that is answered but not run."""

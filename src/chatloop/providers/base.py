@@ -86,6 +86,8 @@ class ModelRequest:
     models whose catalog entry does not take one of them."""
     allow_trimming: bool = True
     """When False, a conversation no model of a chain can hold is refused (``ContextTooLong``), not trimmed."""
+    headers: dict[str, str] = field(default_factory=dict)
+    """HTTP headers sent with the call (the trace context, ``traceparent``, when tracing is on)."""
 
     def tool_names(self) -> list[str]:
         return [name for t in self.tools or [] if (name := tool_name(t)) is not None]
@@ -144,6 +146,8 @@ class ModelResponse:
     tool_calls: list[ToolCall] = field(default_factory=list)
     finish_reason: str | None = None
     usage: Usage | None = None
+    response_id: str | None = None
+    """The provider's id of the completion (``chatcmpl-...``), when it sent one."""
 
 
 StreamItem = TextDelta | ModelFallback | ContextFit | ModelResponse

@@ -129,6 +129,7 @@ class SDKChatModel:
         calls = ToolCallAccumulator()
         finish_reason = None
         usage: Usage | None = None
+        response_id: str | None = None
         started = False
         # A model that accepts the request and then says nothing must not eat the whole request: past this,
         # the silence is a transient failure and the chain tries the next model.
@@ -136,7 +137,9 @@ class SDKChatModel:
         try:
             try:
                 create = self._client().chat.completions.create(
-                    **_untransformed(self.params(request)), timeout=budget
+                    **_untransformed(self.params(request)),
+                    timeout=budget,
+                    extra_headers=request.headers or None,
                 )
                 stream = await asyncio.wait_for(create, timeout=first.remaining())
             except sdk.APIError as exc:
@@ -144,6 +147,7 @@ class SDKChatModel:
             started = True
             async for chunk in until(request.deadline, stream, first=first):
                 usage = _usage(chunk) or usage
+                response_id = response_id or field_of(chunk, "id")
                 for choice in field_of(chunk, "choices") or []:
                     delta = field_of(choice, "delta")
                     text = field_of(delta, "content")
@@ -175,6 +179,7 @@ class SDKChatModel:
             tool_calls=calls.calls(),
             finish_reason=finish_reason,
             usage=usage,
+            response_id=response_id if isinstance(response_id, str) else None,
         )
 
     def _error(self, sdk: ModuleType, exc: Exception, streamed: bool) -> ModelError:

@@ -9,6 +9,7 @@ Usage::
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
@@ -26,6 +27,8 @@ class ToolResult:
     """True when the tool produced a usable result (no error)."""
     error: str | None = None
     duration_ms: float = 0.0
+    details: dict[str, str | int | float | bool] = dataclasses.field(default_factory=dict)
+    """How the run went, for its trace span (the sandbox: ``chatloop.sandbox.cpu_ms``, ``...exit``)."""
 
 
 @runtime_checkable

@@ -32,6 +32,8 @@ class SandboxResult:
     """``{"result": ..., "output": ...}`` or ``{"error": "Type: message", "output": ...}``."""
     duration_ms: float
     prespawned: bool = False
+    cpu_ms: float | None = None
+    """The CPU time the run used (None when it could not be read)."""
 
     @property
     def ok(self) -> bool:

@@ -100,6 +100,19 @@ def cpu_seconds(pid: int) -> int:
     return -(-(int(fields[11]) + int(fields[12])) // CLOCK_TICKS)
 
 
+def cpu_ms(pid: int) -> float | None:
+    """CPU time (user + system, every thread's, the ended ones' included, in milliseconds at the clock tick's
+    resolution: 10 ms) a process has used so far; None when it cannot be read (the process is gone). Per-thread
+    counters are finer, but a run's worker thread has often ended, and taken its counter with it, by the time the
+    result is read."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as stat:
+            fields = stat.read().rsplit(b")", 1)[1].split()
+    except OSError:
+        return None
+    return (int(fields[11]) + int(fields[12])) * 1000 / CLOCK_TICKS
+
+
 def signal_group(process: subprocess.Popen[bytes]) -> None:
     with contextlib.suppress(ProcessLookupError, PermissionError):  # already gone
         os.killpg(process.pid, signal.SIGKILL)

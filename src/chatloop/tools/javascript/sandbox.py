@@ -43,7 +43,7 @@ from chatloop.tools.javascript.lifecycle import (
 from chatloop.tools.javascript.lifecycle import close_all_on_signals as close_all_on_signals
 from chatloop.tools.javascript.lifecycle import resume_all as resume_all
 from chatloop.tools.javascript.lifecycle import suspend_all as suspend_all
-from chatloop.tools.javascript.process import Read, cpu_seconds, kill, read_until, signal_group
+from chatloop.tools.javascript.process import Read, cpu_ms, cpu_seconds, kill, read_until, signal_group
 
 RUNNER = Path(__file__).with_name("runner.js")
 READY_TIMEOUT = 10.0
@@ -83,6 +83,8 @@ class _Child:
     ready: bool = False
     """It said "R" (its next worker is ready) and that was read already."""
     runs: int = 0
+    cpu_ms: float | None = None
+    """The CPU time its last run used (for the run's trace span); None when it could not be read."""
 
 
 class JavaScriptSandbox:
@@ -269,7 +271,7 @@ class JavaScriptSandbox:
                 threading.Thread(
                     target=self._after_run, args=(child.process,), name="deno-reap", daemon=True
                 ).start()
-        return SandboxResult(payload, _ms(start), prespawned)
+        return SandboxResult(payload, _ms(start), prespawned, child.cpu_ms)
 
     def _keep(self, child: _Child) -> bool:
         """Make a process that answered cleanly the spare once its next worker is ready (runner.js says "R" again),
@@ -328,7 +330,10 @@ class JavaScriptSandbox:
             if process.stdin is not None:  # always a pipe: Popen(stdin=PIPE)
                 process.stdin.write(token + b" %d\n" % len(encoded) + encoded)
                 process.stdin.flush()
+        before = cpu_ms(process.pid)
         got = read_until(process, token, deadline, limit=MAX_STREAM_BYTES, line_after=True, stop=stop)
+        after = cpu_ms(process.pid)
+        child.cpu_ms = None if before is None or after is None else max(0.0, after - before)
         if got.stopped:
             return {"error": "CancelledError: the run was stopped (the request ended)", "output": ""}, False
         if got.line is not None:

@@ -82,12 +82,31 @@ class ExecuteJavaScriptTool:
         except asyncio.CancelledError:  # the turn was cancelled (the client went away): end the run now
             stop.set()
             raise
+        error = _error_text(result.payload.get("error"))
         return ToolResult(
             content=redact(result.content()),
             ok=is_success(result.payload),
-            error=_error_text(result.payload.get("error")),
+            error=error,
             duration_ms=result.duration_ms,
+            details=run_details(result.cpu_ms, error, result.prespawned),
         )
+
+
+def run_details(
+    cpu_ms: float | None, error: str | None, prespawned: bool
+) -> dict[str, str | int | float | bool]:
+    """How a run went, for its trace span: its CPU time, and how it exited (``result``, or its error's kind).
+
+    >>> run_details(8.0, "CPULimitError: the code used more than 2 s of CPU time", True)["chatloop.sandbox.exit"]
+    'CPULimitError'
+    """
+    details: dict[str, str | int | float | bool] = {
+        "chatloop.sandbox.exit": "result" if error is None else error.split(":", 1)[0][:64],
+        "chatloop.sandbox.prespawned": prespawned,
+    }
+    if cpu_ms is not None:
+        details["chatloop.sandbox.cpu_ms"] = round(cpu_ms, 1)
+    return details
 
 
 def clamp_timeout(value: object) -> float:

@@ -9,7 +9,7 @@ import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, TypeVar
+from typing import TYPE_CHECKING, TypeVar, cast
 
 from chatloop.config import MCPServerConfig
 from chatloop.observability import logger, redact
@@ -20,7 +20,7 @@ from chatloop.tools.mcp.results import describe_result
 
 if TYPE_CHECKING:
     from mcp import Client
-    from mcp_types import CallToolResult, Tool
+    from mcp_types import CallToolResult, RequestParamsMeta, Tool
 
 T = TypeVar("T")
 
@@ -158,11 +158,16 @@ class MCPServer:
         description = text_safe(tool.description or "")[:MAX_DESCRIPTION_CHARS]
         return ListedTool(name, description, {"type": "object", **schema})
 
-    async def call(self, tool: str, arguments: dict[str, object], timeout: float) -> ToolResult:
+    async def call(
+        self, tool: str, arguments: dict[str, object], timeout: float, meta: dict[str, str] | None = None
+    ) -> ToolResult:
+        """``meta``: sent as the request's ``params._meta`` (the caller's trace context, ``traceparent``)."""
         started = time.perf_counter()
 
         async def calling(statuses: list[int]) -> CallToolResult:
             async with self.session(timeout, statuses) as client:
+                if meta:
+                    return await client.call_tool(tool, arguments, meta=cast("RequestParamsMeta", meta))
                 return await client.call_tool(tool, arguments)
 
         try:

@@ -17,6 +17,7 @@ from chatloop.observability import MCP_METRIC_SERVERS, logger, register_secret
 from chatloop.tools.base import ToolResult, fit_tool_message
 from chatloop.tools.mcp.client import ListedTool, Listing, MCPCallError, MCPServer, load_sdk
 from chatloop.tools.mcp.naming import offered_name
+from chatloop.tracing import tool_trace_context
 
 SENSITIVE_HEADER = re.compile(r"authorization|cookie|key|token|secret|password|auth", re.IGNORECASE)
 """Header names whose values are redacted everywhere (any log line or response), not only from the server's results."""
@@ -44,7 +45,11 @@ class MCPTool:
         if timeout <= 0.05:
             message = f"MCP server {self.server.label!r} was not called: no time left in this request"
             return ToolResult(content=fit_tool_message({"error": message}), ok=False, error=message)
-        return await self.server.call(self.source_name, arguments, timeout)
+        # Traced, the call carries its span's context (the MCP conventions: in params._meta) so the server's own
+        # spans join the turn's trace.
+        return await self.server.call(
+            self.source_name, arguments, timeout, tool_trace_context(self.name, arguments)
+        )
 
 
 @dataclass
