@@ -33,7 +33,7 @@ PARAMS ?=
 export AWS_REGION FILTER
 AWS = $(BIN)/aws --region $(AWS_REGION) $(if $(AWS_ENDPOINT_URL),--endpoint-url $(AWS_ENDPOINT_URL))
 
-.PHONY: help install test lint build deploy deploy-lambda-fast logs logs-decisions insights secret invoke run bench clean
+.PHONY: help install test lint build deploy deploy-lambda-fast logs logs-decisions insights secret budget invoke run bench clean
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-20s %s\n", $$1, $$2}'
@@ -105,6 +105,15 @@ insights: install ## the saved Logs Insights query "why did it stop calling tool
 
 secret: install ## create or update the provider keys secret from GROQ_API_KEY / OPENAI_API_KEY in your environment
 	@$(BIN)/python scripts/secret.py --name $(STACK)/provider-keys
+
+# make budget CALLER=apikey:k1x2 TOKENS_PER_DAY=200000: one caller's overrides in STACK's conversation table (TABLE=name
+# for another table, LOCAL=1 for make run's SQLite file); each limit a number, unlimited, or default; none: show them.
+BUDGET_LIMITS := TOKENS_PER_DAY TOKENS_PER_MONTH COST_PER_DAY_USD REQUESTS_PER_MINUTE TOKENS_PER_MINUTE CONCURRENT_TURNS
+budget: install ## set or show one caller's budget overrides: CALLER=... TOKENS_PER_DAY=... (LOCAL=1 for make run)
+	@test -n "$(CALLER)" || { echo "set CALLER=<the caller identity, as GET /v1/usage shows it>"; exit 1; }
+	@$(BIN)/python scripts/budget.py --caller "$(CALLER)" \
+	  $(if $(LOCAL),--local,$(if $(TABLE),--table $(TABLE),--stack $(STACK))) \
+	  $(foreach v,$(BUDGET_LIMITS),$(if $($(v)),--$(subst _,-,$(shell echo $(v) | tr A-Z a-z)) $($(v))))
 
 invoke: install ## run the handler locally on EVENT=events/<file>.json (no Docker) and print the response
 	@$(BIN)/python scripts/invoke_local.py $(EVENT)

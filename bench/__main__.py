@@ -17,9 +17,11 @@ from typing import Any
 from bench import (
     ROOT,
     against,
+    budgets,
     cold_start,
     context,
     fallback,
+    fleet,
     handler,
     idempotency,
     lambda_size,
@@ -68,15 +70,17 @@ def main() -> int:
         ("idempotency", lambda: idempotency.measure(2 if quick else 30, js_tool)),
         ("page", lambda: page.measure(2 if quick else 15)),
         ("store", lambda: store.measure(3 if quick else 50)),
+        ("fleet", lambda: fleet.measure(2 if quick else 20)),
         (
             "lambda_size",
             lambda: lambda_size.measure(
-                1 if quick else 2, 2 if quick else 8, (512,) if quick else lambda_size.SIZES
+                1 if quick else 5, 1 if quick else 3, (512,) if quick else lambda_size.SIZES
             ),
         ),
         ("ttft", lambda: ttft.measure(2 if quick else 15)),
         ("mcp", lambda: mcp_tools.measure(2 if quick else 30)),
         ("against", lambda: against.measure(1 if quick else 7, 2 if quick else 30)),
+        ("budgets", lambda: budgets.measure(2 if quick else 50)),
         ("tracing", lambda: tracing.measure(2 if quick else 30)),
         ("small_models", lambda: small_models.measure(2 if quick else 50)),
     ]

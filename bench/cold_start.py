@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -48,24 +47,23 @@ def measure(reps: int) -> dict:
 
 
 def lambda_layout_import(reps: int) -> dict:
-    """``import app`` as on Lambda: the runtime's bare interpreter, the layer's packages and src/ on sys.path,
-    read-only (no bytecode written), with and without the shipped .pyc files."""
-    import platform as host
+    """``import app`` as on Lambda: the runtime's bare interpreter, the built function and layer (unpacked read-only,
+    ``bench/artefacts.py``) on sys.path, no bytecode written: with the shipped .pyc files, and without them (a
+    ``pycache_prefix`` where there is none: every module compiled from source, the standard library's too)."""
     import tempfile
 
-    from scripts.package import build_function, build_layer
+    from bench import artefacts
 
     if sys.version_info[:2] != (3, 12):
         return {"lambda_ms": None, "lambda_nopyc_ms": None}
-    arch = "arm64" if host.machine() in ("aarch64", "arm64") else "x86_64"
     base = str(Path(sys.base_prefix) / "bin" / "python3.12")
     with tempfile.TemporaryDirectory() as tmp:
-        build = Path(tmp)
-        build_layer(arch, build)
-        build_function(build)
-        paths = [str(build / "function"), str(build / "layer" / "python")]
+        paths = [
+            str(artefacts.function(ROOT / "src", Path(tmp) / "task")),
+            str(artefacts.layer(ROOT / "requirements.txt") / "python"),
+        ]
 
-        def timed_import() -> float:
+        def timed_import(*flags: str) -> float:
             code = (
                 "import sys, time; sys.path[:0] = sys.argv[1:]; t = time.perf_counter(); import app; "
                 "print((time.perf_counter() - t) * 1000, file=sys.stderr)"
@@ -73,7 +71,7 @@ def lambda_layout_import(reps: int) -> dict:
             # -B, not PYTHONDONTWRITEBYTECODE: -I ignores PYTHON* variables, and a written .pyc would void the
             # "from sources" figure after its first run.
             out = subprocess.run(
-                [base, "-I", "-B", "-c", code, *paths],
+                [base, "-I", "-B", *flags, "-c", code, *paths],
                 capture_output=True,
                 text=True,
                 check=True,
@@ -82,7 +80,5 @@ def lambda_layout_import(reps: int) -> dict:
             return float(out.stderr.strip().splitlines()[-1])
 
         with_pyc = median([timed_import() for _ in range(reps)])
-        for cache in build.rglob("__pycache__"):
-            shutil.rmtree(cache)
-        without = median([timed_import() for _ in range(reps)])
+        without = median([timed_import("-X", f"pycache_prefix={tmp}/no-pycache") for _ in range(reps)])
     return {"lambda_ms": with_pyc, "lambda_nopyc_ms": without}

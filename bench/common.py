@@ -4,10 +4,13 @@ from __future__ import annotations
 
 import io
 import json
+import os
 import shutil
 import statistics
 import subprocess
 import tarfile
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 from bench import ROOT
@@ -79,3 +82,29 @@ class NoopTool:
 
     async def run(self, arguments, deadline):
         return ToolResult(json.dumps({"result": arguments.get("n")}), ok=True)
+
+
+@contextmanager
+def mocked_dynamodb(table: str) -> Iterator[str]:
+    """A moto DynamoDB (in-process) with the store's table ``table``, fake credentials set for its life."""
+    import boto3
+    from moto import mock_aws
+
+    from chatloop.store.dynamodb_layout import create_table
+
+    names = ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_DEFAULT_REGION", "AWS_ENDPOINT_URL")
+    saved = {k: os.environ.get(k) for k in names}
+    os.environ.update(
+        {"AWS_ACCESS_KEY_ID": "bench", "AWS_SECRET_ACCESS_KEY": "bench", "AWS_DEFAULT_REGION": "us-east-1"}
+    )
+    os.environ.pop("AWS_ENDPOINT_URL", None)
+    try:
+        with mock_aws():
+            create_table(boto3.client("dynamodb", region_name="us-east-1"), table)
+            yield table
+    finally:
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v

@@ -1,27 +1,43 @@
-"""Lambda-sized runs: the built artefacts under a cgroup sized like a MemorySize, this branch against the base commit.
+"""Lambda-sized first turns: the built artefacts under a cgroup sized like a MemorySize, this tree against the
+previous main, measured in one run.
 
-Lambda gives a function CPU in proportion to its memory (one vCPU at 1,769 MB). Each run unpacks nothing new: it
-builds ``layer/`` and ``function/`` as ``scripts/package.py`` does, starts ``python3.12 -I`` with only those two on
-``sys.path``, inside a cgroup (v1 ``cpu`` + ``memory``) whose CPU quota is MemorySize / 1,769 of one core and whose
-memory limit is MemorySize, and drives the real handler with REST API events against a loopback model (the groq SDK
-over HTTP) that takes ``MODEL_SECONDS`` a call. Reported per size and per code base:
+Both trees are built as ``scripts/package.py`` builds them (``build/layer.zip`` + ``build/function.zip``; the layer
+cached by ``bench/artefacts.py``), unpacked read-only (as ``/opt`` and ``/var/task``), and run by ``python3.12 -I -B``
+(``bench/lambda_child.py``) with only those two on ``sys.path``, as an unprivileged user where the interpreter allows
+it (Lambda's own user cannot write there either: a missing ``.pyc`` is compiled on every start, which ``-B``
+reproduces for root), in a cgroup whose CPU is MemorySize / 1,769 of a core and whose memory is MemorySize
+(``bench/cgroups.py``). The handler gets REST API events for a compound-interest turn (two model calls: a tool call,
+then the answer; one sandbox run) from a loopback model (the groq SDK over HTTP) that takes ``MODEL_SECONDS`` a call.
+Per size and tree:
 
-- ``import_ms``: ``import app``; ``cold_ms``: import + the first turn, the model's time excluded;
-- ``restore_ms``: the after-restore hooks + the first turn (model time excluded), after an init with
-  ``AWS_LAMBDA_INITIALIZATION_TYPE=snap-start`` and the before-snapshot hooks (in one process: a simulated restore,
-  without the page faults of a real one);
-- ``warm_overhead_ms``: a warm turn less the model's time; ``peak_rss_mb``: the cgroup's peak resident memory
-  (the handler and every Deno process, page cache excluded); ``gb_s_per_turn``: at 1 s a model call.
+- ``cold_ms``: process start (before ``exec``) -> first turn answered, less the model's time;
+- ``restored_ms``: the after-restore hooks -> first turn answered, less the model's time, in a process forked from
+  one that ran ``import app`` and the before-snapshot hooks (a snapshot): each sample is a new copy of one snapshot,
+  as SnapStart restores one. A fork copies memory on write as a restore faults pages in, not as expensively;
+- ``cold_cpu_ms`` / ``restored_cpu_ms``: the CPU the handler's process used until that first answer (all its
+  threads; the Deno processes not included), a figure other load on the machine moves less: divided by the size's
+  CPU share, it is what that CPU costs in wall time, were none of it hidden behind the model's time;
+- ``warm_overhead_ms``: a later turn less the model's time (``warm_cpu_ms``: the handler's CPU in it);
+  ``import_ms``; ``peak_rss_mb`` (cold runs, the cgroup's anonymous memory: the handler and every Deno process);
+- ``compiled`` / ``read_twice``: the ``.py`` files a cold start compiled and the files of the artefacts it opened more
+  than once (an audit hook, in a separate, untimed run): none, when the artefacts ship bytecode for every module they
+  import and nothing is read again.
 
-Needs root and cgroup v1 controllers at /sys/fs/cgroup/{cpu,memory}; elsewhere the section says why it was skipped.
+The two trees alternate, sample by sample, with which goes first alternating too: whatever else the machine is doing
+(this is a shared 2-core machine) falls on both alike. Medians are reported, with this tree / main.
+
+Usage::
+
+    .venv/bin/python -m bench.lambda_size --runs 5            # prints JSON; make bench reports it (section 13)
+    .venv/bin/python -m bench.lambda_size --profile 512       # a cold start's pyinstrument profile at 512 MB
 """
 
 from __future__ import annotations
 
+import argparse
 import contextlib
 import json
 import os
-import platform
 import shutil
 import subprocess
 import sys
@@ -31,83 +47,31 @@ import time
 from collections.abc import Iterator
 from dataclasses import replace
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
-from bench import ROOT
+from bench import ROOT, artefacts
+from bench.cgroups import LambdaCgroup, cpu_share, unavailable, version
 from bench.common import median, tree_at
 
 SIZES = (512, 1024, 1769)
-FULL_CORE_MB = 1769
 MODEL_SECONDS = 0.3
 MODEL_CALLS_PER_TURN = 2  # the compound-interest turn: a tool call, then the answer
-BASE_COMMIT = "d9628ce"
-CGROUP = Path("/sys/fs/cgroup")
+TARGETS_AT_512 = {"cold_ms": 1200.0, "restored_ms": 400.0, "warm_overhead_ms": 20.0}
+"""Issue #34: at 512 MB, a cold start of at most 1.2 s, a first turn after a restore of at most 0.4 s, a warm turn's
+own cost of at most 20 ms."""
+UNPRIVILEGED = 65534
+"""``nobody``: Lambda runs the function as a user that cannot write to /var/task or /opt."""
+PREFIX = "BENCH "
 
-# Runs inside the cgroup, on the Lambda runtime's bare interpreter: argv = [mode, turns, *sys.path entries].
-CHILD = r"""
-import json, os, sys, time
-mode, turns = sys.argv[1], int(sys.argv[2])
-sys.path[:0] = sys.argv[3:]
-
-class Context:
-    function_name = "chatloop-bench"
-    function_version = "1"
-    memory_limit_in_mb = int(os.environ["AWS_LAMBDA_FUNCTION_MEMORY_SIZE"])
-    invoked_function_arn = "arn:aws:lambda:us-east-1:123456789012:function:chatloop-bench"
-    aws_request_id = "bench"
-    log_group_name = log_stream_name = "bench"
-    def get_remaining_time_in_millis(self):
-        return 28000
-
-body = json.dumps({"messages": [{"role": "user", "content": "What do $10,000 at 5% compounded annually for 15 years grow to?"}], "stream": False})
-event = {
-    "resource": "/{proxy+}", "path": "/chat", "httpMethod": "POST", "body": body, "isBase64Encoded": False,
-    "headers": {"content-type": "application/json", "host": "bench.execute-api.us-east-1.amazonaws.com"},
-    "multiValueHeaders": {"content-type": ["application/json"]},
-    "queryStringParameters": None, "multiValueQueryStringParameters": None, "pathParameters": {"proxy": "chat"},
-    "stageVariables": None,
-    "requestContext": {"requestId": "bench", "stage": "prod", "resourcePath": "/{proxy+}", "httpMethod": "POST",
-                       "path": "/prod/chat", "identity": {"sourceIp": "127.0.0.1", "apiKeyId": "bench"},
-                       "requestTimeEpoch": 0},
-}
-
-def turn():
-    start = time.perf_counter()
-    response = app.handler(dict(event), Context())
-    elapsed = (time.perf_counter() - start) * 1000
-    assert response["statusCode"] == 200 and "20789.28" in response["body"], response
-    return elapsed
-
-out = {}
-t = time.perf_counter()
-import app
-out["import_ms"] = (time.perf_counter() - t) * 1000
-if mode == "restore":
-    import chatloop.snapstart as snapstart
-    t = time.perf_counter(); snapstart.before_snapshot(app.app.state.runtime); out["before_snapshot_ms"] = (time.perf_counter() - t) * 1000
-    time.sleep(0.5)  # the snapshot is taken; a restore resumes here
-    t = time.perf_counter(); snapstart.after_restore(app.app.state.runtime); out["after_restore_ms"] = (time.perf_counter() - t) * 1000
-    out["first_turn_ms"] = out["after_restore_ms"] + turn()
-else:
-    out["first_turn_ms"] = turn()
-warm = []
-for _ in range(turns):
-    time.sleep(0.1)  # between requests: the spare is refilled, as it is between real turns
-    warm.append(turn())
-out["warm_ms"] = warm
-print(json.dumps(out))
-"""
+CHILD = Path(__file__).with_name("lambda_child.py")
+"""The measured process (``bench/lambda_child.py``): ``cold``, ``check`` or ``primed`` mode."""
 
 
 def available() -> str | None:
     """None when Lambda-sized runs can happen here, else why not."""
-    if sys.platform != "linux":
-        return "not Linux"
-    if os.geteuid() != 0:
-        return "not root (cgroups cannot be created)"
-    for controller, name in (("cpu", "cpu.cfs_quota_us"), ("memory", "memory.limit_in_bytes")):
-        if not (CGROUP / controller / name).exists():
-            return f"no cgroup v1 '{controller}' controller at {CGROUP / controller}"
+    why = unavailable()
+    if why:
+        return why
     if not _lambda_python():
         return "no python3.12 (the Lambda runtime's version) to run the artefacts with"
     return None
@@ -120,44 +84,30 @@ def _lambda_python() -> str | None:
     return shutil.which("python3.12")
 
 
-@contextlib.contextmanager
-def cgroup(name: str, memory_mb: int) -> Iterator[tuple[Path, Path]]:
-    """A cpu and a memory cgroup sized like a Lambda function of ``memory_mb``; removed afterwards."""
-    cpu, memory = CGROUP / "cpu" / name, CGROUP / "memory" / name
-    cpu.mkdir()
-    memory.mkdir()
+def previous_main() -> str:
+    """The main this tree lands on: where it left main (the merge-base), or on main itself, the commit before the
+    last one (its first parent: main before the last merge)."""
+    git = shutil.which("git") or "/usr/bin/git"
+
+    def rev(*args: str) -> str:
+        return subprocess.run(
+            [git, *args], cwd=ROOT, capture_output=True, text=True, check=True
+        ).stdout.strip()
+
+    head = rev("rev-parse", "HEAD")
     try:
-        period = 100_000
-        (cpu / "cpu.cfs_period_us").write_text(str(period))
-        (cpu / "cpu.cfs_quota_us").write_text(str(int(period * memory_mb / FULL_CORE_MB)))
-        (memory / "memory.limit_in_bytes").write_text(str(memory_mb * 1024 * 1024))
-        yield cpu, memory
-    finally:
-        for group in (cpu, memory):
-            for _ in range(50):  # the Deno children may take a moment to be reaped
-                try:
-                    group.rmdir()
-                    break
-                except OSError:
-                    time.sleep(0.1)
+        main = rev("rev-parse", "main")
+    except subprocess.CalledProcessError:
+        return rev("rev-parse", "HEAD^")
+    base = rev("merge-base", "HEAD", main)
+    return rev("rev-parse", "HEAD^") if base == head else base
 
 
-def _peak_rss(memory: Path, done: threading.Event, peak: list[int]) -> None:
-    """Sample the cgroup's resident memory (``total_rss``: anonymous memory of every process in it)."""
-    while not done.is_set():
-        with contextlib.suppress(OSError, ValueError):
-            for line in (memory / "memory.stat").read_text().splitlines():
-                if line.startswith("total_rss "):
-                    peak[0] = max(peak[0], int(line.split()[1]))
-        time.sleep(0.01)
-
-
-def run_once(
-    python: str, paths: list[str], memory_mb: int, mode: str, turns: int, model_url: str
-) -> dict[str, Any]:
-    env = {
+def _environment(memory_mb: int, model_url: str, home: str) -> dict[str, str]:
+    return {
         "PATH": "/usr/bin:/bin",
-        "HOME": tempfile.gettempdir(),
+        "HOME": home,
+        "TMPDIR": home,
         "LANG": "C.UTF-8",
         "AWS_LAMBDA_FUNCTION_MEMORY_SIZE": str(memory_mb),
         "AWS_LAMBDA_FUNCTION_NAME": "chatloop-bench",
@@ -170,54 +120,135 @@ def run_once(
         "POWERTOOLS_METRICS_DISABLED": "true",
         "POWERTOOLS_METRICS_NAMESPACE": "ChatLoopBench",
     }
-    if mode == "restore":
-        env["AWS_LAMBDA_INITIALIZATION_TYPE"] = "snap-start"
-    name = f"chatloop-bench-{os.getpid()}-{memory_mb}-{mode}"
-    with cgroup(name, memory_mb) as (cpu, memory):
 
-        def enter() -> None:  # in the child, before exec: it and everything it starts run in the cgroup
-            for group in (cpu, memory):
-                (group / "cgroup.procs").write_text(str(os.getpid()))
 
-        done, peak = threading.Event(), [0]
-        sampler = threading.Thread(target=_peak_rss, args=(memory, done, peak), daemon=True)
-        sampler.start()
+class Tree:
+    """One code base's unpacked artefacts and how to start them inside a cgroup."""
+
+    def __init__(self, label: str, paths: list[str], python: str, home: Path):
+        self.label, self.paths, self.python, self.home = label, paths, python, home
+
+    def command(self, mode: str, turns: int) -> list[str]:
+        return [self.python, "-I", "-B", str(CHILD), mode, str(turns), *self.paths]
+
+    def preexec(self, group: LambdaCgroup) -> Any:
+        unprivileged = os.geteuid() == 0 and _others_may_run(self.python)
+
+        def enter() -> (
+            None
+        ):  # in the child, before exec: it and all it starts run in the cgroup, unprivileged
+            group.enter()
+            if unprivileged:
+                os.setgid(UNPRIVILEGED)
+                os.setuid(UNPRIVILEGED)
+
+        return enter
+
+
+def _others_may_run(python: str) -> bool:
+    """Whether a user other than its owner can run ``python`` (a pyenv build under /root cannot be: then the runs
+    stay root, which read-only modes do not stop, and ``-B`` alone keeps bytecode from being written)."""
+    path = Path(python).resolve()
+    return all(p.stat().st_mode & 0o001 for p in [path, *path.parents])
+
+
+def _read_report(stream: IO[str], process: subprocess.Popen[str], errors: Path) -> dict[str, Any]:
+    for line in stream:
+        if line.startswith(PREFIX):
+            report: dict[str, Any] = json.loads(line[len(PREFIX) :])
+            return report
+    process.wait(30)
+    raise RuntimeError(f"the Lambda-sized run failed: {errors.read_text()[-3000:]}")
+
+
+def run_cold(
+    tree: Tree, group: LambdaCgroup, env: dict[str, str], mode: str = "cold", turns: int = 2
+) -> dict[str, Any]:
+    """One cold start: process start -> first turn answered (model time included; the caller subtracts it)."""
+    errors = tree.home / f"{tree.label}-{mode}.err"
+    peak = [0]
+    done = threading.Event()
+
+    def sample() -> None:
+        while not done.is_set():
+            with contextlib.suppress(OSError, ValueError):
+                peak[0] = max(peak[0], group.rss_bytes())
+            time.sleep(0.01)
+
+    sampler = threading.Thread(target=sample, daemon=True)
+    sampler.start()
+    with errors.open("w") as err:
+        started = time.monotonic()
+        process = subprocess.Popen(
+            tree.command(mode, turns),
+            env=env,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=err,
+            text=True,
+            preexec_fn=tree.preexec(group),
+            cwd=tree.home,
+        )
         try:
-            result = subprocess.run(
-                [python, "-I", "-B", "-c", CHILD, mode, str(turns), *paths],
-                env=env,
-                capture_output=True,
-                text=True,
-                timeout=300,
-                preexec_fn=enter,
-            )
+            assert process.stdout is not None
+            out = _read_report(process.stdout, process, errors)
+            process.wait(60)
         finally:
             done.set()
             sampler.join()
-    if result.returncode != 0:
-        raise RuntimeError(f"the Lambda-sized run failed: {result.stderr[-2000:]}")
-    out: dict[str, Any] = json.loads(result.stdout.strip().splitlines()[-1])
-    model_ms = MODEL_CALLS_PER_TURN * MODEL_SECONDS * 1000
-    out["cold_ms"] = out["import_ms"] + out["first_turn_ms"] - model_ms
-    out["warm_overhead_ms"] = median(out.pop("warm_ms")) - model_ms
-    out["first_turn_ms"] -= model_ms
+            if process.poll() is None:
+                process.kill()
+                process.wait()
+    if "answered" in out:
+        out["process_ms"] = (out.pop("answered") - started) * 1000
     out["peak_rss_mb"] = peak[0] / 1024 / 1024
     return out
 
 
-def build(source_root: Path, into: Path, layer_from: Path | None) -> list[str]:
-    """function/ from ``source_root``'s src/ (this branch or the base), layer/ built once and shared."""
-    from scripts.package import build_function, build_layer
+@contextlib.contextmanager
+def primed(tree: Tree, group: LambdaCgroup, env: dict[str, str]) -> Iterator[Any]:
+    """A process that ran ``import app`` and the before-snapshot hooks (a snapshot); ``restore()`` forks a copy of
+    it, which runs the after-restore hooks and a first turn."""
+    errors = tree.home / f"{tree.label}-primed.err"
+    with errors.open("w") as err:
+        process = subprocess.Popen(
+            tree.command("primed", 1),
+            env={**env, "AWS_LAMBDA_INITIALIZATION_TYPE": "snap-start"},
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=err,
+            text=True,
+            preexec_fn=tree.preexec(group),
+            cwd=tree.home,
+        )
+        assert process.stdin is not None and process.stdout is not None
+        stdin, stdout = process.stdin, process.stdout
+        try:
+            _read_report(stdout, process, errors)
 
-    arch = "arm64" if platform.machine() in ("aarch64", "arm64") else "x86_64"
-    build_function(into, source=source_root / "src")
-    if layer_from is None:
-        build_layer(arch, into)
-        layer_from = into
-    return [str(into / "function"), str(layer_from / "layer" / "python")]
+            def restore() -> dict[str, Any]:
+                stdin.write("restore\n")
+                stdin.flush()
+                return _read_report(stdout, process, errors)
+
+            yield restore
+        finally:
+            with contextlib.suppress(OSError):
+                stdin.write("quit\n")
+                stdin.close()
+            try:
+                process.wait(30)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait()
 
 
-def measure(runs: int, turns: int, sizes: tuple[int, ...] = SIZES) -> dict[str, Any]:
+def _model_ms() -> float:
+    return MODEL_CALLS_PER_TURN * MODEL_SECONDS * 1000
+
+
+def measure(runs: int, turns: int, sizes: tuple[int, ...] = SIZES, base: str | None = None) -> dict[str, Any]:
+    """``runs`` cold starts and ``runs`` restores per size and tree, the trees alternating sample by sample."""
     why = available()
     if why:
         return {"skipped": why}
@@ -226,25 +257,124 @@ def measure(runs: int, turns: int, sizes: tuple[int, ...] = SIZES) -> dict[str, 
 
     python = _lambda_python()
     assert python is not None
-    out: dict[str, Any] = {"model_seconds": MODEL_SECONDS, "base_commit": BASE_COMMIT, "sizes": {}}
+    base = base or previous_main()
+    model_ms = _model_ms()
+    out: dict[str, Any] = {
+        "model_seconds": MODEL_SECONDS,
+        "base_commit": base[:7],
+        "runs": runs,
+        "cgroup": version(),
+        "targets_at_512": TARGETS_AT_512,
+        "sizes": {},
+    }
     with tempfile.TemporaryDirectory(prefix="chatloop-lambda-bench-") as tmp, FakeLLM() as llm:
         llm.default = lambda body: replace(realistic(body), delay=MODEL_SECONDS)
-        base_root = tree_at(BASE_COMMIT, Path(tmp) / "base-src")
-        here = build(ROOT, Path(tmp) / "here", None)
-        base = build(base_root, Path(tmp) / "base", Path(tmp) / "here")
+        work = Path(tmp)
+        home = work / "home"
+        home.mkdir()
+        work.chmod(0o755)
+        home.chmod(0o1777)
+        trees = {}
+        for label, root in (("here", ROOT), ("base", tree_at(base, work / "base-src"))):
+            paths = [
+                str(artefacts.function(root / "src", work / label / "task")),
+                str(artefacts.layer(root / "requirements.txt") / "python"),
+            ]
+            trees[label] = Tree(label, paths, python, home)
         for size in sizes:
-            row: dict[str, Any] = {}
-            for label, paths in (("here", here), ("base", base)):
-                samples = [
-                    run_once(python, paths, size, "cold", turns, llm.groq_base_url) for _ in range(runs)
-                ]
-                row[label] = {key: [s[key] for s in samples] for key in samples[0]}
-            if (ROOT / "src" / "chatloop" / "snapstart.py").exists():
-                restored = [
-                    run_once(python, here, size, "restore", 1, llm.groq_base_url) for _ in range(runs)
-                ]
-                row["restore"] = {key: [s[key] for s in restored] for key in restored[0]}
-            warm = median(row["here"]["warm_overhead_ms"])
-            row["gb_s_per_turn"] = size / 1024 * (MODEL_CALLS_PER_TURN * 1.0 + warm / 1000)
-            out["sizes"][str(size)] = row
+            env = _environment(size, llm.groq_base_url, str(home))
+            samples: dict[str, dict[str, list[float]]] = {label: {} for label in trees}
+            name = f"chatloop-bench-{os.getpid()}-{size}"
+            with contextlib.ExitStack() as stack:
+                groups = {
+                    (label, mode): stack.enter_context(LambdaCgroup(f"{name}-{label}-{mode}", size))
+                    for label in trees
+                    for mode in ("cold", "primed")
+                }
+                restorers = {
+                    label: stack.enter_context(primed(tree, groups[label, "primed"], env))
+                    for label, tree in trees.items()
+                }
+                for round_ in range(runs):
+                    order = list(trees) if round_ % 2 == 0 else list(trees)[::-1]
+                    for label in order:
+                        cold = run_cold(trees[label], groups[label, "cold"], env, turns=turns)
+                        row = samples[label]
+                        row.setdefault("cold_ms", []).append(cold["process_ms"] - model_ms)
+                        row.setdefault("cold_cpu_ms", []).append(cold["cpu_ms"])
+                        row.setdefault("import_ms", []).append(cold["import_ms"])
+                        row.setdefault("warm_overhead_ms", []).append(median(cold["warm_ms"]) - model_ms)
+                        row.setdefault("warm_cpu_ms", []).append(median(cold["warm_cpu_ms"]))
+                        row.setdefault("peak_rss_mb", []).append(cold["peak_rss_mb"])
+                    for label in order:
+                        restored = restorers[label]()
+                        samples[label].setdefault("restored_ms", []).append(
+                            restored["restored_ms"] - model_ms
+                        )
+                        samples[label].setdefault("restored_cpu_ms", []).append(restored["cpu_ms"])
+                        samples[label].setdefault("restore_hooks_ms", []).append(restored["hooks_ms"])
+                if size == sizes[0]:  # what a cold start compiles: once per tree, untimed
+                    for label, tree in trees.items():
+                        checked = run_cold(tree, groups[label, "cold"], env, mode="check", turns=0)
+                        out.setdefault("compiled", {})[label] = checked["compiled"]
+                        out.setdefault("read_twice", {})[label] = checked["read_twice"]
+                        out.setdefault("files_opened", {})[label] = checked["opened"]
+            row_out: dict[str, Any] = {"cpu_share": cpu_share(size)}
+            for label, values in samples.items():
+                row_out[label] = {key: {"median": median(v), "samples": v} for key, v in values.items()}
+            warm = row_out["here"]["warm_overhead_ms"]["median"]
+            row_out["gb_s_per_turn"] = size / 1024 * (MODEL_CALLS_PER_TURN * 1.0 + warm / 1000)
+            out["sizes"][str(size)] = row_out
     return out
+
+
+def profile(size: int) -> str:
+    """Where a cold start of this tree's artefacts spends its time at ``size``: ``import app`` and the first turn
+    under pyinstrument, in the cgroup (the model's 2 x 300 ms show as waits)."""
+    import sysconfig
+
+    from tests.support.fake_llm import FakeLLM
+    from tests.test_api import realistic
+
+    python = _lambda_python()
+    assert python is not None and not available()
+    with tempfile.TemporaryDirectory(prefix="chatloop-lambda-profile-") as tmp, FakeLLM() as llm:
+        llm.default = lambda body: replace(realistic(body), delay=MODEL_SECONDS)
+        work = Path(tmp)
+        work.chmod(0o755)
+        paths = [
+            str(artefacts.function(ROOT / "src", work / "task")),
+            str(artefacts.layer(ROOT / "requirements.txt") / "python"),
+        ]
+        tree = Tree("here", paths, python, work)
+        # pyinstrument alone (it has no dependencies): the venv's other packages stay off the child's path
+        only = work / "profiler"
+        only.mkdir()
+        (only / "pyinstrument").symlink_to(Path(sysconfig.get_path("platlib")) / "pyinstrument")
+        env = {**_environment(size, llm.groq_base_url, tmp), "BENCH_SITE_PACKAGES": str(only)}
+        with LambdaCgroup(f"chatloop-profile-{os.getpid()}", size) as group:
+            out = run_cold(tree, group, env, mode="profile", turns=0)
+    text: str = out["profile"]
+    return text
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
+    parser.add_argument("--profile", type=int, metavar="MB", help="print a cold start's profile at this size")
+    parser.add_argument("--runs", type=int, default=5)
+    parser.add_argument("--turns", type=int, default=3, help="warm turns after each cold start")
+    parser.add_argument("--sizes", default=",".join(map(str, SIZES)))
+    parser.add_argument(
+        "--base", default=None, help="the commit to measure against (default: the previous main)"
+    )
+    args = parser.parse_args()
+    if args.profile:
+        print(profile(args.profile))
+        return 0
+    sizes = tuple(int(s) for s in args.sizes.split(","))
+    print(json.dumps(measure(args.runs, args.turns, sizes, args.base), indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

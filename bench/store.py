@@ -8,12 +8,11 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
 import tempfile
 import time
 from pathlib import Path
 
-from bench.common import median
+from bench.common import median, mocked_dynamodb
 
 USER_TEXT = "How much is 10,000 at 5 % a year, compounded monthly, after 30 years? Show the formula. " * 2
 ANSWER_TEXT = (
@@ -172,27 +171,10 @@ def _with_backend(kind: str, run):
 
         with tempfile.TemporaryDirectory() as folder:
             return run(Store(SQLiteBackend(Path(folder) / "bench.sqlite3"), 3600))
-    import boto3
-    from moto import mock_aws
+    from chatloop.store.dynamodb import DynamoDBBackend
 
-    from chatloop.store.dynamodb import DynamoDBBackend, create_table
-
-    names = ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_DEFAULT_REGION", "AWS_ENDPOINT_URL")
-    saved = {k: os.environ.get(k) for k in names}
-    os.environ.update(
-        {"AWS_ACCESS_KEY_ID": "bench", "AWS_SECRET_ACCESS_KEY": "bench", "AWS_DEFAULT_REGION": "us-east-1"}
-    )
-    os.environ.pop("AWS_ENDPOINT_URL", None)
-    try:
-        with mock_aws():
-            create_table(boto3.client("dynamodb", region_name="us-east-1"), "bench-continued")
-            return run(Store(DynamoDBBackend("bench-continued"), 3600))
-    finally:
-        for k, v in saved.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
+    with mocked_dynamodb("bench-continued") as table:
+        return run(Store(DynamoDBBackend(table), 3600))
 
 
 def measure(reps: int) -> dict:

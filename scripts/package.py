@@ -26,6 +26,8 @@ MACHINES = {"arm64": "aarch64", "x86_64": "x86_64"}
 GLIBC_TAGS = ["manylinux2014"] + [f"manylinux_2_{minor}" for minor in range(17, 35)]
 SKIP = {".pytest_cache"}
 LAMBDA_PYTHON = (3, 12)
+CA_DIR = "chatloop-ca"
+"""The hashed CA directory in the layer's site-packages (``hash_ca_bundle``; ``providers.sdk.CA_DIR`` finds it)."""
 
 
 def zip_tree(source: Path, target: Path) -> None:
@@ -72,9 +74,36 @@ def compile_bytecode(tree: Path) -> None:
             "unchecked-hash",
             str(tree),
         ],
-        check=True,
+        check=False,  # a package may ship a file that is not Python 3 (a template, a test fixture): checked below
         stdout=subprocess.DEVNULL,
     )
+    missing = missing_bytecode(tree)
+    if missing:
+        raise SystemExit(f"no bytecode for {len(missing)} module(s) that compile: {missing[:5]}")
+
+
+def missing_bytecode(tree: Path) -> list[str]:
+    """The ``.py`` files under ``tree`` that compile but have no unchecked-hash ``.pyc`` for this Python beside
+    them: each would be compiled again on every cold start (Lambda's code directories are read-only)."""
+    import importlib.util
+
+    magic = importlib.util.MAGIC_NUMBER
+    missing = []
+    for source in sorted(tree.rglob("*.py")):
+        cached = Path(importlib.util.cache_from_source(str(source)))
+        try:
+            header = cached.read_bytes()[:8]
+        except OSError:
+            header = b""
+        # PEP 552: the magic number, then flags: 0b01 = hash-based, 0b10 = check_source (unset: unchecked)
+        if header[:4] == magic and int.from_bytes(header[4:8], "little") == 0b01:
+            continue
+        try:
+            compile(source.read_bytes(), str(source), "exec", dont_inherit=True)
+        except (SyntaxError, ValueError):
+            continue  # not importable by this Python either way (a template, a Python 2 fixture)
+        missing.append(str(source.relative_to(tree)))
+    return missing
 
 
 def build_function(build: Path = BUILD, source: Path = ROOT / "src") -> Path:
@@ -88,7 +117,9 @@ def build_function(build: Path = BUILD, source: Path = ROOT / "src") -> Path:
     return target
 
 
-def build_layer(arch: str, build: Path = BUILD) -> Path:
+def build_layer(arch: str, build: Path = BUILD, requirements: Path = ROOT / "requirements.txt") -> Path:
+    """``build/layer.zip``: ``requirements`` (the pinned runtime packages) as manylinux wheels for ``arch`` and
+    python3.12, compiled to bytecode, and the Deno binary."""
     machine = MACHINES[arch]
     root = build / "layer"
     shutil.rmtree(root, ignore_errors=True)
@@ -111,7 +142,7 @@ def build_layer(arch: str, build: Path = BUILD) -> Path:
             "--only-binary=:all:",
             *platforms,
             "-r",
-            str(ROOT / "requirements.txt"),
+            str(requirements),
         ],
         check=True,
     )
@@ -119,10 +150,44 @@ def build_layer(arch: str, build: Path = BUILD) -> Path:
     if not deno.is_file():
         raise SystemExit("the deno wheel did not provide bin/deno")
     deno.chmod(0o755)
+    hash_ca_bundle(root / "python")
     compile_bytecode(root / "python")
     (root / "python" / "bin" / "chatloop-arch").write_text(arch + "\n")
     target = build / "layer.zip"
     zip_tree(root, target)
+    return target
+
+
+def hash_ca_bundle(site: Path) -> Path | None:
+    """certifi's CA bundle (what httpx trusts by default) split into an OpenSSL hashed directory, ``CA_DIR`` beside
+    it: a TLS context made with ``capath=`` loads the one CA a handshake needs, where ``cafile=`` parses all ~120 as
+    it is made (~20 ms of CPU, ~70 ms at 512 MB, on every cold start: ``providers.sdk.tls_context``). Needs the
+    ``openssl`` command (its ``rehash``); without it, nothing is written and the runtime loads the bundle."""
+    bundle = site / "certifi" / "cacert.pem"
+    openssl = shutil.which("openssl")
+    if not bundle.is_file() or openssl is None:
+        print("warning: no certifi bundle or no openssl command: no hashed CA directory", file=sys.stderr)
+        return None
+    target = site / CA_DIR
+    shutil.rmtree(target, ignore_errors=True)
+    target.mkdir()
+    pem = bundle.read_text()
+    begin, end = "-----BEGIN CERTIFICATE-----", "-----END CERTIFICATE-----"
+    certificates = [begin + part.split(end)[0] + end + "\n" for part in pem.split(begin)[1:]]
+    for number, certificate in enumerate(certificates):
+        (target / f"ca{number}.pem").write_text(certificate)
+    subprocess.run([openssl, "rehash", str(target)], check=True, capture_output=True)
+    for link in sorted(target.iterdir()):
+        if link.is_symlink():  # <subject hash>.<n> -> caN.pem: made a file, so the zip holds each CA once
+            content = link.read_bytes()
+            link.unlink()
+            link.write_bytes(content)
+    for source in target.glob("ca*.pem"):
+        source.unlink()
+    if len(list(target.iterdir())) != len(certificates):
+        raise SystemExit(
+            f"hashing the CA bundle gave {len(list(target.iterdir()))} of {len(certificates)} CAs"
+        )
     return target
 
 

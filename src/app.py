@@ -18,7 +18,10 @@ from aws_lambda_powertools.metrics import MetricUnit
 from mangum import Mangum
 from mangum.types import LambdaContext
 
-from chatloop import snapstart
+from chatloop import (
+    coldstart,  # noqa: F401  # first: it sets what the imports below read as they build
+    snapstart,
+)
 from chatloop.api import create_app
 from chatloop.api.limits import fit_lambda_response
 from chatloop.config import Settings
@@ -52,8 +55,12 @@ app.router.lifespan_context = _closing_sandboxes
 @logger.inject_lambda_context(correlation_id_path=correlation_paths.API_GATEWAY_REST, clear_state=True)
 @metrics.log_metrics(capture_cold_start_metric=True)
 def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
-    metrics.add_metric(name="Requests", unit=MetricUnit.Count, value=1)
     _ensure_event_loop()
+    if "chatloop_background" in event and "requestContext" not in event:  # buffered mode: a background turn
+        from chatloop.api.background import handle_event
+
+        return handle_event(app, event, context.get_remaining_time_in_millis())
+    metrics.add_metric(name="Requests", unit=MetricUnit.Count, value=1)
     response = fit_lambda_response(_mangum(event, context))  # Lambda refuses a payload over 6 MB outright
     status = response.get("statusCode", 500)
     if status >= 400:

@@ -41,6 +41,18 @@ def test_bench_smoke_run(tmp_path):
         "## 17. Small models",
     ):
         assert section in report
+    lambda_sized = report.split("## 13. Lambda-sized")[1].split("## 14.")[0]
+    if (
+        "Skipped:" not in lambda_sized
+    ):  # where cgroups can be made: cold and restored, here and the previous main
+        row = next(line for line in lambda_sized.splitlines() if line.startswith("| 512 MB (0.29)"))
+        cold, restored = row.split("|")[2:4]
+        assert re.search(r"\*\*\d+ ms\*\* \(\d+; ×\d", cold) and re.search(
+            r"\*\*\d+ ms\*\* \(\d+; ×\d", restored
+        )
+        assert "Targets at 512 MB (issue #34): cold ≤ 1,200 ms" in lambda_sized
+        assert re.search(r"modules compiled from source \(.*\): here 0, base \d+;", lambda_sized)
+        assert "opened more than once (of those opened): here 0 (of" in lambda_sized
     row = next(line for line in report.splitlines() if line.startswith("| compound interest |"))
     calls, executions = re.findall(r"\| (\d+) / (\d+) ", row)[:2]
     assert calls[0] == "2" and executions[0] == "1"  # this engine: 2 model calls, 1 execution

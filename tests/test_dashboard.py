@@ -32,6 +32,10 @@ from tests.support.models import ScriptedModel, js
 ROOT = Path(__file__).resolve().parent.parent
 NAMESPACE = "ChatLoop"
 ASSERTED_ELSEWHERE = {"IdempotencyErrors"}  # tests/test_idempotency.py checks the handler emits it
+ASSERTED_ELSEWHERE |= {
+    "BudgetRefusals",
+    "BudgetStoreFailures",
+}  # tests/test_budgets.py checks the handler emits them
 
 
 @pytest.fixture(scope="module")
@@ -163,8 +167,9 @@ def test_the_alarms_watch_emitted_metrics_with_parameter_thresholds(raw, transla
         "DeadlineStopsAlarm",
         "ServerErrorRateAlarm",
         "SandboxErrorsAlarm",
+        "BudgetRefusalsAlarm",
     }
-    possible = emitted | {f"Stop_{reason.value}" for reason in StopReason}
+    possible = emitted | {f"Stop_{reason.value}" for reason in StopReason} | ASSERTED_ELSEWHERE
     for name, alarm in alarms.items():
         assert alarm["Threshold"]["Ref"] in translated["Parameters"], name
         assert alarm["AlarmActions"] == [{"Ref": "AlarmTopic"}], name  # AlarmEmail given: the topic notifies

@@ -246,6 +246,11 @@ def test_the_api_is_never_an_open_proxy(translated, mode):
     assert url["Properties"]["AuthType"] == "AWS_IAM" and url["Condition"] == "CreateFunctionUrl"
 
 
+FUNCTION_ARN = (
+    "arn:${AWS::Partition}:lambda:${AWS::Region}:${AWS::AccountId}:function:${AWS::StackName}-${Name}"
+)
+
+
 @pytest.mark.parametrize("mode", ["stream", "buffered"])
 def test_log_retention_and_least_privilege(translated, mode):
     resources = deployed(translated, mode)["Resources"]
@@ -271,6 +276,16 @@ def test_log_retention_and_least_privilege(translated, mode):
             "dynamodb:DeleteItem",
             "dynamodb:Query",
         ): {"Fn::GetAtt": ["ConversationTable", "Arn"]},
+        # a background response's turn: an asynchronous invocation of this mode's function itself, nothing else
+        ("lambda:InvokeFunction",): [
+            {
+                "Fn::Sub": [
+                    f"{FUNCTION_ARN}{suffix}",
+                    {"Name": "chat" if mode == "stream" else "chat-buffered"},
+                ]
+            }
+            for suffix in ("", ":*")
+        ],
     }
 
 

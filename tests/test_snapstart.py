@@ -6,6 +6,7 @@ snapshot, as two restored execution environments are."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import subprocess
@@ -22,7 +23,9 @@ from chatloop import snapstart
 from chatloop.api import create_app
 from chatloop.api.runtime import Runtime
 from chatloop.config import ConfigError, Settings
-from chatloop.providers.base import ModelResponse
+from chatloop.deadline import Deadline
+from chatloop.providers import sdk
+from chatloop.providers.base import ModelRequest, ModelResponse
 from chatloop.providers.chain import FallbackChain
 from chatloop.tools.javascript import sandbox as sandbox_module
 from tests.support.adapter import MODEL, ROOT
@@ -37,7 +40,7 @@ BEFORE, AFTER = "/_snapstart/before-checkpoint", "/_snapstart/after-restore"
 # state the snapshot would hold, then two forks that each run the after-restore hooks and answer a turn.
 SNAPSHOT_THEN_TWO_RESTORES = textwrap.dedent(
     r"""
-    import json, os, random, sys, threading, time, uuid
+    import gc, json, os, random, sys, threading, time, uuid
     sys.path[:0] = [sys.argv[1] + "/src", sys.argv[1]]
     import snapshot_restore_py
     t = time.perf_counter()
@@ -66,6 +69,9 @@ SNAPSHOT_THEN_TWO_RESTORES = textwrap.dedent(
     for func, args, kwargs in reversed(snapshot_restore_py.get_before_snapshot()):  # as the runtime runs them
         func(*args, **kwargs)
     runtime = app.app.state.runtime
+    from chatloop.providers import sdk, warmup
+    tls = warmup._TLS
+    primed_http = warmup._HTTP.get("groq")
     snapshot = {
         "registered": registered,
         "children": len(children_of()),
@@ -78,23 +84,38 @@ SNAPSHOT_THEN_TWO_RESTORES = textwrap.dedent(
         "lazy_primed": all(m in sys.modules for m in lazy),
         "sandbox_built": runtime._registry is not None,
         "spares": sum(box._spare is not None for box in sandbox._LIVE),
+        "sdk_clients": sum(len(clients) for clients in sdk._CLIENTS.values()),
+        "tls_primed": tls is not None and len(tls.get_ca_certs()) > 0,
+        "tls_used": None if tls is None else {k: v for k, v in tls.session_stats().items() if v},
+        "http_primed": primed_http is not None,
+        "http_headers_with_key": None if primed_http is None else sorted(
+            name for name, value in primed_http.headers.items()
+            if name.lower() in ("authorization", "api-key") or os.environ["GROQ_API_KEY"] in value
+        ),
+        "chunk_schema_built": "groq" in warmup._PRIMED,
+        "body_validator_built": sys.modules["chatloop.api.schemas"].ChatBody.__pydantic_complete__,
+        "frozen": gc.get_freeze_count() > 0,
     }
     print("RESULT", json.dumps(snapshot), flush=True)
     frozen = random.getstate()
-    for _ in range(2):
+    for copy in range(2):
         read, write = os.pipe()
         if os.fork() == 0:  # one restored copy
             os.close(read)
             random.setstate(frozen)  # undo Python's at-fork reseed: a restore copies memory, it does not fork
+            os.environ["GROQ_API_KEY"] = f"gsk_restored_copy_{copy}"  # this copy's key (the secret, on Lambda)
             for func, args, kwargs in snapshot_restore_py.get_after_restore():
                 func(*args, **kwargs)
+            time.sleep(0.2)
+            # nothing competes with the first turn for the CPU before its model call is in flight
+            early = {"children": len(children_of()), "spares": sum(box._spare is not None for box in sandbox._LIVE)}
+            event = rest_event("POST", "/chat", {"messages": [{"role": "user", "content": "5!"}], "stream": False})
+            response = app.handler(event, LocalContext())
             deadline = time.monotonic() + 10
             while not any(box._spare is not None for box in sandbox._LIVE) and time.monotonic() < deadline:
                 time.sleep(0.01)
             spare = any(box._spare is not None for box in sandbox._LIVE)
-            event = rest_event("POST", "/chat", {"messages": [{"role": "user", "content": "5!"}], "stream": False})
-            response = app.handler(event, LocalContext())
-            out = {"random": random.random(), "uuid": str(uuid.uuid4()), "spare": spare,
+            out = {"random": random.random(), "uuid": str(uuid.uuid4()), "early": early, "spare": spare,
                    "status": response["statusCode"], "body": response["body"]}
             os.write(write, json.dumps(out).encode())
             sandbox.close_all()
@@ -132,6 +153,7 @@ def test_two_restores_of_one_snapshot_are_their_own_and_answer_turns(tmp_path):
             text=True,
             timeout=120,
         )
+        sent_keys = [r["headers"].get("Authorization") for r in llm.requests]
     assert done.returncode == 0, done.stderr[-3000:]
     lines = [line.removeprefix("RESULT ") for line in done.stdout.splitlines() if line.startswith("RESULT ")]
     snapshot, *restores = map(json.loads, lines)
@@ -149,22 +171,40 @@ def test_two_restores_of_one_snapshot_are_their_own_and_answer_turns(tmp_path):
             "lazy_primed": True,  # and the snapshot holds them, so a restored copy does not import them either
             "sandbox_built": True,  # the tool is built, without a process
             "spares": 0,
+            "sdk_clients": 0,  # no SDK client: a client carries a key
+            "tls_primed": True,  # the TLS context is built (CA certificates loaded, ~30 ms of CPU) ...
+            "tls_used": {},  # ... and never used: no session, no connection, no handshake in it
+            "http_primed": True,  # the keyless HTTP client a restored copy's first SDK client is built around ...
+            "http_headers_with_key": [],  # ... carries no key
+            "chunk_schema_built": True,  # the streamed chunk's schema is built
+            "body_validator_built": True,  # and the request body's validator
+            "frozen": True,  # the init's objects are out of the collector's way (gc.freeze)
         }
     )
     first, second = restores
     assert first["random"] != second["random"]  # re-seeded per restore: a fork copies the generator's state
     assert first["uuid"] != second["uuid"]
     for restored in restores:
-        assert restored["spare"]  # the spare sandbox starts after restore
+        assert restored["early"] == {"children": 0, "spares": 0}  # no spare before the first model call
+        assert restored["spare"]  # it started once the call was in flight (and was kept after the run)
         assert restored["status"] == 200 and "120" in restored["body"], restored
+    # each copy read its own key after its restore: the snapshot's key was never sent
+    assert sent_keys and set(sent_keys) == {"Bearer gsk_restored_copy_0", "Bearer gsk_restored_copy_1"}
 
 
-def test_before_snapshot_leaves_no_process_key_or_client_and_after_restore_starts_the_spare(sandbox):
-    runtime = Runtime(
-        Settings(model_chain=f"groq:{MODEL}"), keys_loader=lambda s: {"groq": "gsk_key_in_memory"}
-    )
-    runtime.keys()
-    runtime.chain()
+def test_before_snapshot_leaves_no_process_key_or_client_and_after_restore_starts_the_spare(
+    sandbox, fake_llm
+):
+    fake_llm.default = realistic
+    keys = iter(["gsk_before_the_snapshot", "gsk_after_the_restore"])
+    runtime = Runtime(Settings(model_chain=f"groq:{MODEL}"), keys_loader=lambda s: {"groq": next(keys)})
+    turn = ModelRequest(messages=[{"role": "user", "content": "hi"}], deadline=Deadline.after(20))
+
+    async def one_call() -> None:
+        async for _ in runtime.chain().stream(turn):
+            pass
+
+    asyncio.run(one_call())  # a request before the snapshot: a key read, an SDK client with a connection
     box = runtime.registry().get("execute_javascript").sandbox
     try:
         box.warm()
@@ -175,9 +215,15 @@ def test_before_snapshot_leaves_no_process_key_or_client_and_after_restore_start
         assert box._spare is None and not box._spare_starting
         assert box.run("6 * 7").payload["result"] == 42
         assert box._spare is None
+        assert not any(sdk._CLIENTS.values())  # the client that held the key and the connection is gone
         snapstart.after_restore(runtime)
+        assert box._spare is None and not box._spare_starting  # not yet: the first turn needs the CPU
+        asyncio.run(one_call())
+        assert box._refill is not None
         box._refill.join(10)
-        assert box._spare is not None
+        assert box._spare is not None  # started once the model call was in flight
+        sent = [r["headers"].get("Authorization") for r in fake_llm.requests]
+        assert sent == ["Bearer gsk_before_the_snapshot", "Bearer gsk_after_the_restore"]  # read again
     finally:
         sandbox_module.resume_all()
         box.close()
@@ -296,7 +342,8 @@ def test_hook_paths_must_be_dedicated_and_distinct(before, after):
 @pytest.mark.slow
 def test_stream_mode_runs_the_hooks_for_the_adapters_posts_and_refuses_invocations(tmp_path):
     """`run.sh` as the Web Adapter starts it under SnapStart: its empty POSTs run the hooks (no Deno process after
-    the before-checkpoint one, the spare back after the after-restore one); a forwarded invocation is refused."""
+    the before-checkpoint one, the spare back once the first turn after the after-restore one calls its model); a
+    forwarded invocation is refused."""
     from tests.support.adapter import adapter_headers, run_sh
     from tests.support.processes import children_of
 
@@ -316,10 +363,14 @@ def test_stream_mode_runs_the_hooks_for_the_adapters_posts_and_refuses_invocatio
             assert httpx.post(served.url + BEFORE, timeout=30).status_code == 204
             assert children_of(served.process.pid) == set()  # no sandbox process in the snapshot
             assert httpx.post(served.url + AFTER, timeout=30).status_code == 204
-            deadline = time.monotonic() + 10
-            while not children_of(served.process.pid) and time.monotonic() < deadline:
-                time.sleep(0.05)
-            assert children_of(served.process.pid)  # the spare started after restore
+            time.sleep(0.3)
+            assert (
+                children_of(served.process.pid) == set()
+            )  # no spare until the first model call is in flight
             body = {"messages": [{"role": "user", "content": "5!"}], "stream": False}
             answer = httpx.post(f"{served.url}/chat", json=body, headers=adapter_headers(60), timeout=30)
             assert answer.status_code == 200 and "120" in answer.text
+            deadline = time.monotonic() + 10
+            while not children_of(served.process.pid) and time.monotonic() < deadline:
+                time.sleep(0.05)
+            assert children_of(served.process.pid)  # the spare started during the turn, and stays

@@ -229,13 +229,15 @@ def test_a_stored_response_whose_client_left_is_finished_and_stored(server):
             if event.type == "response.output_text.delta":
                 break  # the first words arrived: the client leaves
     deadline = time.monotonic() + 10
-    while True:
-        try:
-            done = alice.responses.retrieve(response_id)
+    seen = set()
+    while True:  # in_progress (journaled from its first events) until it is stored whole
+        done = alice.responses.retrieve(response_id)
+        seen.add(done.status)
+        if done.status != "in_progress":
             break
-        except openai.NotFoundError:
-            assert time.monotonic() < deadline
-            time.sleep(0.2)
+        assert time.monotonic() < deadline
+        time.sleep(0.2)
+    assert seen == {"in_progress", "completed"}
     assert done.status == "completed" and done.output_text.startswith("I have")
 
 

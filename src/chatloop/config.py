@@ -156,7 +156,14 @@ class Settings:
     under the adapter; anywhere else a client could write those headers."""
     lambda_function_name: str = ""
     """AWS_LAMBDA_FUNCTION_NAME: set by Lambda in every execution environment. There a header alone never names a
-    caller (``api/caller.py``); unset, as in ``make run``, the ``x-api-key`` header does, hashed."""
+    caller (``api/caller.py``); unset, as in ``make run``, the ``x-api-key`` header does, hashed. Set, a background
+    response's turn is handed to an asynchronous invocation of this function (``api/background.py``)."""
+    lambda_function_version: str = ""
+    """AWS_LAMBDA_FUNCTION_VERSION: set by Lambda (``$LATEST`` or the published version the alias points at): the
+    qualifier of the asynchronous invocation that runs a background response, so it runs the same code."""
+    lwa_pass_through_path: str = "/events"  # noqa: S105 - a path, not a password
+    """AWS_LWA_PASS_THROUGH_PATH: stream mode: where the Lambda Web Adapter POSTs a non-HTTP event (the asynchronous
+    invocation that runs a background response); the adapter's default is ``/events``."""
     # --- models ---------------------------------------------------------------------------
     model_chain: str = ""
     """MODEL_CHAIN: comma-separated ``provider:model`` entries tried in order. Empty: the default chain
@@ -193,6 +200,38 @@ class Settings:
     conversation_store_timeout_seconds: float = 5.0
     """CONVERSATION_STORE_TIMEOUT_SECONDS: the longest a request waits for the store (within its own deadline)
     before it answers 503."""
+    # --- budgets (chatloop/api/budgets.py): per-caller spend limits, kept in the conversation store ---
+    budget_tokens_per_day: int = 0
+    """BUDGET_TOKENS_PER_DAY: model tokens (prompt + completion) a caller may use per UTC day. 0: no limit. With
+    every BUDGET_* limit 0 (the default), no budget is kept and no store call is made."""
+    budget_tokens_per_month: int = 0
+    """BUDGET_TOKENS_PER_MONTH: model tokens a caller may use per UTC calendar month. 0: no limit."""
+    budget_cost_per_day_usd: float = 0.0
+    """BUDGET_COST_PER_DAY_USD: dollars a caller may spend per UTC day, at the catalog's per-model prices
+    (``price_per_million_tokens`` in models.json; a model without one is charged the highest price known). 0: no
+    limit."""
+    budget_requests_per_minute: int = 0
+    """BUDGET_REQUESTS_PER_MINUTE: turns a caller may start per minute. 0: no limit."""
+    budget_tokens_per_minute: int = 0
+    """BUDGET_TOKENS_PER_MINUTE: model tokens a caller may use per minute. 0: no limit."""
+    budget_concurrent_turns: int = 0
+    """BUDGET_CONCURRENT_TURNS: turns of one caller running at once, across every container. 0: no limit."""
+    budget_store_failure: str = ""
+    """BUDGET_STORE_FAILURE: what a turn does when the budget store fails: ``closed`` (a 503, no model call) or
+    ``open`` (answered unmetered, with a warning and the BudgetStoreFailures metric). Empty: ``closed`` on Lambda,
+    ``open`` elsewhere (``make run``)."""
+    budget_anonymous_caller: str = "anonymous"
+    """BUDGET_ANONYMOUS_CALLER: the budget that requests with no caller identity on Lambda share (the name it is
+    kept under); ``none``: such requests are not metered."""
+    webhook_url: str = ""
+    """WEBHOOK_URL: where a background response's end is POSTed (``response.completed`` / ``failed`` / ``cancelled``
+    / ``incomplete``, signed with WEBHOOK_SECRET as OpenAI signs its webhooks). Empty: no webhooks."""
+    webhook_secret: str = ""
+    """WEBHOOK_SECRET: the signing secret of those webhooks (``whsec_`` + base64, as OpenAI's)."""
+    background_timeout_seconds: float = 900.0
+    """BACKGROUND_TIMEOUT_SECONDS: the longest a background response's turn runs (set it to the function's Timeout;
+    on Lambda the invocation's own time left bounds it too). A stored turn still running this long after its last
+    write is dead, and is ended ``failed`` when it is read."""
     # --- sandbox --------------------------------------------------------------------------
     js_memory_mb: int = 256
     """JS_MEMORY_MB: RLIMIT_DATA of each Deno process."""
@@ -295,6 +334,20 @@ class Settings:
         it is writable, else under the temp directory."""
         return self.conversation_store_path or default_store_path()
 
+    def budgets_on(self) -> bool:
+        """Whether any BUDGET_* limit is set: only then is a caller's budget kept (and the store called for it)."""
+        return any(value > 0 for value in self._budget_limits())
+
+    def _budget_limits(self) -> tuple[float, ...]:
+        return (
+            self.budget_tokens_per_day,
+            self.budget_tokens_per_month,
+            self.budget_cost_per_day_usd,
+            self.budget_requests_per_minute,
+            self.budget_tokens_per_minute,
+            self.budget_concurrent_turns,
+        )
+
     def mcp_url_prefixes(self) -> list[str]:
         """MCP_ALLOWED_URLS as a list (empty: no client-supplied MCP server is accepted)."""
         return [p.strip() for p in self.mcp_allowed_urls.split(",") if p.strip()]
@@ -346,6 +399,14 @@ class Settings:
         for prefix in self.mcp_url_prefixes():
             if not re.match(r"^https?://[^/?#@]+", prefix):
                 raise ConfigError(f"MCP_ALLOWED_URLS entry {prefix!r} is not an http(s) URL prefix")
+        if self.budget_store_failure not in {"", "closed", "open"}:
+            raise ConfigError("BUDGET_STORE_FAILURE must be closed or open")
+        if min(self._budget_limits()) < 0:
+            raise ConfigError("BUDGET_* limits must not be negative (0: no limit)")
+        if self.background_timeout_seconds <= 0:
+            raise ConfigError("BACKGROUND_TIMEOUT_SECONDS must be positive")
+        if self.webhook_url and not (re.match(r"^https?://", self.webhook_url) and self.webhook_secret):
+            raise ConfigError("WEBHOOK_URL must be an http(s) URL, and WEBHOOK_SECRET set with it")
         if self.otel_traces_exporter.lower() not in {"", "otlp", "none"}:
             raise ConfigError(
                 "OTEL_TRACES_EXPORTER must be otlp or none (OTLP/HTTP is the exporter supported)"
@@ -360,6 +421,8 @@ _ENV_NAMES = {
     "version": "APP_VERSION",
     "function_memory_mb": "AWS_LAMBDA_FUNCTION_MEMORY_SIZE",
     "lambda_function_name": "AWS_LAMBDA_FUNCTION_NAME",
+    "lambda_function_version": "AWS_LAMBDA_FUNCTION_VERSION",
+    "lwa_pass_through_path": "AWS_LWA_PASS_THROUGH_PATH",
     "snapstart_before_checkpoint_path": "AWS_LWA_SNAPSTART_BEFORE_CHECKPOINT_PATH",
     "snapstart_after_restore_path": "AWS_LWA_SNAPSTART_AFTER_RESTORE_PATH",
 }

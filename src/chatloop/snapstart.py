@@ -4,10 +4,16 @@ Lambda snapshots the initialised function once per published version and restore
 What a snapshot holds is shared by every copy, so before it is taken nothing may be alive that cannot be restored or
 must not be shared: no child process (the sandbox's spare Deno), no open connection, no provider key (the keys are
 fetched from the secret after restore, on the first request, never during init); and after each restore whatever
-must be unique per copy is renewed: ``random`` is re-seeded from the OS, and the sandbox's spare is started. What a
-first turn needs that can be frozen is prepared in the snapshot instead ("priming"): the provider SDKs of the
-configured chain (and boto3, when a secret or the idempotency table is configured) are imported and the sandbox tool
-is built (without a process).
+must be unique per copy is renewed: ``random`` is re-seeded from the OS, and the sandbox's spare is started once the
+first model call is in flight (not at once: the first turn needs the CPU until its call waits on the network).
+
+What a first turn needs that can be frozen is built into the snapshot instead ("priming", ``Runtime.prime``): the
+provider SDKs of the configured chain with their chat modules, one TLS context, a keyless HTTP client each and the
+streamed chunk's schema (``providers.warmup.prime``); the Responses and Conversations modules; Powertools' Parameters
+(boto3) and Idempotency when configured; the ``mcp`` SDK when MCP servers are; the tool registry (the sandbox
+without a process). Then ``Runtime.forget_credentials`` drops any key and SDK client a request before the snapshot
+may have left, and ``gc.freeze`` keeps the init's objects out of every later collection (and their pages unwritten
+by the collector in each restored copy).
 
 Both response modes reach the same two functions:
 
@@ -30,7 +36,6 @@ Usage::
 from __future__ import annotations
 
 import gc
-import importlib
 import random
 import sys
 from typing import TYPE_CHECKING
@@ -57,28 +62,29 @@ INVOCATION_HEADERS = ("x-amzn-request-context", "x-amzn-lambda-context")
 
 def before_snapshot(runtime: Runtime) -> None:
     """Prime what a first turn needs, then leave nothing the snapshot must not hold: no Deno process (spare
-    killed, none started until ``after_restore``), no connection, no provider key, no idle thread."""
+    killed, none started until after a restore), no connection, no provider key, no idle thread."""
+    from chatloop.api.app import LAZY_MODULES
     from chatloop.tools.javascript import sandbox
 
     sandbox.suspend_all()  # first: the tool built below starts suspended, without a process
-    from chatloop.api.app import LAZY_MODULES
-
-    for module in [*primed_modules(runtime.settings), *LAZY_MODULES]:
-        importlib.import_module(
-            module
-        )  # modules only: a client would hold connections or this copy's credentials
-    runtime.registry()
-    _forget_connections_and_keys(runtime)
+    runtime.prime(sdk_modules(runtime.settings), [*configured_modules(runtime.settings), *LAZY_MODULES])
+    runtime.forget_credentials()  # nothing read a key during init; should a request have run, it is dropped
+    parameters = sys.modules.get("aws_lambda_powertools.utilities.parameters")
+    if parameters is not None:
+        parameters.clear_caches()  # Powertools' cached secret
     gc.collect()
+    gc.freeze()
 
 
 def after_restore(runtime: Runtime) -> None:
     """Make this copy of the snapshot its own: ``random`` re-seeded from the OS (ids from ``secrets``/``uuid4`` use
-    the OS already), the sandbox's spare started. The keys are read on the first request."""
+    the OS already), the sandbox's spare started once the first model call is in flight. The keys are read on the
+    first request."""
     random.seed()
+    from chatloop.providers.warmup import when_in_flight
     from chatloop.tools.javascript import sandbox
 
-    sandbox.resume_all()
+    when_in_flight(sandbox.resume_all)
 
 
 def sdk_modules(settings: Settings) -> list[str]:
@@ -88,34 +94,24 @@ def sdk_modules(settings: Settings) -> list[str]:
     return list(dict.fromkeys(SDK_MODULES[p] for p in providers if p in SDK_MODULES))
 
 
-def primed_modules(settings: Settings) -> list[str]:
-    """What the first request after a restore would import, imported into the snapshot instead: the chain's SDKs,
-    and Powertools' Parameters (boto3, for the keys secret) and Idempotency when configured (~0.45 s at 512 MB)."""
-    modules = sdk_modules(settings)
+def configured_modules(settings: Settings) -> list[str]:
+    """What configuration adds to a first request's imports, imported into the snapshot and never called before it:
+    Powertools' Parameters (boto3, for the keys secret) and Idempotency (~0.45 s at 512 MB), and the OpenTelemetry
+    SDK and exporter when traces are exported (its providers start after restore)."""
+    modules = []
     if settings.provider_keys_secret_arn:
         modules.append("aws_lambda_powertools.utilities.parameters")
     if settings.idempotency_table_name:
         modules.append("aws_lambda_powertools.utilities.idempotency")
-    if (
-        settings.otel_traces_endpoint()
-    ):  # the OpenTelemetry SDK and exporter; its providers start after restore
+    if settings.otel_traces_endpoint():
         modules.append("chatloop.tracing.turn")
     return modules
 
 
-def _forget_connections_and_keys(runtime: Runtime) -> None:
-    """Nothing connects or reads a key during init; this makes sure of it, should a request have run before the
-    snapshot: the SDK clients (and their connection pools) are dropped, the chain and keys rebuilt after restore,
-    and Powertools' secret cache emptied."""
-    sdk = sys.modules.get("chatloop.providers.sdk")
-    if sdk is not None:
-        sdk._CLIENTS.clear()
-    # The runtime keeps the keys and the chain built from them; both are rebuilt on the next request.
-    runtime._keys = None
-    runtime._chain = None
-    parameters = sys.modules.get("aws_lambda_powertools.utilities.parameters")
-    if parameters is not None:
-        parameters.clear_caches()
+def primed_modules(settings: Settings) -> list[str]:
+    """What the first request after a restore would import, imported into the snapshot instead: the chain's SDKs
+    (primed further by ``providers.warmup.prime``) and ``configured_modules``."""
+    return [*sdk_modules(settings), *configured_modules(settings)]
 
 
 def register_runtime_hooks(runtime: Runtime) -> bool:

@@ -47,10 +47,13 @@ class Served(NamedTuple):
 
 
 @contextlib.contextmanager
-def run_sh(llm: FakeLLM, tmp_path: Path, **env: str) -> Iterator[Served]:
-    """`run.sh` as the adapter starts it: the adapter's environment, a free port, the readiness check."""
+def run_sh(
+    llm: FakeLLM, tmp_path: Path, *, name: str = "server", own_group: bool = False, **env: str
+) -> Iterator[Served]:
+    """`run.sh` as the adapter starts it: the adapter's environment, a free port, the readiness check. ``own_group``:
+    in a process group of its own (tests/support/fleet.py freezes a copy's whole group, as Lambda freezes it)."""
     port = free_port()
-    log = tmp_path / "server.log"
+    log = tmp_path / f"{name}.log"
     environment = {
         "PATH": f"{Path(sys.executable).parent}:/usr/bin:/bin",  # `python3` is the runtime's (here: the venv's)
         "AWS_LAMBDA_EXEC_WRAPPER": "/opt/bootstrap",
@@ -70,7 +73,12 @@ def run_sh(llm: FakeLLM, tmp_path: Path, **env: str) -> Iterator[Served]:
     started = time.perf_counter()
     with log.open("w") as out:
         server = subprocess.Popen(
-            ["/bin/sh", str(ROOT / "src" / "run.sh")], env=environment, stdout=out, stderr=out, text=True
+            ["/bin/sh", str(ROOT / "src" / "run.sh")],
+            env=environment,
+            stdout=out,
+            stderr=out,
+            text=True,
+            start_new_session=own_group,
         )
     try:
         deadline = time.monotonic() + 30

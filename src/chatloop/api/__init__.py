@@ -6,8 +6,10 @@
   endpoint; ``models`` (/v1/models, /health), ``page`` (/); ``checks`` holds the checks the turn endpoints share,
   ``schemas`` and ``response_schemas`` their request bodies;
 - the stored state: ``conversations`` (/v1/conversations, and a conversation read as a turn's history), ``stored``
-  (stored responses), ``chat_threads`` (/chat in a conversation, /chat/stop), ``running`` (turns that outlive their
-  client); these and ``responses`` are imported on their first request (``app.lazy``) or into a SnapStart snapshot;
+  (stored responses), ``chat_threads`` (/chat in a conversation, /chat/stop, /chat/follow), ``running`` (turns that
+  outlive their client), ``journal``/``follow``/``journaled``/``runs`` (running turns kept in the store, followed and
+  stopped from any copy), ``background`` (background responses, /events) and ``webhooks``; these and ``responses``
+  are imported on their first request (``app.lazy``) or into a SnapStart snapshot;
 - ``wire``: JSON and SSE bytes, heartbeats; ``idempotency``, ``limits``, ``adapter``, ``caller``, ``errors``: what
   every request may need.
 

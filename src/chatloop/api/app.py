@@ -26,6 +26,7 @@ from chatloop.api import chat, models, openai_chat, page
 from chatloop.api.errors import RequestError, on_http_error, on_request_error, on_unexpected
 from chatloop.api.idempotency import idempotent
 from chatloop.api.nosniff import NoSniff
+from chatloop.api.ratelimit import RateLimitHeaders
 from chatloop.api.runtime import Runtime
 from chatloop.config import Settings, from_environment
 from chatloop.observability import logger
@@ -36,6 +37,7 @@ from chatloop.tools.base import ToolRegistry
 LAZY_MODULES = (
     "chatloop.api.responses",
     "chatloop.api.stored",
+    "chatloop.api.background",
     "chatloop.api.chat_threads",
     "chatloop.api.conversations",
 )
@@ -64,10 +66,12 @@ def routes(settings: Settings) -> list[BaseRoute]:
     return [
         Route("/chat", idempotent(chat.chat), methods=["POST"]),
         Route("/chat/stop", lazy("chat_threads", "stop_chat"), methods=["POST"]),
+        Route("/chat/follow", lazy("chat_threads", "follow_chat"), methods=["GET"]),
         Route("/v1/chat/completions", idempotent(openai_chat.chat_completions), methods=["POST"]),
         Route("/v1/responses", idempotent(lazy("responses", "responses")), methods=["POST"]),
         Route("/v1/responses/{response_id}", lazy("stored", "retrieve_response"), methods=["GET"]),
         Route("/v1/responses/{response_id}", lazy("stored", "delete_response"), methods=["DELETE"]),
+        Route("/v1/responses/{response_id}/cancel", lazy("background", "cancel_response"), methods=["POST"]),
         Route("/v1/responses/{response_id}/input_items", lazy("stored", "list_input_items"), methods=["GET"]),
         Route("/v1/conversations", lazy("conversations", "create_conversation"), methods=["POST"]),
         Route("/v1/conversations", lazy("conversations", "list_conversations"), methods=["GET"]),
@@ -106,11 +110,14 @@ def routes(settings: Settings) -> list[BaseRoute]:
             lazy("conversations", "delete_item"),
             methods=["DELETE"],
         ),
+        Route("/v1/usage", lazy("budgets", "usage"), methods=["GET"]),
         Route("/v1/models", models.list_models, methods=["GET"]),
         Route("/v1/models/{model_id:path}", models.retrieve_model, methods=["GET"]),
         Route("/health", models.health, methods=["GET"]),
         Route("/", page.page, methods=["GET"]),
         Route("/static/{path:path}", page.asset, methods=["GET"]),
+        # stream mode: the asynchronous invocation that runs a background response, as the Web Adapter passes it
+        Route(settings.lwa_pass_through_path, lazy("background", "events"), methods=["POST"]),
         # stream mode under SnapStart: the Web Adapter's two hook routes, when configured (H1, #27)
         *snapstart.hook_routes(settings),
     ]
@@ -131,7 +138,8 @@ def create_app(
             HTTPException: on_http_error,
             Exception: on_unexpected,
         },
-        middleware=[Middleware(NoSniff)],  # X-Content-Type-Options on every response
+        # X-Content-Type-Options on every response; a metered turn's x-ratelimit-* headers (api/budgets.py)
+        middleware=[Middleware(NoSniff), Middleware(RateLimitHeaders)],
     )
     app.state.runtime = runtime or Runtime(settings, chain=chain, registry=registry)
     if chain is None and runtime is None:

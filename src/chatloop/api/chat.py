@@ -18,7 +18,7 @@ from chatloop.api.context import RequestContext
 from chatloop.api.errors import RequestError
 from chatloop.api.runtime import Runtime
 from chatloop.api.schemas import ChatBody
-from chatloop.api.serve import INTERNAL_ERROR, serve_turn, turn_events
+from chatloop.api.serve import INTERNAL_ERROR, budgeted, serve_turn, turn_events
 from chatloop.api.wire import sse_frame
 from chatloop.engine import Event, StopReason, TurnRequest, TurnSummary
 from chatloop.engine.events import Done
@@ -93,17 +93,14 @@ async def chat(request: Request) -> Response:
     )
     ctx.request_id  # noqa: B018 - settled before the tools are listed (the adapter's log correlation id)
     registry = await runtime.tools_for_turn(ctx.deadline) if tool_names != [] else ToolRegistry()
-    events = turn_events(ctx, turn, model, registry, thread.conversation_id if thread else None)
+    metered = await budgeted(ctx, turn, model, registry)
+    events = turn_events(
+        ctx, turn, model, registry, thread.conversation_id if thread else None, metered=metered
+    )
     if thread is not None:  # a stored conversation's turn runs to its end even when the client goes away
         from chatloop.api import chat_threads
-        from chatloop.api.running import run_to_the_end
 
-        async def keep(seen: list[Event]) -> None:
-            await chat_threads.save_chat_turn(request, thread, seen)
-
-        events = chat_threads.ended_when_stopped(
-            run_to_the_end(events, keep, key=(thread.owner, thread.conversation_id))
-        )
+        events = chat_threads.running_turn(request, thread, events)
     return await serve_turn(ctx, ChatRenderer(), events, stream=body.stream)
 
 

@@ -29,6 +29,10 @@ OPENAI_TYPES = {
 (400 BadRequestError, 404 NotFoundError, 413 APIStatusError, 429 RateLimitError, 5xx InternalServerError)."""
 
 
+CODE_TYPES = {"insufficient_quota": "insufficient_quota"}
+"""Codes whose ``type`` OpenAI gives as the code itself (a spent quota's 429), not the status's."""
+
+
 def openai_error(
     message: str, code: str, kind: str = "invalid_request_error", param: str | None = None
 ) -> dict[str, dict[str, str | None]]:
@@ -59,7 +63,8 @@ def error_response(
     headers: dict[str, str] | None = None,
 ) -> JSONResponse:
     if request.url.path.startswith("/v1/"):
-        body = openai_error(message, code, OPENAI_TYPES.get(status, "invalid_request_error"), param)
+        kind = CODE_TYPES.get(code) or OPENAI_TYPES.get(status, "invalid_request_error")
+        body = openai_error(message, code, kind, param)
     else:
         body = {"error": {"code": code, "message": message}}
     # Also set by the NoSniff middleware, which the 500 of an unhandled exception never passes through.

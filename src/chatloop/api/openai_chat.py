@@ -29,7 +29,7 @@ from chatloop.api.checks import (
 from chatloop.api.context import RequestContext
 from chatloop.api.errors import openai_error
 from chatloop.api.schemas import OpenAIChatBody
-from chatloop.api.serve import INTERNAL_ERROR, serve_turn, turn_events
+from chatloop.api.serve import INTERNAL_ERROR, budgeted, serve_turn, turn_events
 from chatloop.api.wire import sse_frame
 from chatloop.engine import Event, TurnRequest, TurnSummary
 from chatloop.engine.events import Delta, Done, FallbackMade, LlmResponse, Started, TurnError
@@ -186,7 +186,8 @@ async def chat_completions(request: Request) -> Response:
     )
     ctx.request_id  # noqa: B018 - settled before the tools are listed (the adapter's log correlation id)
     registry = await runtime.tools_for_turn(ctx.deadline)
-    events = turn_events(ctx, turn, model, registry)
+    metered = await budgeted(ctx, turn, model, registry)
+    events = turn_events(ctx, turn, model, registry, metered=metered)
     include_usage = bool(body.stream_options and body.stream_options.include_usage)
     renderer = CompletionRenderer(ctx.request_id, include_usage)
     return await serve_turn(ctx, renderer, events, stream=body.stream)

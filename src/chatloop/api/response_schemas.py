@@ -235,8 +235,10 @@ class ResponsesBody(OpenAIParams):
 
     def refusals(self) -> list[Unsupported]:
         refused = super().refusals()
-        if self.background:
-            refused.append(Unsupported("background", "background responses are not supported"))
+        if self.background and self.store is False:  # OpenAI: "Background sampling requires store=true"
+            refused.append(
+                Unsupported("background", "a background response must be stored: set store to true")
+            )
         if self.prompt is not None:
             refused.append(Unsupported("prompt", "stored prompts are not supported; send instructions"))
         if self.reasoning and (self.reasoning.summary or self.reasoning.generate_summary):

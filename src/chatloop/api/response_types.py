@@ -220,7 +220,7 @@ class IncompleteDetails(TypedDict):
     reason: str
 
 
-ResponseStatus: TypeAlias = Literal["in_progress", "completed", "incomplete", "failed"]
+ResponseStatus: TypeAlias = Literal["queued", "in_progress", "completed", "incomplete", "failed", "cancelled"]
 
 
 class ResponseObject(ResponseEcho):

@@ -45,7 +45,7 @@ from chatloop.api.response_schemas import (
     ResponsesBody,
     ResponsesFunctionTool,
 )
-from chatloop.api.serve import INTERNAL_ERROR, serve_turn, turn_events
+from chatloop.api.serve import INTERNAL_ERROR, budgeted, serve_turn, turn_events
 from chatloop.config import MCPServerConfig
 from chatloop.engine import Event, TurnRequest, TurnSummary
 from chatloop.engine.events import Done, TurnError
@@ -160,7 +160,7 @@ def echo_of(
         "prompt_cache_key": body.prompt_cache_key,
         "service_tier": body.service_tier or "auto",
         "top_logprobs": body.top_logprobs or 0,
-        "background": False,
+        "background": bool(body.background),
         "store": stored,
         "previous_response_id": body.previous_response_id,
         "conversation": {"id": conversation} if conversation else None,
@@ -258,8 +258,9 @@ class ResponsesRenderer:
         head = [emit("response.created", response=started), emit("response.in_progress", response=started)]
         yield "".join(head + output.start())
         async for event in events:
-            if isinstance(event, TurnError) and event.code == "all_models_failed":
-                yield emit("response.failed", response=self._failed(event.message))
+            if isinstance(event, TurnError) and event.code in ("all_models_failed", "cancelled"):
+                # OpenAI names no event for a cancelled response: it ends as a failed one does, status cancelled
+                yield emit("response.failed", response=self._failed(event.message, event.code == "cancelled"))
                 return
             if isinstance(event, Done):
                 frames = output.finish(event.summary.message.tool_calls or ())
@@ -282,9 +283,12 @@ class ResponsesRenderer:
         error = self.emit("error", code=INTERNAL_ERROR.code, message=INTERNAL_ERROR.message, param=None)
         return error + self.emit("response.failed", response=self._failed(INTERNAL_ERROR.message))
 
-    def _failed(self, message: str) -> ResponseObject:
+    def _failed(self, message: str, cancelled: bool = False) -> ResponseObject:
         failed = _skeleton(self.request_id, self.echo, self.created)
-        failed.update({"status": "failed", "error": {"code": "server_error", "message": message}})
+        if cancelled:
+            failed["status"] = "cancelled"
+        else:
+            failed.update({"status": "failed", "error": {"code": "server_error", "message": message}})
         return failed
 
     def observe(self, event: Event) -> None:
@@ -305,9 +309,10 @@ async def responses(request: Request) -> Response:
     """OpenAI's Responses API: the same turn as chat completions, rendered as a ``response``; stored, and continued
     from a stored response or a conversation, by ``api.stored``."""
     from chatloop.api import (  # the store and its schemas load with the first Responses request
-        running,
+        journaled,
         stored,
     )
+    from chatloop.api.background import is_worker, queue
 
     ctx = RequestContext.of(request)
     runtime = ctx.runtime
@@ -317,23 +322,23 @@ async def responses(request: Request) -> Response:
     turn, model, servers = await turn_of(ctx, body, keeping.history)
     rid = ctx.request_id
     echo = echo_of(body, model.name, keeping.store is not None, keeping.conversation_id)
+    if body.background and not is_worker(request):  # queued: a worker runs it (api.background)
+        return await queue(request, body, keeping, echo)
     mcp = await runtime.mcp_for_turn(ctx.deadline, servers)
     registry = runtime.registry().with_tools(mcp.tools, mcp.skipped)
     listed = listed_items(servers, mcp)  # mcp_list_tools items: what each of the request's servers offered
-    events = turn_events(ctx, turn, model, registry, keeping.conversation_id)
+    metered = await budgeted(ctx, turn, model, registry)
+    events = turn_events(ctx, turn, model, registry, keeping.conversation_id, metered=metered)
 
     async def keep(response: FinishedResponse, sent: list[dict[str, object]]) -> FinishedResponse:
         return await stored.save(keeping, request, body, response, sent)
 
     if body.stream and keeping.store is not None and keeping.owner is not None:
-        # Stored: the turn runs to its end if the client goes away, and can be followed live meanwhile.
-        live = running.live_stream(f"resp_{rid}", keeping.owner)
-        renderer = ResponsesRenderer(rid, echo, keep, live.add, listed)
+        # Stored: the turn runs to its end if the client goes away, journaled so any copy can follow it.
+        def renderer_for(listener: Callable[[dict[str, object]], None]) -> ResponsesRenderer:
+            return ResponsesRenderer(rid, echo, keep, listener, listed)
 
-        def followed(chunks: AsyncIterator[bytes]) -> AsyncIterator[bytes]:
-            return running.followable(f"resp_{rid}", live, chunks)
-
-        return await serve_turn(ctx, renderer, events, stream=True, keep_running=followed)
+        return await journaled.serve(request, body, keeping, renderer_for, events)
     if body.stream:
         # Unstored, but a conversation still gets the turn's items (``store`` is about the response object only),
         # as a JSON answer's does.

@@ -1,26 +1,77 @@
 """Work that outlives its client: a stored turn runs to its end (and is stored) whether or not the client that
-started it stays, and a stored response's stream can be followed live by another request meanwhile.
+started it stays, and it can be asked to stop from any container.
+
+A running turn is watched for a stop (``POST /chat/stop``, ``POST /v1/responses/{id}/cancel``) in two ways: a
+request to the same process sets its ``Stop`` at once (``STOPS``); a request to any other copy writes a cancel
+request on the turn's run in the store (``store.runs``), which ``watch`` reads every ``CANCEL_POLL_SECONDS`` while
+the turn runs. Either way ``stoppable`` ends the turn's events where they are (the model call or tool run in flight
+is cancelled, nothing further is billed) with the endings its API gives a stopped turn, so every stream still ends
+with its terminal event.
 
 Usage::
 
-    events = run_to_the_end(events, finish=store_it, key=(owner, conversation_id))   # /chat in a conversation
-    live = live_stream("resp_1", owner)                  # a stored, streamed /v1/responses request
-    chunks = followable("resp_1", live, chunks)          # LIVE["resp_1"] follows it until it ends
+    stop = Stop()
+    events = stoppable(turn_events, stop, ending=lambda: [TurnError("stopped", "…"), Done(…)])
+    chunks = run_to_the_end(events, finish=store_it, tracked=Tracked((owner, "conv_1"), stop, watch=poll))
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Awaitable, Callable
-from typing import TypeVar
+import contextlib
+from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine
+from dataclasses import dataclass, field
+from typing import Any, TypeVar
+
+from chatloop.observability import logger
 
 T = TypeVar("T")
+CANCEL_POLL_SECONDS = 0.4
+"""How often a running turn reads its run for a cancel request (one strongly consistent read each): a stop from
+another container ends the turn within this, plus the store's latency."""
+
+
+@dataclass
+class Stop:
+    """A running turn's stop: set by a stop request in this process, or by ``watch`` finding one in the store."""
+
+    requested: asyncio.Event = field(default_factory=asyncio.Event)
+
+    def __call__(self) -> None:
+        self.requested.set()
+
+    @property
+    def is_set(self) -> bool:
+        return self.requested.is_set()
+
+
+@dataclass
+class Tracked:
+    """A running turn others may stop: its key (caller, conversation or response id), its ``Stop``, and what the
+    process does meanwhile (``watch``: read the store for a cancel request) and afterwards (``end``: record it)."""
+
+    key: tuple[str, str]
+    stop: Stop
+    watch: Callable[[Stop], Coroutine[Any, Any, None]] | None = None
+    end: Callable[[Stop], Awaitable[None]] | None = None
+
+
+STOPS: dict[tuple[str, str], Stop] = {}
+"""The stops of the turns running in this process, by (caller, conversation or response id)."""
+_RUNNING: set[asyncio.Task[None]] = set()
+
+
+def keep_task(task: asyncio.Task[None]) -> asyncio.Task[None]:
+    """A strong reference to ``task`` until it is done (the event loop keeps only weak ones)."""
+    _RUNNING.add(task)
+    task.add_done_callback(_RUNNING.discard)
+    return task
 
 
 def run_to_the_end(
     items: AsyncIterator[T],
     finish: Callable[[list[T]], Awaitable[None]] | None = None,
-    key: tuple[str, str] | None = None,
+    tracked: Tracked | None = None,
 ) -> AsyncIterator[T]:
     """``items`` (a turn's events, or a stream's bytes), produced by a task of their own that a client going away
     does not cancel: a stored turn finishes (within its deadline) and ``finish`` stores it before the stream ends,
@@ -30,6 +81,9 @@ def run_to_the_end(
 
     async def pump() -> None:
         seen: list[T] = []
+        watcher = None
+        if tracked is not None and tracked.watch is not None:
+            watcher = keep_task(asyncio.get_running_loop().create_task(tracked.watch(tracked.stop)))
         try:
             async for item in items:
                 seen.append(item)
@@ -39,14 +93,21 @@ def run_to_the_end(
                     seen
                 )  # before the stream ends: a client that reads the record next finds the turn
         finally:
+            if watcher is not None:
+                watcher.cancel()
+            if tracked is not None:
+                if STOPS.get(tracked.key) is tracked.stop:
+                    del STOPS[tracked.key]
+                if tracked.end is not None:
+                    try:
+                        await tracked.end(tracked.stop)
+                    except Exception:
+                        logger.exception("a running turn's end was not recorded")
             queue.put_nowait(None)
 
-    task = asyncio.get_running_loop().create_task(pump())
-    _RUNNING.add(task)  # a strong reference until it is done: the event loop keeps only weak ones
-    task.add_done_callback(_RUNNING.discard)
-    if key is not None:  # the caller's running turn in a conversation: what POST /chat/stop cancels
-        TURNS[key] = task
-        task.add_done_callback(lambda done: TURNS.pop(key, None) if TURNS.get(key) is done else None)
+    if tracked is not None:
+        STOPS[tracked.key] = tracked.stop
+    keep_task(asyncio.get_running_loop().create_task(pump()))
 
     async def read() -> AsyncIterator[T]:
         while (item := await queue.get()) is not None:
@@ -55,69 +116,41 @@ def run_to_the_end(
     return read()
 
 
-class LiveStream:
-    """A stored streamed response while its turn runs in this container: the events sent so far, for a client that
-    resumes it (``GET /v1/responses/{id}?stream=true&starting_after=N``) before it is stored whole."""
-
-    def __init__(self, owner: str) -> None:
-        self.owner = owner
-        self.events: list[dict[str, object]] = []
-        self.ended = False
-        self._changed = asyncio.Condition()
-
-    def add(self, data: dict[str, object]) -> None:
-        self.events.append(data)
-        asyncio.get_running_loop().create_task(self._notify())
-
-    async def end(self) -> None:
-        self.ended = True
-        await self._notify()
-
-    async def _notify(self) -> None:
-        async with self._changed:
-            self._changed.notify_all()
-
-    async def after(self, number: int) -> AsyncIterator[dict[str, object]]:
-        """Every event after ``number``, then each new one as it is sent, until the response's last."""
-        sent = number + 1
+async def stoppable(events: AsyncIterator[T], stop: Stop, ending: Callable[[], list[T]]) -> AsyncIterator[T]:
+    """``events`` until ``stop`` is set: then the step in flight (a model call, a tool run) is cancelled and
+    ``ending()`` closes the stream (its API's terminal events)."""
+    iterator = aiter(events)
+    stopped = asyncio.ensure_future(stop.requested.wait())
+    try:
         while True:
-            while sent < len(self.events):
-                yield self.events[sent]
-                sent += 1
-            if self.ended:
-                return
-            async with self._changed:
-                while not self.ended and len(self.events) <= sent:
-                    await self._changed.wait()
+            step = asyncio.ensure_future(anext(iterator))
+            done, _ = await asyncio.wait({step, stopped}, return_when=asyncio.FIRST_COMPLETED)
+            if step in done:
+                try:
+                    item = step.result()
+                except StopAsyncIteration:
+                    return
+                yield item
+                continue
+            step.cancel()
+            with contextlib.suppress(asyncio.CancelledError, StopAsyncIteration, Exception):
+                await step
+            logger.info("a running turn was stopped by its client")
+            for item in ending():
+                yield item
+            return
+    finally:
+        stopped.cancel()
+        close = getattr(iterator, "aclose", None)
+        if close is not None:
+            with contextlib.suppress(Exception):
+                await close()
 
 
-LIVE: dict[str, LiveStream] = {}
-"""Stored streamed responses whose turn is running in this container, by response id."""
-
-
-_RUNNING: set[asyncio.Task[None]] = set()
-TURNS: dict[tuple[str, str], asyncio.Task[None]] = {}
-"""Running ``/chat`` turns of stored conversations in this container, by (caller, conversation id)."""
-
-
-def live_stream(response_id: str, owner: str) -> LiveStream:
-    """A stored response's stream, registered in ``LIVE`` while it runs (a resumed stream follows it): its renderer
-    tells it each event (``live.add``), ``followable`` ends it."""
-    live = LiveStream(owner)
-    LIVE[response_id] = live
-    return live
-
-
-def followable(response_id: str, live: LiveStream, chunks: AsyncIterator[bytes]) -> AsyncIterator[bytes]:
-    """A stored response's stream (``chunks``), run to its end whether or not its own client stays, and taken out
-    of ``LIVE`` once it ended."""
-
-    async def followed() -> AsyncIterator[bytes]:
-        try:
-            async for chunk in chunks:
-                yield chunk
-        finally:
-            LIVE.pop(response_id, None)
-            await live.end()
-
-    return run_to_the_end(followed())
+def stop_here(key: tuple[str, str]) -> bool:
+    """Stop the turn of ``key`` if it runs in this process (the fast path: no store round trip)."""
+    stop = STOPS.get(key)
+    if stop is None:
+        return False
+    stop()
+    return True

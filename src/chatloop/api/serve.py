@@ -27,6 +27,7 @@ from chatloop.api.wire import JSONBody, with_heartbeats
 from chatloop.engine import Event, StopReason, TurnRequest, TurnSummary, run_turn
 from chatloop.engine.events import Delta, Done, TurnError
 from chatloop.observability import SecretHold, logger, metrics, record_turn_metrics, redact
+from chatloop.providers.base import ChatModel
 from chatloop.providers.chain import FallbackChain
 from chatloop.tools.base import ToolRegistry
 
@@ -65,22 +66,44 @@ class Renderer(Protocol):
         ...
 
 
+async def budgeted(
+    ctx: RequestContext, turn: TurnRequest, model: FallbackChain, registry: ToolRegistry
+) -> ChatModel:
+    """The turn's model metered by the caller's budget (``api/budgets.py``): a 429 or 503 now, before the response
+    starts, when the budget refuses it. The chain itself, with no store call, when no BUDGET_* limit is set."""
+    if not ctx.settings.budgets_on():
+        return model
+    from chatloop.api.budgets import admit
+
+    return await admit(ctx, turn, model, registry)
+
+
 def turn_events(
     ctx: RequestContext,
     turn: TurnRequest,
     model: FallbackChain,
     registry: ToolRegistry,
     conversation_id: str | None = None,
+    *,
+    metered: ChatModel | None = None,
 ) -> AsyncIterator[Event]:
     """The turn's events, with the request id on ``done``, metrics recorded from them, and traced when tracing is on
-    (``conversation_id``: the stored conversation the turn belongs to)."""
+    (``conversation_id``: the stored conversation the turn belongs to); ``metered``: ``model`` under the caller's
+    budget (``budgeted``)."""
     ctx.request_id  # noqa: B018 - settled before the turn: behind the adapter it is the turn's log correlation id
     from chatloop.tracing import traced_if_enabled  # with the first turn, not at import (cold start)
 
     def run(chain: FallbackChain) -> AsyncIterator[Event]:
-        return run_turn(turn, chain, registry, ctx.deadline, ctx.runtime.limits)
+        # The budget's wrapper holds the turn's chain, whose models tracing traces in place: metered calls are traced.
+        called: ChatModel = chain if metered is None or metered is model else metered
+        return run_turn(turn, called, registry, ctx.deadline, ctx.runtime.limits)
 
-    return observed(traced_if_enabled(ctx, model, run, conversation_id), ctx)
+    events = observed(traced_if_enabled(ctx, model, run, conversation_id), ctx)
+    if metered is None or metered is model:
+        return events
+    from chatloop.api.ratelimit import given_back
+
+    return given_back(ctx.request.scope, events)
 
 
 async def observed(events: AsyncIterator[Event], ctx: RequestContext) -> AsyncIterator[Event]:

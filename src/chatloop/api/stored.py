@@ -14,8 +14,13 @@ still goes out, with ``store: false`` when it could not be kept (and a warning i
 Usage (the routes, in api/app.py)::
 
     GET    /v1/responses/{id}                   ?stream=true&starting_after=N replays a streamed one's events
+                                                (and follows it live while it runs: ``api.follow``)
+    POST   /v1/responses/{id}/cancel            a background response (``api.background``)
     DELETE /v1/responses/{id}
     GET    /v1/responses/{id}/input_items       ?order=asc&limit=20&after=msg_…
+
+A stored streamed response is journaled while it runs (``api.journal``): its record exists, ``in_progress``, from its
+first events on, and its events reach the store in batches, so any container can read or follow it.
 """
 
 from __future__ import annotations
@@ -29,7 +34,6 @@ from typing import TYPE_CHECKING
 from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
 
-from chatloop.api import running
 from chatloop.api.context import RequestContext
 from chatloop.api.conversations import (
     HISTORY_PAGE,
@@ -48,6 +52,7 @@ from chatloop.jsontypes import JSONObject, json_object
 from chatloop.observability import logger, redact
 
 if TYPE_CHECKING:
+    from chatloop.api.journal import Journal
     from chatloop.api.response_types import FinishedResponse
     from chatloop.deadline import Deadline
     from chatloop.store.model import Item, StoredEvent
@@ -68,6 +73,8 @@ class Keeping:
     conversation_id: str | None = None
     history: list[InputItem] = field(default_factory=list)
     """The earlier items (input and output) the model is given before this request's input."""
+    journal: Journal | None = None
+    """The running turn's journal: its record was created by it (``in_progress``), and its events written."""
 
     @property
     def enabled(self) -> bool:
@@ -103,7 +110,7 @@ async def prepare(request: Request, body: ResponsesBody) -> Keeping:
     store = runtime.conversations()
     with store_errors():
         if body.previous_response_id is not None:
-            keeping.history = await _chain(store, owner, _checked(body.previous_response_id), deadline)
+            keeping.history = await _chain(store, owner, checked_id(body.previous_response_id), deadline)
         elif body.conversation is not None:
             keeping.conversation_id = conversation_id_of(body.conversation)
             keeping.history = await conversation_history(store, owner, keeping.conversation_id, deadline)
@@ -131,15 +138,32 @@ async def save(
     try:
         if keeping.conversation_id is not None:
             await store.append_items(keeping.owner, keeping.conversation_id, [*inputs, *outputs], deadline)
-        if keeping.store is not None:
+        if keeping.store is not None and not await _journaled(keeping, store, response, outputs, deadline):
             await store.create_response(keeping.owner, json_object(response), inputs, deadline, outputs)
             if events:
-                stored = [_stored_event(e) for e in events]
+                stored = [stored_event(e) for e in events]
                 await store.append_events(keeping.owner, response["id"], stored, deadline)
     except StoreUnavailable as error:
         logger.warning(f"response {response['id']} not stored: {error}")
         return {**response, "store": False}
     return response
+
+
+async def _journaled(
+    keeping: Keeping,
+    store: ConversationStore,
+    response: FinishedResponse,
+    outputs: list[Item],
+    deadline: Deadline,
+) -> bool:
+    """The finished response in the record its journal made (its input items are there already); False when the
+    journal made none."""
+    if keeping.journal is None or keeping.owner is None:
+        return False
+    await keeping.journal.began.wait()
+    return await store.update_response(
+        keeping.owner, response["id"], json_object(response), outputs, deadline
+    )
 
 
 def input_items(body: ResponsesBody) -> list[Item]:
@@ -157,33 +181,45 @@ def input_items(body: ResponsesBody) -> list[Item]:
 
 # --- the endpoints --------------------------------------------------------------------------------
 async def retrieve_response(request: Request) -> Response:
+    """The response as it stands (``in_progress`` while its turn runs, wherever it runs); with ``stream=true``, its
+    events after ``starting_after``, followed live until its terminal event (``api.follow``)."""
+    from chatloop.api.follow import follow_response, settled
+
     store, owner, deadline = store_context(request)
-    response_id = _checked(str(request.path_params["response_id"]))
+    response_id = checked_id(str(request.path_params["response_id"]))
     params = request.query_params
+    longest = longest_turn(request)
     if params.get("stream") == "true":
         after = params.get("starting_after", "-1")
         if not after.lstrip("-").isdigit():
             raise RequestError(
                 400, "invalid_request", "starting_after: must be an integer", param="starting_after"
             )
-        live = running.LIVE.get(response_id)
-        if live is not None and live.owner == owner:  # still running here: follow it as it goes
-            return StreamingResponse(_replay(live.after(int(after))), media_type="text/event-stream")
         with store_errors():
             events = await store.events_after(owner, response_id, int(after), deadline)
         if events is None:
             raise not_found("response", response_id)
-        return StreamingResponse(_replay([e.data for e in events]), media_type="text/event-stream")
+        ctx = RequestContext.of(request)
+        followed = follow_response(store, owner, response_id, events, int(after), ctx.deadline, longest)
+        return StreamingResponse(
+            replay(followed), media_type="text/event-stream", headers={"cache-control": "no-cache"}
+        )
     with store_errors():
-        stored = await store.get_response(owner, response_id, deadline)
+        stored = await settled(store, owner, response_id, longest, deadline)
     if stored is None:
         raise not_found("response", response_id)
     return JSONBody(stored.body)
 
 
+def longest_turn(request: Request) -> float:
+    """How long a turn may run at most: a stored turn still running after it is dead."""
+    settings = RequestContext.of(request).settings
+    return max(settings.background_timeout_seconds, settings.request_timeout_seconds)
+
+
 async def delete_response(request: Request) -> Response:
     store, owner, deadline = store_context(request)
-    response_id = _checked(str(request.path_params["response_id"]))
+    response_id = checked_id(str(request.path_params["response_id"]))
     with store_errors():
         deleted = await store.delete_response(owner, response_id, deadline)
     if not deleted:
@@ -196,7 +232,7 @@ async def list_input_items(request: Request) -> Response:
     from chatloop.store.service import CursorNotFound
 
     store, owner, deadline = store_context(request)
-    response_id = _checked(str(request.path_params["response_id"]))
+    response_id = checked_id(str(request.path_params["response_id"]))
     query = page_query(request)
     with store_errors():
         try:
@@ -240,7 +276,7 @@ async def _chain(
     return as_input_items([item for turn in reversed(turns) for item in turn])
 
 
-async def _replay(
+async def replay(
     events: Iterable[Mapping[str, object]] | AsyncIterator[Mapping[str, object]],
 ) -> AsyncIterator[bytes]:
     if isinstance(events, AsyncIterator):
@@ -251,7 +287,7 @@ async def _replay(
         yield redact(sse_frame(data, event=str(data["type"]))).encode()
 
 
-def _stored_event(data: Mapping[str, object]) -> StoredEvent:
+def stored_event(data: Mapping[str, object]) -> StoredEvent:
     """A sent event as the store keeps it, under its ``sequence_number``."""
     from chatloop.store.model import StoredEvent
 
@@ -261,7 +297,7 @@ def _stored_event(data: Mapping[str, object]) -> StoredEvent:
     return StoredEvent(number, json_object(data))
 
 
-def _checked(response_id: str) -> str:
+def checked_id(response_id: str) -> str:
     if not RESPONSE_ID.match(response_id):
         raise RequestError(
             400, "invalid_request", "response_id: not a response id (resp_…)", param="response_id"

@@ -74,6 +74,9 @@ from chatloop.providers.base import (
 from chatloop.providers.errors import AllModelsFailed, DeadlineExceeded, ModelError, Transient
 from chatloop.tools.base import ToolRegistry
 
+BUDGET_KINDS = frozenset({"budget", "budget_unavailable"})
+"""``ModelError.kind`` of a call the caller's budget refused (``providers/budgeted.py``): the turn ends ``budget``."""
+
 
 @dataclass(frozen=True)
 class TurnEnd:
@@ -123,6 +126,8 @@ class _Turn:
             raise
         except ModelError as exc:
             stop = StopReason.ALL_MODELS_FAILED if isinstance(exc, AllModelsFailed) else StopReason.ERROR
+            if exc.kind in BUDGET_KINDS:  # the caller's budget refused the call: no model was called
+                stop = StopReason.BUDGET
             end = self._end_with_fallback(stop)
             yield TurnError.of(exc)
         except Exception:

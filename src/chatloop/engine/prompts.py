@@ -43,6 +43,7 @@ STOP_PHRASES = {
     StopReason.TOOL_BUDGET: "I used up the tool budget for this question before I had a final answer.",
     StopReason.ERROR: "The model returned no usable answer.",
     StopReason.ALL_MODELS_FAILED: "No model was available to answer right now.",
+    StopReason.BUDGET: "I reached this account's usage limit before I had a final answer.",
 }
 
 

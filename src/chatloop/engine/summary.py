@@ -34,6 +34,8 @@ class StopReason(StrEnum):
     LOOP_DETECTED = "loop_detected"
     TOOL_BUDGET = "tool_budget"
     ALL_MODELS_FAILED = "all_models_failed"
+    BUDGET = "budget"
+    """The caller's budget refused a model call mid-turn (or its store failed, closed): the answer so far stands."""
     CLIENT_DISCONNECTED = "client_disconnected"
     """The client went away mid-turn: the turn stopped at its next step (logged; nobody reads a done event)."""
     ERROR = "error"

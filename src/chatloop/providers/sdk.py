@@ -5,10 +5,14 @@ deadline, and every failure is raised as a typed ``ModelError``. The SDK is impo
 that provider is called, not at import time (cold start). The SDK's own ``*_API_KEY`` / ``*_BASE_URL``
 variables work, so a chain can point at any OpenAI-compatible server.
 
+Each client is built around ``providers.warmup``'s HTTP client (the shared TLS context; primed, keyless, in a
+SnapStart snapshot), which tells ``when_in_flight`` callbacks when a call's request is on the wire.
+
 Usage::
 
     model = GroqModel(catalog.get("groq:llama-3.3-70b-versatile"), catalog.provider("groq"), api_key="gsk_...")
     async for item in model.stream(ModelRequest(messages=[...], deadline=Deadline.after(20))): ...
+    drop_clients()                 # before a snapshot: no client that may hold a key or a connection
 """
 
 from __future__ import annotations
@@ -26,6 +30,7 @@ from chatloop.providers.base import ModelRequest, ModelResponse, StreamItem, Tex
 from chatloop.providers.catalog import ModelInfo, ProviderInfo
 from chatloop.providers.errors import DeadlineExceeded, ModelError, Transient, classify
 from chatloop.providers.stream import ToolCallAccumulator, field_of
+from chatloop.providers.warmup import http_client
 from chatloop.textsafe import text_safe
 
 # One client per event loop (an httpx pool belongs to its loop), then per SDK, key and base URL. Keyed by the loop
@@ -84,11 +89,15 @@ class SDKChatModel:
         key = (self.sdk_module, self._api_key, self._base_url)
         client = clients.get(key)
         if client is None:
-            cls = getattr(self._sdk(), self.client_class)
-            kwargs: dict[str, str | int] = {"api_key": self._api_key or "missing", "max_retries": 0}
+            sdk = self._sdk()
+            kwargs: dict[str, object] = {
+                "api_key": self._api_key or "missing",
+                "max_retries": 0,
+                "http_client": http_client(self.sdk_module),
+            }
             if self._base_url:
                 kwargs["base_url"] = self._base_url
-            client = clients[key] = cls(**kwargs)
+            client = clients[key] = getattr(sdk, self.client_class)(**kwargs)
         return client
 
     # --- a call ------------------------------------------------------------------------------
@@ -194,6 +203,12 @@ class SDKChatModel:
             return classify(None, getattr(exc, "body", None) or {"message": str(exc)}, {}, model=self.name)
         where = "mid-stream" if streamed else "before any output"
         return Transient(f"{self.name}: the stream was cut {where} ({type(exc).__name__})", model=self.name)
+
+
+def drop_clients() -> None:
+    """Forget every SDK client (and its connection pool, with whatever connections and key it holds): the next
+    call builds its client anew. The primed keyless HTTP clients and the TLS context (``providers.warmup``) stay."""
+    _CLIENTS.clear()
 
 
 def _untransformed(params: dict[str, object]) -> dict[str, object]:

@@ -175,6 +175,33 @@ class DynamoDBBackend:
                 self._delete_all(client, stale)
             return True
 
+    def swap_body(
+        self, owner: str, record_id: str, expected: JSONObject, body: JSONObject, now: float, timeout: float
+    ) -> bool:
+        """Compare-and-set on the body's stored bytes (``body = :old``), so only small, inline bodies (a running
+        turn's state) can be swapped; a body kept in parts is never ``expected``."""
+        pk = record_key(owner, record_id)
+        with store_errors():
+            client = self._clients.get(timeout)
+            meta = self._meta(client, pk, now)
+            if meta is None or "body" not in meta or load(meta["body"]["B"]) != expected:
+                return False
+            _, attrs = body_items(pk, body, int(meta["expires_at"]["N"]))
+            if "body" not in attrs:
+                raise StoreUnavailable("the conversation store failed (a swapped body must fit one item)")
+            return conditional(
+                client.update_item,
+                TableName=self.table_name,
+                Key=table_key(pk, META),
+                UpdateExpression="SET body = :new",
+                ConditionExpression="body = :old AND expires_at > :now",
+                ExpressionAttributeValues={
+                    ":new": attrs["body"],
+                    ":old": meta["body"],
+                    ":now": {"N": str(int(now))},
+                },
+            )
+
     def delete(self, owner: str, record_id: str, now: float, timeout: float) -> bool:
         pk = record_key(owner, record_id)
         with store_errors():

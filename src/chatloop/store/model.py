@@ -27,8 +27,8 @@ ListName = Literal["items", "input", "output", "events", "conversations"]
 streamed response's events, at the position of their ``sequence_number``. ``conversations``: an owner's index of
 their conversations (each entry expiring with its conversation)."""
 Order = Literal["asc", "desc"]
-RecordKind = Literal["conversation", "response", "index"]
-RECORD_KINDS: tuple[RecordKind, ...] = ("conversation", "response", "index")
+RecordKind = Literal["conversation", "response", "index", "run"]
+RECORD_KINDS: tuple[RecordKind, ...] = ("conversation", "response", "index", "run")
 ID_RANDOM_BYTES = 24
 """192 bits: an id is never guessed, and never collides."""
 
@@ -163,6 +163,13 @@ class Backend(Protocol):
     ) -> bool: ...
 
     def delete(self, owner: str, record_id: str, now: float, timeout: float) -> bool: ...
+
+    def swap_body(
+        self, owner: str, record_id: str, expected: JSONObject, body: JSONObject, now: float, timeout: float
+    ) -> bool:
+        """Replace the body only if it still is ``expected`` (compare-and-set: a running turn's status moves
+        once, whichever copy tries). False: it changed meanwhile, or no record."""
+        ...
 
     def append(
         self, owner: str, record_id: str, name: ListName, items: Sequence[Item], now: float, timeout: float

@@ -312,6 +312,11 @@ class Store:
             return None
         return Page([item for _, item in rows[: query.limit]], has_more=len(rows) > query.limit)
 
+    async def call(self, deadline: Deadline, call: Callable[..., T], *args: object) -> T:
+        """A backend operation, bounded by ``deadline`` as every call of the store is: for modules that keep
+        records of their own in the same table or file (``store.runs``)."""
+        return await self._run(deadline, call, *args)
+
     async def _run(self, deadline: Deadline, call: Callable[..., T], *args: object) -> T:
         """``call(*args, timeout=…)`` in a worker thread, abandoned (and ``StoreUnavailable``) at the deadline."""
         remaining = deadline.remaining()

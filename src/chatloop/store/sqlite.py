@@ -145,6 +145,19 @@ class SQLiteBackend:
             )
             return cursor.rowcount == 1
 
+    def swap_body(
+        self, owner: str, record_id: str, expected: JSONObject, body: JSONObject, now: float, timeout: float
+    ) -> bool:
+        with self._db(timeout, write=True) as db:  # IMMEDIATE: no other writer between the read and the write
+            row = db.execute(
+                "SELECT body FROM records WHERE id = ? AND owner = ? AND expires_at > ?",
+                (record_id, owner, now),
+            ).fetchone()
+            if row is None or json.loads(row[0]) != expected:
+                return False
+            db.execute("UPDATE records SET body = ? WHERE id = ?", (_dump(body), record_id))
+            return True
+
     def delete(self, owner: str, record_id: str, now: float, timeout: float) -> bool:
         with self._db(timeout, write=True) as db:
             if not _exists(db, owner, record_id, now):

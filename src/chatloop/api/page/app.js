@@ -532,10 +532,67 @@ async function followPending(id, items, opening) {
     }
     const user = element("section", "turn user", mark.question);
     $("log").append(user);
+    if (await followLive(id, opening)) return;
     await awaitAnswer(id, last?.id ?? null, [user], mark.at + PENDING_WAIT_MS, opening);
   } else if (last && last.type === "message" && last.role === "user") {
     await awaitAnswer(id, last.id, [], Date.now() + UNANSWERED_WAIT_MS, opening);
   }
+}
+
+async function followLive(id, opening) {
+  // The turn still running, on whichever copy of the server runs it: its events from the server's journal, shown as
+  // they are written; Stop ends it there. False when none runs (or the stream broke): the stored answer is awaited.
+  const waiting = element("section", "turn assistant pending");
+  waiting.append(element("p", "note", "This question is being answered"));
+  $("log").append(waiting);
+  waitFor(opening); // no new question in this conversation before its answer is in
+  const controller = (state.controller = new AbortController());
+  busy(true);
+  let turn = null;
+  let stopReason = null;
+  let stopped = false;
+  try {
+    const query = new URLSearchParams({ conversation: id, starting_after: "-1" });
+    const response = await fetch(`chat/follow?${query}`, { headers: headers(), signal: controller.signal });
+    if (response.ok && state.opening === opening) {
+      turn = new Turn();
+      const reader = response.body.getReader();
+      const decoder = new TextDecoder();
+      let buffer = "";
+      for (;;) {
+        const { value, done } = await reader.read();
+        if (done || state.opening !== opening) break;
+        buffer += decoder.decode(value, { stream: true });
+        const cut = buffer.lastIndexOf("\n\n");
+        if (cut < 0) continue;
+        for (const [name, data] of events(buffer.slice(0, cut))) {
+          turn.on(name, data);
+          if (name === "done") stopReason = data.stop_reason;
+        }
+        buffer = buffer.slice(cut + 2);
+      }
+    }
+  } catch (error) {
+    stopped = error.name === "AbortError" && state.opening === opening; // Stop (the server was asked too)
+  } finally {
+    if (state.controller === controller) state.controller = null;
+    busy(false);
+    if (state.waiting === opening) waitFor(null);
+    waiting.remove();
+  }
+  if (state.opening !== opening) return true;
+  if (stopped) {
+    (turn ?? new Turn()).note(STOPPED_IN_CONVERSATION);
+    clearPending(id);
+    return true;
+  }
+  if (stopReason === null) {
+    turn?.box.remove();
+    return false;
+  }
+  clearPending(id);
+  if (!NOT_STORED.has(stopReason)) noteLastItem(id);
+  return true;
 }
 
 async function awaitAnswer(id, after, replaced, until, opening) {

@@ -177,6 +177,12 @@ class JavaScriptSandbox:
 
     def _take_spare(self) -> _Child | None:
         with self._lock:
+            starting = self._refill if self._spare is None and self._spare_starting else None
+        if starting is not None:
+            # A spare already starting (it starts once the turn's model call is in flight) is nearer ready than a
+            # process started now, and two starting at once would share the CPU: wait for it.
+            starting.join(READY_TIMEOUT)
+        with self._lock:
             child, self._spare = self._spare, None
         if child is not None and child.process.poll() is not None:
             kill(child.process)  # it died while waiting: reap it and spawn cold

@@ -1,0 +1,206 @@
+"""What a provider SDK's first call needs, made ready before it is needed: in a SnapStart snapshot (``prime``) or,
+on a plain cold start, while the first call waits on the network (``when_in_flight``).
+
+The first call of a process pays for what later calls reuse; each piece is made once:
+
+- one TLS context (CA certificates only) shared by every client of every SDK: ~20 ms of CPU to parse certifi's
+  bundle, none with the layer's hashed CA directory (``scripts/package.py``), which loads the CA a handshake needs;
+- per SDK, its chat resource modules, a keyless HTTP client (the key is added by the SDK client built around it on
+  first use, after a restore: never in a snapshot) and the streamed chunk's pydantic schema (built on the first chunk
+  otherwise, after the model answered: on the turn's path);
+- ``when_in_flight`` callbacks: work the turn needs later (the sandbox's spare Deno process) started once a model
+  call's request is on the wire (httpcore's ``trace`` request extension), so it takes CPU the turn is not using.
+
+Usage::
+
+    prime("groq")                  # before a snapshot: all of the above but a key or a connection
+    when_in_flight(sandbox.warm)   # run once, when the next model call's request has been written
+    client = http_client("groq")   # what providers.sdk builds each SDK client around
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import importlib
+import importlib.util
+import ssl
+import threading
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from chatloop.config import from_environment
+
+_TLS: ssl.SSLContext | None = None
+"""The TLS context every client shares (``tls_context``)."""
+_HTTP: dict[str, Any] = {}
+"""Per SDK, a primed keyless ``httpx.AsyncClient`` that has never connected: the next client built takes it."""
+_PRIMED: set[str] = set()
+"""The SDKs whose modules and chunk schema are ready (``prime``)."""
+_IN_FLIGHT: list[Callable[[], None]] = []
+"""Run once each, when the next model call is waiting for its answer (``when_in_flight``)."""
+_LOCK = threading.Lock()
+CA_DIR = "chatloop-ca"
+"""Beside certifi in the layer: its CAs as an OpenSSL hashed directory (``scripts/package.py``'s ``CA_DIR``)."""
+SAMPLE_CHUNK: dict[str, object] = {
+    "id": "chatcmpl-prime",
+    "object": "chat.completion.chunk",
+    "created": 0,
+    "model": "prime",
+    "choices": [
+        {
+            "index": 0,
+            "delta": {
+                "role": "assistant",
+                "content": "",
+                "tool_calls": [
+                    {
+                        "index": 0,
+                        "id": "call_0",
+                        "type": "function",
+                        "function": {"name": "f", "arguments": "{}"},
+                    }
+                ],
+            },
+            "finish_reason": None,
+            "logprobs": None,
+        }
+    ],
+    "usage": {"prompt_tokens": 1, "completion_tokens": 1, "total_tokens": 2},
+    "x_groq": {"id": "req_prime", "usage": {"prompt_tokens": 1, "completion_tokens": 1, "total_tokens": 2}},
+}
+"""A streamed chunk with every part a turn reads (text, a tool call, usage, Groq's ``x_groq``): constructing it
+builds the pydantic schemas the SDK builds lazily on the first real chunk."""
+
+
+def tls_context() -> ssl.SSLContext:
+    """The one TLS context of this process, trusting what httpx trusts by default (certifi's CA bundle, or
+    ``SSL_CERT_FILE``/``SSL_CERT_DIR``): CA certificates only, no client key, no session until a connection. In the
+    Lambda layer, certifi's CAs also come as a hashed directory (``scripts/package.py``): loaded one by one as a
+    handshake needs them, not all ~120 parsed as the context is made (~20 ms of CPU on the first call)."""
+    global _TLS
+    with _LOCK:
+        if _TLS is None:
+            hashed = _hashed_ca_dir()
+            if hashed is not None:
+                _TLS = ssl.create_default_context(capath=str(hashed))
+            else:
+                import httpx
+
+                _TLS = httpx.create_ssl_context()
+        return _TLS
+
+
+def _hashed_ca_dir() -> Path | None:
+    """The layer's hashed copy of certifi's CAs, unless the environment names other CAs (as httpx honours)."""
+    if from_environment("SSL_CERT_FILE") or from_environment("SSL_CERT_DIR"):
+        return None
+    spec = importlib.util.find_spec("certifi")
+    if spec is None or spec.origin is None:
+        return None
+    hashed = Path(spec.origin).parent.parent / CA_DIR
+    return hashed if hashed.is_dir() else None
+
+
+def http_client(sdk_module: str) -> Any:
+    """An ``httpx.AsyncClient`` with the SDK's defaults and the shared TLS context: the primed one (never
+    connected) the first time, then a new one for each client (a client's pool belongs to its event loop)."""
+    with _LOCK:
+        primed = _HTTP.pop(sdk_module, None)
+    return primed if primed is not None else _new_http_client(sdk_module)
+
+
+def _new_http_client(sdk_module: str) -> Any:
+    """The SDK's default HTTP client on the shared TLS context, telling ``when_in_flight`` when a call's request has
+    been written (httpcore's ``trace`` request extension, set by a request hook): from then on the call only waits."""
+
+    async def sent(event: str, info: dict[str, object]) -> None:
+        if event.endswith(
+            ".send_request_body.complete"
+        ):  # http11. / http2.: the whole request is on the wire
+            _call_in_flight(sdk_module)
+
+    async def trace_sends(request: Any) -> None:
+        request.extensions.setdefault("trace", sent)
+
+    sdk = importlib.import_module(sdk_module)
+    return sdk.DefaultAsyncHttpxClient(verify=tls_context(), event_hooks={"request": [trace_sends]})
+
+
+def prime(sdk_module: str) -> None:
+    """Make ready, before any call, what the first call of ``sdk_module`` would otherwise make on its path: the SDK
+    and its chat resource modules, the TLS context, the streamed chunk's schema, the platform facts the SDK sends
+    as headers (``uname -p`` is a subprocess), and a keyless HTTP client. Nothing here holds a key or a
+    connection, so it may go into a SnapStart snapshot."""
+    with _LOCK:
+        claimed = sdk_module not in _PRIMED
+        _PRIMED.add(sdk_module)
+    if claimed:
+        prime_modules(sdk_module)
+    import anyio
+    import anyio.streams.memory
+    import anyio.streams.stapled
+
+    # The asyncio backend and the socket streams the HTTP transport (httpcore) uses, imported on its first
+    # connection otherwise: a loop run and closed here (no thread, nothing left; under a running loop, as the Web
+    # Adapter's hook route runs, Starlette has imported the backend already), and anyio's lazy attribute.
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        anyio.run(anyio.sleep, 0)
+    _ = anyio.connect_tcp
+    client = _new_http_client(sdk_module)
+    with _LOCK:
+        _HTTP.setdefault(sdk_module, client)
+
+
+def prime_modules(sdk_module: str) -> None:
+    """``prime`` without the HTTP client: the modules, the chunk schema, the platform facts, the TLS context."""
+    sdk = importlib.import_module(sdk_module)
+    importlib.import_module(f"{sdk_module}.resources.chat.completions")
+    import platform
+
+    platform.platform()  # cached per process, as is what ``distro`` reads (the SDKs' own dependency)
+    with contextlib.suppress(ImportError):
+        import distro
+
+        distro.id()
+    sdk.types.chat.ChatCompletionChunk.construct(**SAMPLE_CHUNK)
+    tls_context()
+
+
+def when_in_flight(callback: Callable[[], None]) -> None:
+    """Run ``callback`` (once, on the event loop: it must not block) when the next model call is waiting for its
+    answer."""
+    with _LOCK:
+        _IN_FLIGHT.append(callback)
+
+
+def _call_in_flight(sdk_module: str) -> None:
+    """A call's request is written: start what was waiting for that (on the loop's next turn, once the call awaits
+    its answer), and build the chunk schema off the turn's path if no snapshot primed it."""
+    with _LOCK:
+        callbacks = _IN_FLIGHT[:]
+        _IN_FLIGHT.clear()
+    loop = asyncio.get_running_loop()
+    for callback in callbacks:
+        loop.call_soon(callback)
+    if sdk_module not in _PRIMED:
+        loop.call_soon(_prime_in_background, sdk_module)
+
+
+def _prime_in_background(sdk_module: str) -> None:
+    """``prime_modules`` in a thread, while the call waits: its pure-Python work yields the interpreter to the event
+    loop every few milliseconds, so the answer is read when it comes. Once per SDK and process."""
+    with _LOCK:
+        if sdk_module in _PRIMED:
+            return
+        _PRIMED.add(sdk_module)
+    threading.Thread(target=_prime_quietly, args=(sdk_module,), name="sdk-prime", daemon=True).start()
+
+
+def _prime_quietly(sdk_module: str) -> None:
+    # An optimisation only: should it fail, the SDK builds the same lazily, on the first chunk.
+    with contextlib.suppress(Exception):
+        prime_modules(sdk_module)
