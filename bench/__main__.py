@@ -32,6 +32,7 @@ from bench import (
     responses,
     sandbox,
     scenarios,
+    small_models,
     store,
     streaming,
     textcalls,
@@ -85,6 +86,7 @@ def main() -> int:
         ("against", lambda: against.measure(1 if quick else 7, 2 if quick else 30)),
         ("budgets", lambda: budgets.measure(2 if quick else 50)),
         ("tracing", lambda: tracing.measure(2 if quick else 30)),
+        ("small_models", lambda: small_models.measure(2 if quick else 50)),
     ]
     results: dict[str, Any] = {}
     for name, step in steps:

@@ -8,7 +8,7 @@ import sys
 from datetime import UTC, datetime
 from pathlib import Path
 
-from bench import tracing
+from bench import small_models, tracing
 
 
 def chart(rows: list[dict], path: Path) -> None:
@@ -296,6 +296,7 @@ def report(results: dict, quick: bool) -> str:
         from bench import budgets
 
         lines += budgets.section(results["budgets"])
+    lines += small_models.section(results["small_models"]) if "small_models" in results else []
     return "\n".join(lines)
 
 

@@ -39,6 +39,7 @@ def test_bench_smoke_run(tmp_path):
         "## Compaction and approvals",
         "## 16. Against",
         "## Tracing (OpenTelemetry)",
+        "## 17. Small models",
     ):
         assert section in report
     lambda_sized = report.split("## 13. Lambda-sized")[1].split("## 14.")[0]

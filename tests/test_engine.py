@@ -550,6 +550,30 @@ async def test_text_streamed_before_a_timeout_stays_and_the_answer_follows_a_sea
         deadline=3.0,
     )
     error = turn.of(EventType.ERROR)[0]
-    assert error["code"] == "deadline" and error["discard_partial"] is True  # the call was cut mid-text
+    assert error["code"] == "deadline" and error["partial_kept"] is True  # the call was cut mid-text
     assert turn.answer == "Let me think\n\nShort answer." == turn.streamed
     assert turn.done["stop_reason"] == "deadline"
+
+
+async def test_an_answer_cut_by_the_deadline_and_restarted_by_the_last_call_is_said_once(registry):
+    """Issue #36: the call without tools after a timeout starts the answer again from the top; what it repeats of
+    the cut text is not shown again, and it follows without a seam."""
+
+    class StallsMidAnswer(ScriptedModel):
+        async def stream(self, request):
+            self.requests.append(request)
+            if len(self.requests) == 1:
+                yield TextDelta("The balance after 15 years is ")
+                await asyncio.sleep(30)
+            yield TextDelta("The balance after 15 years is $20,789.28.")
+            yield ModelResponse("", content="The balance after 15 years is $20,789.28.")
+
+    turn = await drive(
+        StallsMidAnswer(lambda r, n: None),
+        registry,
+        "hi",
+        settings=Settings(deadline_reserve_seconds=1.5),
+        deadline=3.0,
+    )
+    assert turn.answer == "The balance after 15 years is $20,789.28." == turn.streamed
+    assert not any(d.get("seam") for d in turn.of(EventType.DELTA))

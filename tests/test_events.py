@@ -120,11 +120,12 @@ def test_a_guard_reason_names_its_stop_reason(reason, stop):
 
 
 def test_an_error_event_keeps_the_wire_shape_of_each_failure():
-    one = TurnError.of(RateLimited("slow down", model="groq:a"), discard_partial=True)
+    one = TurnError.of(RateLimited("slow down", model="groq:a"), partial_kept=True)
     assert one.data == {
         "code": "rate_limited",
         "message": "slow down",
         "model": "groq:a",
+        "partial_kept": True,
         "discard_partial": True,
     }
     chain = TurnError.of(

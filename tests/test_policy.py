@@ -189,6 +189,42 @@ CASES = [
         "legacy_syntax",
         False,
     ),
+    # Issue #36: a reply that is no answer (a tool's error JSON, the tools echoed), tools offered or not.
+    (
+        "no answer: reminded",
+        {"not_an_answer": True, "reminders_left": 2},
+        Action.REMIND,
+        "not_an_answer",
+        False,
+    ),
+    (
+        "no answer, no reminder left: a call without tools",
+        {"not_an_answer": True, "reminders_left": 0},
+        Action.FINAL_CALL,
+        "not_an_answer",
+        False,
+    ),
+    (
+        "no answer on the call without tools, words before it: they answer",
+        {"not_an_answer": True, "final_call_made": True, "content_length": 20},
+        Action.ANSWER,
+        "not_an_answer",
+        False,
+    ),
+    (
+        "no answer on the call without tools, nothing else: the fallback text",
+        {"not_an_answer": True, "final_call_made": True},
+        Action.FALLBACK,
+        "not_an_answer",
+        False,
+    ),
+    (
+        "no answer at the cap, words before it: they answer",
+        {"iteration": 10, "not_an_answer": True, "reminders_left": 2, "content_length": 20},
+        Action.ANSWER,
+        "not_an_answer",
+        False,
+    ),
 ]
 
 

@@ -140,13 +140,14 @@ def finish_call_item(item: McpCall, result: ToolCallResult) -> None:
 
 
 def call_started_frames(emit: Emit, item: McpCall, index: int) -> list[str]:
-    """A call's stream events as it starts: the item added, its arguments, ``response.mcp_call.in_progress``."""
+    """A call's stream events as it starts, in OpenAI's order: the item added with empty ``arguments``,
+    ``response.mcp_call.in_progress``, then its arguments (pydantic-ai 1.x builds them from the deltas)."""
     where = {"item_id": item["id"], "output_index": index}
     return [
-        emit("response.output_item.added", output_index=index, item=dict(item)),
+        emit("response.output_item.added", output_index=index, item={**item, "arguments": ""}),
+        emit("response.mcp_call.in_progress", **where),
         emit("response.mcp_call_arguments.delta", **where, delta=item["arguments"]),
         emit("response.mcp_call_arguments.done", **where, arguments=item["arguments"]),
-        emit("response.mcp_call.in_progress", **where),
     ]
 
 

@@ -1,4 +1,7 @@
-"""The ``output`` items of a Responses API response, and the stream events that tell a client about each.
+"""The ``output`` items of a Responses API response, and the stream events that tell a client about each, in the
+order and shape OpenAI sends them (checked against a recorded OpenAI stream): an item is added empty (a message
+with no content, a ``code_interpreter_call`` with ``code: ""``, an ``mcp_call`` with ``arguments: ""``), its deltas
+fill it, and ``response.output_item.done`` carries it whole.
 
 ``ResponseOutput`` turns a turn's events into items (``message``, ``code_interpreter_call``, ``mcp_call``,
 ``function_call``); ``ResponseEvents`` numbers and frames each stream event. ``api.responses`` renders them as a
@@ -200,7 +203,7 @@ class ResponseOutput:
             item_id = f"msg_{self.request_id}" + (f"_{messages}" if messages else "")
             self._message, self._text = message_item(item_id, "", "in_progress"), []
             self.items.append(self._message)
-            part: OutputText = {"type": "output_text", "text": "", "annotations": []}
+            part: OutputText = {"type": "output_text", "text": "", "annotations": [], "logprobs": []}
             frames += [
                 self.emit("response.output_item.added", output_index=self._index(), item=dict(self._message)),
                 self.emit("response.content_part.added", **self._where(), part=part),
@@ -215,7 +218,7 @@ class ResponseOutput:
         index, where, whole = self._index(), self._where(), "".join(self._text)
         self._message.update(message_item(self._message["id"], whole))
         self._message = None
-        part: OutputText = {"type": "output_text", "text": whole, "annotations": []}
+        part: OutputText = {"type": "output_text", "text": whole, "annotations": [], "logprobs": []}
         return [
             self.emit("response.output_text.done", **where, text=whole, logprobs=[]),
             self.emit("response.content_part.done", **where, part=part),
@@ -235,8 +238,10 @@ class ResponseOutput:
         self.items.append(item)
         self._runs[item["id"].removeprefix("ci_")] = (index, item)
         where = {"item_id": item["id"], "output_index": index}
+        # As OpenAI streams it: the item added with empty code, which its deltas then fill (pydantic-ai 1.x asserts
+        # on the empty code); ``output_item.done`` carries everything.
         return [
-            self.emit("response.output_item.added", output_index=index, item=dict(item)),
+            self.emit("response.output_item.added", output_index=index, item={**item, "code": ""}),
             self.emit("response.code_interpreter_call.in_progress", **where),
             self.emit("response.code_interpreter_call_code.delta", **where, delta=item["code"]),
             self.emit("response.code_interpreter_call_code.done", **where, code=item["code"]),

@@ -27,7 +27,7 @@ from chatloop.jsontypes import JSONObject
 
 # --- output items ---------------------------------------------------------------------------------------
 class OutputText(TypedDict):
-    """``ResponseOutputText``: a message's text (a stream's ``content_part`` events carry no ``logprobs``)."""
+    """``ResponseOutputText``: a message's text (``logprobs`` always empty: no model's are passed on)."""
 
     type: Literal["output_text"]
     text: str

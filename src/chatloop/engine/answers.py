@@ -1,19 +1,23 @@
-"""Whether what a model wrote on the final call (tools withdrawn) is an answer a user can be shown.
+"""Whether what a model wrote is an answer a user can be shown: every answer, with tools offered, withdrawn or none.
 
-Small models keep "calling" after tools are withdrawn: they write a call as text, paste a tool's error JSON as their
-answer, or echo the tool definitions back. None of that is an answer. ``judge_final`` keeps the words before such a
-trailing block (what the model said alongside it, as text-call recovery does), or nothing, and says why; the loop
-then answers with those words, or with the fallback text when none are left. Pure: a table test covers it.
+Small models do not always answer: they write a call as text that cannot run, paste a tool's error JSON as their
+answer (``{"error": "UnknownTool: ..."}``), echo the tool definitions back (``<tools>{"type": "function", ...}``,
+or a tool's JSON schema), or echo the tool results under a ``RAW TOOL RESULTS:`` header. None of that is an answer.
+``judge_answer`` keeps the words before such a block (what the model said alongside it, as text-call recovery
+does), or nothing, and says why; the loop then recovers (a reminder, a tool-less call) or answers with the fallback
+text, and logs the decision. Pure: a table test covers it.
 
 Usage::
 
-    judged = judge_final('{"error": "ReferenceError: x is not defined"}', tool_schemas)
+    judged = judge_answer('{"error": "ReferenceError: x is not defined"}', tool_schemas)
     judged.content == "" and judged.reason == "tool_error_json"
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import re
+from collections.abc import Mapping, Sequence
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass
 
 from chatloop.engine.request import function_name
@@ -29,17 +33,41 @@ class Judged:
     content: str
     """What may be shown: the whole text, the words before a non-answer, or "" (the fallback text is due)."""
     reason: str | None = None
-    """Why the text was cut: ``call_shaped``, ``tool_error_json``, ``tool_definitions``; None when it is an answer."""
+    """Why the text was cut: ``call_shaped``, ``tool_error_json``, ``tool_definitions``, ``tool_results_echo``;
+    None when it is an answer."""
 
 
-def judge_final(content: str | None, tools: Sequence[JSONObject], structured: bool = False) -> Judged:
-    """Judge the final call's ``content`` against the ``tools`` that were withdrawn (OpenAI tool definitions).
-    ``structured``: the client asked for JSON (``response_format``), so a JSON object is the answer, not a tool
-    error; a call or an echo of the tools still is not."""
+ECHO_MARKERS = ("RAW TOOL RESULTS:", "<tools>")
+"""Blocks that only ever echo what the model was given: the tool results' header some templates use, and the tag
+Qwen's chat template puts the tool definitions in. The stream filter holds text from them too."""
+_ECHO_REASONS = {"RAW TOOL RESULTS:": "tool_results_echo", "<tools>": "tool_definitions"}
+REASON_WORDS = {
+    "call_shaped": "a tool call written as text",
+    "tool_error_json": "a tool's error message",
+    "tool_definitions": "the tool definitions",
+    "tool_results_echo": "the raw tool results",
+}
+"""What each kind of non-answer is, in the words the reminder uses."""
+
+
+def judge_answer(
+    content: str | None, tools: Sequence[JSONObject], structured: bool = False, calls_read: bool = False
+) -> Judged:
+    """Judge ``content`` against the turn's ``tools`` (OpenAI tool definitions, offered or withdrawn; none in a turn
+    without tools, where only the echo blocks are judged). ``structured``: the client asked for JSON
+    (``response_format``), so a JSON object is the answer, not a tool error; a call or an echo still is not.
+    ``calls_read``: text-call recovery already looked for calls to these tools and found none."""
     text = content or ""
-    if not text.strip() or not tools:
+    if not text.strip():
         return Judged(text)
-    found = find_text_calls(text, tool_keys(tools))
+    for marker in ECHO_MARKERS:
+        at = echo_at(text, marker)
+        if at >= 0:
+            return Judged(text[:at].strip(), _ECHO_REASONS[marker])
+    if not tools:
+        return Judged(text)
+    keys = tool_keys(tools)
+    found = None if calls_read else find_text_calls(text, keys)
     if found is not None:
         return Judged(found.prefix, "call_shaped")
     trailing = fenced_json(text, {}) or bare_json(text, {})
@@ -47,11 +75,29 @@ def judge_final(content: str | None, tools: Sequence[JSONObject], structured: bo
         return Judged(text)
     values, prefix = trailing
     names = {str(function_name(t)) for t in tools}
-    if all(_is_tool_definition(v, names) for v in values):
+    if all(_is_tool_definition(v, names) or _is_tool_schema(v, keys) for v in values):
         return Judged(prefix.strip(), "tool_definitions")
     if not structured and all(_is_tool_error(v) for v in values):
         return Judged(prefix.strip(), "tool_error_json")
     return Judged(text)
+
+
+def echo_at(text: str, marker: str, start: int = 0) -> int:
+    """Where an echo block starts in ``text`` (-1: none). Prose that quotes the marker (in backticks or quotes) is
+    no echo, nor is ``<tools>`` that no JSON follows."""
+    at = text.find(marker, start)
+    while at >= 0:
+        quoted = at > 0 and text[at - 1] in "`'\""
+        if not quoted and (marker != "<tools>" or _JSON_NEXT.match(text, at + len(marker))):
+            return at
+        at = text.find(marker, at + 1)
+    return -1
+
+
+_JSON_NEXT = re.compile(r"\s*(?:[\[{]|$)")
+
+judge_final = judge_answer
+"""The earlier name, when only the final call was judged."""
 
 
 def _is_tool_error(value: object) -> bool:
@@ -71,8 +117,16 @@ def _is_tool_definition(value: object, names: set[str]) -> bool:
     return function.get("name") in names and ("parameters" in function or "description" in function)
 
 
+def _is_tool_schema(value: object, keys: Mapping[str, AbstractSet[str]]) -> bool:
+    """A tool's JSON schema (``{"type": "object", "properties": {"code": ...}}``) for one of the turn's tools."""
+    if not isinstance(value, dict) or not isinstance(value.get("properties"), dict):
+        return False
+    properties = set(value["properties"])
+    return bool(properties) and any(properties == set(args) for args in keys.values() if args)
+
+
 def describe(judged: Judged) -> str:
     """The log line's words for a cut answer."""
-    return f"Final answer check: reason={judged.reason} keptChars={len(judged.content)}" + (
-        " (the fallback text answers)" if not judged.content else ""
+    return f"Answer check: reason={judged.reason} keptChars={len(judged.content)}" + (
+        " (nothing is left to show)" if not judged.content else ""
     )

@@ -3,7 +3,7 @@
 The tools offered (``next_offer``: none once tool use ended, the client's own on the last call when its
 ``tool_choice`` requires one), the ``tool_choice`` sent, the deadline it gets (less the reserve kept for the answer
 while tools are offered), the filter that holds back text that may be a call, and the reading of the reply (calls
-written as text recovered; on the final call, a text that is no answer cut to the words before it).
+written as text recovered; for every answer, a text that is no answer cut to the words before it).
 
 Usage::
 
@@ -14,9 +14,9 @@ Usage::
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
-from chatloop.engine.answers import describe, judge_final
+from chatloop.engine.answers import describe, judge_answer
 from chatloop.engine.request import function_name
 from chatloop.engine.state import TurnSetup, TurnState
 from chatloop.engine.summary import StopReason
@@ -92,19 +92,11 @@ def model_request(setup: TurnSetup, state: TurnState, offered: list[str]) -> Mod
     )
 
 
-def withdrawn_tools(setup: TurnSetup, state: TurnState, offer: Offer) -> list[JSONObject]:
-    """The turn's tools when this call is made without them after tools were in play (a guard ended tool use,
-    or the tool that answered was withdrawn): the final, tool-less call. Empty otherwise."""
-    if offer.tools or not (state.iteration > 1 or state.tools_ended or offer.withheld_by):
-        return []
-    return setup.tools.schemas(setup.builtin) + list(setup.request.client_tools)
-
-
 def text_filter(setup: TurnSetup, state: TurnState, request: ModelRequest, offer: Offer) -> TextCallFilter:
-    """Holds back what may be a call written as text; on the final call, what may be one after tools were
-    withdrawn, until ``read_reply`` has judged it."""
-    tools = request.tools or withdrawn_tools(setup, state, offer)
-    return TextCallFilter(hold_json=bool(tools), tools=tool_keys(tools or []))
+    """Holds back what may be a call written as text, or no answer, until ``read_reply`` has judged it: in a turn
+    with tools, on every call (offered or withdrawn), the JSON forms too."""
+    tools = request.tools or turn_tools(setup)
+    return TextCallFilter(hold_json=bool(tools), tools=tool_keys(tools))
 
 
 def read_reply(
@@ -115,15 +107,23 @@ def read_reply(
     offer: Offer,
     shown: str,
 ) -> Reply:
-    """The reply as the engine reads it: calls written as text recovered; on the final call, a text that is no
-    answer (a pseudo call, a tool error, the tools echoed) cut to the words before it (as they were ``shown``, so
-    the answer is what was streamed), logged."""
+    """The reply as the engine reads it: calls written as text recovered; then, for every answer (tools offered,
+    withdrawn, or none), a text that is no answer (a pseudo call, a tool error, the tools or their results echoed)
+    cut to the words before it (as they were ``shown``, so the answer is what was streamed), logged."""
     reply = read_text_calls(response, request.tools)
-    withdrawn = withdrawn_tools(setup, state, offer)
-    if withdrawn and not response.tool_calls:
-        judged = judge_final(response.content, withdrawn, structured=bool(request.response_format))
-        if judged.reason is not None:
-            logger.warning(describe(judged), extra={"iteration": state.iteration})
-            same = judged.content and shown.strip() == judged.content
-            response.content = shown if same else judged.content
-    return reply
+    if response.tool_calls:
+        return reply
+    tools = request.tools or turn_tools(setup)
+    structured = bool(request.response_format)
+    judged = judge_answer(response.content, tools, structured, calls_read=bool(request.tools))
+    if judged.reason is None:
+        return reply
+    logger.warning(describe(judged), extra={"iteration": state.iteration, "reason": judged.reason})
+    same = judged.content and shown.strip() == judged.content
+    response.content = shown if same else judged.content
+    return replace(reply, not_an_answer=judged.reason)
+
+
+def turn_tools(setup: TurnSetup) -> list[JSONObject]:
+    """Every tool of the turn, the server's and the client's, offered to this call or not."""
+    return setup.tools.schemas(setup.builtin) + list(setup.request.client_tools)

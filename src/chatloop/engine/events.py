@@ -327,14 +327,16 @@ class DecisionMade(_Payload):
 
 @dataclass(frozen=True, eq=False)
 class FallbackMade(_Payload):
-    """A chain switched models. ``discard_partial``: text already streamed by ``from_model`` is void."""
+    """A chain switched models. ``partial_kept``: ``from_model`` had already shown text, and it stays part of the
+    answer (the next model's text continues it). Also sent as ``discard_partial``, its deprecated name (it never
+    meant the text was discarded), for one release."""
 
     type: ClassVar[EventType] = EventType.MODEL_FALLBACK
     from_model: str
     to_model: str | None
     reason: str
     retry_after: float | None = None
-    discard_partial: bool = False
+    partial_kept: bool = False
     message: str = ""
 
     @classmethod
@@ -350,7 +352,8 @@ class FallbackMade(_Payload):
             "to": self.to_model,
             "reason": self.reason,
             "retry_after": self.retry_after,
-            "discard_partial": self.discard_partial,
+            "partial_kept": self.partial_kept,
+            "discard_partial": self.partial_kept,  # deprecated: the same flag under its old, misleading name
             "message": self.message,
         }
 
@@ -371,12 +374,13 @@ class TurnError(_Payload):
     message: str
     model: str | None = None
     attempts: tuple[FailedAttempt, ...] | None = None
-    discard_partial: bool | None = None
-    """Set when a model call ran out of time: whether text it had shown is void."""
+    partial_kept: bool | None = None
+    """Set when a model call ran out of time: whether it had shown text (which stays part of the answer). Also sent
+    as ``discard_partial``, its deprecated name, for one release."""
     retry_after: float | None = None
 
     @classmethod
-    def of(cls, exc: ModelError, discard_partial: bool | None = None) -> TurnError:
+    def of(cls, exc: ModelError, partial_kept: bool | None = None) -> TurnError:
         """The error event of a model failure (every attempt, when the whole chain failed)."""
         if isinstance(exc, AllModelsFailed):
             attempts = tuple(FailedAttempt(a.model, a.kind, a.message) for a in exc.attempts)
@@ -385,10 +389,10 @@ class TurnError(_Payload):
                 exc.kind,
                 exc.message,
                 attempts=attempts,
-                discard_partial=discard_partial,
+                partial_kept=partial_kept,
                 retry_after=retry_after,
             )
-        return cls(exc.kind, exc.message, model=exc.model, discard_partial=discard_partial)
+        return cls(exc.kind, exc.message, model=exc.model, partial_kept=partial_kept)
 
     @cached_property
     def data(self) -> JSONObject:
@@ -399,8 +403,9 @@ class TurnError(_Payload):
             ]
         elif self.model is not None:
             data["model"] = self.model
-        if self.discard_partial is not None:
-            data["discard_partial"] = self.discard_partial
+        if self.partial_kept is not None:
+            data["partial_kept"] = self.partial_kept
+            data["discard_partial"] = self.partial_kept  # deprecated name, kept for one release
         if self.retry_after is not None:
             data["retry_after"] = self.retry_after
         return data

@@ -6,9 +6,10 @@ or end tool use so the next call answers. Always ends with exactly one ``done`` 
 
 Text reaches the client as the model writes it (after the text-call filter's hold), and all of it is the turn's
 answer: text a model writes before calling a tool ("Let me compute that.") stays, a ``seam`` delta (a blank line)
-separates one model call's text from the next, and a fallback text is shown as deltas too. So the concatenated
-``delta`` events always equal the content of the answer in ``done``, whatever happened in between (a model that
-failed mid-answer included: its text stays, the seam follows, then the next model's answer).
+separates one model call's text from the next, and a fallback text is shown as deltas too. A call made again for
+the reply it began (a reminder, a nudge, the forced last call, the next model after a cut) continues it: what it
+repeats is not shown again (``engine.retold``). So the concatenated ``delta`` events always equal the content of the
+answer in ``done``, whatever happened in between, and each sentence is in it once.
 
 Every phase is an async stream of ``Event``s that ends with its result, the way a ``ChatModel`` stream
 ends with its ``ModelResponse``: the asking phase with the response, an acting phase with a ``TurnEnd``
@@ -58,6 +59,7 @@ from chatloop.engine.guards import BatchPlan, Disposition
 from chatloop.engine.limits import EngineLimits
 from chatloop.engine.policy import Action, Decision, DecisionInput, decide
 from chatloop.engine.request import TurnRequest
+from chatloop.engine.retold import Retold
 from chatloop.engine.state import TurnSetup
 from chatloop.engine.summary import AssistantMessage, DecisionReason, StopReason
 from chatloop.engine.textcalls import Reply
@@ -193,6 +195,7 @@ class _Turn:
         setup, state = self.setup, self.state
         request = model_request(setup, state, offer.tools)
         visible = text_filter(setup, state, request, offer)
+        retold = Retold(state.shown.said())  # a call made again for the same reply continues it
         streamed = False
         state.shown.start_call()
         response: ModelResponse | None = None
@@ -200,16 +203,18 @@ class _Turn:
             # The adapters bound their own calls; this bounds any ChatModel, so no model outlives the deadline.
             async for item in until(request.deadline, setup.model.stream(request)):
                 if isinstance(item, TextDelta):
-                    text = visible.feed(item.text)
+                    text = state.shown.unsaid(retold, visible.feed(item.text))
                     if text:
                         streamed = True
                         for piece in self._show(text):
                             yield piece
                 elif isinstance(item, ModelFallback):
                     yield state.record.fallback(item)
-                    if item.discard_partial:  # the text shown stays; the next model's follows a seam
+                    # The text shown stays; the next model's text continues it, or follows a seam.
+                    if item.discard_partial:
                         visible = text_filter(setup, state, request, offer)
-                        state.shown.new_segment = True
+                        retold = Retold(state.shown.said())
+                        state.shown.start_call()
                 elif isinstance(item, ContextFit):
                     event = self._fitted(item)
                     if event is not None:
@@ -218,14 +223,14 @@ class _Turn:
                     response = item
         except (DeadlineExceeded, TimeoutError) as exc:
             late = exc if isinstance(exc, DeadlineExceeded) else self._late()
-            # The text this call already showed stays part of the answer (the client has it); what follows is
-            # set off by a seam.
-            yield TurnError.of(late, discard_partial=streamed)
+            # The text this call already showed stays part of the answer (the client has it); the next call
+            # continues it, or follows a seam.
+            yield TurnError.of(late, partial_kept=streamed)
             return
         if response is None:
             raise Transient("the model stream ended without a response", model=setup.model.name)
         reply = read_reply(setup, state, response, request, offer, visible.released)
-        tail = visible.finish(response.content)
+        tail = state.shown.unsaid(retold, visible.finish(response.content)) + state.shown.unsaid(retold, None)
         if tail:
             for piece in self._show(tail):
                 yield piece
@@ -309,6 +314,7 @@ class _Turn:
                 loop_kind=ledger.loop,
                 deadline_near=setup.deadline.remaining() < reserve,
                 legacy_syntax=reply.unrunnable_text_call,
+                not_an_answer=reply.not_an_answer is not None,
                 text_tool_calls=len(reply.text_calls.calls) if reply.text_calls else 0,
                 text_call_format=reply.text_calls.format if reply.text_calls else None,
                 reminders_left=setup.limits.legacy_syntax_reminders - state.reminders,
@@ -346,6 +352,7 @@ class _Turn:
             # A decision that ends tool use (a second repeat) ends it where a loop in the batch's results would:
             # after the batch is answered, once.
             ends = decision.reason if decision.end_tool_use else None
+            state.shown.new_reply()
             async for event in self.executor.execute(response, plan, ends):
                 yield event
         elif action is Action.CLIENT_TOOLS:
@@ -357,7 +364,7 @@ class _Turn:
             state.nudges += 1
             state.messages.append({"role": "system", "content": prompts.EMPTY_REPLY_NUDGE})
         elif action is Action.REMIND:
-            yield self._remind(response)
+            yield self._remind(response, decision.reason)
         else:
             state.record.skipped((p.call for p in plan.calls), decision.reason)
             if action is Action.FINAL_CALL:
@@ -395,11 +402,16 @@ class _Turn:
         async for event in self.executor.execute(response, plan):
             yield event
 
-    def _remind(self, response: ModelResponse) -> Retrying:
+    def _remind(self, response: ModelResponse, reason: DecisionReason) -> Retrying:
+        """Ask again, saying what was wrong. The reply so far goes back as the assistant's words, so the model can
+        go on from it (and what it says again is not shown again: ``engine.retold``)."""
         state = self.state
         state.reminders += 1
         if response.content:
             state.messages.append({"role": "assistant", "content": response.content})
+        if reason is DecisionReason.NOT_AN_ANSWER:
+            state.messages.append({"role": "system", "content": prompts.NOT_AN_ANSWER_REMINDER})
+            return Retrying(state.reminders, "not_an_answer_reminder")
         state.messages.append({"role": "system", "content": prompts.LEGACY_SYNTAX_REMINDER})
         return Retrying(state.reminders)
 

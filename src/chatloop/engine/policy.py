@@ -63,6 +63,9 @@ class DecisionInput:
     deadline_near: bool = False
     legacy_syntax: bool = False
     """A tool call was written as text (a tag) and could not be read: the model is reminded."""
+    not_an_answer: bool = False
+    """The reply was no answer (a tool's error, the tools or their results echoed, a call no tool can run): it was
+    cut, and the model is reminded, asked without tools, or the fallback text answers."""
     text_tool_calls: int = 0
     """Calls recovered from text in this response (they are in the tool calls counted above)."""
     text_call_format: str | None = None
@@ -172,14 +175,15 @@ def decide(i: DecisionInput) -> Decision:
     calls_left = i.iteration < i.max_iterations
 
     if not i.has_tool_calls:
-        if i.legacy_syntax:
+        if i.legacy_syntax or i.not_an_answer:
+            why = R.LEGACY_SYNTAX if i.legacy_syntax else R.NOT_AN_ANSWER
             if i.final_call_made:
-                # The call without tools was made and the model still wrote a tag (it may be quoting one in
-                # prose): what is left of its text is the answer; asking again would run the turn to the cap.
-                return answer_or_fallback(R.LEGACY_SYNTAX)
+                # The call without tools was made and the model still wrote no answer: what is left of its text
+                # (the words before the call or the echo) is the answer; asking again would run the turn to the cap.
+                return answer_or_fallback(why)
             if not calls_left:
-                return made(Action.FALLBACK, R.LEGACY_SYNTAX)
-            return made(Action.REMIND if i.reminders_left > 0 else Action.FINAL_CALL, R.LEGACY_SYNTAX)
+                return answer_or_fallback(why) if i.not_an_answer else made(Action.FALLBACK, why)
+            return made(Action.REMIND if i.reminders_left > 0 else Action.FINAL_CALL, why)
         if i.client_tool_required and not i.final_call_made:
             return made(Action.FINAL_CALL, R.CLIENT_TOOL_REQUIRED)
         if i.content_length == 0:

@@ -18,6 +18,7 @@ FINAL_ANSWER_NOTES = {
     DecisionReason.JS_ALREADY_SUCCEEDED: "{answered} already returned a result for this question.",
     DecisionReason.DEADLINE: "There is no time left for more tool calls.",
     DecisionReason.LEGACY_SYNTAX: "Tool calls written as text cannot be run.",
+    DecisionReason.NOT_AN_ANSWER: "Repeating tool output or tool definitions is not an answer.",
     DecisionReason.CLIENT_TOOL_REQUIRED: "Your reply must be a tool call, not plain text.",
 }
 
@@ -27,6 +28,12 @@ LEGACY_SYNTAX_REMINDER = (
     "Your previous reply wrote a tool call as text (like <tool_call> or <function=...>), which cannot be run. If you need a "
     "tool, answer with a tool call in the official function-calling format with valid JSON arguments and no "
     "extra text; otherwise answer the user in plain text."
+)
+
+NOT_AN_ANSWER_REMINDER = (
+    "Your previous reply repeated tool output or the tool definitions instead of answering. If you need a tool, "
+    "call it in the official function-calling format; otherwise answer the user's question in plain text, "
+    "continuing from what you already said."
 )
 
 STOP_PHRASES = {

@@ -23,6 +23,7 @@ from chatloop.engine.limits import EngineLimits
 from chatloop.engine.messages import Message, tool_call_ids
 from chatloop.engine.record import TurnRecord
 from chatloop.engine.request import TurnRequest
+from chatloop.engine.retold import Retold
 from chatloop.engine.summary import DecisionReason, StopReason
 from chatloop.providers.base import ChatModel
 from chatloop.tools.base import ToolRegistry
@@ -144,9 +145,32 @@ class ShownText:
     """The next text shown starts a new model call's text (a seam goes before it)."""
     call_shown: bool = False
     """Whether the current model call has shown any text."""
+    reply: list[str] = field(default_factory=list)
+    """Each model call's text (seams aside) since the reply began: since the turn started or tools last ran. A call
+    made again for the same reply (a reminder, a nudge, the forced last call, the next model after a cut) is
+    compared with it, so what was said is not said again (``engine.retold``)."""
 
     def start_call(self) -> None:
         self.new_segment, self.call_shown = True, False
+        self.reply.append("")
+
+    def new_reply(self) -> None:
+        """Tools ran: the next call answers from their results, a new reply."""
+        self.reply = []
+
+    def said(self) -> list[str]:
+        """The reply's text so far, one entry per model call that showed some."""
+        return [text for text in self.reply if text]
+
+    def unsaid(self, retold: Retold, text: str | None) -> str:
+        """What of a call's visible ``text`` is not a repeat of what its reply already said (None: the call ended).
+        A continuation follows what was said without a seam; text the call did not show again counts as shown."""
+        out = retold.feed(text) if text is not None else retold.finish()
+        if retold.dropped:
+            self.call_shown = True
+            if retold.continues:
+                self.new_segment = False
+        return out
 
     def show(self, text: str, iteration: int) -> list[Delta]:
         """``text`` as ``delta`` events, after a seam when it starts a new model call's text."""
@@ -159,6 +183,10 @@ class ShownText:
                 events.append(Delta(seam, iteration, seam=True))
         self.pieces.append(text)
         self.call_shown = True
+        if self.reply:
+            self.reply[-1] += text
+        else:
+            self.reply.append(text)
         events.append(Delta(text, iteration))
         return events
 

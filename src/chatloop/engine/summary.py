@@ -61,6 +61,7 @@ class DecisionReason(StrEnum):
     BUDGET_EXHAUSTED = "budget_exhausted"
     INVALID_TOOL_CALLS = "invalid_tool_calls"
     LEGACY_SYNTAX = "legacy_syntax"
+    NOT_AN_ANSWER = "not_an_answer"
     EMPTY_REPLY = "empty_reply"
     CLIENT_TOOLS = "client_tools"
     CLIENT_TOOL_REQUIRED = "client_tool_required"

@@ -31,6 +31,8 @@ class Reply:
     """Calls recovered from the content (now also in ``response.tool_calls``)."""
     unrunnable_text_call: bool = False
     """A tagged call was written as text but could not be read: it was cut from the content."""
+    not_an_answer: str | None = None
+    """Why the text was no answer (``engine.answers``: a tool's error, the tools echoed, ...): it was cut."""
 
 
 def read_text_calls(response: ModelResponse, tools: Sequence[JSONObject] | None) -> Reply:

@@ -7,6 +7,8 @@ be the start of such a call, in any format the parser recovers: the openers come
 everything until the response is judged; ``finish()`` then releases what the content turned out to be.
 
 - tags (``<tool_call>``, ``<|python_tag|>``, ``<function=``): always held, a partial tag waits for the next piece;
+- echo blocks (``<tools>`` before JSON, ``RAW TOOL RESULTS:``; ``engine.answers.ECHO_MARKERS``): always held, as
+  they are never an answer; a marker's first characters at the end of the text wait for the next piece;
 - a ```` ``` ```` fence for json (or no language): held; another language is released after its first line;
 - while tools are offered (or were, on the final call): a reply that starts with ``{``/``[`` or with an offered
   tool's name is held; a ``{``/``[`` later on (among the first ``MAX_JSON_STARTS``, as the parser reads them) waits
@@ -28,6 +30,7 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable
 
+from chatloop.engine.answers import ECHO_MARKERS, echo_at
 from chatloop.providers.textcalls import FORMATS, MAX_JSON_STARTS
 
 _FENCE_FOR_CALLS = {"", "json", "tool_call", "tool_code"}
@@ -129,7 +132,13 @@ class TextCallFilter:
         return rest if self.fed.startswith(rest, self.shown) else ""
 
     def _scan(self, pending: str) -> tuple[int, bool]:
-        """``(how much of pending may be shown, whether to hold everything after it)``."""
+        """``(how much of pending may be shown, whether to hold everything after it)``: the first place a call or
+        an echo block (``engine.answers.ECHO_MARKERS``) may start."""
+        cut, hold = self._scan_calls(pending)
+        echo, sure = _echo(pending[:cut], partial=cut == len(pending))
+        return (echo, sure) if echo is not None else (cut, hold)
+
+    def _scan_calls(self, pending: str) -> tuple[int, bool]:
         first = len(pending) - len(pending.lstrip())  # where the text starts, if nothing was shown yet
         starting = self.hold_json and not self.spoke and first < len(pending)
         if starting and pending[first] not in "<`{[":
@@ -236,6 +245,19 @@ class TextCallFilter:
             if not after.strip():
                 return "maybe", 1
         return "no", len(name)
+
+
+def _echo(text: str, partial: bool) -> tuple[int | None, bool]:
+    """Where an echo block starts in ``text`` (held from there: ``True``), or may start once more text comes (with
+    ``partial``, a marker's beginning at the end: ``False``), or None."""
+    found = [at for at in (echo_at(text, m) for m in ECHO_MARKERS) if at >= 0]
+    if found:
+        return min(found), True
+    for marker in ECHO_MARKERS if partial else ():
+        for size in range(min(len(marker), len(text)), 0, -1):
+            if text.endswith(marker[:size]):
+                return len(text) - size, False
+    return None, False
 
 
 _KNOWN_KINDS = frozenset({"tag", "fence", "json", "name"})

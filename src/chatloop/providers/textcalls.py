@@ -19,6 +19,12 @@ Only text that *is*, or *ends with*, a call counts (the text before it is kept a
 an object shaped like a call: a ``name`` with ``arguments``/``parameters``, or an offered tool's name with only
 that tool's argument keys. A JSON answer (``{"name": "Alice", "age": 30}``) is not a call.
 
+Near misses run (``chatloop.providers.nearjson``): JSON with raw newlines in the code, a trailing comma, single
+quotes or a missing closing brace is repaired; so are the shapes small models use for an offered tool (``function``
+or ``tool`` for the name, ``args``/``input`` for the arguments, the code given as a bare string where the tool has one
+required argument). A tag that prose quotes (in backticks or quotes, or not followed by a call) is prose: it is
+neither a call nor cut out.
+
 Usage::
 
     found = find_text_calls(content, {"execute_javascript": {"code", "timeout_seconds"}})
@@ -28,17 +34,33 @@ Usage::
 
 from __future__ import annotations
 
+import itertools
 import json
 import re
 import uuid
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Set
 from dataclasses import dataclass
 
 from chatloop.jsontypes import JSONObject, JSONValue
+from chatloop.providers import nearjson
 from chatloop.providers.base import ToolCall
 
-ToolKeys = Mapping[str, set[str]]
-"""Offered tool name -> the argument names its schema declares."""
+ToolKeys = Mapping[str, Set[str]]
+"""Offered tool name -> the argument names its schema declares (``ArgNames`` also knows the required ones)."""
+
+
+class ArgNames(frozenset[str]):
+    """A tool's argument names, and the one argument a bare value stands for (its only required one), if any."""
+
+    sole_required: str | None = None
+
+    @classmethod
+    def of(cls, names: Iterable[str], required: Iterable[str] = ()) -> ArgNames:
+        made = cls(names)
+        needed = [r for r in required if r in made]
+        made.sole_required = needed[0] if len(needed) == 1 else None
+        return made
+
 
 _HERMES = re.compile(r"<tool_call>\s*(.*?)\s*(?:</tool_call>|$)", re.DOTALL)
 _PYTHON_TAG = re.compile(r"<\|python_tag\|>")
@@ -50,12 +72,20 @@ _FUNCTION_TAG_WHOLE = re.compile(
 _FENCED = re.compile(
     r"```[ \t]*(?:json|tool_call|tool_code)?[ \t]*\n(.*?)\n?[ \t]*```\s*$", re.DOTALL | re.IGNORECASE
 )
+_FUNCTION_END = re.compile(r"</\s*function\s*>|<\s*function\s*=", re.IGNORECASE)
 _NAME_THEN_JSON = re.compile(r"^\s*([A-Za-z_][\w.\-]*)\s*(?=\{)")
 _ANY_TAG = re.compile(
     r"<tool_call>.*?(?:</tool_call>|$)|<\|python_tag\|>.*$|" + _FUNCTION_TAG_WHOLE.pattern,
     re.IGNORECASE | re.DOTALL,
 )
+_QUOTED_BEFORE = frozenset("`'\"\u201c\u2018")
+_CALL_PAYLOAD = re.compile(r"\s*(?:$|[{\[]|[A-Za-z_][\w.\-]*\s*[({])")
+"""What follows a tag that starts a real call: JSON, ``name(``/``name{``, or nothing yet (the reply was cut)."""
+_NAME_KEYS = ("name", "function", "tool", "tool_name")
+_ARGUMENT_KEYS = ("arguments", "parameters", "args", "input", "tool_input")
 _MAY_HOLD_A_CALL = re.compile(r"[<{\[]")
+_NON_SPACE = re.compile(r"\S")
+_BRACKET = re.compile(r"[{\[]")
 """Every format needs one of these: prose without them is not parsed at all."""
 MAX_JSON_STARTS = 64
 """Candidate starts tried for a trailing JSON value: bounds the work on a long answer full of braces (and the stream
@@ -92,22 +122,39 @@ def find_text_calls(text: str, tools: ToolKeys, *, offered_only: bool = False) -
 
 
 def has_tag_call(text: str) -> bool:
-    """Whether ``text`` holds a tag that only ever starts a call written as text (even a malformed one)."""
-    return bool(text) and _ANY_TAG.search(text) is not None
+    """Whether ``text`` holds a tag that starts a call written as text (even a malformed one), not one prose quotes."""
+    return bool(text) and any(not quoted_tag(text, m.start()) for m in _ANY_TAG.finditer(text))
 
 
 def strip_tag_calls(text: str) -> str:
-    """``text`` without any tagged pseudo-call (and whatever follows an unclosed one)."""
-    return _ANY_TAG.sub("", text).strip()
+    """``text`` without any tagged pseudo-call (and whatever follows an unclosed one); quoted tags stay."""
+    return _ANY_TAG.sub(lambda m: m.group() if quoted_tag(text, m.start()) else "", text).strip()
 
 
-def tool_keys(schemas: Iterable[Mapping[str, JSONValue]]) -> dict[str, set[str]]:
+def quoted_tag(text: str, at: int) -> bool:
+    """Whether the tag at ``text[at]`` is prose quoting it: in inline code or quotes (``In Hermes format a call
+    looks like `<tool_call>…```), or named without a call after it (``Groq's <function=name> syntax``)."""
+    line_start = text.rfind("\n", 0, at) + 1
+    if at > 0 and text[at - 1] in _QUOTED_BEFORE:
+        return True
+    if text.count("`", line_start, at) % 2 == 1 and "```" not in text[line_start:at]:
+        return True  # inside an inline code span
+    function = _FUNCTION_TAG.match(text, at)
+    after = function.end() if function else text.find(">", at) + 1
+    return after > 0 and _CALL_PAYLOAD.match(text, after) is None
+
+
+def tool_keys(schemas: Iterable[Mapping[str, JSONValue]]) -> dict[str, Set[str]]:
     """``ToolKeys`` from OpenAI tool definitions."""
-    keys: dict[str, set[str]] = {}
+    keys: dict[str, Set[str]] = {}
     for schema in schemas:
         function = _object(schema.get("function"))
-        properties = _object(_object(function.get("parameters")).get("properties"))
-        keys[str(function.get("name"))] = set(properties)
+        parameters = _object(function.get("parameters"))
+        required = parameters.get("required")
+        names = required if isinstance(required, list) else []
+        keys[str(function.get("name"))] = ArgNames.of(
+            _object(parameters.get("properties")), (n for n in names if isinstance(n, str))
+        )
     return keys
 
 
@@ -148,7 +195,11 @@ def function_tag(text: str, tools: ToolKeys) -> Found | None:
         try:
             arguments, end = decoder.raw_decode(text, match.end())
         except ValueError:
-            raw.append(None)
+            segment = _FUNCTION_END.search(text, match.end())
+            stop = segment.start() if segment else len(text)
+            fixed = nearjson.repaired(text[match.end() : stop].rstrip().removesuffix(">"))
+            raw.append({"name": match.group(1), "arguments": fixed} if fixed is not None else None)
+            end = stop
             continue
         raw.append({"name": match.group(1), "arguments": arguments})
     rest = re.sub(r"^\s*>?\s*(?:</\s*function\s*>)?", "", text[end:], flags=re.IGNORECASE)
@@ -168,15 +219,20 @@ def fenced_json(text: str, tools: ToolKeys) -> Found | None:
 
 
 def bare_json(text: str, tools: ToolKeys) -> Found | None:
-    """A JSON object or list the text ends with (the whole text, or after some words)."""
+    """A JSON object or list the text ends with (the whole text, or after some words); a near miss is repaired when
+    it starts the text or a line."""
     decoder = json.JSONDecoder()
-    starts = [m.start() for m in re.finditer(r"[{\[]", text)][:MAX_JSON_STARTS]
+    starts = [m.start() for m in itertools.islice(_BRACKET.finditer(text), MAX_JSON_STARTS)]
     for start in starts:
         try:
             value, end = decoder.raw_decode(text, start)
         except ValueError:
+            if start == 0 or text[start - 1] == "\n" or not text[:start].strip():
+                fixed = nearjson.repaired(text[start:])
+                if fixed is not None:
+                    return (fixed if isinstance(fixed, list) else [fixed]), text[:start]
             continue
-        if not text[end:].strip():
+        if not _NON_SPACE.search(text, end):  # (no copy of the rest: a long answer has many candidates)
             return (value if isinstance(value, list) else [value]), text[:start]
     return None
 
@@ -190,7 +246,8 @@ def name_json(text: str, tools: ToolKeys) -> Found | None:
     try:
         arguments, end = json.JSONDecoder().raw_decode(stripped, match.end())
     except ValueError:
-        return None
+        fixed = nearjson.repaired(stripped[match.end() :])
+        return None if fixed is None else ([{"name": match.group(1), "arguments": fixed}], "")
     if stripped[end:].strip():
         return None
     return [{"name": match.group(1), "arguments": arguments}], ""
@@ -261,22 +318,41 @@ def _as_call(item: JSONValue, tools: ToolKeys) -> tuple[str, JSONObject, bool] |
         item = function  # OpenAI's own tool_calls entry, written out as text
     name = item.get("name")
     if not isinstance(name, str) or not name:
-        return None
+        return _as_aliased_call(item, tools)
     for key in ("arguments", "parameters"):
         if key in item and set(item) <= {"name", key, "id", "type"}:
-            arguments = item[key]
-            if isinstance(arguments, str):
-                arguments = _json_or_none(arguments)
-            return (name, arguments, False) if isinstance(arguments, dict) else None
+            arguments = _arguments(item[key], tools.get(name))
+            return (name, arguments, False) if arguments is not None else None
     rest = {k: v for k, v in item.items() if k != "name"}
     if name in tools and rest and set(rest) <= tools[name]:
         return name, rest, True  # flat: the tool's own argument keys beside its name
     return None
 
 
-def _json_or_none(text: str) -> JSONValue:
-    try:
-        value: JSONValue = json.loads(text)
-    except ValueError:
+def _as_aliased_call(item: JSONObject, tools: ToolKeys) -> tuple[str, JSONObject, bool] | None:
+    """``{"function"|"tool"|"tool_name": f, "args"|"input"|...: {...}}`` for an offered tool ``f`` only: other
+    JSON with such keys is an answer."""
+    names = [item[k] for k in _NAME_KEYS if isinstance(item.get(k), str)]
+    keys = [k for k in _ARGUMENT_KEYS if k in item]
+    if len(names) != 1 or len(keys) != 1 or names[0] not in tools or len(item) != 2:
         return None
-    return value
+    name = str(names[0])
+    arguments = _arguments(item[keys[0]], tools[name])
+    return (name, arguments, False) if arguments is not None else None
+
+
+def _arguments(value: JSONValue, keys: Set[str] | None) -> JSONObject | None:
+    """A call's arguments as an object: given as one, as a JSON string (repaired when it is a near miss), or as
+    the bare value of a tool's one required argument (``"arguments": "console.log(1)"``)."""
+    if isinstance(value, str):
+        parsed = _json_or_none(value)
+        if parsed is None and value.strip() and not value.lstrip().startswith(("{", "[")):
+            sole = getattr(keys, "sole_required", None)
+            return {sole: value} if sole else None
+        value = parsed
+    return value if isinstance(value, dict) else None
+
+
+def _json_or_none(text: str) -> JSONValue:
+    """Strict JSON, or a near miss repaired (``nearjson``); None otherwise."""
+    return nearjson.loads(text)

@@ -127,8 +127,8 @@ class Turn {
   }
 
   on_model_fallback(data) {
-    // Text already shown stays (it is part of the answer the server records); the next model's text follows a seam.
-    const cut = data.discard_partial ? " The text above was cut off." : "";
+    // Text already shown stays (it is part of the answer the server records); the next model's text continues it.
+    const cut = data.partial_kept ? " The text above was cut off; the next model continues it." : "";
     this.note(`${data.from} could not answer (${data.reason}); ${data.to ? `trying ${data.to}` : "no model left"}.${cut}`);
   }
 
