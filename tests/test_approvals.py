@@ -35,6 +35,13 @@ def docs():
         yield server
 
 
+def said(tool_message: str) -> str:
+    """What a tool message says, in the model's own words (a model answers from a result; it does not paste the
+    tool's JSON, which the answer check would not show)."""
+    body = json.loads(tool_message)
+    return str(body.get("result", body.get("error", tool_message)))
+
+
 def searcher(tool: str) -> ScriptedModel:
     """Calls ``tool`` while it is offered and no tool message answers the last user message; then answers with
     what the tool message said (a result, or the denial)."""
@@ -46,7 +53,7 @@ def searcher(tool: str) -> ScriptedModel:
         if tool in offered(request) and not results:
             return ModelResponse("", "", [call(tool, {"query": "approvals"}, id=f"call_{n}")], "tool_calls")
         return ModelResponse(
-            "", f"Answer from: {results[-1] if results else 'nothing'}", finish_reason="stop"
+            "", f"Answer from: {said(results[-1]) if results else 'nothing'}", finish_reason="stop"
         )
 
     return ScriptedModel(script)
@@ -360,7 +367,7 @@ def calculator() -> ScriptedModel:
         results = [m["content"] for m in messages[last_user:] if m["role"] == "tool"]
         if "execute_javascript" in offered(request) and not results:
             return ModelResponse("", "", [js("return 6 * 7", id=f"call_{n}")], "tool_calls")
-        return ModelResponse("", f"Result: {results[-1] if results else 'none'}", finish_reason="stop")
+        return ModelResponse("", f"Result: {said(results[-1]) if results else 'none'}", finish_reason="stop")
 
     return ScriptedModel(script)
 
