@@ -12,13 +12,14 @@ ROOT = Path(__file__).resolve().parent.parent
 
 @pytest.mark.slow
 def test_bench_smoke_run(tmp_path):
-    subprocess.run(
+    run = subprocess.run(
         [sys.executable, "-m", "bench", "--quick", "--out", str(tmp_path)],
         cwd=ROOT,
-        check=True,
         capture_output=True,
+        text=True,
         timeout=240,
     )
+    assert run.returncode == 0, run.stderr[-4000:]  # the bench's own traceback, not only its exit status
     report = (tmp_path / "RESULTS.md").read_text()
     for section in (
         "## 1. Scenarios",

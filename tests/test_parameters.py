@@ -101,7 +101,7 @@ def test_responses_reasoning_and_verbosity_map_to_the_models_parameters(upstream
         ("/v1/chat/completions", chat(functions=[{"name": "f"}]), "functions"),
         ("/v1/chat/completions", chat(modalities=["text", "audio"]), "modalities"),
         ("/v1/chat/completions", chat(temperatur=0.1), "temperatur"),
-        ("/v1/responses", {"input": "hi", "background": True}, "background"),
+        ("/v1/responses", {"input": "hi", "background": True, "store": False}, "background"),
         ("/v1/responses", {"input": "hi", "prompt": {"id": "pmpt_1"}}, "prompt"),
         ("/v1/responses", {"input": "hi", "include": ["message.output_text.logprobs"]}, "include"),
         ("/v1/responses", {"input": "hi", "reasoning": {"summary": "auto"}}, "reasoning.summary"),
