@@ -533,3 +533,19 @@ def test_a_background_response_is_metered_for_its_caller_and_gives_its_slot_back
     assert done.status == "completed" and done.output_text == "Hi there!"
     used = usage_of(server)["usage"]
     assert used["tokens_today"] == 25 and used["running_turns"] == 0 and used["tokens_reserved_today"] == 0
+
+
+def test_a_spent_quota_refuses_compact_too_with_no_model_call(serve, fake_llm):
+    """``/v1/responses/compact`` calls a model of the chain: a caller whose day is spent gets the 429 every other
+    model-calling route gives, not a free summary; within budget, the summary's usage is counted."""
+    server = serve(budget_tokens_per_day=50_000)
+    compact = {"model": "chatloop", "input": [{"role": "user", "content": "hello"}]}
+    answer = httpx.post(f"{server.base_url}/responses/compact", json=compact, headers={"x-api-key": "alice"})
+    assert answer.status_code == 200, answer.text
+    assert usage_of(server)["usage"]["tokens_today"] == 25  # the summary's reported usage (20 + 5)
+    fake_llm.script(FIRST, text(FIRST, "A long answer.", usage=(60_000, 5)))
+    sdk(server).chat.completions.create(model="chatloop", messages=HELLO, max_tokens=50)
+    calls = len(fake_llm.requests)
+    answer = httpx.post(f"{server.base_url}/responses/compact", json=compact, headers={"x-api-key": "alice"})
+    assert answer.status_code == 429 and answer.json()["error"]["code"] == "insufficient_quota"
+    assert len(fake_llm.requests) == calls

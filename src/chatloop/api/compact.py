@@ -37,8 +37,11 @@ class CompactBody(ResponsesBody):
 
 async def compact(request: Request) -> Response:
     from chatloop.api import stored
-    from chatloop.api.compaction import compaction_item, open_items
+    from chatloop.api.compaction import compaction_item, open_items, summary_request
     from chatloop.api.responses import _usage, conversation_of, current_items
+    from chatloop.api.serve import budgeted
+    from chatloop.engine import TurnRequest
+    from chatloop.tools.base import ToolRegistry
 
     ctx = RequestContext.of(request)
     runtime = ctx.runtime
@@ -48,8 +51,11 @@ async def compact(request: Request) -> Response:
     await open_items(ctx, items)
     messages = conversation(conversation_of(body, keeping.history), runtime.settings.max_messages)
     model = model_for(runtime, runtime.settings.compaction_model or body.model, openai=True)
+    # The summary is a model call like any turn's: admitted by the caller's budget (a 429 before it), metered.
+    asked = TurnRequest(messages=summary_request(messages), tool_names=[])
+    metered = await budgeted(ctx, asked, model, ToolRegistry([]))
     try:
-        item, usage, _ = await compaction_item(ctx, model, messages)
+        item, usage, _ = await compaction_item(ctx, metered, messages)
     except ModelError as exc:
         raise RequestError(503, "compaction_failed", f"no model could write the summary: {exc}") from None
     created = int(time.time())

@@ -37,13 +37,12 @@ from chatloop.api.errors import RequestError
 from chatloop.engine.messages import Message
 from chatloop.jsontypes import JSONObject
 from chatloop.observability import logger
-from chatloop.providers.base import ModelRequest, ModelResponse, Usage
+from chatloop.providers.base import ChatModel, ModelRequest, ModelResponse, Usage
 
 if TYPE_CHECKING:
     from chatloop.api.context import RequestContext
     from chatloop.api.response_schemas import ResponsesBody
     from chatloop.api.response_types import CompactionItem
-    from chatloop.providers.chain import FallbackChain
 
 PURPOSE = "compaction"
 FORMAT = 1
@@ -161,13 +160,15 @@ def transcript(messages: Sequence[Message]) -> str:
     return whole[-MAX_TRANSCRIPT_CHARS:]
 
 
-async def summarize(ctx: RequestContext, model: FallbackChain, messages: Sequence[Message]) -> ModelResponse:
+def summary_request(messages: Sequence[Message]) -> list[Message]:
+    """What the summarizing call sends: the prompt, then the transcript of ``messages``."""
+    return [{"role": "system", "content": SUMMARY_PROMPT}, {"role": "user", "content": transcript(messages)}]
+
+
+async def summarize(ctx: RequestContext, model: ChatModel, messages: Sequence[Message]) -> ModelResponse:
     """One call of the chain: the summary of ``messages`` (a ``ModelError`` when no model could write it)."""
     request = ModelRequest(
-        messages=[
-            {"role": "system", "content": SUMMARY_PROMPT},
-            {"role": "user", "content": transcript(messages)},
-        ],
+        messages=summary_request(messages),
         deadline=ctx.deadline.minus(ctx.runtime.settings.deadline_reserve_seconds),
     )
     response: ModelResponse | None = None
@@ -182,7 +183,7 @@ async def summarize(ctx: RequestContext, model: FallbackChain, messages: Sequenc
 
 
 async def compaction_item(
-    ctx: RequestContext, model: FallbackChain, messages: Sequence[Message]
+    ctx: RequestContext, model: ChatModel, messages: Sequence[Message]
 ) -> tuple[CompactionItem, Usage, CompactionInput]:
     """A sealed ``compaction`` item summarizing ``messages``, what the summary cost, and the item as input (open)."""
     from chatloop.store.model import new_id
