@@ -549,3 +549,24 @@ def test_a_spent_quota_refuses_compact_too_with_no_model_call(serve, fake_llm):
     answer = httpx.post(f"{server.base_url}/responses/compact", json=compact, headers={"x-api-key": "alice"})
     assert answer.status_code == 429 and answer.json()["error"]["code"] == "insufficient_quota"
     assert len(fake_llm.requests) == calls
+
+
+def test_a_spent_quota_refuses_a_turn_past_its_compact_threshold_before_the_summary_is_written(
+    serve, fake_llm
+):
+    """A turn whose input is past ``compact_threshold`` is compacted before it runs: that summary is a model call
+    like the turn's own, so a caller whose day is spent gets the 429 before it, not a free summary."""
+    server = serve(budget_tokens_per_day=50_000)
+    fake_llm.script(FIRST, text(FIRST, "A long answer.", usage=(60_000, 5)))
+    sdk(server).chat.completions.create(model="chatloop", messages=HELLO, max_tokens=50)
+    calls = len(fake_llm.requests)
+    body = {
+        "model": "chatloop",
+        "input": "word " * 3000 + "and now a question?",
+        "store": False,
+        "max_output_tokens": 50,
+        "context_management": [{"type": "compaction", "compact_threshold": 1000}],
+    }
+    answer = httpx.post(f"{server.base_url}/responses", json=body, headers={"x-api-key": "alice"}, timeout=20)
+    assert answer.status_code == 429 and answer.json()["error"]["code"] == "insufficient_quota"
+    assert len(fake_llm.requests) == calls

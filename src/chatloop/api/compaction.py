@@ -247,15 +247,27 @@ async def past(
     """``messages`` compacted when they are estimated past ``threshold`` tokens (0: never), by COMPACTION_MODEL's
     chain or ``model_name``'s; None below it or when no model could write the summary (logged)."""
     from chatloop.api.checks import model_for
+    from chatloop.api.ratelimit import TURN_KEY, AdmittedTurn
+    from chatloop.api.serve import budgeted
+    from chatloop.engine import TurnRequest
     from chatloop.providers.errors import ModelError
     from chatloop.providers.tokens import raw_tokens
+    from chatloop.tools.base import ToolRegistry
 
     if not threshold or raw_tokens(list(messages), None) <= threshold:
         return None
     model = model_for(ctx.runtime, ctx.runtime.settings.compaction_model or model_name, openai=openai)
+    # The summary is a model call: admitted by the caller's budget (a 429 before it) and metered, then its
+    # admission given back at once (the turn's own admission follows, on the compacted conversation).
+    asked = TurnRequest(messages=summary_request(messages), tool_names=[])
+    metered = await budgeted(ctx, asked, model, ToolRegistry([]))
+    admitted = ctx.request.scope.pop(TURN_KEY, None)
     try:
-        item, _, given = await compaction_item(ctx, model, messages)
+        item, _, given = await compaction_item(ctx, metered, messages)
     except ModelError as exc:
         logger.warning(f"Compaction failed; the turn goes on uncompacted: {exc}")
         return None
+    finally:
+        if isinstance(admitted, AdmittedTurn):
+            await admitted.finish()
     return item, given
