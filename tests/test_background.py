@@ -245,3 +245,30 @@ def test_a_background_responses_end_is_a_webhook_the_openai_sdk_verifies(tmp_pat
         openai.OpenAI(
             api_key="unused", webhook_secret="whsec_" + base64.b64encode(b"x" * 32).decode()
         ).webhooks.unwrap(body, headers)
+
+
+def test_a_background_turn_refused_when_its_worker_runs_it_fails_with_its_webhook(tmp_path, monkeypatch):
+    """The worker's turn can be refused before it starts (here the caller's budget; or its history deleted
+    meanwhile): the response fails, and a client that waits for webhooks hears so, as for any other ending."""
+    import base64
+
+    from chatloop.api import webhooks
+
+    sent: list[bytes] = []
+    monkeypatch.setattr(webhooks, "_send", lambda request: sent.append(request.data) or 200)
+    settings = Settings(
+        conversation_store_path=str(tmp_path / "refused.sqlite3"),
+        budget_tokens_per_day=1,
+        webhook_url="http://127.0.0.1:9/hooks",
+        webhook_secret="whsec_" + base64.b64encode(b"a webhook secret of 32 bytes....").decode(),
+    )
+    model = Writer()
+    with app_server(settings, model=model, registry=ToolRegistry()) as server:
+        sdk = client(server)
+        created = sdk.responses.create(model="chatloop", input="over budget", background=True)
+        assert poll(sdk, created.id, {"completed", "failed", "cancelled", "incomplete"}).status == "failed"
+        deadline = time.monotonic() + 10
+        while not sent:
+            assert time.monotonic() < deadline, "no webhook for the failed response"
+            time.sleep(0.05)
+    assert json.loads(sent[0])["type"] == "response.failed" and model.calls == []

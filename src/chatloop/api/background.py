@@ -208,6 +208,9 @@ async def run_worker(app: Starlette, event: Mapping[str, Any], seconds_left: flo
         failure: JSONObject = {"code": error.code, "message": error.message}
         await end_response(store, owner, rid, stored, "failed", call_deadline(), error=failure)
         await runs.move(owner, rid, rid, {"in_progress"}, "failed", call_deadline())
+        from chatloop.api.webhooks import notify
+
+        await notify(runtime.settings, rid, "failed")  # an ending like any other: its webhook is sent
         return {"ran": True, "status": "failed"}
     if isinstance(response, StreamingResponse):
         async for _ in response.body_iterator:  # the journal, not this stream, is what clients read
