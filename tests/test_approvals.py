@@ -535,3 +535,36 @@ def test_an_approval_answered_in_a_background_response_runs_once_in_its_worker(c
     assert done.status == "completed", done
     assert next(o for o in done.output if o.type == "mcp_call").approval_request_id == request.id
     assert docs.calls == [*before, "approvals"]  # claimed when queued, run once by the worker
+
+
+def test_an_approval_refused_by_the_budget_is_not_used_up_and_runs_once_the_budget_renews(tmp_path, docs):
+    """The answer's turn refused (429, nothing run) leaves the approval unused: sent again once the budget allows,
+    it runs, once."""
+    from chatloop.store.budget_sqlite import SQLiteLedger
+
+    path = tmp_path / "store.sqlite3"
+    settings = Settings(
+        conversation_store_path=str(path), mcp_allowed_urls=f"{docs.root}/", budget_requests_per_minute=1
+    )
+    now = [1_800_000_000.0]
+    with app_server(settings, model=searcher("client__search"), registry=ToolRegistry(), keys=KEYS) as server:
+        server.runtime.budgets().ledger_ = SQLiteLedger(path, lambda: now[0])
+        asked = ask(server, docs)
+        request = next(o for o in asked.output if o.type == "mcp_approval_request")
+        body = {
+            "previous_response_id": asked.id,
+            "input": [answer(request.id, True)],
+            "tools": [mcp_tool(docs)],
+        }
+        sdk = client(server).with_options(max_retries=0)
+        before = list(docs.calls)
+        with pytest.raises(openai.RateLimitError):
+            sdk.responses.create(model="chatloop", **body)
+        assert docs.calls == before
+        now[0] += 61
+        done = sdk.responses.create(model="chatloop", **body)
+        assert next(o for o in done.output if o.type == "mcp_call").approval_request_id == request.id
+        assert docs.calls == [*before, "approvals"]
+        now[0] += 61
+        with pytest.raises(openai.BadRequestError, match="already answered"):
+            sdk.responses.create(model="chatloop", **body)

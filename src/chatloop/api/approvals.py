@@ -256,3 +256,16 @@ async def _claim(ctx: RequestContext, ids: Sequence[str]) -> list[bool]:
     deadline = ctx.store_deadline()
     with store_errors():
         return [await store.claim(ctx.caller, f"apr_{rid}", deadline) for rid in ids]
+
+
+async def release(ctx: RequestContext, answers: Sequence[ApprovalAnswer]) -> None:
+    """Give back the claims of ``answers`` whose turn was refused before anything ran (a budget's 429): each
+    answer may be sent again, and is still used once."""
+    from chatloop.api.conversations import store_errors
+
+    if not answers or ctx.caller is None:
+        return
+    store = ctx.runtime.conversations()
+    with store_errors():
+        for answer in answers:
+            await store.release(ctx.caller, f"apr_{answer.call.id}", ctx.store_deadline())

@@ -75,7 +75,13 @@ async def budgeted(
         return model
     from chatloop.api.budgets import admit
 
-    return await admit(ctx, turn, model, registry)
+    try:
+        return await admit(ctx, turn, model, registry)
+    except RequestError:  # refused before anything ran: the approvals it answers are not used up
+        from chatloop.api.approvals import release
+
+        await release(ctx, turn.approvals)
+        raise
 
 
 def turn_events(

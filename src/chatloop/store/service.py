@@ -290,6 +290,12 @@ class Store:
             raise
         return True
 
+    async def release(self, owner: str, claim_id: str, deadline: Deadline) -> None:
+        """Give back a use ``claim`` recorded for something that then did not happen (its turn refused before
+        anything ran): the next ``claim`` of ``claim_id`` is the first again."""
+        if await self._read(owner, claim_id, "claim", deadline) is not None:
+            await self._run(deadline, self.backend.delete, owner_key(owner), claim_id, time.time())
+
     def _new_record(self, kind: Literal["conversation", "response", "claim"], body: JSONObject) -> Record:
         now = time.time()
         return Record(kind, int(now), math.ceil(now + self.ttl_seconds), body)
