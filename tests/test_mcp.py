@@ -575,6 +575,17 @@ def test_a_redirect_off_the_allowed_prefix_is_not_followed(llm, sandbox, handler
     assert [t["function"]["name"] for t in llm.requests[0]["body"]["tools"]] == ["execute_javascript"]
 
 
+def test_a_redirect_past_the_prefix_boundary_is_not_followed(llm, sandbox, handler_runtime):
+    """MCP_ALLOWED_URLS ``…/allowed`` admits ``…/allowed/mcp`` but never ``…/allowedx/mcp`` (a prefix matches at
+    a boundary): not when the request names it, and not when the server redirects there."""
+    with MCPTestServer(tools_server(), path="/allowedx/mcp", redirect_from="/allowed/mcp") as redirecting:
+        handler_runtime(make_runtime(sandbox, (), mcp_allowed_urls=f"{redirecting.root}/allowed"))
+        llm.default = caller("client__search", once({"query": "x"}))
+        tool = mcp_tool(f"{redirecting.root}/allowed/mcp")
+        code, _ = invoke("/v1/responses", {"input": QUESTION, "tools": [tool]})
+    assert code == 200 and {path for _, path, _ in redirecting.requests} == {"/allowed/mcp"}
+
+
 def test_chat_may_name_mcp_tools_and_force_one(docs, llm, sandbox, handler_runtime):
     handler_runtime(make_runtime(sandbox, (MCPServerConfig("docs", docs.url),)))
     llm.default = caller("docs__search", once({"query": "x"}))

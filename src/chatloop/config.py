@@ -114,6 +114,22 @@ def parse_mcp_servers(raw: str) -> tuple[MCPServerConfig, ...]:
     return tuple(servers)
 
 
+def under_prefix(url: str, prefix: str) -> bool:
+    """Whether ``url`` falls under the MCP_ALLOWED_URLS ``prefix`` at a boundary (``http://a.example/team`` admits
+    ``http://a.example/team/mcp``, never ``http://a.example/teamx`` or ``http://a.example/team:1``): for the URL a
+    request names and for every request its connection makes (redirects).
+
+    >>> under_prefix("http://a.example/team/mcp", "http://a.example/team")
+    True
+    >>> under_prefix("http://a.example:81/", "http://a.example")
+    False
+    """
+    if not url.startswith(prefix):
+        return False
+    rest = url[len(prefix) :]
+    return prefix.endswith("/") or rest == "" or rest[0] in "/?#"
+
+
 @dataclass(frozen=True)
 class Settings:
     # --- the loop -------------------------------------------------------------------------

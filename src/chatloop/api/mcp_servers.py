@@ -25,7 +25,7 @@ from pydantic import BaseModel, ConfigDict, Field, StrictStr
 
 from chatloop.api.approvals import approval_rule
 from chatloop.api.errors import RequestError
-from chatloop.config import MCP_LABEL, MCPServerConfig, Settings
+from chatloop.config import MCP_LABEL, MCPServerConfig, Settings, under_prefix
 
 DEFAULT_TIMEOUT_SECONDS = 10.0
 RESOLVE_TIMEOUT_SECONDS = 1.0
@@ -162,10 +162,7 @@ def allowed_prefix(url: str, prefixes: Sequence[str]) -> str | None:
     if parts.scheme not in {"http", "https"} or not parts.hostname or "@" in parts.netloc:
         return None
     for prefix in prefixes:
-        if not url.startswith(prefix):
-            continue
-        rest = url[len(prefix) :]
-        if prefix.endswith("/") or rest == "" or rest[0] in "/?#":
+        if under_prefix(url, prefix):
             return prefix
     return None
 

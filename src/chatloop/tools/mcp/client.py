@@ -11,7 +11,7 @@ from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, TypeVar, cast
 
-from chatloop.config import MCPServerConfig
+from chatloop.config import MCPServerConfig, under_prefix
 from chatloop.observability import logger, redact
 from chatloop.textsafe import text_safe, text_safe_value
 from chatloop.tools.base import ToolResult, fit_tool_message
@@ -94,7 +94,7 @@ class MCPServer:
         prefix = self.config.url_prefix
 
         async def stay_under_prefix(request: httpx2.Request) -> None:
-            if prefix is not None and not str(request.url).startswith(prefix):
+            if prefix is not None and not under_prefix(str(request.url), prefix):
                 raise MCPCallError(
                     "the server redirected outside the allowed URL prefix; the request was not sent"
                 )
