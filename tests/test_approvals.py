@@ -537,9 +537,13 @@ def test_an_approval_answered_in_a_background_response_runs_once_in_its_worker(c
     assert docs.calls == [*before, "approvals"]  # claimed when queued, run once by the worker
 
 
-def test_an_approval_refused_by_the_budget_is_not_used_up_and_runs_once_the_budget_renews(tmp_path, docs):
+@pytest.mark.parametrize("compacted", [False, True])
+def test_an_approval_refused_by_the_budget_is_not_used_up_and_runs_once_the_budget_renews(
+    tmp_path, docs, compacted
+):
     """The answer's turn refused (429, nothing run) leaves the approval unused: sent again once the budget allows,
-    it runs, once."""
+    it runs, once. ``compacted``: the answer's turn is past its compact_threshold, so the refusal comes at the
+    summary's call, and the summary and the turn together are one request."""
     from chatloop.store.budget_sqlite import SQLiteLedger
 
     path = tmp_path / "store.sqlite3"
@@ -549,14 +553,18 @@ def test_an_approval_refused_by_the_budget_is_not_used_up_and_runs_once_the_budg
     now = [1_800_000_000.0]
     with app_server(settings, model=searcher("client__search"), registry=ToolRegistry(), keys=KEYS) as server:
         server.runtime.budgets().ledger_ = SQLiteLedger(path, lambda: now[0])
-        asked = ask(server, docs)
+        sdk = client(server).with_options(max_retries=0)
+        asked = sdk.responses.create(
+            model="chatloop", input="word " * 1500 + "search for approvals", tools=[mcp_tool(docs)]
+        )
         request = next(o for o in asked.output if o.type == "mcp_approval_request")
-        body = {
+        body: dict[str, Any] = {
             "previous_response_id": asked.id,
             "input": [answer(request.id, True)],
             "tools": [mcp_tool(docs)],
         }
-        sdk = client(server).with_options(max_retries=0)
+        if compacted:
+            body["context_management"] = [{"type": "compaction", "compact_threshold": 1000}]
         before = list(docs.calls)
         with pytest.raises(openai.RateLimitError):
             sdk.responses.create(model="chatloop", **body)

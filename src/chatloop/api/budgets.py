@@ -158,11 +158,17 @@ class TurnBudget:
 
 
 async def admit(
-    ctx: RequestContext, turn: TurnRequest, model: FallbackChain, registry: ToolRegistry
+    ctx: RequestContext,
+    turn: TurnRequest,
+    model: FallbackChain,
+    registry: ToolRegistry,
+    *,
+    counted: bool = True,
 ) -> ChatModel:
     """``model`` metered by the caller's budget, its first call reserved now (see the module docstring): the
     client's messages, the tools the turn offers and the answer's reserve (the engine's guidance note and any
-    excess of the real usage are settled after the call)."""
+    excess of the real usage are settled after the call). ``counted=False``: a call made for a request that is
+    counted (a request and a concurrent turn) by its own turn's admission, such as the compaction before it."""
     book = book_of(ctx.runtime)
     caller = caller_for_budget(ctx) if book is not None else None
     if book is None or caller is None:
@@ -176,8 +182,14 @@ async def admit(
         tools = registry.schemas(offered) + list(turn.client_tools)
         meter = book.meter_for(model)
         first = meter.estimate_of(list(turn.messages), tools or None, turn.max_tokens, model.name)
-        lease = lease_of(ctx.request_id, book.ledger.clock()) if limits.concurrent_turns is not None else None
-        held = await book.ledger.reserve(caller, replace(first, requests=1, lease=lease), limits, deadline)
+        lease = (
+            lease_of(ctx.request_id, book.ledger.clock())
+            if limits.concurrent_turns is not None and counted
+            else None
+        )
+        held = await book.ledger.reserve(
+            caller, replace(first, requests=int(counted), lease=lease), limits, deadline
+        )
     except BudgetRefused as refused:
         refusal_logged(ctx, refused, mid_turn=False)
         headers = {"retry-after": str(max(1, math.ceil(refused.retry_after)))}

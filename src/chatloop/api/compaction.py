@@ -260,7 +260,9 @@ async def past(
     # The summary is a model call: admitted by the caller's budget (a 429 before it) and metered, then its
     # admission given back at once (the turn's own admission follows, on the compacted conversation).
     asked = TurnRequest(messages=summary_request(messages), tool_names=[])
-    metered = await budgeted(ctx, asked, model, ToolRegistry([]))
+    metered = await budgeted(
+        ctx, asked, model, ToolRegistry([]), counted=False
+    )  # the turn counts the request
     admitted = ctx.request.scope.pop(TURN_KEY, None)
     try:
         item, _, given = await compaction_item(ctx, metered, messages)

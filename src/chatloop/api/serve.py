@@ -67,7 +67,12 @@ class Renderer(Protocol):
 
 
 async def budgeted(
-    ctx: RequestContext, turn: TurnRequest, model: FallbackChain, registry: ToolRegistry
+    ctx: RequestContext,
+    turn: TurnRequest,
+    model: FallbackChain,
+    registry: ToolRegistry,
+    *,
+    counted: bool = True,
 ) -> ChatModel:
     """The turn's model metered by the caller's budget (``api/budgets.py``): a 429 or 503 now, before the response
     starts, when the budget refuses it. The chain itself, with no store call, when no BUDGET_* limit is set."""
@@ -76,7 +81,7 @@ async def budgeted(
     from chatloop.api.budgets import admit
 
     try:
-        return await admit(ctx, turn, model, registry)
+        return await admit(ctx, turn, model, registry, counted=counted)
     except RequestError:  # refused before anything ran: the approvals it answers are not used up
         from chatloop.api.approvals import release
 
