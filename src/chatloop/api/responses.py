@@ -384,7 +384,13 @@ async def turn_of(
     await compaction.open_items(ctx, items)
     answers = await answers_of(ctx, items, len(history))
     messages = conversation(conversation_of(body, history, answers.ids), runtime.settings.max_messages)
-    compacted = await compaction.when_past_threshold(ctx, body, messages, bool(history))
+    try:
+        compacted = await compaction.when_past_threshold(ctx, body, messages, bool(history))
+    except RequestError:  # the summary's call refused by the budget: nothing ran, the answers are not used up
+        from chatloop.api.approvals import release
+
+        await release(ctx, answers.answers)
+        raise
     if compacted is not None:  # the summary stands for it all; the request's newest question follows it
         messages = conversation(
             compaction.continued(body, compacted[1], answers.ids), runtime.settings.max_messages
