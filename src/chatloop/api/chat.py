@@ -90,7 +90,13 @@ async def chat(request: Request) -> Response:
         from chatloop.api import compaction
 
         threshold = runtime.settings.compaction_threshold_tokens
-        compacted = await compaction.past(ctx, messages, threshold, body.model, openai=False)
+        try:
+            compacted = await compaction.past(ctx, messages, threshold, body.model, openai=False)
+        except RequestError:  # the summary's call refused by the budget: the answers are not used up
+            from chatloop.api.approvals import release
+
+            await release(ctx, thread.answers)
+            raise
         if compacted is not None:
             thread.compaction = compacted[0]
             messages = conversation([compacted[1].message(), *body.messages], runtime.settings.max_messages)
