@@ -272,3 +272,28 @@ def test_a_background_turn_refused_when_its_worker_runs_it_fails_with_its_webhoo
             assert time.monotonic() < deadline, "no webhook for the failed response"
             time.sleep(0.05)
     assert json.loads(sent[0])["type"] == "response.failed" and model.calls == []
+
+
+def test_a_background_turn_whose_worker_breaks_is_ended_failed_not_left_running(tmp_path, monkeypatch):
+    """An unexpected fault in the worker's turn (here listing the MCP tools) ends the response ``failed`` at once,
+    with its webhook; it is not left ``in_progress`` until a reader decides it is dead."""
+    from chatloop.api import webhooks
+
+    sent: list[bytes] = []
+    monkeypatch.setattr(webhooks, "_send", lambda request: sent.append(request.data) or 200)
+    settings = Settings(
+        conversation_store_path=str(tmp_path / "broken.sqlite3"),
+        webhook_url="http://127.0.0.1:9/hooks",
+        webhook_secret="a webhook secret",
+    )
+    with app_server(settings, model=Writer(), registry=ToolRegistry()) as server:
+
+        async def broken(*args: Any, **kwargs: Any) -> Any:
+            raise RuntimeError("a fault nobody expected")
+
+        monkeypatch.setattr(server.runtime, "mcp_for_turn", broken)
+        sdk = client(server)
+        created = sdk.responses.create(model="chatloop", input="break", background=True)
+        ended = poll(sdk, created.id, {"completed", "failed", "cancelled", "incomplete"}, timeout=10)
+        assert ended.status == "failed" and "a fault nobody expected" not in str(ended.error)
+    assert [json.loads(body)["type"] for body in sent] == ["response.failed"]

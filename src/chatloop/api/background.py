@@ -204,8 +204,12 @@ async def run_worker(app: Starlette, event: Mapping[str, Any], seconds_left: flo
     logger.info(f"background response {rid}: running ({seconds:.0f} s at most)")
     try:
         response = await responses(request)
-    except RequestError as error:  # its history went away meanwhile, say: the response fails, with the reason
-        failure: JSONObject = {"code": error.code, "message": error.message}
+    except Exception as error:  # its history went away meanwhile, say: the response fails, with the reason
+        failure: JSONObject = {"code": "server_error", "message": "the turn failed before it started"}
+        if isinstance(error, RequestError):
+            failure = {"code": error.code, "message": error.message}
+        else:  # a fault: logged here, never its text in the response
+            logger.exception(f"background response {rid}: the turn could not start")
         await end_response(store, owner, rid, stored, "failed", call_deadline(), error=failure)
         await runs.move(owner, rid, rid, {"in_progress"}, "failed", call_deadline())
         from chatloop.api.webhooks import notify
