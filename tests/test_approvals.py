@@ -576,3 +576,38 @@ def test_an_approval_refused_by_the_budget_is_not_used_up_and_runs_once_the_budg
         now[0] += 61
         with pytest.raises(openai.BadRequestError, match="already answered"):
             sdk.responses.create(model="chatloop", **body)
+
+
+def test_an_approval_whose_background_turn_could_not_be_started_is_not_used_up(tmp_path, docs, monkeypatch):
+    """A background answer whose worker could not be started (on Lambda: ``lambda.invoke`` failed, a 503 from
+    ``background._start_worker``) runs nothing: the approval can be sent again, and runs once."""
+    from chatloop.api import background
+    from chatloop.api.errors import RequestError
+
+    async def not_started(*args: Any) -> None:
+        raise RequestError(
+            503, "background_unavailable", "the background turn could not be started; try again"
+        )
+
+    settings = Settings(
+        conversation_store_path=str(tmp_path / "store.sqlite3"), mcp_allowed_urls=f"{docs.root}/"
+    )
+    with app_server(settings, model=searcher("client__search"), registry=ToolRegistry(), keys=KEYS) as server:
+        asked = ask(server, docs)
+        request = next(o for o in asked.output if o.type == "mcp_approval_request")
+        body = {
+            "previous_response_id": asked.id,
+            "input": [answer(request.id, True)],
+            "tools": [mcp_tool(docs)],
+        }
+        before = list(docs.calls)
+        with monkeypatch.context() as patch:
+            patch.setattr(background, "_start_worker", not_started)
+            with pytest.raises(openai.InternalServerError):
+                client(server).with_options(max_retries=0).responses.create(
+                    model="chatloop", background=True, **body
+                )
+        assert docs.calls == before
+        done = client(server).responses.create(model="chatloop", **body)
+        assert next(o for o in done.output if o.type == "mcp_call").approval_request_id == request.id
+        assert docs.calls == [*before, "approvals"]

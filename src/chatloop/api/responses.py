@@ -343,7 +343,13 @@ async def responses(request: Request) -> Response:
     rid = ctx.request_id
     echo = echo_of(body, model.name, keeping.store is not None, keeping.conversation_id)
     if body.background and not is_worker(request):  # queued: a worker runs it (api.background)
-        return await queue(request, body, keeping, echo)
+        try:
+            return await queue(request, body, keeping, echo)
+        except (
+            RequestError
+        ):  # not queued, or its worker not started: nothing ran, the answers are not used up
+            await approvals.release(ctx, turn.approvals)
+            raise
     mcp = await runtime.mcp_for_turn(ctx.deadline, servers)
     registry = runtime.registry().with_tools(mcp.tools, mcp.skipped)
     await approvals.ask_for(ctx, turn, registry, mcp.tools, approvals.client_rules(body.tools))
