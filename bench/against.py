@@ -13,14 +13,13 @@ from __future__ import annotations
 
 import argparse
 import json
-import subprocess
 import sys
 import tempfile
 from pathlib import Path
 from typing import Any
 
 from bench import ROOT
-from bench.common import median, tree_at
+from bench.common import child_values, median, tree_at
 
 BASE_COMMIT = "cb0a5d3"
 """main before the re-cut of issue #22 (one module per wire API, typed turn results, the engine's own limits)."""
@@ -61,20 +60,7 @@ print(json.dumps({
 
 
 def _child(tree: Path, reps: int) -> dict[str, float]:
-    env_path = f"{tree / 'src'}:{tree}"
-    result = subprocess.run(
-        [sys.executable, "-c", CHILD, str(reps)],
-        cwd=tree,
-        env={"PYTHONPATH": env_path, "PATH": "/usr/bin:/bin", "POWERTOOLS_METRICS_NAMESPACE": "Bench"},
-        capture_output=True,
-        text=True,
-        timeout=600,
-        check=False,
-    )
-    if result.returncode != 0:
-        raise RuntimeError(f"bench child failed in {tree}: {result.stderr[-2000:]}")
-    values: dict[str, float] = json.loads(result.stdout.strip().splitlines()[-1])
-    return values
+    return child_values(tree, CHILD, str(reps))
 
 
 def measure(rounds: int, reps: int, base: str = BASE_COMMIT) -> dict[str, Any]:

@@ -8,10 +8,12 @@ import os
 import shutil
 import statistics
 import subprocess
+import sys
 import tarfile
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 from bench import ROOT
 from chatloop.providers.base import ModelRequest, ModelResponse, ToolCall
@@ -36,6 +38,32 @@ def tree_at(commit: str, dest: Path) -> Path:
     with tarfile.open(fileobj=io.BytesIO(archive.stdout)) as tar:
         tar.extractall(dest, filter="data")
     return dest
+
+
+def child_values(tree: Path, code: str, *args: str, stdin: str | None = None) -> dict[str, Any]:
+    """Runs ``code`` in a fresh interpreter with ``tree``'s sources on the path (a tree of another commit, say) and
+    returns the JSON object its last line prints::
+
+        values = child_values(tree_at("HEAD~1", tmp), CHILD, "200")
+    """
+    result = subprocess.run(
+        [sys.executable, "-c", code, *args],
+        cwd=tree,
+        input=stdin,
+        env={
+            "PYTHONPATH": f"{tree / 'src'}:{tree}",
+            "PATH": "/usr/bin:/bin",
+            "POWERTOOLS_METRICS_NAMESPACE": "Bench",
+        },
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
+    )
+    if result.returncode != 0:
+        raise RuntimeError(f"bench child failed in {tree}: {result.stderr[-2000:]}")
+    values: dict[str, Any] = json.loads(result.stdout.strip().splitlines()[-1])
+    return values
 
 
 def median(values: list[float]) -> float:

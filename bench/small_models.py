@@ -15,7 +15,6 @@ Usage::
 from __future__ import annotations
 
 import json
-import subprocess
 import sys
 import tempfile
 import time
@@ -23,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from bench import ROOT
-from bench.common import median, tree_at
+from bench.common import child_values, median, tree_at
 
 BEFORE_COMMIT = "f2bf02a"
 """main when issue #36 was taken up."""
@@ -175,24 +174,7 @@ def corpus() -> list[dict[str, str]]:
 
 
 def _run_corpus(tree: Path, cases: list[dict[str, str]], child: str = CHILD) -> dict[str, Any]:
-    result = subprocess.run(
-        [sys.executable, "-c", child],
-        cwd=tree,
-        input=json.dumps(cases),
-        env={
-            "PYTHONPATH": f"{tree / 'src'}:{tree}",
-            "PATH": "/usr/bin:/bin",
-            "POWERTOOLS_METRICS_NAMESPACE": "Bench",
-        },
-        capture_output=True,
-        text=True,
-        timeout=600,
-        check=False,
-    )
-    if result.returncode != 0:
-        raise RuntimeError(f"bench child failed in {tree}: {result.stderr[-2000:]}")
-    values: dict[str, Any] = json.loads(result.stdout.strip().splitlines()[-1])
-    return values
+    return child_values(tree, child, stdin=json.dumps(cases))
 
 
 def replies_100kb() -> dict[str, str]:
