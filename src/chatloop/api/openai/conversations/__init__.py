@@ -1,0 +1,1 @@
+"""``/v1/conversations``: OpenAI's Conversations API over the conversation store, and its items."""

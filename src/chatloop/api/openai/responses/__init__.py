@@ -1,0 +1,1 @@
+"""``/v1/responses``: the endpoint and renderer, its request schemas, output items and stream events (messages, MCP, approvals), stored responses and ``/compact``."""

@@ -1,0 +1,1 @@
+"""``GET /`` and ``/static/...``: the chat page and its assets (``static/``), served from the package."""
