@@ -462,7 +462,7 @@ def test_a_sealed_id_verifies_only_for_its_caller_tool_and_exact_arguments():
     from hypothesis import given, settings
     from hypothesis import strategies as st
 
-    from chatloop.api.openai.responses.approval_items import McpApprovalRequestInput
+    from chatloop.api.items.approvals import McpApprovalRequestInput
     from chatloop.api.turns.approvals import Sealer
 
     text = st.text(max_size=40)

@@ -16,7 +16,8 @@ from typing import Any
 import openai
 import pytest
 
-from chatloop.api.turns.compaction import SUMMARY_HEADER, SUMMARY_PROMPT
+from chatloop.api.items.compaction import SUMMARY_HEADER
+from chatloop.api.turns.compaction import SUMMARY_PROMPT
 from chatloop.config import Settings
 from chatloop.providers.base import ModelRequest, ModelResponse
 from chatloop.providers.chain import FallbackChain

@@ -513,7 +513,7 @@ def test_prefixes_match_at_a_boundary_only():
 def test_output_items_are_what_the_openai_sdk_parses():
     from openai.types.responses.response_output_item import McpCall, McpListTools
 
-    from chatloop.api.openai.responses.mcp_items import call_item, list_tools_item
+    from chatloop.api.items.mcp import call_item, list_tools_item
     from chatloop.tools.mcp import ListedTool, MCPTool
 
     server = MCPServer(MCPServerConfig("docs", "http://127.0.0.1:9/mcp"), {})
@@ -667,7 +667,7 @@ def test_mcp_stream_events_are_what_the_openai_sdk_parses():
     from openai.types.responses import ResponseStreamEvent
     from pydantic import TypeAdapter
 
-    from chatloop.api.openai.responses.mcp_items import (
+    from chatloop.api.items.mcp import (
         call_finished_frames,
         call_started_frames,
         finish_call_item,

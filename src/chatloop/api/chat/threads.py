@@ -26,12 +26,8 @@ from starlette.responses import Response
 from chatloop.api.http.context import RequestContext
 from chatloop.api.http.errors import RequestError
 from chatloop.api.http.wire import JSONBody
-from chatloop.api.openai.conversations.endpoints import (
-    conversation_history,
-    conversation_id_of,
-    store_context,
-    store_errors,
-)
+from chatloop.api.items.store import conversation_id_of, store_context, store_errors
+from chatloop.api.items.stored import conversation_history
 from chatloop.api.runs.journal import Journal
 from chatloop.api.runs.record import call_deadline, end_run, runs_of, watcher
 from chatloop.api.runs.running import Stop, Tracked, run_to_the_end, stop_here, stoppable
@@ -44,8 +40,8 @@ from chatloop.observability import logger
 from chatloop.store.model import StoredEvent
 
 if TYPE_CHECKING:
-    from chatloop.api.openai.responses.approval_items import McpApprovalResponseInput
-    from chatloop.api.openai.responses.objects import CompactionItem
+    from chatloop.api.items.approvals import McpApprovalResponseInput
+    from chatloop.api.items.objects import CompactionItem
     from chatloop.api.turns.schemas import ChatApproval
     from chatloop.engine.approvals import ApprovalAnswer
 
@@ -73,8 +69,8 @@ async def chat_thread(
     """The conversation a ``/chat`` request continues (a 4xx or 503 before any model call when it cannot be had).
     With a conversation the client sends only what is new: user (or system) messages, and answers to its
     approval requests (each checked as ``api.turns.approvals`` checks them)."""
-    from chatloop.api.openai.responses.approval_items import McpApprovalResponseInput
-    from chatloop.api.openai.responses.endpoint import messages_of
+    from chatloop.api.items.approvals import McpApprovalResponseInput
+    from chatloop.api.items.messages import messages_of
     from chatloop.api.turns.approvals import answers_of
     from chatloop.api.turns.compaction import open_items
 
@@ -236,9 +232,9 @@ async def save_chat_turn(request: Request, thread: ChatThread, events: list[Even
     """Append the turn to its conversation: the new messages, each sandbox run (a ``code_interpreter_call`` item,
     as the Responses API shows it) and the answer. A turn every model failed leaves the conversation as it was (a
     retry sends the same message again); a store that fails is logged, the answer was already sent."""
-    from chatloop.api.openai.conversations.items import stored_items
-    from chatloop.api.openai.responses.items import ResponseEvents, ResponseOutput
-    from chatloop.api.openai.responses.schemas import InputMessage
+    from chatloop.api.items.inputs import InputMessage
+    from chatloop.api.items.output import ResponseEvents, ResponseOutput
+    from chatloop.api.items.stored import stored_items
     from chatloop.jsontypes import json_object
     from chatloop.store.model import Item, StoreUnavailable, new_id
 

@@ -38,7 +38,7 @@ from starlette.responses import Response, StreamingResponse
 from chatloop.api.http.context import RequestContext
 from chatloop.api.http.errors import RequestError
 from chatloop.api.http.wire import JSONBody
-from chatloop.api.openai.conversations.endpoints import not_found, store_context, store_errors
+from chatloop.api.items.store import not_found, store_context, store_errors
 from chatloop.api.runs.journaled import WORKER_SCOPE
 from chatloop.api.runs.record import call_deadline, runs_of
 from chatloop.api.runs.running import keep_task, stop_here
@@ -75,7 +75,8 @@ def is_event(event: object) -> bool:
 async def queue(request: Request, body: ResponsesBody, keeping: Keeping, echo: ResponseEcho) -> Response:
     """Keep the response ``queued`` (its record, ``response.queued`` as event 0, the run with the request), start
     its worker, and answer: the response, or with ``stream`` its events followed from the journal."""
-    from chatloop.api.openai.responses.stored import input_items, stored_event
+    from chatloop.api.openai.responses.stored import input_items
+    from chatloop.api.runs.journal import stored_event
 
     ctx = RequestContext.of(request)
     if keeping.store is None or keeping.owner is None:
@@ -96,8 +97,7 @@ async def queue(request: Request, body: ResponsesBody, keeping: Keeping, echo: R
     logger.info(f"background response {rid} queued")
     if not body.stream:
         return JSONBody(queued)
-    from chatloop.api.openai.responses.stored import longest_turn, replay
-    from chatloop.api.runs.follow import follow_response
+    from chatloop.api.runs.follow import follow_response, longest_turn, replay
 
     events = [StoredEvent(0, json_object(first))]
     followed = follow_response(store, owner, rid, events, 0, ctx.deadline, longest_turn(request))
@@ -307,8 +307,8 @@ def handle_event(app: Starlette, event: Mapping[str, Any], remaining_ms: float) 
 async def cancel_response(request: Request) -> Response:
     """``POST /v1/responses/{id}/cancel``: only a background response can be cancelled (OpenAI); idempotent; the
     response as it stands afterwards (``cancelled``, or how it ended before)."""
-    from chatloop.api.openai.responses.stored import checked_id, longest_turn
-    from chatloop.api.runs.follow import end_response, settled
+    from chatloop.api.items.store import checked_id
+    from chatloop.api.runs.follow import end_response, longest_turn, settled
 
     store, owner, deadline = store_context(request)
     rid = checked_id(str(request.path_params["response_id"]))

@@ -21,14 +21,18 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping, Sequence
 from typing import TypeAlias
 
-from chatloop.api.runs.journal import TERMINAL
+from starlette.requests import Request
+
+from chatloop.api.http.context import RequestContext
+from chatloop.api.http.wire import sse_frame
+from chatloop.api.runs.journal import TERMINAL, stored_event
 from chatloop.api.runs.record import call_deadline, runs_of
 from chatloop.deadline import Deadline
 from chatloop.jsontypes import JSONObject
-from chatloop.observability import logger
+from chatloop.observability import logger, redact
 from chatloop.store.model import StoredEvent, StoredResponse, StoreUnavailable
 from chatloop.store.protocol import ConversationStore
 from chatloop.store.runs import ACTIVE
@@ -196,7 +200,23 @@ async def end_response(
     await store.update_response(owner, response_id, body, [], deadline)
     events = await store.events_after(owner, response_id, -1, deadline) or []
     number = events[-1].sequence_number + 1 if events else 0
-    from chatloop.api.openai.responses.stored import stored_event
-
     await store.append_events(owner, response_id, [stored_event(terminal_event(body, number))], deadline)
     return StoredResponse(stored.id, stored.created_at, body, stored.expires_at)
+
+
+def longest_turn(request: Request) -> float:
+    """How long a turn may run at most: a stored turn still running after it is dead."""
+    settings = RequestContext.of(request).settings
+    return max(settings.background_timeout_seconds, settings.request_timeout_seconds)
+
+
+async def replay(
+    events: Iterable[Mapping[str, object]] | AsyncIterator[Mapping[str, object]],
+) -> AsyncIterator[bytes]:
+    """Kept events as the SSE bytes a follower is sent (each redacted once, as a live stream's chunks are)."""
+    if isinstance(events, AsyncIterator):
+        async for data in events:
+            yield redact(sse_frame(data, event=str(data["type"]))).encode()
+        return
+    for data in events:
+        yield redact(sse_frame(data, event=str(data["type"]))).encode()

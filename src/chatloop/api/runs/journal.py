@@ -23,7 +23,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 
 from chatloop.deadline import Deadline
@@ -153,3 +153,11 @@ class Journal:
             f"journal {self.response_id}: {len(batch)} events in {(time.perf_counter() - started) * 1000:.1f} ms"
         )
         return True
+
+
+def stored_event(data: Mapping[str, object]) -> StoredEvent:
+    """A sent event as the store keeps it, under its ``sequence_number``."""
+    number = data["sequence_number"]
+    if not isinstance(number, int):
+        raise TypeError(f"an event's sequence_number is {number!r}")
+    return StoredEvent(number, json_object(data))

@@ -32,13 +32,13 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from chatloop.api.http.errors import RequestError
-from chatloop.api.openai.responses.approval_items import McpApprovalRequestInput, McpApprovalResponseInput
+from chatloop.api.items.approvals import McpApprovalRequestInput, McpApprovalResponseInput
 from chatloop.engine.approvals import APPROVAL_ID_PREFIX, ApprovalAnswer
 from chatloop.providers.base import ToolCall
 
 if TYPE_CHECKING:
     from chatloop.api.http.context import RequestContext
-    from chatloop.api.openai.responses.schemas import InputItem
+    from chatloop.api.items.inputs import InputItem
     from chatloop.config import Settings
     from chatloop.engine.request import TurnRequest
     from chatloop.tools.base import ToolRegistry
@@ -188,8 +188,8 @@ class Answers:
 async def answers_of(ctx: RequestContext, items: Sequence[InputItem], start: int) -> Answers:
     """The new answers among ``items[start:]`` (the request's input; ``items[:start]`` is the history it
     continues), every one checked; a 400 (or 401 with no caller) before anything runs otherwise."""
-    from chatloop.api.openai.responses.mcp_items import McpCallInput
-    from chatloop.api.openai.responses.schemas import CodeInterpreterCallItem
+    from chatloop.api.items.inputs import CodeInterpreterCallItem
+    from chatloop.api.items.mcp import McpCallInput
 
     given = [
         (i, item) for i, item in enumerate(items) if i >= start and isinstance(item, McpApprovalResponseInput)
@@ -242,7 +242,7 @@ async def answers_of(ctx: RequestContext, items: Sequence[InputItem], start: int
 async def _claim(ctx: RequestContext, ids: Sequence[str]) -> list[bool]:
     """Each id's one use recorded in the store: True where this request is the first. A background worker runs a
     request that was checked, and claimed its answers, when it was queued: its claims are that request's."""
-    from chatloop.api.openai.conversations.endpoints import store_errors
+    from chatloop.api.items.store import store_errors
     from chatloop.api.runs.journaled import WORKER_SCOPE
 
     if WORKER_SCOPE in ctx.request.scope:  # a background worker (``background.is_worker``)
@@ -261,7 +261,7 @@ async def _claim(ctx: RequestContext, ids: Sequence[str]) -> list[bool]:
 async def release(ctx: RequestContext, answers: Sequence[ApprovalAnswer]) -> None:
     """Give back the claims of ``answers`` whose turn was refused before anything ran (a budget's 429): each
     answer may be sent again, and is still used once."""
-    from chatloop.api.openai.conversations.endpoints import store_errors
+    from chatloop.api.items.store import store_errors
 
     if not answers or ctx.caller is None:
         return

@@ -31,9 +31,10 @@ import time
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, StrictInt, StrictStr
+from pydantic import BaseModel, ConfigDict, Field, StrictInt
 
 from chatloop.api.http.errors import RequestError
+from chatloop.api.items.compaction import CompactionInput
 from chatloop.engine.messages import Message
 from chatloop.jsontypes import JSONObject
 from chatloop.observability import logger
@@ -41,7 +42,7 @@ from chatloop.providers.base import ChatModel, ModelRequest, ModelResponse, Usag
 
 if TYPE_CHECKING:
     from chatloop.api.http.context import RequestContext
-    from chatloop.api.openai.responses.objects import CompactionItem
+    from chatloop.api.items.objects import CompactionItem
     from chatloop.api.openai.responses.schemas import ResponsesBody
 
 PURPOSE = "compaction"
@@ -55,24 +56,6 @@ SUMMARY_PROMPT = (
     "name, number, decision, preference and open question the user or the assistant stated, the results of tool "
     "calls that matter, and what the user is trying to do. Write it as plain notes, oldest first; say nothing else."
 )
-SUMMARY_HEADER = "Summary of the conversation so far (its earlier turns were compacted):\n"
-
-
-class CompactionInput(BaseModel):
-    """A ``compaction`` item sent back (or read from the store): opened by ``open_items`` before it is read."""
-
-    model_config = ConfigDict(extra="ignore", defer_build=True)
-
-    type: Literal["compaction"]
-    encrypted_content: Annotated[StrictStr, Field(min_length=1, max_length=200_000)]
-    id: StrictStr | None = None
-    _summary: str | None = PrivateAttr(default=None)
-
-    def message(self) -> Message:
-        """The system message the model gets in place of everything before the item."""
-        if self._summary is None:
-            raise RuntimeError("a compaction item was read before it was opened (open_items)")
-        return {"role": "system", "content": SUMMARY_HEADER + self._summary}
 
 
 class CompactionSetting(BaseModel):
@@ -129,7 +112,7 @@ async def open_items(ctx: RequestContext, items: Sequence[object]) -> None:
     key, owner = await _key(ctx), ctx.caller or ""
     for item in compactions:
         try:
-            item._summary = str(unseal(key, owner, item.encrypted_content)["summary"])
+            item.open(str(unseal(key, owner, item.encrypted_content)["summary"]))
         except ValueError as exc:
             raise RequestError(
                 400, "invalid_request", f"compaction item {item.id or ''!r}: {exc}", "input"
@@ -206,15 +189,16 @@ async def compaction_item(
         },
     )
     given = CompactionInput.model_validate(item)
-    given._summary = summary
+    given.open(summary)
     return item, response.usage or Usage(), given
 
 
 def continued(body: ResponsesBody, compacted: CompactionInput, answering: frozenset[str]) -> list[Message]:
     """The conversation a turn runs on once compacted: its instructions, the summary, then the request's input from
     its newest question on (the summary holds everything before it)."""
-    from chatloop.api.openai.responses.endpoint import current_items, messages_of
-    from chatloop.api.openai.responses.schemas import InputMessage
+    from chatloop.api.items.inputs import InputMessage
+    from chatloop.api.items.messages import messages_of
+    from chatloop.api.openai.responses.endpoint import current_items
 
     current = current_items(body)
     users = [i for i, item in enumerate(current) if isinstance(item, InputMessage) and item.role == "user"]

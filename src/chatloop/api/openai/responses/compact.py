@@ -20,7 +20,8 @@ from starlette.responses import Response
 from chatloop.api.http.context import RequestContext
 from chatloop.api.http.errors import RequestError
 from chatloop.api.http.wire import JSONBody
-from chatloop.api.openai.responses.schemas import InputItem, InputMessage, ResponsesBody
+from chatloop.api.items.inputs import InputItem, InputMessage
+from chatloop.api.openai.responses.schemas import ResponsesBody
 from chatloop.api.turns.checks import conversation, model_for, read_body
 from chatloop.jsontypes import JSONObject, json_object
 from chatloop.providers.errors import ModelError

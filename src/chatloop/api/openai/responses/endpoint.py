@@ -1,6 +1,6 @@
 """``POST /v1/responses``: OpenAI's Responses API over the same turn, all of its translation here: input items
 become the chat conversation the engine runs (``conversation_of``), the engine's events become a ``response``
-object or its event stream (``ResponsesRenderer``, items from ``api.openai.responses.items``). Storing and continuing
+object or its event stream (``ResponsesRenderer``, items from ``api.items.output``). Storing and continuing
 responses is ``api.openai.responses.stored``'s; the engine knows nothing of this API.
 
 Usage::
@@ -11,7 +11,6 @@ Usage::
 
 from __future__ import annotations
 
-import json
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from typing import TYPE_CHECKING, TypeAlias
@@ -21,24 +20,16 @@ from starlette.responses import Response
 
 from chatloop.api.http.context import RequestContext
 from chatloop.api.http.errors import RequestError
-from chatloop.api.openai.chat_completions import extension
-from chatloop.api.openai.responses.approval_items import (
-    McpApprovalRequestInput,
-    McpApprovalResponseInput,
-    denied_messages,
-)
-from chatloop.api.openai.responses.items import ResponseEvents, ResponseOutput
-from chatloop.api.openai.responses.mcp_items import McpCallInput, listed_items
-from chatloop.api.openai.responses.mcp_servers import client_servers
-from chatloop.api.openai.responses.schemas import (
-    CodeInterpreterCallItem,
-    FunctionCallItem,
-    FunctionCallOutputItem,
+from chatloop.api.items.inputs import (
     InputItem,
     InputMessage,
-    ResponsesBody,
-    ResponsesFunctionTool,
 )
+from chatloop.api.items.mcp import listed_items
+from chatloop.api.items.messages import messages_of
+from chatloop.api.items.output import ResponseEvents, ResponseOutput
+from chatloop.api.openai.chat_completions import extension
+from chatloop.api.openai.responses.mcp_servers import client_servers
+from chatloop.api.openai.responses.schemas import ResponsesBody, ResponsesFunctionTool
 from chatloop.api.turns.checks import (
     ChatChoice,
     check_context,
@@ -50,23 +41,18 @@ from chatloop.api.turns.checks import (
     refuse_unsupported,
     structured_output,
 )
-from chatloop.api.turns.compaction import CompactionInput
 from chatloop.api.turns.serve import INTERNAL_ERROR, budgeted, serve_turn, turn_events
 from chatloop.config import MCPServerConfig
 from chatloop.engine import Event, TurnRequest, TurnSummary
 from chatloop.engine.events import Done, TurnError
 from chatloop.engine.messages import Message
-from chatloop.jsontypes import JSONObject
 from chatloop.providers.base import Usage
 from chatloop.providers.chain import FallbackChain
-from chatloop.tools.javascript.tool import TOOL_NAME
 
 if TYPE_CHECKING:
+    from chatloop.api.items.objects import CompactionItem, McpListTools, OutputItem
     from chatloop.api.openai.responses.objects import (
-        CompactionItem,
         FinishedResponse,
-        McpListTools,
-        OutputItem,
         ResponseEcho,
         ResponseObject,
         ResponseStatus,
@@ -95,57 +81,6 @@ def conversation_of(
 def current_items(body: ResponsesBody) -> list[InputItem]:
     """The request's ``input`` as items (a string is one user message)."""
     return [InputMessage(role="user", content=body.input)] if isinstance(body.input, str) else body.input
-
-
-def messages_of(items: Sequence[InputItem], answering: frozenset[str] = frozenset()) -> list[Message]:
-    """Input items (a request's, or stored ones read back) as chat messages. An approval request is no message
-    until it is answered: a denial answered earlier is the call and the denial the model was told; an approval
-    is the ``mcp_call`` that followed it; the ones in ``answering`` the turn itself adds."""
-    messages: list[Message] = []
-    requests = {i.id: i for i in items if isinstance(i, McpApprovalRequestInput)}
-    for item in items:
-        if isinstance(item, InputMessage):
-            role = "system" if item.role == "developer" else item.role
-            messages.append({"role": role, "content": item.text()})
-        elif isinstance(item, FunctionCallItem):
-            call = _call(item.call_id, item.name, item.arguments)
-            _add_call(messages, call, lambda last: last["role"] == "assistant")
-        elif isinstance(item, FunctionCallOutputItem):
-            messages.append({"role": "tool", "tool_call_id": item.call_id, "content": item.text()})
-        elif isinstance(
-            item, CodeInterpreterCallItem
-        ):  # an earlier run, replayed (the Agents SDK sends outputs)
-            code = json.dumps({"code": item.code or ""})
-            call = _call(item.call_id(), TOOL_NAME, code)
-            _add_call(messages, call, lambda last: last["role"] == "assistant" and not last.get("content"))
-            messages.append({"role": "tool", "tool_call_id": item.call_id(), "content": item.logs()})
-        elif isinstance(item, McpCallInput):  # an earlier MCP call, replayed: the call and its answer
-            messages += item.messages()
-        elif isinstance(item, CompactionInput):  # it stands for everything before it
-            messages = [item.message()]
-        elif isinstance(item, McpApprovalResponseInput) and not item.approve:
-            request = requests.get(item.approval_request_id)
-            if request is not None and request.id not in answering:
-                messages += denied_messages(request, item.reason)
-    return messages
-
-
-def _call(call_id: str, name: str, arguments: str) -> JSONObject:
-    return {"id": call_id, "type": "function", "function": {"name": name, "arguments": arguments}}
-
-
-def _add_call(messages: list[Message], call: JSONObject, joins: Callable[[Message], bool]) -> None:
-    """``call`` added to the last message when ``joins`` it (an assistant message's calls), else as a new assistant
-    message that calls it."""
-    last = messages[-1] if messages else None
-    if last is not None and joins(last):
-        calls = last.get("tool_calls")
-        if isinstance(calls, list):
-            calls.append(call)
-        else:
-            last["tool_calls"] = [call]
-    else:
-        messages.append({"role": "assistant", "content": None, "tool_calls": [call]})
 
 
 def echo_of(

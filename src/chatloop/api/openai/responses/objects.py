@@ -1,4 +1,4 @@
-"""The Responses API's output items and ``response`` object as this server builds them: TypedDicts with the keys
+"""The Responses API's ``response`` object as this server builds it (its output items: ``api.items.objects``): TypedDicts with the keys
 of openai-python's own models (``openai.types.responses``; named beside each), which are never imported at run time
 (the SDK's types take longer to import than a cold start can spare). Only the keys and values this server sends are
 typed: a ``message`` holds ``output_text`` parts, a ``code_interpreter_call`` logs, an ``mcp_call`` never needs an
@@ -20,149 +20,10 @@ Usage::
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Literal, NotRequired, TypeAlias, TypedDict
+from typing import Literal, TypeAlias, TypedDict
 
+from chatloop.api.items.objects import OutputItem
 from chatloop.jsontypes import JSONObject
-
-
-# --- output items ---------------------------------------------------------------------------------------
-class OutputText(TypedDict):
-    """``ResponseOutputText``: a message's text (``logprobs`` always empty: no model's are passed on)."""
-
-    type: Literal["output_text"]
-    text: str
-    annotations: list[JSONObject]
-    logprobs: NotRequired[list[JSONObject]]
-
-
-MessageStatus: TypeAlias = Literal["in_progress", "completed", "incomplete"]
-
-
-class OutputMessage(TypedDict):
-    """``ResponseOutputMessage``: the assistant's text (no ``content`` while it is in progress)."""
-
-    type: Literal["message"]
-    id: str
-    status: MessageStatus
-    role: Literal["assistant"]
-    content: list[OutputText]
-
-
-CallStatus: TypeAlias = Literal["in_progress", "completed", "incomplete"]
-
-
-class FunctionCall(TypedDict):
-    """``ResponseFunctionToolCall``: a call of one of the client's own tools (its ``arguments`` empty while in
-    progress)."""
-
-    type: Literal["function_call"]
-    id: str
-    call_id: str
-    name: str
-    arguments: str
-    status: CallStatus
-
-
-class CodeInterpreterLogs(TypedDict):
-    """``ResponseCodeInterpreterToolCall``'s ``OutputLogs``: what a sandbox run gave the model."""
-
-    type: Literal["logs"]
-    logs: str
-
-
-class CodeInterpreterCall(TypedDict):
-    """``ResponseCodeInterpreterToolCall``: an ``execute_javascript`` run (``outputs`` None until it ends)."""
-
-    type: Literal["code_interpreter_call"]
-    id: str
-    code: str
-    container_id: str
-    outputs: list[CodeInterpreterLogs] | None
-    status: Literal["in_progress", "completed", "incomplete", "interpreting", "failed"]
-
-
-class McpListedTool(TypedDict):
-    """``McpListToolsTool``: one tool a server offered, under its own name."""
-
-    name: str
-    description: str | None
-    input_schema: Mapping[str, object]
-    annotations: None
-
-
-class McpListTools(TypedDict):
-    """``McpListTools``: what one of the request's MCP servers offered, or the ``error`` that kept it from
-    listing."""
-
-    id: str
-    type: Literal["mcp_list_tools"]
-    server_label: str
-    tools: list[McpListedTool]
-    error: str | None
-
-
-class McpErrorText(TypedDict):
-    type: Literal["text"]
-    text: str
-
-
-class McpToolExecutionError(TypedDict):
-    """``McpToolExecutionError``: the tool ran and reported an error (what it said, as text content)."""
-
-    type: Literal["mcp_tool_execution_error"]
-    content: list[McpErrorText]
-
-
-class McpProtocolError(TypedDict):
-    """``McpProtocolError``: the call did not get an answer from the tool (timeout, refused, broken server)."""
-
-    type: Literal["mcp_protocol_error"]
-    code: int
-    message: str
-
-
-McpCallStatus: TypeAlias = Literal["in_progress", "completed", "failed"]
-
-
-class McpCall(TypedDict):
-    """``McpCall``: a call of a tool on an MCP server (``output`` or ``error`` once it ended)."""
-
-    id: str
-    type: Literal["mcp_call"]
-    server_label: str
-    name: str
-    arguments: str
-    output: str | None
-    error: McpToolExecutionError | McpProtocolError | None
-    status: McpCallStatus
-    approval_request_id: str | None
-    """The approval request a person answered before it ran (``mcpr_…``), or None."""
-
-
-class McpApprovalRequest(TypedDict):
-    """``McpApprovalRequest``: a call that waits for a person's approval (``id`` is what the answer names)."""
-
-    id: str
-    type: Literal["mcp_approval_request"]
-    server_label: str
-    name: str
-    arguments: str
-
-
-class CompactionItem(TypedDict):
-    """``ResponseCompactionItem``: the earlier conversation, summarized and sealed (``api.turns.compaction``)."""
-
-    id: str
-    type: Literal["compaction"]
-    encrypted_content: str
-    created_by: str | None
-
-
-OutputItem: TypeAlias = (
-    "OutputMessage | FunctionCall | CodeInterpreterCall | McpCall | McpListTools | McpApprovalRequest"
-    " | CompactionItem"
-)
-"""One item of a response's ``output`` (``ResponseOutputItem``, the kinds this server makes)."""
 
 
 # --- the response object ------------------------------------------------------------------------------------

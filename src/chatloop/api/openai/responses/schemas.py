@@ -12,10 +12,9 @@ from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt, StrictStr
 
-from chatloop.api.openai.responses.approval_items import McpApprovalRequestInput, McpApprovalResponseInput
-from chatloop.api.openai.responses.mcp_items import McpCallInput, McpListToolsInput
+from chatloop.api.items.inputs import InputItem
 from chatloop.api.openai.responses.mcp_servers import ResponsesMcpTool
-from chatloop.api.turns.compaction import CompactionInput, CompactionSetting
+from chatloop.api.turns.compaction import CompactionSetting
 from chatloop.api.turns.schemas import (
     LAZY,
     ClientFunction,
@@ -33,105 +32,6 @@ from chatloop.api.turns.schemas import (
     Verbosity,
 )
 from chatloop.jsontypes import JSONObject
-
-
-class InputText(BaseModel):
-    model_config = LAZY
-
-    type: Literal["input_text", "output_text", "text"]
-    text: StrictStr
-
-
-class InputMessage(BaseModel):
-    """A ``message`` item (the ``type`` may be left out, as the SDKs' "easy input message" does)."""
-
-    model_config = LAZY
-
-    type: Literal["message"] = "message"
-    role: Literal["user", "assistant", "system", "developer"]
-    content: StrictStr | list[InputText]
-
-    def text(self) -> str:
-        return self.content if isinstance(self.content, str) else "".join(p.text for p in self.content)
-
-
-class FunctionCallItem(BaseModel):
-    model_config = LAZY
-
-    type: Literal["function_call"]
-    call_id: StrictStr
-    name: StrictStr
-    arguments: StrictStr
-
-
-class FunctionCallOutputItem(BaseModel):
-    model_config = LAZY
-
-    type: Literal["function_call_output"]
-    call_id: StrictStr
-    output: StrictStr | list[InputText]
-
-    def text(self) -> str:
-        return self.output if isinstance(self.output, str) else "".join(p.text for p in self.output)
-
-
-class CodeInterpreterLogs(BaseModel):
-    model_config = ConfigDict(extra="ignore", defer_build=True)
-
-    type: Literal["logs"]
-    logs: StrictStr
-
-
-class CodeInterpreterImage(BaseModel):
-    model_config = ConfigDict(extra="ignore", defer_build=True)
-
-    type: Literal["image"]
-    url: StrictStr
-
-
-class CodeInterpreterCallItem(BaseModel):
-    """An ``execute_javascript`` run from an earlier response (OpenAI's ``code_interpreter_call``), sent back as
-    input: the model is given it as that earlier tool call and its result."""
-
-    model_config = ConfigDict(extra="ignore", defer_build=True)
-
-    type: Literal["code_interpreter_call"]
-    id: Annotated[StrictStr, Field(min_length=1, max_length=256)]
-    code: StrictStr | None = None
-    outputs: list[CodeInterpreterLogs | CodeInterpreterImage] | None = None
-
-    def call_id(self) -> str:
-        return self.id.removeprefix("ci_")
-
-    def logs(self) -> str:
-        """What the run returned, as the model saw it (an image output is described, not dropped)."""
-        parts = [
-            o.logs if isinstance(o, CodeInterpreterLogs) else f"[image: {o.url}]" for o in self.outputs or []
-        ]
-        return "".join(parts) or "(the run returned no output)"
-
-
-class ReasoningItem(BaseModel):
-    """A reasoning item a client sends back from an earlier response: it carries nothing this server needs."""
-
-    model_config = ConfigDict(extra="ignore", defer_build=True)
-
-    type: Literal["reasoning"]
-
-
-InputItem = Annotated[
-    InputMessage
-    | FunctionCallItem
-    | FunctionCallOutputItem
-    | CodeInterpreterCallItem
-    | ReasoningItem
-    | McpCallInput
-    | McpListToolsInput
-    | McpApprovalRequestInput
-    | McpApprovalResponseInput
-    | CompactionInput,
-    Field(union_mode="left_to_right"),
-]
 
 
 class ResponsesFunctionTool(BaseModel):

@@ -25,8 +25,7 @@ first events on, and its events reach the store in batches, so any container can
 
 from __future__ import annotations
 
-import re
-from collections.abc import AsyncIterator, Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import partial
 from typing import TYPE_CHECKING
@@ -36,29 +35,36 @@ from starlette.responses import Response, StreamingResponse
 
 from chatloop.api.http.context import RequestContext
 from chatloop.api.http.errors import RequestError
-from chatloop.api.http.wire import JSONBody, sse_frame
-from chatloop.api.openai.conversations.endpoints import (
+from chatloop.api.http.wire import JSONBody
+from chatloop.api.items.inputs import InputItem, InputMessage, ReasoningItem
+from chatloop.api.items.store import (
+    checked_id,
+    conversation_id_of,
+    not_found,
+    page_query,
+    store_context,
+    store_errors,
+)
+from chatloop.api.items.stored import (
     HISTORY_PAGE,
     all_items,
     as_input_items,
     conversation_history,
-    conversation_id_of,
-    not_found,
-    store_context,
-    store_errors,
+    stored_items,
 )
-from chatloop.api.openai.responses.schemas import InputItem, ReasoningItem, ResponsesBody
+from chatloop.api.openai.responses.schemas import ResponsesBody
+from chatloop.api.runs.follow import follow_response, longest_turn, replay, settled
+from chatloop.api.runs.journal import Journal, stored_event
 from chatloop.jsontypes import JSONObject, json_object
-from chatloop.observability import logger, redact
+from chatloop.observability import logger
+from chatloop.store.model import Item, PageQuery, StoreUnavailable
+from chatloop.store.service import CursorNotFound
 
 if TYPE_CHECKING:
     from chatloop.api.openai.responses.objects import FinishedResponse
-    from chatloop.api.runs.journal import Journal
     from chatloop.deadline import Deadline
-    from chatloop.store.model import Item, StoredEvent
     from chatloop.store.service import ConversationStore
 
-RESPONSE_ID = re.compile(r"^resp_[A-Za-z0-9_-]{1,128}$")
 MAX_CHAIN = 100
 """How many earlier responses a ``previous_response_id`` chain may follow back (each is two reads)."""
 
@@ -126,8 +132,6 @@ async def save(
 ) -> FinishedResponse:
     """Keep the finished ``response`` (and a streamed one's ``events``); append the turn to its conversation.
     Returns the response as it should be shown: ``store: false`` when it could not be kept."""
-    from chatloop.store.model import Item, StoreUnavailable
-
     if keeping.owner is None or (keeping.store is None and keeping.conversation_id is None):
         return response
     ctx = RequestContext.of(request)
@@ -168,9 +172,6 @@ async def _journaled(
 
 def input_items(body: ResponsesBody) -> list[Item]:
     """This request's input as stored items (each with a new id): what ``input_items`` lists for it."""
-    from chatloop.api.openai.conversations.items import stored_items
-    from chatloop.api.openai.responses.schemas import InputMessage
-
     items: list[InputItem] = (
         [InputMessage(role="user", content=body.input)]
         if isinstance(body.input, str)
@@ -183,8 +184,6 @@ def input_items(body: ResponsesBody) -> list[Item]:
 async def retrieve_response(request: Request) -> Response:
     """The response as it stands (``in_progress`` while its turn runs, wherever it runs); with ``stream=true``, its
     events after ``starting_after``, followed live until its terminal event (``api.runs.follow``)."""
-    from chatloop.api.runs.follow import follow_response, settled
-
     store, owner, deadline = store_context(request)
     response_id = checked_id(str(request.path_params["response_id"]))
     params = request.query_params
@@ -211,12 +210,6 @@ async def retrieve_response(request: Request) -> Response:
     return JSONBody(stored.body)
 
 
-def longest_turn(request: Request) -> float:
-    """How long a turn may run at most: a stored turn still running after it is dead."""
-    settings = RequestContext.of(request).settings
-    return max(settings.background_timeout_seconds, settings.request_timeout_seconds)
-
-
 async def delete_response(request: Request) -> Response:
     store, owner, deadline = store_context(request)
     response_id = checked_id(str(request.path_params["response_id"]))
@@ -228,9 +221,6 @@ async def delete_response(request: Request) -> Response:
 
 
 async def list_input_items(request: Request) -> Response:
-    from chatloop.api.openai.conversations.endpoints import page_query
-    from chatloop.store.service import CursorNotFound
-
     store, owner, deadline = store_context(request)
     response_id = checked_id(str(request.path_params["response_id"]))
     query = page_query(request)
@@ -251,8 +241,6 @@ async def _chain(
     store: ConversationStore, owner: str, response_id: str, deadline: Deadline
 ) -> list[InputItem]:
     """Every earlier response's input and output items, oldest first, following ``previous_response_id`` back."""
-    from chatloop.store.model import PageQuery
-
     turns: list[list[JSONObject]] = []
     current: str | None = response_id
     while current is not None:
@@ -274,32 +262,3 @@ async def _chain(
         previous = stored.body.get("previous_response_id")
         current = previous if isinstance(previous, str) else None
     return as_input_items([item for turn in reversed(turns) for item in turn])
-
-
-async def replay(
-    events: Iterable[Mapping[str, object]] | AsyncIterator[Mapping[str, object]],
-) -> AsyncIterator[bytes]:
-    if isinstance(events, AsyncIterator):
-        async for data in events:
-            yield redact(sse_frame(data, event=str(data["type"]))).encode()
-        return
-    for data in events:
-        yield redact(sse_frame(data, event=str(data["type"]))).encode()
-
-
-def stored_event(data: Mapping[str, object]) -> StoredEvent:
-    """A sent event as the store keeps it, under its ``sequence_number``."""
-    from chatloop.store.model import StoredEvent
-
-    number = data["sequence_number"]
-    if not isinstance(number, int):
-        raise TypeError(f"an event's sequence_number is {number!r}")
-    return StoredEvent(number, json_object(data))
-
-
-def checked_id(response_id: str) -> str:
-    if not RESPONSE_ID.match(response_id):
-        raise RequestError(
-            400, "invalid_request", "response_id: not a response id (resp_…)", param="response_id"
-        )
-    return response_id

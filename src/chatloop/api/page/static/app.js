@@ -511,7 +511,7 @@ function renderItems(items) {
       turn.on_tool_call_start({ id: item.call_id, name: item.name, arguments: item.arguments ?? "" });
     } else if (item.type === "mcp_approval_request") {
       turn ??= new Turn();
-      const builtin = item.server_label === "chatloop_builtin"; // the server's own tools (api/openai/responses/approval_items.py)
+      const builtin = item.server_label === "chatloop_builtin"; // the server's own tools (api/items/approvals.py)
       const call = { id: item.id, arguments: item.arguments ?? "" };
       call.name = builtin ? item.name : `${item.server_label}__${item.name}`;
       if (!builtin) call.server = item.server_label;

@@ -23,7 +23,7 @@ from chatloop.jsontypes import JSONObject, JSONValue
 from chatloop.tools.mcp import TOOL_ERROR_PREFIX, offered_name
 
 if TYPE_CHECKING:
-    from chatloop.api.openai.responses.objects import (
+    from chatloop.api.items.objects import (
         McpCall,
         McpCallStatus,
         McpListTools,

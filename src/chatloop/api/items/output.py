@@ -22,8 +22,8 @@ from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
 from chatloop.api.http.wire import sse_frame
-from chatloop.api.openai.responses.approval_items import approval_request_item, whole_item_frames
-from chatloop.api.openai.responses.mcp_items import (
+from chatloop.api.items.approvals import approval_request_item, whole_item_frames
+from chatloop.api.items.mcp import (
     call_finished_frames,
     call_started_frames,
     finish_call_item,
@@ -35,7 +35,7 @@ from chatloop.providers.base import ToolCall
 from chatloop.tools.javascript.tool import TOOL_NAME
 
 if TYPE_CHECKING:
-    from chatloop.api.openai.responses.objects import (
+    from chatloop.api.items.objects import (
         CallStatus,
         CodeInterpreterCall,
         CompactionItem,

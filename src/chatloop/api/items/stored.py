@@ -1,61 +1,40 @@
-"""The Conversations API's request bodies, and input items as a conversation stores them (OpenAI's
-``ConversationItem`` shapes, each with a new unguessable id). Imported on the first conversations request, not at
-start (cold start).
+"""Items as a conversation or a stored response keeps them, both ways: input items written as OpenAI's
+``ConversationItem`` shapes with new ids (``stored_items``), and kept item bodies read back as input items
+(``conversation_history``, ``as_input_items``), which become messages like any input (``api.items.messages``).
 
 Usage::
 
-    body = ConversationCreate.model_validate({"items": [{"role": "user", "content": "hi"}]})
-    stored_items(body.items or [])          # [Item("msg_…", {"type": "message", "id": "msg_…", …})]
+    stored_items([InputMessage(role="user", content="hi")])   # [Item("msg_…", {"type": "message", "id": "msg_…", …})]
+    items = await conversation_history(store, owner, "conv_1", deadline)     # a 404 when it is not the caller's
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from typing import Annotated
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import replace
+from functools import partial
+from typing import TYPE_CHECKING
 
-from pydantic import BaseModel, ConfigDict, Field, StrictStr
+from pydantic import TypeAdapter
 
 from chatloop.api.http.errors import RequestError
-from chatloop.api.openai.responses.approval_items import McpApprovalRequestInput, McpApprovalResponseInput
-from chatloop.api.openai.responses.mcp_items import McpCallInput, McpListToolsInput
-from chatloop.api.openai.responses.schemas import (
+from chatloop.api.items.approvals import McpApprovalRequestInput, McpApprovalResponseInput
+from chatloop.api.items.compaction import CompactionInput
+from chatloop.api.items.inputs import (
     CodeInterpreterCallItem,
     FunctionCallItem,
     FunctionCallOutputItem,
     InputItem,
     InputMessage,
 )
-from chatloop.api.turns.compaction import CompactionInput
+from chatloop.api.items.mcp import McpCallInput, McpListToolsInput
+from chatloop.api.items.store import not_found
 from chatloop.jsontypes import JSONObject
-from chatloop.store.model import Item, new_id
+from chatloop.store.model import Item, Page, PageQuery, new_id
 
-MAX_ITEMS_AT_ONCE = 20
-"""OpenAI: "You may add up to 20 items at a time"."""
-
-Metadata = Annotated[
-    dict[Annotated[StrictStr, Field(max_length=64)], Annotated[StrictStr, Field(max_length=512)]],
-    Field(max_length=16),
-]
-"""OpenAI's metadata: at most 16 pairs, keys of at most 64 characters, values of at most 512."""
-
-
-class ConversationCreate(BaseModel):
-    model_config = ConfigDict(extra="ignore", defer_build=True)
-
-    items: Annotated[list[InputItem], Field(max_length=MAX_ITEMS_AT_ONCE)] | None = None
-    metadata: Metadata | None = None
-
-
-class ConversationUpdate(BaseModel):
-    model_config = ConfigDict(extra="ignore", defer_build=True)
-
-    metadata: Metadata | None
-
-
-class ItemsCreate(BaseModel):
-    model_config = ConfigDict(extra="ignore", defer_build=True)
-
-    items: Annotated[list[InputItem], Field(min_length=1, max_length=MAX_ITEMS_AT_ONCE)]
+if TYPE_CHECKING:
+    from chatloop.deadline import Deadline
+    from chatloop.store.protocol import ConversationStore
 
 
 def stored_items(items: Sequence[InputItem]) -> list[Item]:
@@ -121,3 +100,59 @@ def stored_items(items: Sequence[InputItem]) -> list[Item]:
             )
         stored.append(Item(item_id, body))
     return stored
+
+
+# --- kept items read back as a turn's history ----------------------------------------------------------
+HISTORY_PAGE = 100
+"""Items read per store call when a whole list is read."""
+
+
+async def conversation_history(
+    store: ConversationStore, owner: str, conversation_id: str, deadline: Deadline
+) -> list[InputItem]:
+    """The conversation's items, oldest first, as input items (a 404 when the caller has no such conversation)."""
+
+    read = partial(store.list_items, owner, conversation_id, deadline=deadline)
+    items = await all_items(read, PageQuery("asc", HISTORY_PAGE))
+    if items is None:
+        raise not_found("conversation", conversation_id, param="conversation")
+    return as_input_items(items)
+
+
+async def all_items(
+    read: Callable[[PageQuery], Awaitable[Page | None]], query: PageQuery
+) -> list[JSONObject] | None:
+    """Every item of a list, page after page (``read`` reads one page); None when the record is not there."""
+
+    bodies: list[JSONObject] = []
+    while True:
+        page = await read(query)
+        if page is None:
+            return None
+        bodies += [item.body for item in page.data]
+        if not page.has_more:
+            return bodies
+        query = replace(query, after=page.last_id)
+
+
+def as_input_items(bodies: list[JSONObject]) -> list[InputItem]:
+    """Stored item bodies as the input items the request schema reads (so they become messages like any input)."""
+    return TypeAdapter(
+        list[InputItem]
+    ).validate_python(
+        [
+            b
+            for b in bodies
+            if b.get("type")
+            in (
+                "message",
+                "function_call",
+                "function_call_output",
+                "code_interpreter_call",
+                "mcp_call",
+                "mcp_approval_request",  # a call that waited for a person, and their answer (api/turns/approvals.py)
+                "mcp_approval_response",
+                "compaction",  # the earlier conversation, summarized (api/turns/compaction.py)
+            )
+        ]
+    )

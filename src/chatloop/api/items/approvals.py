@@ -24,8 +24,8 @@ from chatloop.jsontypes import JSONObject
 from chatloop.tools.mcp import offered_name
 
 if TYPE_CHECKING:
-    from chatloop.api.openai.responses.mcp_items import Emit
-    from chatloop.api.openai.responses.objects import CompactionItem, McpApprovalRequest
+    from chatloop.api.items.mcp import Emit
+    from chatloop.api.items.objects import CompactionItem, McpApprovalRequest
     from chatloop.engine.events import ApprovalRequested
     from chatloop.engine.messages import Message
 

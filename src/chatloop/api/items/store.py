@@ -1,0 +1,109 @@
+"""The conversation store from a request: the caller's store (``store_context``), its failures as a 503
+(``store_errors``), the one 404 for what is missing or another caller's (``not_found``), and OpenAI's list
+parameters (``page_query``). Shared by every route that reads or writes kept state: conversations, stored
+responses, background responses, ``/chat`` threads and approvals.
+
+Usage::
+
+    store, owner, deadline = store_context(request)          # 401 when the request names no caller
+    with store_errors():                                     # StoreUnavailable -> 503
+        conversation = await store.get_conversation(owner, "conv_1", deadline)
+    if conversation is None:
+        raise not_found("conversation", "conv_1")
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import TYPE_CHECKING
+
+from starlette.requests import Request
+
+from chatloop.api.http.context import RequestContext
+from chatloop.api.http.errors import RequestError
+from chatloop.observability import logger
+from chatloop.store.model import PageQuery, StoreUnavailable
+
+if TYPE_CHECKING:
+    from chatloop.deadline import Deadline
+    from chatloop.store.service import ConversationStore
+
+CONVERSATION_ID = re.compile(r"^conv_[A-Za-z0-9]{1,128}$")
+ITEM_ID = re.compile(r"^[a-z]{2,8}_[A-Za-z0-9]{1,128}$")
+RESPONSE_ID = re.compile(r"^resp_[A-Za-z0-9_-]{1,128}$")
+
+
+def store_context(request: Request) -> tuple[ConversationStore, str, Deadline]:
+    """The conversation store, the caller it is read for (a 401 when the request names none) and the deadline of one
+    store call."""
+    ctx = RequestContext.of(request)
+    owner = ctx.caller
+    if owner is None:
+        raise RequestError(
+            401, "unauthenticated", "this request names no caller (no API key id or IAM identity)"
+        )
+    return ctx.runtime.conversations(), owner, ctx.store_deadline()
+
+
+def page_query(request: Request, ids: re.Pattern[str] | None = None) -> PageQuery:
+    """``order`` (asc/desc, default desc), ``limit`` (1-100, default 20) and ``after`` (an item id): OpenAI's list
+    parameters, each checked (a 400 naming it)."""
+    params = request.query_params
+    order = params.get("order", "desc")
+    if order not in ("asc", "desc"):
+        raise RequestError(400, "invalid_request", "order: must be 'asc' or 'desc'", param="order")
+    raw_limit = params.get("limit", "20")
+    if not raw_limit.isdigit() or not 1 <= int(raw_limit) <= 100:
+        raise RequestError(400, "invalid_request", "limit: must be an integer from 1 to 100", param="limit")
+    after = params.get("after")
+    if after is not None and not (ids or ITEM_ID).match(after):
+        raise RequestError(400, "invalid_request", "after: not an item id", param="after")
+    refuse_include(request)
+    return PageQuery(order="asc" if order == "asc" else "desc", limit=int(raw_limit), after=after)
+
+
+def refuse_include(request: Request) -> None:
+    """``include``: OpenAI's extra output data, which no kept item has (a 400 naming it)."""
+    if [value for value in request.query_params.getlist("include") if value]:
+        raise RequestError(
+            400, "invalid_request", "include: no additional output data is kept for items", param="include"
+        )
+
+
+def not_found(what: str, identifier: str, param: str | None = None) -> RequestError:
+    """The same answer for a missing, expired, deleted or another caller's record: nothing confirms it exists."""
+    return RequestError(404, "not_found", f"No {what} found with id '{identifier}'.", param=param)
+
+
+@contextmanager
+def store_errors() -> Iterator[None]:
+    """``StoreUnavailable`` -> a 503 in OpenAI's error shape (logged with the store's reason, which names no
+    secret)."""
+    try:
+        yield
+    except StoreUnavailable as error:
+        logger.warning(f"conversation store unavailable: {error}")
+        raise RequestError(
+            503, "store_unavailable", "the conversation store is unavailable; try again shortly"
+        ) from None
+
+
+def conversation_id_of(value: str | dict[str, object]) -> str:
+    """A request's ``conversation`` (an id, or ``{"id": …}``) checked: a 400 naming it when it is not one."""
+    conversation_id = value.get("id") if isinstance(value, dict) else value
+    if not isinstance(conversation_id, str) or not CONVERSATION_ID.match(conversation_id):
+        raise RequestError(
+            400, "invalid_request", "conversation: not a conversation id (conv_…)", param="conversation"
+        )
+    return conversation_id
+
+
+def checked_id(response_id: str) -> str:
+    """A response id from a path checked: a 400 naming it when it is not one (``resp_…``)."""
+    if not RESPONSE_ID.match(response_id):
+        raise RequestError(
+            400, "invalid_request", "response_id: not a response id (resp_…)", param="response_id"
+        )
+    return response_id
