@@ -167,7 +167,7 @@ def _follower_delays(a: httpx.Client, b: httpx.Client, b_counted: Counting) -> d
 
 
 def _cancel_to_end(a: httpx.Client, b: httpx.Client) -> float:
-    from chatloop.api.runs import background
+    from chatloop.api.openai.responses import background
 
     queued = a.post("/v1/responses", json={"input": "slowly", "background": True}).json()
     while b.get(f"/v1/responses/{queued['id']}").json()["status"] != "in_progress":

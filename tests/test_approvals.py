@@ -582,7 +582,7 @@ def test_an_approval_whose_background_turn_could_not_be_started_is_not_used_up(t
     """A background answer whose worker could not be started (on Lambda: ``lambda.invoke`` failed, a 503 from
     ``background._start_worker``) runs nothing: the approval can be sent again, and runs once."""
     from chatloop.api.http.errors import RequestError
-    from chatloop.api.runs import background
+    from chatloop.api.openai.responses import background
 
     async def not_started(*args: Any) -> None:
         raise RequestError(

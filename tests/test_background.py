@@ -149,7 +149,7 @@ def test_the_buffered_handler_invokes_itself_and_runs_the_event_once(tmp_path, a
     import boto3
     from botocore.stub import ANY, Stubber
 
-    from chatloop.api.runs import background
+    from chatloop.api.openai.responses import worker
 
     writer = Writer()
     settings = Settings(
@@ -169,7 +169,7 @@ def test_the_buffered_handler_invokes_itself_and_runs_the_event_once(tmp_path, a
     expected = {"FunctionName": "chatloop-chat", "InvocationType": "Event", "Qualifier": "7", "Payload": ANY}
     stubber.add_response("invoke", {"StatusCode": 202}, expected)
     stubber.activate()
-    monkeypatch.setitem(background._CLIENTS, 5.0, lambda_client)
+    monkeypatch.setitem(worker._CLIENTS, 5.0, lambda_client)
 
     def call(method: str, path: str, body: Any = None) -> tuple[int, dict[str, Any]]:
         event = rest_event(method, path, json.dumps(body) if body is not None else None)

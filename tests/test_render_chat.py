@@ -92,7 +92,7 @@ def test_a_key_split_across_deltas_is_redacted_whole():
 
 
 def test_the_json_body_has_every_summary_field_context_and_request_id_last():
-    status, body = asyncio.run(ChatRenderer().answer(summary()))
+    status, body = asyncio.run(ChatRenderer().answer(summary(), []))
     assert status == 200
     assert list(body) == [
         "message",
@@ -110,7 +110,7 @@ def test_the_json_body_has_every_summary_field_context_and_request_id_last():
 
 def test_a_turn_every_model_failed_is_a_503_with_its_summary():
     failed = TurnSummary.failed("No model could answer.", StopReason.ALL_MODELS_FAILED).with_request_id("r")
-    status, body = asyncio.run(ChatRenderer().answer(failed))
+    status, body = asyncio.run(ChatRenderer().answer(failed, []))
     assert status == 503 and body["stop_reason"] == "all_models_failed" and body["request_id"] == "r"
     assert list(body)[-2:] == ["context", "request_id"] and chat_body(failed) == body
 

@@ -102,7 +102,7 @@ def test_a_stream_that_breaks_after_its_error_chunk_sends_no_second_error():
 def test_not_streamed_a_chat_completion():
     call = ToolCall("call_1", "lookup", "{}")
     status, body = asyncio.run(
-        CompletionRenderer("req-1").answer(summary("", StopReason.TOOL_CALLS, (call,)))
+        CompletionRenderer("req-1").answer(summary("", StopReason.TOOL_CALLS, (call,)), [])
     )
     assert status == 200 and body["object"] == "chat.completion" and body["id"] == "chatcmpl-req-1"
     choice = body["choices"][0]
@@ -119,7 +119,29 @@ def test_not_streamed_a_chat_completion():
 
 
 def test_a_guard_that_ended_the_turn_finishes_as_stop_with_empty_content_never_null():
-    _, body = asyncio.run(CompletionRenderer("r").answer(summary("", StopReason.LOOP_DETECTED)))
+    _, body = asyncio.run(CompletionRenderer("r").answer(summary("", StopReason.LOOP_DETECTED), []))
     choice = body["choices"][0]
     assert choice["finish_reason"] == "stop" and choice["message"] == {"role": "assistant", "content": ""}
     assert body["x_chatloop"]["stop_reason"] == "loop_detected"
+
+
+def test_not_streamed_a_turn_every_model_failed_is_an_error_response_not_a_completion():
+    """OpenAI answers no completion when no model could: a 429 with ``retry-after`` while the chain cools down after
+    rate limits, else a 503; the renderer answers so itself (no flag steers serve_turn)."""
+    import pytest
+
+    from chatloop.api.http.errors import RequestError
+
+    failed = TurnSummary.failed("No model could answer.", StopReason.ALL_MODELS_FAILED)
+    limited = TurnError("all_models_failed", "every model is rate limited", retry_after=2.4)
+    with pytest.raises(RequestError) as raised:
+        asyncio.run(CompletionRenderer("r").answer(failed, [limited]))
+    assert (raised.value.status, raised.value.code) == (429, "rate_limit_exceeded")
+    assert raised.value.headers == {"retry-after": "3"}
+    with pytest.raises(RequestError) as raised:
+        asyncio.run(CompletionRenderer("r").answer(failed, []))
+    assert (raised.value.status, raised.value.code, raised.value.message) == (
+        503,
+        "all_models_failed",
+        "no model could answer",
+    )

@@ -4,7 +4,7 @@ model, no server, no store)."""
 import asyncio
 import json
 
-from chatloop.api.openai.responses.endpoint import ResponsesRenderer
+from chatloop.api.openai.responses.render import ResponsesRenderer
 from chatloop.engine import StopReason, TurnSummary
 from chatloop.engine.events import Delta, Done, Started, ToolCallResult, ToolCallStart, TurnError
 from chatloop.engine.summary import AssistantMessage
@@ -121,8 +121,8 @@ def test_kept_responses_are_stored_with_their_events_before_the_terminal_one_goe
 
 def test_not_streamed_a_response_cut_by_the_token_cap_is_incomplete():
     renderer = ResponsesRenderer("r", ECHO, stream=False)
-    renderer.observe(Delta("Hel", 1))
-    status, body = asyncio.run(renderer.answer(summary("Hel", StopReason.LENGTH)))
+    renderer.output.feed(Delta("Hel", 1))  # as observed_by(renderer.output.feed, events) gives it the events
+    status, body = asyncio.run(renderer.answer(summary("Hel", StopReason.LENGTH), []))
     assert status == 200 and body["status"] == "incomplete"
     assert body["incomplete_details"] == {"reason": "max_output_tokens"}
     assert body["output"][0]["content"][0]["text"] == "Hel" and body["x_chatloop"]["stop_reason"] == "length"

@@ -173,7 +173,7 @@ class Settings:
     lambda_function_name: str = ""
     """AWS_LAMBDA_FUNCTION_NAME: set by Lambda in every execution environment. There a header alone never names a
     caller (``api/http/caller.py``); unset, as in ``make run``, the ``x-api-key`` header does, hashed. Set, a background
-    response's turn is handed to an asynchronous invocation of this function (``api/runs/background.py``)."""
+    response's turn is handed to an asynchronous invocation of this function (``api/openai/responses/background.py``)."""
     lambda_function_version: str = ""
     """AWS_LAMBDA_FUNCTION_VERSION: set by Lambda (``$LATEST`` or the published version the alias points at): the
     qualifier of the asynchronous invocation that runs a background response, so it runs the same code."""

@@ -41,7 +41,7 @@ from chatloop.tools.base import ToolRegistry
 LAZY_MODULES = (
     "chatloop.api.openai.responses.endpoint",
     "chatloop.api.openai.responses.stored",
-    "chatloop.api.runs.background",
+    "chatloop.api.openai.responses.background",
     "chatloop.api.chat.threads",
     "chatloop.api.openai.conversations.endpoints",
 )
@@ -85,7 +85,9 @@ def routes(settings: Settings) -> list[BaseRoute]:
             methods=["DELETE"],
         ),
         Route(
-            "/v1/responses/{response_id}/cancel", lazy("runs.background", "cancel_response"), methods=["POST"]
+            "/v1/responses/{response_id}/cancel",
+            lazy("openai.responses.background", "cancel_response"),
+            methods=["POST"],
         ),
         Route(
             "/v1/responses/{response_id}/input_items",
@@ -142,7 +144,9 @@ def routes(settings: Settings) -> list[BaseRoute]:
         Route("/", page.page, methods=["GET"]),
         Route("/static/{path:path}", page.asset, methods=["GET"]),
         # stream mode: the asynchronous invocation that runs a background response, as the Web Adapter passes it
-        Route(settings.lwa_pass_through_path, lazy("runs.background", "events"), methods=["POST"]),
+        Route(
+            settings.lwa_pass_through_path, lazy("openai.responses.background", "events"), methods=["POST"]
+        ),
         # stream mode under SnapStart: the Web Adapter's two hook routes, when configured (H1, #27)
         *snapstart.hook_routes(settings),
     ]

@@ -23,7 +23,7 @@ Usage::
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
 from dataclasses import dataclass
 
 from chatloop.jsontypes import JSONObject
@@ -36,7 +36,7 @@ from chatloop.providers.base import (
     StreamItem,
     TextDelta,
 )
-from chatloop.providers.catalog import Catalog
+from chatloop.providers.catalog import Catalog, ModelInfo
 from chatloop.providers.context import Window, fit, fitted
 from chatloop.providers.errors import (
     AllModelsFailed,
@@ -271,17 +271,35 @@ class FallbackChain:
         info = self.catalog.get(model.name)
         if request.tools and not info.tools:
             return "no tool support"
-        if info.honours(request.response_format) is False:
-            return f"no {(request.response_format or {}).get('type')} support"
-        refused = [p for p in request.params if info.takes(p) is False]
+        refused = _refusal(info, request.response_format, request.params)
         if refused:
-            return f"does not take {', '.join(refused)}"
+            return refused
         if min_context and info.context_window is not None and info.context_window <= min_context:
             return "context window too small"
         need = self._needs.get(model.name)
         if need is not None and info.context_window is not None and need > info.context_window:
             return f"context window too small ({need} estimated tokens > {info.context_window})"
         return None
+
+    def supports(
+        self, *, response_format: JSONObject | None = None, params: Iterable[str] = ()
+    ) -> tuple[list[str], list[str]]:
+        """Which of the chain's models a request asking for ``response_format`` and ``params`` goes to, and which it
+        passes over, each in the chain's order: a model whose catalog entry lists what is asked is sent it, one whose
+        entry does not say is tried too (a provider's refusal passes the turn on), one whose entry says no is passed
+        over (the rule ``stream`` skips models by).
+
+        Usage::
+
+            able, passed_over = chain.supports(params=["seed"])       # (["openai:gpt-4.1-mini"], ["groq:llama"])
+        """
+        asked = list(params)
+        able: list[str] = []
+        passed_over: list[str] = []
+        for model in self.models:
+            refused = _refusal(self.catalog.get(model.name), response_format, asked)
+            (passed_over if refused else able).append(model.name)
+        return able, passed_over
 
     def _guessed(self, model: ChatModel, request: ModelRequest, error: ModelError) -> bool:
         """A request refused by a model that was sent something its catalog entry does not vouch for (a format or a
@@ -308,3 +326,14 @@ class FallbackChain:
         elif isinstance(error, ContextTooLong):
             return max(min_context, self.catalog.get(model.name).context_window or 0)
         return min_context
+
+
+def _refusal(info: ModelInfo, response_format: JSONObject | None, params: Iterable[str]) -> str | None:
+    """Why a model's catalog entry refuses ``response_format`` or one of ``params`` (None: it lists them, or does
+    not say: unknown capabilities are tried, not assumed absent)."""
+    if info.honours(response_format) is False:
+        return f"no {(response_format or {}).get('type')} support"
+    refused = [p for p in params if info.takes(p) is False]
+    if refused:
+        return f"does not take {', '.join(refused)}"
+    return None

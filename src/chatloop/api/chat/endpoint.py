@@ -8,7 +8,7 @@ Usage::
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 
 from starlette.requests import Request
 from starlette.responses import Response
@@ -17,6 +17,7 @@ from chatloop.api.http.context import RequestContext
 from chatloop.api.http.errors import RequestError
 from chatloop.api.http.wire import sse_frame
 from chatloop.api.runtime import Runtime
+from chatloop.api.turns.build import turn_request
 from chatloop.api.turns.checks import (
     ChatChoice,
     check_context,
@@ -27,8 +28,8 @@ from chatloop.api.turns.checks import (
 )
 from chatloop.api.turns.schemas import ChatBody
 from chatloop.api.turns.serve import INTERNAL_ERROR, budgeted, serve_turn, turn_events
-from chatloop.engine import Event, StopReason, TurnRequest, TurnSummary
-from chatloop.engine.events import Done
+from chatloop.engine import Event, StopReason, TurnSummary
+from chatloop.engine.events import Done, TurnError
 from chatloop.engine.request import function_name
 from chatloop.jsontypes import JSONObject
 from chatloop.tools.base import ToolRegistry
@@ -47,8 +48,6 @@ class ChatRenderer:
     """/chat's wire format: ``event: <type>\\ndata: <json>`` per event; ``done`` always last, exactly once."""
 
     stream_failure_log = "SSE stream failed"
-    answers_failure = True
-    observes = False
 
     def __init__(self) -> None:
         self._done = False
@@ -64,10 +63,8 @@ class ChatRenderer:
         ending: list[Event] = [INTERNAL_ERROR, Done(TurnSummary.failed())]
         return "".join(sse_frame(event.data, event=event.name) for event in ending)
 
-    def observe(self, event: Event) -> None:
-        pass
-
-    async def answer(self, summary: TurnSummary) -> tuple[int, object]:
+    async def answer(self, summary: TurnSummary, errors: Sequence[TurnError]) -> tuple[int, object]:
+        """A turn every model failed is answered too: a 503 whose body says so."""
         status = 503 if summary.stop_reason is StopReason.ALL_MODELS_FAILED else 200
         return status, chat_body(summary)
 
@@ -111,14 +108,12 @@ async def chat(request: Request) -> Response:
     tool_names = tools_for_chat(runtime, body, choice)
     model = model_for(runtime, body.model)
     check_context(model, messages, body.max_tokens)
-    turn = TurnRequest(
-        messages=messages,
-        tool_names=tool_names,
-        tool_choice=None if choice == "none" else choice,
-        parallel_tool_calls=body.parallel_tool_calls,
-        temperature=body.temperature,
-        top_p=body.top_p,
+    turn = turn_request(
+        messages,
+        choice,
+        body,
         max_tokens=body.max_tokens,
+        tool_names=tool_names,
         max_iterations=body.max_iterations,
         approvals=thread.answers if thread else (),
     )

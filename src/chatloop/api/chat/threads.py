@@ -21,29 +21,37 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from starlette.requests import Request
-from starlette.responses import Response
+from starlette.responses import Response, StreamingResponse
 
 from chatloop.api.http.context import RequestContext
 from chatloop.api.http.errors import RequestError
-from chatloop.api.http.wire import JSONBody
+from chatloop.api.http.wire import JSONBody, sse_frame
+from chatloop.api.items.approvals import McpApprovalResponseInput
+from chatloop.api.items.inputs import InputMessage
+from chatloop.api.items.messages import messages_of
+from chatloop.api.items.output import ResponseEvents, ResponseOutput
 from chatloop.api.items.store import conversation_id_of, store_context, store_errors
-from chatloop.api.items.stored import conversation_history
+from chatloop.api.items.stored import conversation_history, stored_items
+from chatloop.api.runs.follow import follow
 from chatloop.api.runs.journal import Journal
 from chatloop.api.runs.record import call_deadline, end_run, runs_of, watcher
 from chatloop.api.runs.running import Stop, Tracked, run_to_the_end, stop_here, stoppable
+from chatloop.api.turns.approvals import answers_of
+from chatloop.api.turns.checks import read_body
+from chatloop.api.turns.compaction import open_items
+from chatloop.api.turns.schemas import ChatApproval, StopBody
+from chatloop.api.turns.serve import held_secrets
 from chatloop.deadline import Deadline
+from chatloop.engine.approvals import ApprovalAnswer
 from chatloop.engine.events import Done, Event, TurnError
 from chatloop.engine.messages import Message
 from chatloop.engine.summary import StopReason, TurnSummary
-from chatloop.jsontypes import JSONObject
-from chatloop.observability import logger
-from chatloop.store.model import StoredEvent
+from chatloop.jsontypes import JSONObject, json_object
+from chatloop.observability import logger, redact
+from chatloop.store.model import Item, StoredEvent, StoreUnavailable, new_id
 
 if TYPE_CHECKING:
-    from chatloop.api.items.approvals import McpApprovalResponseInput
     from chatloop.api.items.objects import CompactionItem
-    from chatloop.api.turns.schemas import ChatApproval
-    from chatloop.engine.approvals import ApprovalAnswer
 
 
 @dataclass
@@ -69,11 +77,6 @@ async def chat_thread(
     """The conversation a ``/chat`` request continues (a 4xx or 503 before any model call when it cannot be had).
     With a conversation the client sends only what is new: user (or system) messages, and answers to its
     approval requests (each checked as ``api.turns.approvals`` checks them)."""
-    from chatloop.api.items.approvals import McpApprovalResponseInput
-    from chatloop.api.items.messages import messages_of
-    from chatloop.api.turns.approvals import answers_of
-    from chatloop.api.turns.compaction import open_items
-
     messages = [m for m in new if isinstance(m, dict) and m.get("role") in ("user", "system")]
     if len(messages) != len(new):
         raise RequestError(
@@ -98,9 +101,6 @@ def running_turn(request: Request, thread: ChatThread, events: AsyncIterator[Eve
     """The turn's events, run to the end (and stored by ``save_chat_turn``) whether or not the client stays,
     journaled (a reloaded page follows it on any copy: ``GET /chat/follow``), and ended with an ``error`` and a
     ``done`` when a client stops it (``POST /chat/stop``, on any copy)."""
-    from chatloop.api.turns.serve import held_secrets
-    from chatloop.store.model import new_id
-
     store = RequestContext.of(request).runtime.conversations()
     owner, conversation_id, turn = thread.owner, thread.conversation_id, new_id("turn")
     stop = Stop()
@@ -155,12 +155,6 @@ async def follow_chat(request: Request) -> Response:
     """``GET /chat/follow?conversation=conv_…&starting_after=N``: the caller's turn running in that conversation,
     wherever it runs: its events (``/chat``'s, ``id:`` their number) from the journal, then live until ``done``. A
     404 when none runs (the page then reads the stored answer)."""
-    from starlette.responses import StreamingResponse
-
-    from chatloop.api.http.wire import sse_frame
-    from chatloop.api.runs.follow import follow
-    from chatloop.observability import redact
-
     store, owner, deadline = store_context(request)
     conversation_id = conversation_id_of(request.query_params.get("conversation", ""))
     after = request.query_params.get("starting_after", "-1")
@@ -210,9 +204,6 @@ async def stop_chat(request: Request) -> Response:
     page's Stop button). A stored conversation's turn outlives its client, so that a reload finds the answer; a Stop
     is the one way to end it early. A stopped turn is not stored (the conversation stays as it was). ``stopped`` says
     whether a turn was running, on whichever copy runs it."""
-    from chatloop.api.turns.checks import read_body
-    from chatloop.api.turns.schemas import StopBody
-
     body = await read_body(request, StopBody)
     store, owner, deadline = store_context(request)
     conversation_id = conversation_id_of(body.conversation)
@@ -232,12 +223,6 @@ async def save_chat_turn(request: Request, thread: ChatThread, events: list[Even
     """Append the turn to its conversation: the new messages, each sandbox run (a ``code_interpreter_call`` item,
     as the Responses API shows it) and the answer. A turn every model failed leaves the conversation as it was (a
     retry sends the same message again); a store that fails is logged, the answer was already sent."""
-    from chatloop.api.items.inputs import InputMessage
-    from chatloop.api.items.output import ResponseEvents, ResponseOutput
-    from chatloop.api.items.stored import stored_items
-    from chatloop.jsontypes import json_object
-    from chatloop.store.model import Item, StoreUnavailable, new_id
-
     done = next((e.summary for e in events if isinstance(e, Done)), None)
     not_kept = (StopReason.ALL_MODELS_FAILED, StopReason.ERROR, StopReason.CLIENT_DISCONNECTED)
     if done is None or done.stop_reason in not_kept:  # failed, or stopped by its client

@@ -1,8 +1,8 @@
-"""The output items of a turn as this server builds them (the Responses API's, which conversations keep too): TypedDicts with the keys
-of openai-python's own models (``openai.types.responses``; named beside each), which are never imported at run time
-(the SDK's types take longer to import than a cold start can spare). Only the keys and values this server sends are
-typed: a ``message`` holds ``output_text`` parts, a ``code_interpreter_call`` logs, an ``mcp_call`` never needs an
-approval.
+"""The output items of a turn as this server builds them (the Responses API's, which conversations keep too):
+TypedDicts with the keys of openai-python's own models (``openai.types.responses``; named beside each), which are
+never imported at run time (the SDK's types take longer to import than a cold start can spare). Only the keys and
+values this server sends are typed: a ``message`` holds ``output_text`` parts, a ``code_interpreter_call`` logs, an
+``mcp_call`` never needs an approval.
 
 A TypedDict is a plain ``dict`` at run time, so the JSON built with these types is what it always was. The modules
 that build them import this one under ``TYPE_CHECKING`` only (its classes cost a cold start about a millisecond).

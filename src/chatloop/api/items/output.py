@@ -4,8 +4,8 @@ with no content, a ``code_interpreter_call`` with ``code: ""``, an ``mcp_call`` 
 fill it, and ``response.output_item.done`` carries it whole.
 
 ``ResponseOutput`` turns a turn's events into items (``message``, ``code_interpreter_call``, ``mcp_call``,
-``function_call``); ``ResponseEvents`` numbers and frames each stream event. ``api.openai.responses.endpoint`` renders them as a
-``response`` or its event stream; a ``/chat`` turn in a stored conversation keeps the same items.
+``function_call``); ``ResponseEvents`` numbers and frames each stream event. ``api.openai.responses.render``
+renders them as a ``response`` or its event stream; a ``/chat`` turn in a stored conversation keeps the same items.
 
 Usage::
 

@@ -4,7 +4,7 @@
 
 Usage::
 
-    stored_items([InputMessage(role="user", content="hi")])   # [Item("msg_…", {"type": "message", "id": "msg_…", …})]
+    stored_items([InputMessage(role="user", content="hi")])      # [Item("msg_…", {"type": "message", …})]
     items = await conversation_history(store, owner, "conv_1", deadline)     # a 404 when it is not the caller's
 """
 

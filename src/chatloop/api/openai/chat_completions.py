@@ -10,7 +10,7 @@ Usage::
 from __future__ import annotations
 
 import time
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Mapping, Sequence
 
 from starlette.requests import Request
 from starlette.responses import Response
@@ -18,6 +18,8 @@ from starlette.responses import Response
 from chatloop.api.http.context import RequestContext
 from chatloop.api.http.errors import openai_error
 from chatloop.api.http.wire import sse_frame
+from chatloop.api.openai.extension import extension
+from chatloop.api.turns.build import turn_request
 from chatloop.api.turns.checks import (
     check_context,
     checked_client_tools,
@@ -30,8 +32,8 @@ from chatloop.api.turns.checks import (
     structured_output,
 )
 from chatloop.api.turns.schemas import OpenAIChatBody
-from chatloop.api.turns.serve import INTERNAL_ERROR, budgeted, serve_turn, turn_events
-from chatloop.engine import Event, TurnRequest, TurnSummary
+from chatloop.api.turns.serve import INTERNAL_ERROR, budgeted, failed_turn, serve_turn, turn_events
+from chatloop.engine import Event, TurnSummary
 from chatloop.engine.events import Delta, Done, FallbackMade, LlmResponse, Started, TurnError
 
 FINISH_REASONS = {"stop": "stop", "length": "length", "tool_calls": "tool_calls"}
@@ -41,18 +43,6 @@ DONE_LINE = "data: [DONE]\n\n"
 def finish_reason(stop_reason: str) -> str:
     """OpenAI's finish_reason for a stop reason (guards end a turn with an answer: ``stop``)."""
     return FINISH_REASONS.get(stop_reason, "stop")
-
-
-def extension(summary: TurnSummary) -> dict[str, object]:
-    """``x_chatloop``: what the turn did beyond OpenAI's fields (the stop reason, the tool records ...)."""
-    return {
-        "stop_reason": summary.stop_reason.value,
-        "iterations": summary.iterations,
-        "tool_calls": [c.wire() for c in summary.tool_calls],
-        "tool_counts": dict(summary.tool_counts),
-        "context": summary.context.summary() if summary.context else None,
-        "request_id": summary.request_id,
-    }
 
 
 def openai_message(summary: TurnSummary) -> dict[str, object]:
@@ -91,8 +81,6 @@ class CompletionRenderer:
     OpenAI's do. Not streamed: a ``chat.completion``."""
 
     stream_failure_log = "chat.completion.chunk stream failed"
-    answers_failure = False
-    observes = False
 
     def __init__(self, request_id: str, include_usage: bool = False) -> None:
         self.request_id = request_id
@@ -152,10 +140,10 @@ class CompletionRenderer:
         error = openai_error(INTERNAL_ERROR.message, "internal_error", "server_error")
         return sse_frame(error) + DONE_LINE
 
-    def observe(self, event: Event) -> None:
-        pass
-
-    async def answer(self, summary: TurnSummary) -> tuple[int, object]:
+    async def answer(self, summary: TurnSummary, errors: Sequence[TurnError]) -> tuple[int, object]:
+        """A turn every model failed is an error response (429 or 503: ``failed_turn``), as OpenAI's is."""
+        if failure := failed_turn(summary, errors):
+            raise failure
         return 200, openai_completion(summary, self.request_id)
 
 
@@ -169,18 +157,14 @@ async def chat_completions(request: Request) -> Response:
     client_tools = checked_client_tools(runtime, body.tools or [], choice)
     model = model_for(runtime, body.model, openai=True)
     check_context(model, messages, body.max_completion_tokens or body.max_tokens)
-    response_format = structured_output(runtime, model, body.response_format, "response_format")
-    params = model_params(runtime, model, body.forwarded())
-    no_tools = choice == "none"
-    turn = TurnRequest(
-        messages=messages,
-        tool_names=[] if no_tools else None,
-        client_tools=[] if no_tools else client_tools,
-        tool_choice=None if choice == "none" else choice,
-        parallel_tool_calls=body.parallel_tool_calls,
-        temperature=body.temperature,
-        top_p=body.top_p,
+    response_format = structured_output(model, body.response_format, "response_format")
+    params = model_params(model, body.forwarded())
+    turn = turn_request(
+        messages,
+        choice,
+        body,
         max_tokens=body.max_completion_tokens or body.max_tokens,
+        client_tools=client_tools,
         response_format=response_format,
         model_params=params,
     )

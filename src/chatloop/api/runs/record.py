@@ -1,7 +1,7 @@
 """A stored turn's run, from the API's side: recorded when it starts (off the turn's path: the first token never
 waits for it), watched for a cancel request while it runs, and moved to its final status when it ends.
 
-Usage (``api.chat.endpoint``, ``api.openai.responses.endpoint``, ``api.runs.background``)::
+Usage (``api.chat.threads``, ``api.openai.responses.journaled``, ``api.openai.responses.background``)::
 
     tracked = Tracked((owner, "conv_1"), Stop(), watch=watcher(store, owner, "conv_1", turn, begin=True),
                       end=ender(store, owner, "conv_1", turn, status_of_the_end))
@@ -19,6 +19,7 @@ from chatloop.observability import logger
 from chatloop.store.model import StoreUnavailable
 from chatloop.store.protocol import ConversationStore
 from chatloop.store.runs import ACTIVE, Runs, RunStatus
+from chatloop.store.service import Store
 
 STORE_CALL_SECONDS = 5.0
 """The longest one of these store calls may take (they run beside the turn, not inside its deadline)."""
@@ -26,8 +27,6 @@ STORE_CALL_SECONDS = 5.0
 
 def runs_of(store: ConversationStore) -> Runs | None:
     """The runs kept in ``store``; None for a store that keeps none (a test's own ``ConversationStore``)."""
-    from chatloop.store.service import Store
-
     return Runs(store) if isinstance(store, Store) else None
 
 

@@ -33,12 +33,16 @@ from typing import TYPE_CHECKING
 
 from chatloop.api.http.errors import RequestError
 from chatloop.api.items.approvals import McpApprovalRequestInput, McpApprovalResponseInput
+from chatloop.api.items.inputs import CodeInterpreterCallItem, InputItem
+from chatloop.api.items.mcp import McpCallInput
+from chatloop.api.items.store import store_errors
+from chatloop.api.turns.statekey import state_key
+from chatloop.api.turns.worker import is_worker
 from chatloop.engine.approvals import APPROVAL_ID_PREFIX, ApprovalAnswer
 from chatloop.providers.base import ToolCall
 
 if TYPE_CHECKING:
     from chatloop.api.http.context import RequestContext
-    from chatloop.api.items.inputs import InputItem
     from chatloop.config import Settings
     from chatloop.engine.request import TurnRequest
     from chatloop.tools.base import ToolRegistry
@@ -109,17 +113,6 @@ def approval_required(
     return frozenset(names)
 
 
-def client_rules(tools: Sequence[object] | None) -> dict[str, ApprovalRule]:
-    """Each client MCP server's rule, by its label (already checked by ``mcp_servers.client_servers``)."""
-    from chatloop.api.openai.responses.mcp_servers import ResponsesMcpTool
-
-    return {
-        t.server_label: approval_rule(t.require_approval, f"tools[{i}].require_approval")
-        for i, t in enumerate(tools or [])
-        if isinstance(t, ResponsesMcpTool)
-    }
-
-
 async def ask_for(
     ctx: RequestContext,
     turn: TurnRequest,
@@ -167,8 +160,6 @@ class Sealer:
 
 async def sealer_for(ctx: RequestContext) -> Sealer:
     """This caller's sealer (the key is read once per container)."""
-    from chatloop.api.turns.statekey import state_key
-
     return Sealer(await state_key(ctx.runtime, PURPOSE), ctx.caller or "")
 
 
@@ -188,9 +179,6 @@ class Answers:
 async def answers_of(ctx: RequestContext, items: Sequence[InputItem], start: int) -> Answers:
     """The new answers among ``items[start:]`` (the request's input; ``items[:start]`` is the history it
     continues), every one checked; a 400 (or 401 with no caller) before anything runs otherwise."""
-    from chatloop.api.items.inputs import CodeInterpreterCallItem
-    from chatloop.api.items.mcp import McpCallInput
-
     given = [
         (i, item) for i, item in enumerate(items) if i >= start and isinstance(item, McpApprovalResponseInput)
     ]
@@ -242,12 +230,8 @@ async def answers_of(ctx: RequestContext, items: Sequence[InputItem], start: int
 async def _claim(ctx: RequestContext, ids: Sequence[str]) -> list[bool]:
     """Each id's one use recorded in the store: True where this request is the first. A background worker runs a
     request that was checked, and claimed its answers, when it was queued: its claims are that request's."""
-    from chatloop.api.items.store import store_errors
-    from chatloop.api.runs.journaled import WORKER_SCOPE
-
-    if WORKER_SCOPE in ctx.request.scope:  # a background worker (``background.is_worker``)
+    if is_worker(ctx.request):
         return [True] * len(ids)
-
     if ctx.caller is None:
         raise RequestError(
             401, "unauthenticated", "answering an approval needs a caller (an API key or identity)"
@@ -261,8 +245,6 @@ async def _claim(ctx: RequestContext, ids: Sequence[str]) -> list[bool]:
 async def release(ctx: RequestContext, answers: Sequence[ApprovalAnswer]) -> None:
     """Give back the claims of ``answers`` whose turn was refused before anything ran (a budget's 429): each
     answer may be sent again, and is still used once."""
-    from chatloop.api.items.store import store_errors
-
     if not answers or ctx.caller is None:
         return
     store = ctx.runtime.conversations()

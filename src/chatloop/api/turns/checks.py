@@ -11,9 +11,8 @@ Usage (an endpoint)::
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
-from functools import partial
-from typing import TYPE_CHECKING, TypeAlias, TypeVar
+from collections.abc import Sequence
+from typing import TypeAlias, TypeVar
 
 from pydantic import BaseModel, ValidationError
 from starlette.requests import Request
@@ -22,17 +21,13 @@ from chatloop.api.http.context import RequestContext
 from chatloop.api.http.errors import RequestError, from_validation
 from chatloop.api.http.request_limits import check_message_count, parse_json_body, read_within
 from chatloop.api.runtime import Runtime, UnknownModel
-from chatloop.api.turns.schemas import ClientTool, OpenAIChatBody, ResponseFormat
+from chatloop.api.turns.schemas import ClientTool, OpenAIParams, ResponseFormat
 from chatloop.engine.messages import ConversationError, Message, normalize_conversation
 from chatloop.engine.request import function_name
 from chatloop.jsontypes import JSONObject
 from chatloop.observability import logger
-from chatloop.providers.catalog import ModelInfo
 from chatloop.providers.chain import FallbackChain
 from chatloop.secrets import KeysUnavailable
-
-if TYPE_CHECKING:  # the Responses API's schemas load with its first request
-    from chatloop.api.openai.responses.schemas import ResponsesBody
 
 Body = TypeVar("Body", bound=BaseModel)
 
@@ -103,41 +98,31 @@ def check_context(
 
 
 def structured_output(
-    runtime: Runtime, model: FallbackChain, requested: ResponseFormat | None, param: str
+    model: FallbackChain, requested: ResponseFormat | None, param: str
 ) -> JSONObject | None:
     """The upstream ``response_format`` for a turn, never silently dropped (see ``_some_model_takes``)."""
     response_format = requested.upstream() if requested else None
     if response_format is None:
         return None
     kind = response_format["type"]
-    honours = partial(ModelInfo.honours, response_format=response_format)
-    _some_model_takes(runtime, model, honours, "Structured output", f"format={kind}", param)
+    support = model.supports(response_format=response_format)
+    _some_model_takes(support, "Structured output", f"format={kind}", param)
     return response_format
 
 
-def model_params(runtime: Runtime, model: FallbackChain, requested: JSONObject) -> JSONObject:
+def model_params(model: FallbackChain, requested: JSONObject) -> JSONObject:
     """The sampling and output parameters a turn sends as they are (``stop``, ``seed``, ``reasoning_effort`` ...),
     never silently dropped (see ``_some_model_takes``)."""
     for name in requested:
-        takes = partial(ModelInfo.takes, param=name)
-        _some_model_takes(runtime, model, takes, "Parameter", f"param={name}", name)
+        _some_model_takes(model.supports(params=[name]), "Parameter", f"param={name}", name)
     return requested
 
 
-def _some_model_takes(
-    runtime: Runtime,
-    model: FallbackChain,
-    takes: Callable[[ModelInfo], bool | None],
-    decision: str,
-    subject: str,
-    param: str,
-) -> None:
-    """Which models of the chain can be sent something a request asks for: those whose catalog entry lists it, and
-    those whose entry does not say (they are tried; a provider's refusal passes the turn to the next model). The
-    others are passed over for the request, a logged decision. When none is left, a 400 ``unsupported_parameter``
-    naming ``param``, before any model call."""
-    able = [m.name for m in model.models if takes(runtime.catalog.get(m.name)) is not False]
-    skipped = [m.name for m in model.models if m.name not in able]
+def _some_model_takes(support: tuple[list[str], list[str]], decision: str, subject: str, param: str) -> None:
+    """The chain's answer (``FallbackChain.supports``) to whether some model can be sent what a request asks for,
+    logged as a decision: the models it goes to, and those it passes over for the request. When none is left, a
+    400 ``unsupported_parameter`` naming ``param``, before any model call."""
+    able, skipped = support
     logger.info(
         f"{decision} decision: {subject} models={','.join(able) or '-'} skipped={','.join(skipped) or '-'} "
         f"reason={'supported' if able else 'unsupported'}",
@@ -155,7 +140,7 @@ def _some_model_takes(
         )
 
 
-def refuse_unsupported(body: OpenAIChatBody | ResponsesBody) -> None:
+def refuse_unsupported(body: OpenAIParams) -> None:
     """The first parameter this server cannot honour, as a 400 naming it (nothing is silently ignored)."""
     refused = body.refusals()
     if refused:

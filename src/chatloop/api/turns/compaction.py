@@ -34,16 +34,24 @@ from typing import TYPE_CHECKING, Annotated, Literal
 from pydantic import BaseModel, ConfigDict, Field, StrictInt
 
 from chatloop.api.http.errors import RequestError
+from chatloop.api.http.ratelimit_headers import TURN_KEY, AdmittedTurn
 from chatloop.api.items.compaction import CompactionInput
+from chatloop.api.turns.build import summary_turn
+from chatloop.api.turns.checks import model_for
+from chatloop.api.turns.serve import budgeted
+from chatloop.api.turns.statekey import state_key
 from chatloop.engine.messages import Message
 from chatloop.jsontypes import JSONObject
 from chatloop.observability import logger
 from chatloop.providers.base import ChatModel, ModelRequest, ModelResponse, Usage
+from chatloop.providers.errors import ModelError, Transient
+from chatloop.providers.tokens import raw_tokens
+from chatloop.store.model import new_id
+from chatloop.tools.base import ToolRegistry
 
 if TYPE_CHECKING:
     from chatloop.api.http.context import RequestContext
     from chatloop.api.items.objects import CompactionItem
-    from chatloop.api.openai.responses.schemas import ResponsesBody
 
 PURPOSE = "compaction"
 FORMAT = 1
@@ -99,8 +107,6 @@ def _aad(owner: str) -> bytes:
 
 
 async def _key(ctx: RequestContext) -> bytes:
-    from chatloop.api.turns.statekey import state_key
-
     return await state_key(ctx.runtime, PURPOSE)
 
 
@@ -159,8 +165,6 @@ async def summarize(ctx: RequestContext, model: ChatModel, messages: Sequence[Me
         if isinstance(item, ModelResponse):
             response = item
     if response is None or not response.content.strip():
-        from chatloop.providers.errors import Transient
-
         raise Transient("the summary came back empty", model=model.name)
     return response
 
@@ -169,8 +173,6 @@ async def compaction_item(
     ctx: RequestContext, model: ChatModel, messages: Sequence[Message]
 ) -> tuple[CompactionItem, Usage, CompactionInput]:
     """A sealed ``compaction`` item summarizing ``messages``, what the summary cost, and the item as input (open)."""
-    from chatloop.store.model import new_id
-
     started = time.perf_counter()
     response = await summarize(ctx, model, messages)
     summary = response.content.strip()[:MAX_SUMMARY_CHARS]
@@ -193,57 +195,17 @@ async def compaction_item(
     return item, response.usage or Usage(), given
 
 
-def continued(body: ResponsesBody, compacted: CompactionInput, answering: frozenset[str]) -> list[Message]:
-    """The conversation a turn runs on once compacted: its instructions, the summary, then the request's input from
-    its newest question on (the summary holds everything before it)."""
-    from chatloop.api.items.inputs import InputMessage
-    from chatloop.api.items.messages import messages_of
-    from chatloop.api.openai.responses.endpoint import current_items
-
-    current = current_items(body)
-    users = [i for i, item in enumerate(current) if isinstance(item, InputMessage) and item.role == "user"]
-    instructions: list[Message] = (
-        [{"role": "system", "content": body.instructions}] if body.instructions else []
-    )
-    return [*instructions, *messages_of([compacted, *current[users[-1] if users else 0 :]], answering)]
-
-
-async def when_past_threshold(
-    ctx: RequestContext, body: ResponsesBody, messages: Sequence[Message], continued: bool
-) -> tuple[CompactionItem, CompactionInput] | None:
-    """The compaction a turn starts with: when ``messages`` are estimated past the request's ``compact_threshold``
-    (or, for a stored chain or conversation it ``continued``, COMPACTION_THRESHOLD_TOKENS). None below it, or when
-    no model could write the summary (logged: the turn goes on uncompacted, fitted as before)."""
-    from chatloop.api.runs.journaled import WORKER_SCOPE
-
-    if (
-        body.background and WORKER_SCOPE not in ctx.request.scope
-    ):  # queued: its worker compacts, once, when it runs the turn
-        return None
-    settings = ctx.runtime.settings
-    threshold = body.compact_threshold() or (settings.compaction_threshold_tokens if continued else 0)
-    return await past(ctx, messages, threshold, body.model, openai=True)
-
-
 async def past(
     ctx: RequestContext, messages: Sequence[Message], threshold: int, model_name: str | None, *, openai: bool
 ) -> tuple[CompactionItem, CompactionInput] | None:
     """``messages`` compacted when they are estimated past ``threshold`` tokens (0: never), by COMPACTION_MODEL's
     chain or ``model_name``'s; None below it or when no model could write the summary (logged)."""
-    from chatloop.api.http.ratelimit_headers import TURN_KEY, AdmittedTurn
-    from chatloop.api.turns.checks import model_for
-    from chatloop.api.turns.serve import budgeted
-    from chatloop.engine import TurnRequest
-    from chatloop.providers.errors import ModelError
-    from chatloop.providers.tokens import raw_tokens
-    from chatloop.tools.base import ToolRegistry
-
     if not threshold or raw_tokens(list(messages), None) <= threshold:
         return None
     model = model_for(ctx.runtime, ctx.runtime.settings.compaction_model or model_name, openai=openai)
     # The summary is a model call: admitted by the caller's budget (a 429 before it) and metered, then its
     # admission given back at once (the turn's own admission follows, on the compacted conversation).
-    asked = TurnRequest(messages=summary_request(messages), tool_names=[])
+    asked = summary_turn(summary_request(messages))
     metered = await budgeted(
         ctx, asked, model, ToolRegistry([]), counted=False
     )  # the turn counts the request

@@ -22,6 +22,7 @@ from starlette.responses import Response, StreamingResponse
 
 from chatloop.api.http.context import RequestContext
 from chatloop.api.http.errors import RequestError
+from chatloop.api.http.ratelimit_headers import given_back
 from chatloop.api.http.wire import JSONBody, with_heartbeats
 from chatloop.api.idempotency.idempotent import STOP_REASON
 from chatloop.engine import Event, StopReason, TurnRequest, TurnSummary, run_turn
@@ -36,18 +37,12 @@ INTERNAL_ERROR = TurnError("internal_error", "internal error while sending the r
 
 
 class Renderer(Protocol):
-    """One wire API's view of a turn's events (``chat.ChatRenderer``, ``openai_chat.CompletionRenderer``,
-    ``responses.ResponsesRenderer``). A renderer serves one request; it may keep state between its calls."""
+    """One wire API's view of a turn's events (``chat.endpoint.ChatRenderer``,
+    ``openai.chat_completions.CompletionRenderer``, ``openai.responses.render.ResponsesRenderer``): it only renders.
+    A renderer serves one request; it may keep state between its calls."""
 
     stream_failure_log: str
     """The log line (with the traceback) when its stream breaks mid-way."""
-    answers_failure: bool
-    """True: a turn every model failed is answered by ``answer`` (its body says so); False: it is an error
-    response (``failed_turn``: 429 or 503)."""
-    observes: bool
-    """Not streamed: True when its body is built from the events (``observe``), which then come with their deltas
-    redacted as one text, as a stream's are (the Responses API keeps what it built); False when the body is built
-    from the summary alone (redacted whole when it is serialised), and ``observe`` is not called."""
 
     def frames(self, events: AsyncIterator[Event]) -> AsyncIterator[str]:
         """The stream: SSE frames, unredacted, a chunk at a time (frames known together may share a chunk)."""
@@ -57,12 +52,9 @@ class Renderer(Protocol):
         """The frames that end a stream which broke before its terminal event ('' when that went out)."""
         ...
 
-    def observe(self, event: Event) -> None:
-        """Not streamed: each event before ``done`` (and none of the ``error`` ones), in order."""
-        ...
-
-    async def answer(self, summary: TurnSummary) -> tuple[int, object]:
-        """Not streamed: the status and JSON body for the turn's summary."""
+    async def answer(self, summary: TurnSummary, errors: Sequence[TurnError]) -> tuple[int, object]:
+        """Not streamed: the status and JSON body for the turn's summary (``errors``: the turn's ``error`` events;
+        a renderer may answer a turn every model failed with an error response instead: ``failed_turn``)."""
         ...
 
 
@@ -109,21 +101,29 @@ def turn_events(
         called: ChatModel = chain if metered is None or metered is model else metered
         return run_turn(turn, called, registry, ctx.deadline, ctx.runtime.limits)
 
-    events = observed(traced_if_enabled(ctx, model, run, conversation_id), ctx)
+    events = measured(stamped(traced_if_enabled(ctx, model, run, conversation_id), ctx), ctx)
     if metered is None or metered is model:
         return events
-    from chatloop.api.http.ratelimit_headers import given_back
-
     return given_back(ctx.request.scope, events)
 
 
-async def observed(events: AsyncIterator[Event], ctx: RequestContext) -> AsyncIterator[Event]:
+async def stamped(events: AsyncIterator[Event], ctx: RequestContext) -> AsyncIterator[Event]:
+    """The turn's events with the request id on ``done``, whose stop reason is left in the request's scope for
+    idempotency (a failed stream is not stored)."""
+    async for event in events:
+        if isinstance(event, Done):
+            event = Done(event.summary.with_request_id(ctx.request_id))
+            ctx.request.scope[STOP_REASON] = event.summary.stop_reason.value
+        yield event
+
+
+async def measured(events: AsyncIterator[Event], ctx: RequestContext) -> AsyncIterator[Event]:
+    """The turn's events as they are; once they end, the request counted (behind the adapter), the turn's metrics
+    recorded from its ``done`` summary, and flushed (behind the adapter)."""
     summary: TurnSummary | None = None
     async for event in events:
         if isinstance(event, Done):
-            summary = event.summary.with_request_id(ctx.request_id)
-            event = Done(summary)
-            ctx.request.scope[STOP_REASON] = summary.stop_reason.value  # a failed stream is not stored
+            summary = event.summary
         yield event
     behind_adapter = ctx.invocation is not None
     if behind_adapter:  # the handler counts requests under Mangum; behind the adapter, the turn does
@@ -132,6 +132,18 @@ async def observed(events: AsyncIterator[Event], ctx: RequestContext) -> AsyncIt
         record_turn_metrics(summary, in_lambda=ctx.in_lambda)
     if behind_adapter:  # no log_metrics decorator around a long-running server: flush per request
         metrics.flush_metrics()
+
+
+async def observed_by(
+    observe: Callable[[Event], object], events: AsyncIterator[Event]
+) -> AsyncIterator[Event]:
+    """``events`` as they are, each one before ``done`` that is no ``error`` also given to ``observe`` (a body built
+    from the events rather than the summary, as the Responses API's is), with the deltas redacted as one text first
+    (``held_secrets``), as a stream's are."""
+    async for event in held_secrets(events):
+        if not isinstance(event, Done | TurnError):
+            observe(event)
+        yield event
 
 
 async def serve_turn(
@@ -149,16 +161,12 @@ async def serve_turn(
         return event_stream(keep_running(chunks) if keep_running else chunks, ctx)
     summary = TurnSummary.failed()  # a turn always ends with its Done: this stands in for none
     errors: list[TurnError] = []
-    async for event in held_secrets(events) if renderer.observes else events:
+    async for event in events:
         if isinstance(event, Done):
             summary = event.summary
         elif isinstance(event, TurnError):
             errors.append(event)
-        elif renderer.observes:
-            renderer.observe(event)
-    if summary.stop_reason is StopReason.ALL_MODELS_FAILED and not renderer.answers_failure:
-        raise failed_turn(errors)
-    status, body = await renderer.answer(summary)
+    status, body = await renderer.answer(summary, errors)
     return JSONBody(body, status_code=status, headers={"x-request-id": ctx.request_id})
 
 
@@ -184,8 +192,11 @@ async def guarded(renderer: Renderer, events: AsyncIterator[Event]) -> AsyncIter
             yield redact(ending).encode()
 
 
-def failed_turn(errors: Sequence[TurnError]) -> RequestError:
-    """Every model failed: 429 with ``retry-after`` while the whole chain cools down after rate limits, else 503."""
+def failed_turn(summary: TurnSummary, errors: Sequence[TurnError]) -> RequestError | None:
+    """The error response for a turn every model failed (None for any other turn), as the OpenAI APIs answer it:
+    429 with ``retry-after`` while the whole chain cools down after rate limits, else 503."""
+    if summary.stop_reason is not StopReason.ALL_MODELS_FAILED:
+        return None
     failure = next((e for e in errors if e.code == "all_models_failed"), None)
     detail = failure.message if failure else "no model could answer"
     retry_after = failure.retry_after if failure else None

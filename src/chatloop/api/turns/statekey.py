@@ -21,7 +21,9 @@ import secrets
 import weakref
 from typing import TYPE_CHECKING
 
+from chatloop.api.http.errors import RequestError
 from chatloop.observability import logger
+from chatloop.secrets import KeysUnavailable, load_named_secrets
 
 if TYPE_CHECKING:
     from chatloop.api.runtime import Runtime
@@ -32,9 +34,6 @@ _material: weakref.WeakKeyDictionary[Runtime, bytes] = weakref.WeakKeyDictionary
 
 async def state_key(runtime: Runtime, purpose: str) -> bytes:
     """The 32-byte key for ``purpose`` (read once per runtime; reading may ask Secrets Manager: off the loop)."""
-    from chatloop.api.http.errors import RequestError
-    from chatloop.secrets import KeysUnavailable
-
     material = _material.get(runtime)
     if material is None:
         try:
@@ -48,8 +47,6 @@ async def state_key(runtime: Runtime, purpose: str) -> bytes:
 
 
 def _read_material(runtime: Runtime) -> bytes:
-    from chatloop.secrets import load_named_secrets
-
     named = load_named_secrets(runtime.settings, [STATE_KEY_NAME]).get(STATE_KEY_NAME)
     if named:
         return b"state-key\x00" + named.encode()

@@ -21,10 +21,18 @@ from chatloop.api.http.context import RequestContext
 from chatloop.api.http.errors import RequestError
 from chatloop.api.http.wire import JSONBody
 from chatloop.api.items.inputs import InputItem, InputMessage
+from chatloop.api.openai.responses import stored
+from chatloop.api.openai.responses.render import usage_of
 from chatloop.api.openai.responses.schemas import ResponsesBody
+from chatloop.api.openai.responses.turn import conversation_of, current_items
+from chatloop.api.turns.build import summary_turn
 from chatloop.api.turns.checks import conversation, model_for, read_body
+from chatloop.api.turns.compaction import compaction_item, open_items, summary_request
+from chatloop.api.turns.serve import budgeted
 from chatloop.jsontypes import JSONObject, json_object
 from chatloop.providers.errors import ModelError
+from chatloop.store.model import new_id
+from chatloop.tools.base import ToolRegistry
 
 
 class CompactBody(ResponsesBody):
@@ -37,13 +45,6 @@ class CompactBody(ResponsesBody):
 
 
 async def compact(request: Request) -> Response:
-    from chatloop.api.openai.responses import stored
-    from chatloop.api.openai.responses.endpoint import _usage, conversation_of, current_items
-    from chatloop.api.turns.compaction import compaction_item, open_items, summary_request
-    from chatloop.api.turns.serve import budgeted
-    from chatloop.engine import TurnRequest
-    from chatloop.tools.base import ToolRegistry
-
     ctx = RequestContext.of(request)
     runtime = ctx.runtime
     body = await read_body(request, CompactBody)
@@ -53,7 +54,7 @@ async def compact(request: Request) -> Response:
     messages = conversation(conversation_of(body, keeping.history), runtime.settings.max_messages)
     model = model_for(runtime, runtime.settings.compaction_model or body.model, openai=True)
     # The summary is a model call like any turn's: admitted by the caller's budget (a 429 before it), metered.
-    asked = TurnRequest(messages=summary_request(messages), tool_names=[])
+    asked = summary_turn(summary_request(messages))
     metered = await budgeted(ctx, asked, model, ToolRegistry([]))
     try:
         item, usage, _ = await compaction_item(ctx, metered, messages)
@@ -67,15 +68,13 @@ async def compact(request: Request) -> Response:
             "object": "response.compaction",
             "created_at": created,
             "output": output,
-            "usage": json_object(_usage(usage)),
+            "usage": json_object(usage_of(usage)),
         }
     )
 
 
 def _user_messages(items: list[InputItem]) -> list[JSONObject]:
     """The user messages the compaction keeps verbatim (OpenAI's shape), oldest first."""
-    from chatloop.store.model import new_id
-
     return [
         {
             "type": "message",

@@ -24,7 +24,7 @@ from urllib.parse import urlsplit
 from pydantic import BaseModel, ConfigDict, Field, StrictStr
 
 from chatloop.api.http.errors import RequestError
-from chatloop.api.turns.approvals import approval_rule
+from chatloop.api.turns.approvals import ApprovalRule, approval_rule
 from chatloop.config import MCP_LABEL, MCPServerConfig, Settings, under_prefix
 
 DEFAULT_TIMEOUT_SECONDS = 10.0
@@ -230,3 +230,12 @@ def allowed_tool_names(value: object, param: str) -> tuple[str, ...] | None:
         f'{param} must be a list of tool names or {{"tool_names": [...]}} (read_only filters are not supported)',
         param,
     )
+
+
+def client_rules(tools: Sequence[object] | None) -> dict[str, ApprovalRule]:
+    """Each client MCP server's rule, by its label (already checked by ``mcp_servers.client_servers``)."""
+    return {
+        t.server_label: approval_rule(t.require_approval, f"tools[{i}].require_approval")
+        for i, t in enumerate(tools or [])
+        if isinstance(t, ResponsesMcpTool)
+    }

@@ -1,20 +1,17 @@
-"""The Responses API's ``response`` object as this server builds it (its output items: ``api.items.objects``): TypedDicts with the keys
-of openai-python's own models (``openai.types.responses``; named beside each), which are never imported at run time
-(the SDK's types take longer to import than a cold start can spare). Only the keys and values this server sends are
-typed: a ``message`` holds ``output_text`` parts, a ``code_interpreter_call`` logs, an ``mcp_call`` never needs an
-approval.
+"""The Responses API's ``response`` object as this server builds it (its output items are ``api.items.objects``'s):
+TypedDicts with the keys of openai-python's own models (``openai.types.responses``; named beside each), which are
+never imported at run time (the SDK's types take longer to import than a cold start can spare).
 
 A TypedDict is a plain ``dict`` at run time, so the JSON built with these types is what it always was. The modules
 that build them import this one under ``TYPE_CHECKING`` only (its classes cost a cold start about a millisecond).
-The store keeps ``JSONObject`` bodies: ``chatloop.jsontypes.json_object`` copies one of these into one.
 
 Usage::
 
     if TYPE_CHECKING:
-        from chatloop.api.openai.responses.objects import OutputMessage
+        from chatloop.api.openai.responses.objects import ResponseUsage
 
-    item: OutputMessage = {"type": "message", "id": "msg_1", "status": "completed", "role": "assistant",
-                           "content": [{"type": "output_text", "text": "Hi", "annotations": [], "logprobs": []}]}
+    usage: ResponseUsage = {"input_tokens": 10, "input_tokens_details": {"cached_tokens": 0}, "output_tokens": 2,
+                            "output_tokens_details": {"reasoning_tokens": 0}, "total_tokens": 12}
 """
 
 from __future__ import annotations
@@ -46,7 +43,7 @@ class ConversationRef(TypedDict):
 
 
 class ResponseEcho(TypedDict):
-    """The request's settings, as a ``Response`` repeats them (``api.openai.responses.endpoint.echo_of``)."""
+    """The request's settings, as a ``Response`` repeats them (``api.openai.responses.render.echo_of``)."""
 
     model: str
     instructions: str | None

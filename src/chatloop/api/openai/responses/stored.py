@@ -15,7 +15,7 @@ Usage (the routes, in api/app.py)::
 
     GET    /v1/responses/{id}                   ?stream=true&starting_after=N replays a streamed one's events
                                                 (and follows it live while it runs: ``api.runs.follow``)
-    POST   /v1/responses/{id}/cancel            a background response (``api.runs.background``)
+    POST   /v1/responses/{id}/cancel            a background response (``api.openai.responses.background``)
     DELETE /v1/responses/{id}
     GET    /v1/responses/{id}/input_items       ?order=asc&limit=20&after=msg_…
 

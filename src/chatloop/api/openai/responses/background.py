@@ -35,13 +35,20 @@ from typing import TYPE_CHECKING, Any
 from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
 
+from chatloop.api.http import adapter
 from chatloop.api.http.context import RequestContext
 from chatloop.api.http.errors import RequestError
 from chatloop.api.http.wire import JSONBody
-from chatloop.api.items.store import not_found, store_context, store_errors
-from chatloop.api.runs.journaled import WORKER_SCOPE
+from chatloop.api.items.store import checked_id, not_found, store_context, store_errors
+from chatloop.api.openai.responses.render import skeleton
+from chatloop.api.openai.responses.schemas import ResponsesBody
+from chatloop.api.openai.responses.stored import Keeping, input_items
+from chatloop.api.openai.responses.worker import EVENT_KEY, invoke_self, run_worker
+from chatloop.api.runs.follow import end_response, follow_response, longest_turn, replay, settled
+from chatloop.api.runs.journal import stored_event
 from chatloop.api.runs.record import call_deadline, runs_of
 from chatloop.api.runs.running import keep_task, stop_here
+from chatloop.api.runs.webhooks import notify
 from chatloop.deadline import Deadline
 from chatloop.jsontypes import JSONObject, json_object
 from chatloop.observability import logger
@@ -51,19 +58,10 @@ if TYPE_CHECKING:
     from starlette.applications import Starlette
 
     from chatloop.api.openai.responses.objects import ResponseEcho
-    from chatloop.api.openai.responses.schemas import ResponsesBody
-    from chatloop.api.openai.responses.stored import Keeping
     from chatloop.config import Settings
 
-EVENT_KEY = "chatloop_background"
-"""The asynchronous invocation's payload: ``{"chatloop_background": {"response_id": …, "owner": …}}``."""
 CANCEL_WAIT_SECONDS = 3.0
 """How long ``cancel`` waits for the running turn to end (it ends within ~1 s) before answering as it stands."""
-
-
-def is_worker(request: Request) -> bool:
-    """Whether this request is a background worker running its turn (not a client asking for one)."""
-    return WORKER_SCOPE in request.scope
 
 
 def is_event(event: object) -> bool:
@@ -75,9 +73,6 @@ def is_event(event: object) -> bool:
 async def queue(request: Request, body: ResponsesBody, keeping: Keeping, echo: ResponseEcho) -> Response:
     """Keep the response ``queued`` (its record, ``response.queued`` as event 0, the run with the request), start
     its worker, and answer: the response, or with ``stream`` its events followed from the journal."""
-    from chatloop.api.openai.responses.stored import input_items
-    from chatloop.api.runs.journal import stored_event
-
     ctx = RequestContext.of(request)
     if keeping.store is None or keeping.owner is None:
         raise RequestError(400, "invalid_request", "background: requires store: true", param="background")
@@ -97,8 +92,6 @@ async def queue(request: Request, body: ResponsesBody, keeping: Keeping, echo: R
     logger.info(f"background response {rid} queued")
     if not body.stream:
         return JSONBody(queued)
-    from chatloop.api.runs.follow import follow_response, longest_turn, replay
-
     events = [StoredEvent(0, json_object(first))]
     followed = follow_response(store, owner, rid, events, 0, ctx.deadline, longest_turn(request))
     return StreamingResponse(
@@ -109,10 +102,8 @@ async def queue(request: Request, body: ResponsesBody, keeping: Keeping, echo: R
 
 
 def _queued(rid: str, echo: ResponseEcho) -> JSONObject:
-    from chatloop.api.openai.responses.endpoint import _skeleton
-
-    skeleton = _skeleton(rid.removeprefix("resp_"), echo, int(time.time()))
-    return json_object({**skeleton, "status": "queued", "background": True, "store": True})
+    queued = skeleton(rid.removeprefix("resp_"), echo, int(time.time()))
+    return json_object({**queued, "status": "queued", "background": True, "store": True})
 
 
 async def _start_worker(request: Request, owner: str, rid: str) -> None:
@@ -128,8 +119,6 @@ async def _start_worker(request: Request, owner: str, rid: str) -> None:
         )
     except Exception as error:  # the turn never starts: say so now, and leave no queued record behind
         logger.exception("the asynchronous invocation of a background response failed")
-        from chatloop.api.runs.follow import end_response
-
         store = ctx.runtime.conversations()
         with store_errors():
             stored = await store.get_response(owner, rid, call_deadline())
@@ -148,123 +137,10 @@ async def _run_here(app: Starlette, payload: JSONObject, settings: Settings) -> 
         logger.exception("a background turn failed in this process")
 
 
-_CLIENTS: dict[float, Any] = {}
-
-
-def invoke_self(settings: Settings, payload: bytes, timeout: float) -> int:
-    """``lambda.invoke`` of this function, ``InvocationType=Event`` (202: queued by Lambda)."""
-    client = _CLIENTS.get(timeout)
-    if client is None:
-        import boto3
-
-        from chatloop.aws import bounded_config
-
-        client = _CLIENTS[timeout] = boto3.session.Session().client("lambda", config=bounded_config(timeout))
-    qualifier = {"Qualifier": settings.lambda_function_version} if settings.lambda_function_version else {}
-    answer = client.invoke(
-        FunctionName=settings.lambda_function_name, InvocationType="Event", Payload=payload, **qualifier
-    )
-    status = int(answer["StatusCode"])
-    if status != 202:
-        raise RuntimeError(f"lambda.invoke answered {status}")
-    return status
-
-
-# --- the worker -------------------------------------------------------------------------------------------
-async def run_worker(app: Starlette, event: Mapping[str, Any], seconds_left: float) -> JSONObject:
-    """Run the background turn ``event`` names, once: ``{"ran": true}``, or ``{"ran": false}`` when another
-    delivery claimed it first, it was cancelled while queued, or it is gone."""
-    from chatloop.api.openai.responses.endpoint import responses
-    from chatloop.api.runs.follow import end_response
-
-    task = event.get(EVENT_KEY)
-    if not isinstance(task, Mapping):
-        return {"ran": False, "reason": "not a background event"}
-    rid, owner = task.get("response_id"), task.get("owner")
-    if not isinstance(rid, str) or not isinstance(owner, str) or not rid.startswith("resp_"):
-        return {"ran": False, "reason": "malformed event"}
-    runtime = app.state.runtime
-    store = runtime.conversations()
-    runs = runs_of(store)
-    if runs is None:
-        return {"ran": False, "reason": "no runs in this store"}
-    claimed = await runs.move(owner, rid, rid, {"queued"}, "in_progress", call_deadline())
-    if claimed is None:
-        logger.info(f"background response {rid}: not run here (claimed before, cancelled, or gone)")
-        return {"ran": False, "reason": "already claimed"}
-    raw = await runs.request_of(owner, rid, call_deadline())
-    stored = await store.get_response(owner, rid, call_deadline())
-    if raw is None or stored is None:
-        await runs.move(owner, rid, rid, {"in_progress"}, "failed", call_deadline())
-        return {"ran": False, "reason": "gone"}
-    await store.update_response(owner, rid, {**stored.body, "status": "in_progress"}, [], call_deadline())
-    margin = runtime.settings.lambda_safety_margin_seconds
-    seconds = min(runtime.settings.background_timeout_seconds, seconds_left - margin)
-    request = _worker_request(app, {**raw, "stream": True}, owner, rid, Deadline.after(seconds))
-    logger.info(f"background response {rid}: running ({seconds:.0f} s at most)")
-    try:
-        response = await responses(request)
-    except Exception as error:  # its history went away meanwhile, say: the response fails, with the reason
-        failure: JSONObject = {"code": "server_error", "message": "the turn failed before it started"}
-        if isinstance(error, RequestError):
-            failure = {"code": error.code, "message": error.message}
-        else:  # a fault: logged here, never its text in the response
-            logger.exception(f"background response {rid}: the turn could not start")
-        await end_response(store, owner, rid, stored, "failed", call_deadline(), error=failure)
-        await runs.move(owner, rid, rid, {"in_progress"}, "failed", call_deadline())
-        from chatloop.api.runs.webhooks import notify
-
-        await notify(runtime.settings, rid, "failed")  # an ending like any other: its webhook is sent
-        return {"ran": True, "status": "failed"}
-    if isinstance(response, StreamingResponse):
-        async for _ in response.body_iterator:  # the journal, not this stream, is what clients read
-            pass
-    run = await runs.get(owner, rid, call_deadline())
-    return {"ran": True, "status": run.status if run is not None else "unknown"}
-
-
-def _worker_request(app: Starlette, body: JSONObject, owner: str, rid: str, deadline: Deadline) -> Request:
-    """The ``POST /v1/responses`` the worker runs: the stored request, on behalf of its caller, under the response's
-    own id, with the worker's deadline."""
-    data = json.dumps(body).encode()
-    scope = {
-        "type": "http",
-        "asgi": {"version": "3.0"},
-        "http_version": "1.1",
-        "method": "POST",
-        "scheme": "http",
-        "path": "/v1/responses",
-        "raw_path": b"/v1/responses",
-        "root_path": "",
-        "query_string": b"",
-        "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(data)).encode())],
-        "client": None,
-        "server": None,
-        "app": app,
-        WORKER_SCOPE: rid,
-    }
-    sent = False
-
-    async def receive() -> dict[str, object]:
-        nonlocal sent
-        if sent:
-            return {"type": "http.disconnect"}
-        sent = True
-        return {"type": "http.request", "body": data, "more_body": False}
-
-    request = Request(scope, receive)
-    ctx = RequestContext.of(request)
-    # What a client's request works out from its headers, the worker knows: whose turn, which id, how long.
-    ctx.__dict__.update(caller=owner, request_id=rid.removeprefix("resp_"), deadline=deadline)
-    return request
-
-
 # --- the endpoints ----------------------------------------------------------------------------------------
 async def events(request: Request) -> Response:
     """``POST /events`` (AWS_LWA_PASS_THROUGH_PATH): the asynchronous invocation, as the Web Adapter passes it
     through in stream mode. Only the adapter's own requests are taken, and none that came through API Gateway."""
-    from chatloop.api.http import adapter
-
     if not adapter.from_adapter(request) or _through_gateway(request):
         logger.warning(
             "a request to the pass-through path was refused: not an event the adapter passed through"
@@ -307,9 +183,6 @@ def handle_event(app: Starlette, event: Mapping[str, Any], remaining_ms: float) 
 async def cancel_response(request: Request) -> Response:
     """``POST /v1/responses/{id}/cancel``: only a background response can be cancelled (OpenAI); idempotent; the
     response as it stands afterwards (``cancelled``, or how it ended before)."""
-    from chatloop.api.items.store import checked_id
-    from chatloop.api.runs.follow import end_response, longest_turn, settled
-
     store, owner, deadline = store_context(request)
     rid = checked_id(str(request.path_params["response_id"]))
     longest = longest_turn(request)
@@ -331,8 +204,6 @@ async def cancel_response(request: Request) -> Response:
             and await runs.move(owner, rid, rid, {"queued"}, "cancelled", deadline)
         ):
             stored = await end_response(store, owner, rid, stored, "cancelled", deadline)
-            from chatloop.api.runs.webhooks import notify
-
             await notify(RequestContext.of(request).settings, rid, "cancelled")
             return JSONBody(stored.body)
         stop_here((owner, rid))

@@ -2,7 +2,7 @@
 its client stays (``api.runs.running``), stoppable when it is a background one (its cancel request read from the store),
 and its record left with its final status however it ends.
 
-Usage (``api.openai.responses.endpoint``)::
+Usage (``api.openai.responses.run``)::
 
     return await serve(request, body, keeping, lambda listener: ResponsesRenderer(..., listener), events)
 """
@@ -10,29 +10,25 @@ Usage (``api.openai.responses.endpoint``)::
 from __future__ import annotations
 
 from collections.abc import AsyncIterator, Callable
-from typing import TYPE_CHECKING
 
 from starlette.requests import Request
 from starlette.responses import Response
 
 from chatloop.api.http.context import RequestContext
+from chatloop.api.openai.responses.render import ResponsesRenderer
+from chatloop.api.openai.responses.schemas import ResponsesBody
+from chatloop.api.openai.responses.stored import Keeping, input_items
 from chatloop.api.runs.journal import Journal, response_appender
 from chatloop.api.runs.record import end_run, watcher
 from chatloop.api.runs.running import Stop, Tracked, run_to_the_end, stoppable
+from chatloop.api.runs.webhooks import notify
 from chatloop.api.turns.serve import serve_turn
+from chatloop.api.turns.worker import is_worker
 from chatloop.engine.events import Event, TurnError
 from chatloop.jsontypes import json_object
 from chatloop.observability import logger
 from chatloop.store.model import StoreUnavailable
 from chatloop.store.runs import RunStatus
-
-if TYPE_CHECKING:
-    from chatloop.api.openai.responses.endpoint import ResponsesRenderer
-    from chatloop.api.openai.responses.schemas import ResponsesBody
-    from chatloop.api.openai.responses.stored import Keeping
-
-WORKER_SCOPE = "chatloop.background"
-"""In the scope of the request a background worker makes for the turn it runs (``api.runs.background``)."""
 
 
 async def serve(
@@ -42,14 +38,12 @@ async def serve(
     renderer_for: Callable[[Callable[[dict[str, object]], None]], ResponsesRenderer],
     events: AsyncIterator[Event],
 ) -> Response:
-    from chatloop.api.openai.responses.stored import input_items
-
     ctx = RequestContext.of(request)
     store, owner = ctx.runtime.conversations(), keeping.owner
     if owner is None:
         raise TypeError("a journaled response is kept for a caller")
     rid = f"resp_{ctx.request_id}"
-    worker = WORKER_SCOPE in request.scope
+    worker = is_worker(request)
 
     async def begin(first: dict[str, object]) -> None:  # the record, in_progress, before the first events
         response = first.get("response")
@@ -71,8 +65,6 @@ async def serve(
         status = await _settle_record(ctx, owner, rid, journal)
         if worker:
             await end_run(store, owner, rid, rid, status)
-            from chatloop.api.runs.webhooks import notify
-
             await notify(ctx.settings, rid, status)
 
     tracked = Tracked(

@@ -1,0 +1,195 @@
+"""api/ has a direction (issue #32): every import inside ``src/chatloop/api`` goes down its layers, never up, at any
+place in a module: at its top, inside a function, or under ``TYPE_CHECKING``.
+
+    http -> idempotency -> items -> turns -> runs -> the wire APIs (chat/, openai/) -> page/ -> app
+
+- ``http``: one request's plumbing; ``idempotency``: a request answered once; ``items``: the item vocabulary
+  ``/chat`` threads, stored responses and conversations share, owned by none of them; ``turns``: the turn machinery
+  every endpoint shares (checks, request schemas, the ``TurnRequest`` builder, serving, budgets, approvals,
+  compaction); ``runs``: turns kept in the store (journal, record, follow, stop); then the wire APIs, the page and the
+  app that routes them all.
+- The wire APIs borrow nothing from each other: what two of them share lives in a lower layer (or, for the two OpenAI
+  APIs, in ``openai/extension.py``).
+- A function-local import of the project's own modules is kept only where cold start needs it (a module loaded with
+  the first request that uses it); each is listed in ``COLD_START_IMPORTS`` with its reason.
+
+The repository-wide import-graph test (cycles, the layers outside api/) is ``tests/test_imports.py``.
+"""
+
+from __future__ import annotations
+
+import ast
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+SRC = Path(__file__).resolve().parents[1] / "src"
+API = SRC / "chatloop" / "api"
+
+LAYERS = ("http", "idempotency", "items", "turns", "runs", "wire", "page", "app")
+WIRE_APIS = (
+    "chatloop.api.chat",
+    "chatloop.api.openai.chat_completions",
+    "chatloop.api.openai.models",
+    "chatloop.api.openai.responses",
+    "chatloop.api.openai.conversations",
+)
+UNRANKED = {"chatloop.api.runtime"}
+"""The container-lifetime ``Runtime``: what every layer reads its settings, store and chain from (its own place in
+the graph is ``tests/test_imports.py``'s)."""
+
+COLD_START_IMPORTS = {
+    # /chat is imported with the app; a conversation, compaction and approvals load with the first /chat that uses them
+    ("chatloop.api.chat.endpoint", "chatloop.api.chat.threads"),
+    ("chatloop.api.chat.endpoint", "chatloop.api.turns.compaction"),
+    ("chatloop.api.chat.endpoint", "chatloop.api.turns.approvals"),
+    # chat completions, imported with the app: the approvals machinery only when APPROVAL_REQUIRED_TOOLS is set
+    ("chatloop.api.openai.chat_completions", "chatloop.api.turns.approvals"),
+    # serve, imported with the app: budgets when BUDGET_* is set, approvals given back when a budget refuses,
+    # tracing with the first turn
+    ("chatloop.api.turns.serve", "chatloop.api.turns.budgets"),
+    ("chatloop.api.turns.serve", "chatloop.api.turns.approvals"),
+    ("chatloop.api.turns.serve", "chatloop.tracing"),
+}
+"""Function-local imports of the project's own modules in the modules this test guards, each (importer, imported),
+kept because the importer loads with the app and the imported module only with the first request that needs it."""
+GUARDED = (
+    "chatloop.api.items",
+    "chatloop.api.turns",
+    "chatloop.api.runs",
+    "chatloop.api.chat",
+    "chatloop.api.openai",
+)
+"""Where ``COLD_START_IMPORTS`` is the whole list (the other api modules are ``tests/test_imports.py``'s)."""
+
+
+@dataclass(frozen=True)
+class Import:
+    importer: str
+    imported: str
+    line: int
+    local: bool
+    """Inside a function (module-level and ``TYPE_CHECKING`` imports are not)."""
+
+
+def module_name(path: Path, root: Path) -> str:
+    parts = path.relative_to(root).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def imports_of(root: Path) -> list[Import]:
+    """Every import of a module under ``root`` (``root`` holds the ``chatloop`` package), wherever it stands."""
+    modules = {module_name(p, root): p for p in root.rglob("*.py")}
+    found: list[Import] = []
+    for name, path in modules.items():
+        package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        for node, local in _walk(tree, local=False):
+            for target in _targets(node, package):
+                while target and target not in modules:
+                    target = target.rpartition(".")[0]
+                if target and target != name:
+                    found.append(Import(name, target, node.lineno, local))
+    return found
+
+
+def _walk(node: ast.AST, local: bool) -> list[tuple[ast.Import | ast.ImportFrom, bool]]:
+    found: list[tuple[ast.Import | ast.ImportFrom, bool]] = []
+    for child in ast.iter_child_nodes(node):
+        inner = local or isinstance(child, ast.FunctionDef | ast.AsyncFunctionDef | ast.Lambda)
+        if isinstance(child, ast.Import | ast.ImportFrom):
+            found.append((child, local))
+        found += _walk(child, inner)
+    return found
+
+
+def _targets(node: ast.Import | ast.ImportFrom, package: str) -> list[str]:
+    if isinstance(node, ast.Import):
+        return [alias.name for alias in node.names]
+    base = node.module or ""
+    if node.level:
+        parts = package.split(".")
+        base = ".".join(parts[: len(parts) - node.level + 1] + ([node.module] if node.module else []))
+    return [
+        f"{base}.{alias.name}" for alias in node.names
+    ]  # a submodule, or a name of ``base`` (trimmed to it)
+
+
+def layer_of(module: str) -> str | None:
+    if not module.startswith("chatloop.api") or module in UNRANKED:
+        return None
+    if module in ("chatloop.api", "chatloop.api.app"):
+        return "app"
+    if any(module == w or module.startswith(w + ".") for w in WIRE_APIS) or module.startswith(
+        "chatloop.api.openai"
+    ):
+        return "wire"
+    part = module.split(".")[2]
+    assert part in LAYERS, f"{module}: in no layer of api/ (add it to LAYERS, in its place)"
+    return part
+
+
+def wire_api_of(module: str) -> str | None:
+    return next((w for w in WIRE_APIS if module == w or module.startswith(w + ".")), None)
+
+
+def upward(imports: list[Import]) -> list[str]:
+    """Each import that goes up the layers, or from one wire API into another."""
+    wrong = []
+    for i in imports:
+        here, there = layer_of(i.importer), layer_of(i.imported)
+        if here is None or there is None:
+            continue
+        if LAYERS.index(there) > LAYERS.index(here):
+            wrong.append(f"{i.importer}:{i.line} imports {i.imported} ({here} -> {there}: upward)")
+        elif (a := wire_api_of(i.importer)) and (b := wire_api_of(i.imported)) and a != b:
+            wrong.append(f"{i.importer}:{i.line} imports {i.imported} (one wire API borrowing from another)")
+    return wrong
+
+
+def test_no_api_layer_imports_a_higher_one_anywhere_in_a_module():
+    assert upward(imports_of(SRC)) == []
+
+
+def test_every_api_module_is_in_a_layer():
+    for path in API.rglob("*.py"):
+        layer_of(module_name(path, SRC))  # asserts
+
+
+def test_function_local_imports_of_the_project_are_the_listed_cold_start_ones():
+    local = {
+        (i.importer, i.imported)
+        for i in imports_of(SRC)
+        if i.local and i.imported.startswith("chatloop") and i.importer.startswith(GUARDED)
+    }
+    assert local == COLD_START_IMPORTS
+
+
+@pytest.mark.parametrize(
+    ("source", "hidden_as"),
+    [
+        ("from chatloop.api.chat import endpoint\n", "at the top"),
+        ("def f():\n    from chatloop.api.chat.endpoint import chat\n", "inside a function"),
+        (
+            "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from chatloop.api.chat.endpoint import chat\n",
+            "under TYPE_CHECKING",
+        ),
+        ("from ..chat import endpoint\n", "relatively"),
+    ],
+)
+def test_the_check_finds_an_upward_import_however_it_is_hidden(tmp_path, source, hidden_as):
+    """A turns module importing an endpoint is found at the top, in a function, under TYPE_CHECKING or relatively;
+    and an openai module borrowing from /chat is found as one wire API borrowing from another."""
+    package = tmp_path / "chatloop" / "api"
+    for sub in ("turns", "chat", "openai/responses"):
+        (package / sub).mkdir(parents=True)
+    for init in ("", "turns/", "chat/", "openai/", "openai/responses/"):
+        (package / init / "__init__.py").write_text("")
+    (package / "chat" / "endpoint.py").write_text("def chat():\n    pass\n")
+    (package / "turns" / "serve.py").write_text(source)
+    (package / "openai" / "responses" / "run.py").write_text(source.replace("..chat", "...chat"))
+    found = upward(imports_of(tmp_path))
+    importers = sorted(f.split(":")[0] for f in found)
+    assert importers == ["chatloop.api.openai.responses.run", "chatloop.api.turns.serve"], (hidden_as, found)
+    assert any("upward" in f for f in found) and any("borrowing" in f for f in found), (hidden_as, found)
