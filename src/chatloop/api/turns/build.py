@@ -10,26 +10,27 @@ Usage (an endpoint, once every check passed)::
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
-from chatloop.api.turns.checks import ChatChoice
 from chatloop.engine import TurnRequest
-from chatloop.engine.approvals import ApprovalAnswer
-from chatloop.engine.messages import Message
-from chatloop.jsontypes import JSONObject
 
+if TYPE_CHECKING:  # types only: a Protocol class costs the import of the app a fraction of a millisecond
+    from chatloop.api.turns.checks import ChatChoice
+    from chatloop.engine.approvals import ApprovalAnswer
+    from chatloop.engine.messages import Message
+    from chatloop.jsontypes import JSONObject
 
-class Sampling(Protocol):
-    """What every turn body carries as it is (``ChatBody``, ``OpenAIChatBody``, ``ResponsesBody``)."""
+    class Sampling(Protocol):
+        """What every turn body carries as it is (``ChatBody``, ``OpenAIChatBody``, ``ResponsesBody``)."""
 
-    @property
-    def parallel_tool_calls(self) -> bool | None: ...
+        @property
+        def parallel_tool_calls(self) -> bool | None: ...
 
-    @property
-    def temperature(self) -> float | None: ...
+        @property
+        def temperature(self) -> float | None: ...
 
-    @property
-    def top_p(self) -> float | None: ...
+        @property
+        def top_p(self) -> float | None: ...
 
 
 def turn_request(
