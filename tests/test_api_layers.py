@@ -40,9 +40,9 @@ UNRANKED = {"chatloop.api.runtime"}
 the graph is ``tests/test_imports.py``'s)."""
 
 COLD_START_IMPORTS = {
-    # /chat is imported with the app; a conversation, compaction and approvals load with the first /chat that uses them
+    # /chat is imported with the app; a stored conversation (its compaction, its approvals) and the operator's
+    # approvals load with the first /chat that uses them
     ("chatloop.api.chat.endpoint", "chatloop.api.chat.threads"),
-    ("chatloop.api.chat.endpoint", "chatloop.api.turns.compaction"),
     ("chatloop.api.chat.endpoint", "chatloop.api.turns.approvals"),
     # chat completions, imported with the app: the approvals machinery only when APPROVAL_REQUIRED_TOOLS is set
     ("chatloop.api.openai.chat_completions", "chatloop.api.turns.approvals"),

@@ -82,28 +82,13 @@ async def chat(request: Request) -> Response:
             "approvals",
         )
     if body.conversation is not None:
-        from chatloop.api.chat import threads as chat_threads
+        from chatloop.api.chat import threads  # with the first /chat in a stored conversation (cold start)
 
-        thread = await chat_threads.chat_thread(
-            request, body.conversation, body.messages, body.approvals or []
-        )
-    messages = conversation(
-        [*(thread.history if thread else []), *body.messages], runtime.settings.max_messages
-    )
-    if thread is not None and runtime.settings.compaction_threshold_tokens:  # instead of trimming (README)
-        from chatloop.api.turns import compaction
-
-        threshold = runtime.settings.compaction_threshold_tokens
-        try:
-            compacted = await compaction.past(ctx, messages, threshold, body.model, openai=False)
-        except RequestError:  # the summary's call refused by the budget: the answers are not used up
-            from chatloop.api.turns.approvals import release
-
-            await release(ctx, thread.answers)
-            raise
-        if compacted is not None:
-            thread.compaction = compacted[0]
-            messages = conversation([compacted[1].message(), *body.messages], runtime.settings.max_messages)
+        thread = await threads.chat_thread(request, body.conversation, body.messages, body.approvals or [])
+        messages = conversation([*thread.history, *body.messages], runtime.settings.max_messages)
+        messages = await threads.compacted(ctx, thread, messages, body.messages, body.model)
+    else:
+        messages = conversation(body.messages, runtime.settings.max_messages)
     choice = named_choice(body.tool_choice)
     tool_names = tools_for_chat(runtime, body, choice)
     model = model_for(runtime, body.model)
@@ -128,9 +113,7 @@ async def chat(request: Request) -> Response:
         ctx, turn, model, registry, thread.conversation_id if thread else None, metered=metered
     )
     if thread is not None:  # a stored conversation's turn runs to its end even when the client goes away
-        from chatloop.api.chat import threads as chat_threads
-
-        events = chat_threads.running_turn(request, thread, events)
+        events = threads.running_turn(request, thread, events)
     return await serve_turn(ctx, ChatRenderer(), events, stream=body.stream)
 
 

@@ -36,9 +36,9 @@ from chatloop.api.runs.follow import follow
 from chatloop.api.runs.journal import Journal
 from chatloop.api.runs.record import call_deadline, end_run, runs_of, watcher
 from chatloop.api.runs.running import Stop, Tracked, run_to_the_end, stop_here, stoppable
-from chatloop.api.turns.approvals import answers_of
-from chatloop.api.turns.checks import read_body
-from chatloop.api.turns.compaction import open_items
+from chatloop.api.turns import compaction
+from chatloop.api.turns.approvals import answers_of, release
+from chatloop.api.turns.checks import conversation, read_body
 from chatloop.api.turns.schemas import ChatApproval, StopBody
 from chatloop.api.turns.serve import held_secrets
 from chatloop.deadline import Deadline
@@ -91,10 +91,31 @@ async def chat_thread(
         items = await conversation_history(store, owner, conversation_id, deadline)
     given = tuple(McpApprovalResponseInput.model_validate(a.as_item()) for a in approvals)
     ctx = RequestContext.of(request)
-    await open_items(ctx, items)  # a compaction item stands for what came before it
+    await compaction.open_items(ctx, items)  # a compaction item stands for what came before it
     answers = await answers_of(ctx, [*items, *given], len(items))
     history = messages_of([*items, *given], answers.ids)
     return ChatThread(owner, conversation_id, history, messages, answers.answers, given)
+
+
+async def compacted(
+    ctx: RequestContext, thread: ChatThread, messages: list[Message], new: list[object], model: str | None
+) -> list[Message]:
+    """The thread's conversation, compacted instead of trimmed when it is estimated past
+    COMPACTION_THRESHOLD_TOKENS (README): the summary, then the request's new messages; the compaction item is
+    appended to the conversation with the turn. A budget that refuses the summary's call is a 429 before anything
+    ran: the thread's approval answers are not used up."""
+    threshold = ctx.runtime.settings.compaction_threshold_tokens
+    if not threshold:
+        return messages
+    try:
+        summary = await compaction.past(ctx, messages, threshold, model, openai=False)
+    except RequestError:
+        await release(ctx, thread.answers)
+        raise
+    if summary is None:
+        return messages
+    thread.compaction = summary[0]
+    return conversation([summary[1].message(), *new], ctx.runtime.settings.max_messages)
 
 
 def running_turn(request: Request, thread: ChatThread, events: AsyncIterator[Event]) -> AsyncIterator[Event]:
