@@ -37,7 +37,7 @@ from tests.support.handler import build_runtime, invoke
 from tests.support.mcp_servers import MCPTestServer, free_port, tools_server
 from tests.support.models import ScriptedModel, call
 from tests.support.tools import FakeSearch
-from tests.test_api import realistic
+from tests.support.wire_models import realistic
 
 MODEL = "llama-3.3-70b-versatile"
 QUESTION = "calculate compound interest: $10,000 at 5% annually for 15 years"

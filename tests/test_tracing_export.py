@@ -25,7 +25,7 @@ from tests.support.events import parse_sse, rest_event
 from tests.support.handler import invoke
 from tests.support.otlp import OTLPReceiver, attributes_of
 from tests.support.server import app_server
-from tests.test_api import realistic
+from tests.support.wire_models import realistic
 
 ROOT = Path(__file__).resolve().parent.parent
 MODEL = "llama-3.3-70b-versatile"
