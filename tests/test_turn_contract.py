@@ -9,8 +9,8 @@ from chatloop.engine import EventType
 from chatloop.providers.base import ModelRequest, ModelResponse
 from chatloop.tools.base import ToolRegistry
 from chatloop.tools.javascript import ExecuteJavaScriptTool
-from tests.support.models import call, js, last_result, offered
-from tests.test_engine import COMPOUND_CODE, ScriptedModel, drive
+from tests.support.models import ScriptedModel, call, js, last_result, offered
+from tests.support.turns import COMPOUND_CODE, drive
 
 
 @pytest.fixture
