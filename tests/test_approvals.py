@@ -22,8 +22,7 @@ from chatloop.tools.javascript import ExecuteJavaScriptTool
 from tests.support.events import parse_sse
 from tests.support.mcp_servers import MCPTestServer, docs_server
 from tests.support.models import ScriptedModel, call, js, offered
-from tests.support.server import Server, app_server
-from tests.test_conversations import client
+from tests.support.server import Server, app_server, client
 
 KEYS = {"groq": "gsk_approvals_test_key_0123456789", "openai": None}
 """The same provider keys for both copies: the state key (approval seals) is derived from them."""

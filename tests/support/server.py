@@ -7,6 +7,8 @@ Usage::
 
     with app_server(settings, model=model, registry=registry) as server:   # the runtime built as tests build it
         server.runtime.chain()
+
+    alice = client(server)   # the openai SDK as a caller with its own x-api-key
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ import threading
 from collections.abc import Iterator, Mapping
 from typing import Any
 
+import openai
 import pytest
 import uvicorn
 
@@ -62,3 +65,14 @@ def app_server(settings: Settings, *, env: Mapping[str, str] | None = None, **pa
         with Server(create_app(settings, runtime=runtime)) as server:
             server.runtime = runtime
             yield server
+
+
+def client(server: Server, key: str = "alice-key") -> openai.OpenAI:
+    """The SDK as a client of ``make run`` uses it: the local caller is the hashed ``x-api-key`` header."""
+    return openai.OpenAI(
+        base_url=server.base_url,
+        api_key="unused",
+        max_retries=0,
+        timeout=30,
+        default_headers={"x-api-key": key},
+    )
