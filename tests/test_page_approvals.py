@@ -12,8 +12,8 @@ import pytest
 from chatloop.config import Settings
 from chatloop.tools.base import ToolRegistry
 from chatloop.tools.javascript import ExecuteJavaScriptTool
+from tests.support.approvals import KEYS, calculator
 from tests.support.server import Server, app_server
-from tests.test_approvals import KEYS, calculator
 from tests.test_page import ask, browser, expect, pytestmark  # noqa: F401 (the browser fixture, the Chromium skip)
 from tests.test_page_conversations import open_page  # noqa: F401 (a browser context per key)
 
