@@ -16,13 +16,9 @@ import pytest
 from chatloop.config import Settings
 from chatloop.tools.base import ToolRegistry
 from chatloop.tools.javascript import ExecuteJavaScriptTool
+from tests.support.models import SLOW, Conversational
 from tests.support.server import Server, app_server
-from tests.test_chat_conversations import Conversational
 from tests.test_page import ROOT, ask, browser, expect, pytestmark  # noqa: F401 (the browser fixture, the Chromium skip)
-
-SLOW = "answer slowly please, " + " ".join(f"word{n}" for n in range(40))
-"""The scripted model writes this answer a word at a time, 0.15 s apart: about six seconds, time enough to reload
-in the middle of it on a busy machine."""
 
 
 @pytest.fixture(scope="module")

@@ -16,11 +16,11 @@ import pytest
 
 from chatloop.config import Settings
 from chatloop.tools.base import ToolRegistry
+from tests.support.models import SLOW, Conversational
 from tests.support.server import Server, app_server
-from tests.test_chat_conversations import Conversational
 from tests.test_page import ask, browser, expect  # noqa: F401 (the browser fixture)
 from tests.test_page import pytestmark as chromium_needed
-from tests.test_page_conversations import SLOW, open_page  # noqa: F401 (the fixture)
+from tests.test_page_conversations import open_page  # noqa: F401 (the fixture)
 
 pytestmark = [chromium_needed, pytest.mark.slow]
 
