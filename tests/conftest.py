@@ -1,4 +1,6 @@
+import json
 import os
+import sys
 import tempfile
 
 # Responses are stored by default (OpenAI's store: true) in the embedded store under $XDG_DATA_HOME: tests keep
@@ -57,3 +59,15 @@ def fake_llm(monkeypatch):
         monkeypatch.setenv("OPENAI_BASE_URL", llm.openai_base_url)
         monkeypatch.setenv("LOCAL_BASE_URL", llm.openai_base_url)
         yield llm
+
+
+# --- the SAM template ---------------------------------------------------------------------------------------------
+@pytest.fixture(scope="module")
+def translated(tmp_path_factory) -> dict:
+    """template.yaml as SAM translates it (scripts/translate_template.py), as JSON. Used by test_ops.py and
+    test_template_snapstart.py."""
+    from tests.support.repo import run
+
+    target = tmp_path_factory.mktemp("cfn") / "template.json"
+    run(sys.executable, "scripts/translate_template.py", "template.yaml", str(target))
+    return json.loads(target.read_text())
