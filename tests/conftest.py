@@ -2,6 +2,8 @@ import json
 import os
 import sys
 import tempfile
+from collections.abc import Iterator
+from typing import Any
 
 # Responses are stored by default (OpenAI's store: true) in the embedded store under $XDG_DATA_HOME: tests keep
 # theirs in a folder of their own, never the developer's.
@@ -71,3 +73,45 @@ def translated(tmp_path_factory) -> dict:
     target = tmp_path_factory.mktemp("cfn") / "template.json"
     run(sys.executable, "scripts/translate_template.py", "template.yaml", str(target))
     return json.loads(target.read_text())
+
+
+# --- the chat page in Chromium (tests/support/browser.py) ---------------------------------------------------------
+@pytest.fixture(scope="module")
+def browser() -> Iterator[Any]:
+    """Chromium through Playwright, one per test module. Used by test_page.py, test_page_conversations.py,
+    test_page_approvals.py and test_page_fleet.py."""
+    from playwright.sync_api import sync_playwright
+
+    from tests.support.browser import CHROMIUM
+
+    if CHROMIUM is None:
+        pytest.fail("CI must run the browser tests: install Chromium (apt-get install chromium)")
+    with sync_playwright() as playwright:
+        browser = playwright.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox"])
+        yield browser
+        browser.close()
+
+
+@pytest.fixture
+def open_page(browser) -> Iterator[Any]:
+    """A new browser (context) for an API key, remembered on the device, at the page: ``open_page(server, "alice")``.
+    Used by test_page_conversations.py, test_page_approvals.py and test_page_fleet.py."""
+    contexts: list[Any] = []
+
+    def opening(server: Any, key: str, viewport: tuple[int, int] = (1200, 800)) -> Any:
+        context = browser.new_context(viewport={"width": viewport[0], "height": viewport[1]})
+        contexts.append(context)
+        page = context.new_page()
+        page.errors = []
+        page.on("pageerror", lambda error: page.errors.append(str(error)))
+        page.on("dialog", lambda dialog: (page.errors.append(f"dialog: {dialog.message}"), dialog.dismiss()))
+        page.goto(server.root + "/")
+        page.click("#settings summary")
+        page.fill("#api-key", key)
+        page.check("#remember")
+        page.click("#settings summary")
+        return page
+
+    yield opening
+    for context in contexts:
+        context.close()
