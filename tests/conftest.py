@@ -115,3 +115,12 @@ def open_page(browser) -> Iterator[Any]:
     yield opening
     for context in contexts:
         context.close()
+
+
+# --- renderers on their own ---------------------------------------------------------------------------------------
+@pytest.fixture
+def no_registered_secrets(monkeypatch):
+    """Secrets other tests registered (``register_secret`` is process-wide) would hold back pieces of the renderer
+    tests' deltas; key-shaped strings are still redacted. Not autouse: test_render_chat.py, test_render_openai_chat.py
+    and test_render_responses.py apply it to every test of theirs with ``pytestmark``."""
+    monkeypatch.setattr("chatloop.observability._SECRETS", [])
