@@ -164,3 +164,43 @@ def server(upstream, sandbox, store_path) -> Iterator[Any]:
         settings, env=env, registry=ToolRegistry([ExecuteJavaScriptTool(sandbox)]), keys=KEYS
     ) as served:
         yield served
+
+
+# --- the conversation store and idempotency on DynamoDB (tests/support/store.py, idempotency.py, aws.py) ----------
+@pytest.fixture(params=["sqlite", "dynamodb"])
+def backends(request, tmp_path, monkeypatch) -> Iterator[Any]:
+    """A store's backend under test, SQLite then DynamoDB through moto (tests/support/store.py ``Backends``). Used by
+    test_store.py and test_runs.py."""
+    import boto3
+    from moto import mock_aws
+
+    from chatloop.store.dynamodb import create_table
+    from tests.support.aws import FAKE_CREDENTIALS, one_request_at_a_time
+    from tests.support.store import TABLE, Backends
+
+    if request.param == "sqlite":
+        yield Backends("sqlite", tmp_path)
+        return
+    for name, value in FAKE_CREDENTIALS.items():
+        monkeypatch.setenv(name, value)
+    monkeypatch.delenv("AWS_ENDPOINT_URL", raising=False)
+    one_request_at_a_time(monkeypatch)
+    with mock_aws():
+        create_table(boto3.client("dynamodb", region_name="us-east-1"), TABLE)
+        yield Backends("dynamodb", tmp_path)
+
+
+@pytest.fixture
+def serve(app_runtime):
+    """``serve(table=TABLE)``: the handler answers with a fresh counting model, idempotent on ``table``
+    (tests/support/idempotency.py). Used by test_idempotency.py and test_hardening_api.py."""
+    from chatloop.config import Settings
+    from chatloop.tools.base import ToolRegistry
+    from tests.support.idempotency import TABLE, counting_model
+
+    def install(table: str = TABLE) -> Any:
+        model = counting_model()
+        app_runtime(Settings(idempotency_table_name=table), model=model, registry=ToolRegistry())
+        return model
+
+    return install

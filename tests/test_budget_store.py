@@ -20,7 +20,8 @@ from chatloop.store.budget import UNLIMITED, BudgetRefused, Charge, Ledger, Limi
 from chatloop.store.budget_dynamodb import DynamoDBLedger
 from chatloop.store.budget_sqlite import SQLiteLedger
 from chatloop.store.dynamodb_layout import create_table
-from tests.test_store import FAKE_CREDENTIALS, TABLE, one_request_at_a_time
+from tests.support.aws import FAKE_CREDENTIALS, one_request_at_a_time
+from tests.support.store import TABLE
 
 NOON = calendar.timegm((2026, 11, 27, 12, 0, 30))
 

@@ -32,8 +32,8 @@ from chatloop.engine.messages import normalize_conversation
 from chatloop.providers.budgeted import Meter
 from chatloop.providers.catalog import Catalog
 from chatloop.store.dynamodb_layout import create_table
+from tests.support.aws import FAKE_CREDENTIALS
 from tests.support.fake_llm import FakeLLM, text
-from tests.test_store import FAKE_CREDENTIALS
 
 ROOT = Path(__file__).resolve().parents[1]
 MODEL = "gpt-4.1-mini"

@@ -35,6 +35,7 @@ from chatloop.config import Settings
 from chatloop.providers.base import ModelResponse, TextDelta, Usage
 from chatloop.providers.chain import FallbackChain
 from chatloop.tools.base import ToolRegistry
+from tests.support.aws import FAKE_CREDENTIALS
 from tests.support.events import (
     FakeContext,
     function_url_event,
@@ -43,10 +44,9 @@ from tests.support.events import (
     rest_event,
 )
 from tests.support.handler import invoke
+from tests.support.idempotency import TABLE, ask, counting_model, create_table
 from tests.support.models import ScriptedModel
 from tests.support.server import Server
-from tests.test_idempotency import FAKE_CREDENTIALS, TABLE, ask, counting_model, create_table
-from tests.test_idempotency import serve as serve  # the fixture: a counting model answers
 
 
 @pytest.fixture
