@@ -502,9 +502,9 @@ def test_a_metered_turn_is_traced_and_its_span_says_the_budget_stopped_it(tmp_pa
     """Budgets and tracing compose: tracing traces the chain's models in place, the budget's wrapper around the same
     chain calls them, so each metered model call is a chat span and the turn's span ends ``budget``."""
     from chatloop.tracing.setup import uninstall
-    from tests.test_tracing import Telemetry
+    from tests.support.telemetry import InMemoryTelemetry
 
-    telemetry = Telemetry()
+    telemetry = InMemoryTelemetry()
     try:
         model = ScriptedModel(searcher, name="groq:llama-3.3-70b-versatile")
         settings = Settings(conversation_store_path=str(tmp_path / "s.sqlite3"), budget_tokens_per_day=1200)
