@@ -23,6 +23,7 @@ from tests.support.events import rest_event
 from tests.support.fake_llm import FakeLLM, error, text
 from tests.support.handler import build_runtime, handle, serving
 from tests.support.models import ScriptedModel, call, tool_results
+from tests.support.repo import ROOT
 from tests.support.server import Server, app_server
 from tests.support.tools import FakeSearch
 
@@ -405,7 +406,6 @@ def test_on_lambda_the_store_down_fails_closed_by_default_with_a_metric(tmp_path
 
 
 # --- make budget: per-caller overrides -------------------------------------------------------------------------
-ROOT = Path(__file__).resolve().parents[1]
 
 
 def budget_script(*args: str, env: dict[str, str]) -> dict[str, Any]:

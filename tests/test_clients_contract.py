@@ -23,7 +23,6 @@ import os
 import shutil
 import subprocess
 from collections.abc import Callable, Iterator
-from pathlib import Path
 from typing import Any
 
 import openai
@@ -47,6 +46,7 @@ from tests.support.contract import (
 )
 from tests.support.events import CODE_INTERPRETER_EVENTS
 from tests.support.fake_llm import FakeLLM, error, tool_calls
+from tests.support.repo import ROOT
 from tests.support.server import Server, app_server
 
 RECORD_FUNCTION: dict[str, Any] = {
@@ -172,7 +172,7 @@ def test_pydantic_ai_tool_output_on_the_compound_interest_question(server, upstr
 
 
 # --- the Vercel AI SDK, v6 and its newest major v7 --------------------------------------------------
-CLIENTS = Path(__file__).resolve().parent / "clients"
+CLIENTS = ROOT / "tests" / "clients"
 
 
 def run_node(script: str, *args: str, env: dict[str, str]) -> dict[str, Any]:

@@ -117,3 +117,16 @@ def test_the_check_finds_an_import_of_a_test_module_however_it_is_written(path, 
 )
 def test_the_check_lets_support_and_source_imports_through(path, source):
     assert cross_imports(source, Path(path)) == []
+
+
+def test_tests_find_the_repository_through_support_not_their_own_location():
+    """A test file that reads ``__file__`` to find the repository breaks when it moves to another folder; ROOT in
+    tests/support/repo.py is the one place that knows where tests sit."""
+    found = [
+        f"{path}:{node.lineno}"
+        for path in checked_files()
+        if path.parts[0] == "tests" and path != Path("tests/support/repo.py")
+        for node in ast.walk(ast.parse((ROOT / path).read_text()))
+        if isinstance(node, ast.Name) and node.id == "__file__"
+    ]
+    assert found == [], "use tests.support.repo.ROOT:\n" + "\n".join(found)

@@ -14,7 +14,6 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable, Iterator
-from pathlib import Path
 from typing import Any
 
 import httpx
@@ -34,9 +33,9 @@ from tests.support.fake_llm import Reply, text, tool_calls
 from tests.support.handler import build_runtime
 from tests.support.handler import post as invoke
 from tests.support.mcp_servers import MCPTestServer, docs_server, free_port, tools_server
+from tests.support.repo import ROOT
 from tests.support.server import Server
 
-ROOT = Path(__file__).resolve().parent.parent
 MODEL = "llama-3.3-70b-versatile"
 TOKEN = "mcp-token-DoNotLeak-7f3a9c"
 QUESTION = "What do the docs say about limits?"

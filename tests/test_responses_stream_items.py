@@ -30,11 +30,12 @@ from chatloop.tools.base import ToolRegistry
 from tests.support.contract import ANSWER, CODE, QUESTION, client_of
 from tests.support.fake_llm import FakeLLM, Reply, text, tool_calls
 from tests.support.mcp_servers import MCPTestServer, tools_server
+from tests.support.repo import ROOT
 from tests.support.server import Server, app_server
 
 PYDANTIC_AI_1 = ["pydantic-ai-slim==1.107.10", "pydantic-graph==1.107.10", "genai-prices==0.0.62"]
 """pydantic-ai 1.x (its newest), and the two packages whose 1.x pins differ from the dev environment's 2.x."""
-SCRIPT = Path(__file__).parent / "clients" / "pydantic_ai_stream.py"
+SCRIPT = ROOT / "tests" / "clients" / "pydantic_ai_stream.py"
 
 
 def test_the_openai_sdk_builds_the_code_from_its_deltas(server: Server):
