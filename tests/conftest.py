@@ -63,6 +63,26 @@ def fake_llm(monkeypatch):
         yield llm
 
 
+@pytest.fixture
+def registry(sandbox):
+    """The real sandbox's execute_javascript as a turn's only tool. Used by test_engine.py and test_turn_contract.py
+    (modules with a ``registry`` of their own use theirs)."""
+    from chatloop.tools.base import ToolRegistry
+    from chatloop.tools.javascript import ExecuteJavaScriptTool
+
+    return ToolRegistry([ExecuteJavaScriptTool(sandbox)])
+
+
+@pytest.fixture(scope="module")
+def docs() -> Iterator[Any]:
+    """The "docs" MCP server (tests/support/mcp_servers.py ``docs_server``), one per module. Used by test_mcp.py and
+    test_approvals.py."""
+    from tests.support.mcp_servers import docs_server
+
+    with docs_server() as server:
+        yield server
+
+
 # --- the SAM template ---------------------------------------------------------------------------------------------
 @pytest.fixture(scope="module")
 def translated(tmp_path_factory) -> dict:
@@ -188,6 +208,23 @@ def backends(request, tmp_path, monkeypatch) -> Iterator[Any]:
     with mock_aws():
         create_table(boto3.client("dynamodb", region_name="us-east-1"), TABLE)
         yield Backends("dynamodb", tmp_path)
+
+
+@pytest.fixture
+def aws(monkeypatch) -> Iterator[None]:
+    """Fake credentials, moto in-process and the template's idempotency table (tests/support/idempotency.py) for one
+    test. Used by test_idempotency.py and test_hardening_api.py."""
+    from moto import mock_aws
+
+    from tests.support.aws import FAKE_CREDENTIALS
+    from tests.support.idempotency import create_table
+
+    for name, value in FAKE_CREDENTIALS.items():
+        monkeypatch.setenv(name, value)
+    monkeypatch.delenv("AWS_ENDPOINT_URL", raising=False)
+    with mock_aws():
+        create_table()
+        yield
 
 
 @pytest.fixture

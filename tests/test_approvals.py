@@ -21,15 +21,9 @@ from chatloop.tools.base import ToolRegistry
 from chatloop.tools.javascript import ExecuteJavaScriptTool
 from tests.support.approvals import KEYS, calculator, said
 from tests.support.events import parse_sse
-from tests.support.mcp_servers import MCPTestServer, docs_server
+from tests.support.mcp_servers import MCPTestServer
 from tests.support.models import ScriptedModel, call, offered
 from tests.support.server import Server, app_server, client
-
-
-@pytest.fixture(scope="module")
-def docs():
-    with docs_server() as server:
-        yield server
 
 
 def searcher(tool: str) -> ScriptedModel:

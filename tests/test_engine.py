@@ -7,8 +7,6 @@ import io
 import json
 import time
 
-import pytest
-
 from chatloop.config import Settings
 from chatloop.engine import EventType
 from chatloop.observability import logger
@@ -27,11 +25,6 @@ from tests.support.models import (
 )
 from tests.support.tools import FakeSearch
 from tests.support.turns import COMPOUND, COMPOUND_CODE, drive
-
-
-@pytest.fixture
-def registry(sandbox):
-    return ToolRegistry([ExecuteJavaScriptTool(sandbox)])
 
 
 async def test_compound_interest_takes_one_execution_and_two_model_calls(registry):

@@ -7,12 +7,9 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-from collections.abc import Iterator
 from typing import Any
 
 import boto3
-import pytest
-from moto import mock_aws
 from moto.server import ThreadedMotoServer
 
 import app as lambda_app
@@ -25,16 +22,6 @@ from tests.support.events import parse_sse, response_body, rest_event
 from tests.support.handler import handle
 from tests.support.idempotency import TABLE, ask, create_table
 from tests.support.models import ScriptedModel
-
-
-@pytest.fixture
-def aws(monkeypatch) -> Iterator[None]:
-    for name, value in FAKE_CREDENTIALS.items():
-        monkeypatch.setenv(name, value)
-    monkeypatch.delenv("AWS_ENDPOINT_URL", raising=False)
-    with mock_aws():
-        create_table()
-        yield
 
 
 def call(

@@ -32,7 +32,7 @@ from tests.support.events import parse_sse
 from tests.support.fake_llm import Reply, text, tool_calls
 from tests.support.handler import build_runtime
 from tests.support.handler import post as invoke
-from tests.support.mcp_servers import MCPTestServer, docs_server, free_port, tools_server
+from tests.support.mcp_servers import MCPTestServer, free_port, tools_server
 from tests.support.repo import ROOT
 from tests.support.server import Server
 
@@ -62,12 +62,6 @@ def caller(tool: str, arguments: Callable[[int], dict[str, Any] | None]) -> Call
 
 def once(args: dict[str, Any]) -> Callable[[int], dict[str, Any] | None]:
     return lambda n: args if n == 0 else None
-
-
-@pytest.fixture(scope="module")
-def docs():
-    with docs_server() as server:
-        yield server
 
 
 @pytest.fixture
