@@ -1,7 +1,7 @@
 """The suite's layout: shared fixtures live in conftest.py files and shared helpers in tests/support/, so no test
-file, conftest or bench module imports a test module (``tests.test_x`` or, once the tests sit in folders by layer,
-``tests.api.test_x``), nor a conftest. Every import counts: module-level, function-local and ``TYPE_CHECKING`` alike,
-absolute or relative, and ``importlib.import_module`` with a literal name."""
+file, conftest, bench module or script imports a test module (``tests.test_x`` or, once the tests sit in folders by
+layer, ``tests.api.test_x``), nor a conftest. Every import counts: module-level, function-local and
+``TYPE_CHECKING`` alike, absolute or relative, and ``importlib.import_module`` with a literal name."""
 
 from __future__ import annotations
 
@@ -60,17 +60,17 @@ def cross_imports(source: str, path: Path) -> list[str]:
 
 
 def checked_files() -> list[Path]:
-    """Every Python file of the suite (any depth under tests/) and of the bench, relative to the root."""
-    files = [*ROOT.glob("tests/**/*.py"), *ROOT.glob("bench/**/*.py")]
+    """Every Python file of the suite (any depth under tests/), the bench and the scripts, relative to the root."""
+    files = [*ROOT.glob("tests/**/*.py"), *ROOT.glob("bench/**/*.py"), *ROOT.glob("scripts/**/*.py")]
     return sorted(
         p.relative_to(ROOT) for p in files if ".venv" not in p.parts and "node_modules" not in p.parts
     )
 
 
-def test_no_test_conftest_or_bench_file_imports_a_test_module():
+def test_no_test_conftest_bench_or_script_file_imports_a_test_module():
     files = checked_files()
     assert Path("tests/conftest.py") in files and Path("tests/support/models.py") in files
-    assert any(p.parts[0] == "bench" for p in files)
+    assert any(p.parts[0] == "bench" for p in files) and any(p.parts[0] == "scripts" for p in files)
     found = [hit for path in files for hit in cross_imports((ROOT / path).read_text(), path)]
     assert found == [], (
         "move what is shared into tests/support/ (helpers) or a conftest.py (fixtures):\n" + "\n".join(found)
