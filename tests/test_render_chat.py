@@ -5,7 +5,7 @@ import json
 
 import pytest
 
-from chatloop.api.chat import ChatRenderer, chat_body
+from chatloop.api.chat.endpoint import ChatRenderer, chat_body
 from chatloop.engine import StopReason, TurnSummary
 from chatloop.engine.events import Delta, Done, Started, ToolCallResult, ToolCallStart
 from chatloop.engine.summary import AssistantMessage

@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from chatloop.api.responses import ResponsesRenderer
+from chatloop.api.openai.responses.endpoint import ResponsesRenderer
 from chatloop.engine import StopReason, TurnSummary
 from chatloop.engine.events import Delta, Done, Started, ToolCallResult, ToolCallStart, TurnError
 from chatloop.engine.summary import AssistantMessage

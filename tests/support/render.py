@@ -12,7 +12,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import AsyncIterator, Iterable
 
-from chatloop.api.serve import guarded
+from chatloop.api.turns.serve import guarded
 from chatloop.engine.events import Event
 
 
