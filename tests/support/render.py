@@ -1,4 +1,4 @@
-"""A renderer on its own, as the renderer tests drive one (tests/test_render_chat.py, test_render_openai_chat.py,
+"""A renderer on its own, as the renderer tests drive one (test_render_chat.py, test_render_openai_chat.py,
 test_render_responses.py): typed engine events in, the bytes a client reads out.
 
 Usage::

@@ -1,5 +1,5 @@
 """A turn driven through the engine's ``run_turn`` with a scripted model and a registry, its events collected, as
-the engine's tests read them (tests/test_engine.py, test_turn_contract.py, test_said_once.py,
+the engine's tests read them (test_engine.py, test_turn_contract.py, test_said_once.py,
 test_small_model_answers.py).
 
 Usage::
