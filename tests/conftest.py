@@ -1,3 +1,6 @@
+"""Fixtures the test modules share (each says which modules use it; a module's own fixture of the same name wins).
+Shared helpers that are not fixtures live in tests/support/; no test module imports another (tests/test_layout.py)."""
+
 import json
 import os
 import sys
