@@ -17,13 +17,15 @@ import asyncio
 import contextlib
 import threading
 from collections.abc import Iterator, Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import openai
 import pytest
 import uvicorn
 
 from chatloop.config import Settings
+
+if TYPE_CHECKING:
+    import openai
 
 
 class Server:
@@ -68,7 +70,10 @@ def app_server(settings: Settings, *, env: Mapping[str, str] | None = None, **pa
 
 
 def client(server: Server, key: str = "alice-key") -> openai.OpenAI:
-    """The SDK as a client of ``make run`` uses it: the local caller is the hashed ``x-api-key`` header."""
+    """The SDK as a client of ``make run`` uses it: the local caller is the hashed ``x-api-key`` header. (The SDK is
+    imported here: the bench's servers and the page tests need none of it.)"""
+    import openai
+
     return openai.OpenAI(
         base_url=server.base_url,
         api_key="unused",
