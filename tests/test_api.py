@@ -15,7 +15,6 @@ from moto import mock_aws
 import app as lambda_app
 from chatloop.config import Settings
 from chatloop.observability import logger
-from chatloop.providers.demo import calculation_for
 from chatloop.secrets import KeysUnavailable, load_provider_keys
 from chatloop.tools.base import ToolRegistry
 from chatloop.tools.javascript import ExecuteJavaScriptTool
@@ -28,28 +27,11 @@ from tests.support.events import (
 )
 from tests.support.fake_llm import Reply, error, text, tool_calls
 from tests.support.handler import invoke
+from tests.support.wire_models import realistic
 
 MODEL = "llama-3.3-70b-versatile"
 SECRET_KEY = "gsk_SECRETdoNotLeak0123456789abcdef"
 QUESTION = "calculate compound interest: $10,000 at 5% annually for 15 years"
-
-
-def realistic(body: dict) -> Reply:
-    """A model on the wire: calls execute_javascript while it is offered and has no result yet, then answers."""
-    messages = body["messages"]
-    last_user = max(i for i, m in enumerate(messages) if m["role"] == "user")
-    results = [json.loads(m["content"]) for m in messages[last_user:] if m["role"] == "tool"]
-    offered = [t["function"]["name"] for t in body.get("tools") or []]
-    plan = calculation_for(messages[last_user]["content"])
-    if results:
-        return text(
-            body["model"], f"The result is {results[-1].get('result', results[-1].get('error'))}.", groq=True
-        )
-    if plan and "execute_javascript" in offered:
-        return tool_calls(
-            body["model"], [("call_1", "execute_javascript", json.dumps({"code": plan[0]}))], groq=True
-        )
-    return text(body["model"], "Hello! Ask me to calculate something.", groq=True)
 
 
 @pytest.fixture

@@ -19,27 +19,11 @@ from chatloop.config import Settings
 from chatloop.providers.base import ModelRequest, ModelResponse, ToolCall
 from chatloop.tools.base import ToolRegistry
 from chatloop.tools.javascript import ExecuteJavaScriptTool
+from tests.support.approvals import KEYS, calculator, said
 from tests.support.events import parse_sse
-from tests.support.mcp_servers import MCPTestServer, docs_server
-from tests.support.models import ScriptedModel, call, js, offered
-from tests.support.server import Server, app_server
-from tests.test_conversations import client
-
-KEYS = {"groq": "gsk_approvals_test_key_0123456789", "openai": None}
-"""The same provider keys for both copies: the state key (approval seals) is derived from them."""
-
-
-@pytest.fixture(scope="module")
-def docs():
-    with docs_server() as server:
-        yield server
-
-
-def said(tool_message: str) -> str:
-    """What a tool message says, in the model's own words (a model answers from a result; it does not paste the
-    tool's JSON, which the answer check would not show)."""
-    body = json.loads(tool_message)
-    return str(body.get("result", body.get("error", tool_message)))
+from tests.support.mcp_servers import MCPTestServer
+from tests.support.models import ScriptedModel, call, offered
+from tests.support.server import Server, app_server, client
 
 
 def searcher(tool: str) -> ScriptedModel:
@@ -357,21 +341,6 @@ def test_an_approval_request_streams_as_openai_streams_it_and_each_step_is_a_dec
 
 
 # --- the operator's policy on /chat and chat completions --------------------------------------------------------
-def calculator() -> ScriptedModel:
-    """Runs 6*7 in the sandbox while it has no result for the last question; then answers with the result (or
-    the denial it was told)."""
-
-    def script(request: ModelRequest, n: int) -> ModelResponse:
-        messages = request.messages
-        last_user = max(i for i, m in enumerate(messages) if m["role"] == "user")
-        results = [m["content"] for m in messages[last_user:] if m["role"] == "tool"]
-        if "execute_javascript" in offered(request) and not results:
-            return ModelResponse("", "", [js("return 6 * 7", id=f"call_{n}")], "tool_calls")
-        return ModelResponse("", f"Result: {said(results[-1]) if results else 'none'}", finish_reason="stop")
-
-    return ScriptedModel(script)
-
-
 @pytest.fixture(scope="module")
 def guarded(tmp_path_factory, sandbox) -> Iterator[tuple[Server, Server, ScriptedModel]]:
     """Two copies whose operator requires approval for the sandbox."""

@@ -20,8 +20,7 @@ from chatloop.providers.base import ModelRequest, ModelResponse, TextDelta
 from chatloop.tools.base import ToolRegistry
 from tests.support.events import response_body, rest_event
 from tests.support.handler import handle
-from tests.support.server import Server, app_server
-from tests.test_conversations import client
+from tests.support.server import Server, app_server, client
 
 
 class Writer:

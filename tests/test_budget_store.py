@@ -20,7 +20,9 @@ from chatloop.store.budget import UNLIMITED, BudgetRefused, Charge, Ledger, Limi
 from chatloop.store.budget_dynamodb import DynamoDBLedger
 from chatloop.store.budget_sqlite import SQLiteLedger
 from chatloop.store.dynamodb_layout import create_table
-from tests.test_store import FAKE_CREDENTIALS, TABLE, one_request_at_a_time
+from tests.support.aws import FAKE_CREDENTIALS, one_request_at_a_time
+from tests.support.repo import ROOT
+from tests.support.store import TABLE
 
 NOON = calendar.timegm((2026, 11, 27, 12, 0, 30))
 
@@ -188,9 +190,8 @@ async def test_fifty_concurrent_reservations_take_no_more_than_the_limit(ledger)
 def test_the_budget_script_has_an_option_for_every_limit():
     import importlib.util
     from dataclasses import fields
-    from pathlib import Path
 
-    path = Path(__file__).resolve().parents[1] / "scripts" / "budget.py"
+    path = ROOT / "scripts" / "budget.py"
     spec = importlib.util.spec_from_file_location("budget_script", path)
     assert spec is not None and spec.loader is not None
     import sys

@@ -23,6 +23,7 @@ from tests.support.events import rest_event
 from tests.support.fake_llm import FakeLLM, error, text
 from tests.support.handler import build_runtime, handle, serving
 from tests.support.models import ScriptedModel, call, tool_results
+from tests.support.repo import ROOT
 from tests.support.server import Server, app_server
 from tests.support.tools import FakeSearch
 
@@ -409,7 +410,6 @@ def test_on_lambda_the_store_down_fails_closed_by_default_with_a_metric(tmp_path
 
 
 # --- make budget: per-caller overrides -------------------------------------------------------------------------
-ROOT = Path(__file__).resolve().parents[1]
 
 
 def budget_script(*args: str, env: dict[str, str]) -> dict[str, Any]:
@@ -506,9 +506,9 @@ def test_a_metered_turn_is_traced_and_its_span_says_the_budget_stopped_it(tmp_pa
     """Budgets and tracing compose: tracing traces the chain's models in place, the budget's wrapper around the same
     chain calls them, so each metered model call is a chat span and the turn's span ends ``budget``."""
     from chatloop.tracing.setup import uninstall
-    from tests.test_tracing import Telemetry
+    from tests.support.telemetry import InMemoryTelemetry
 
-    telemetry = Telemetry()
+    telemetry = InMemoryTelemetry()
     try:
         model = ScriptedModel(searcher, name="groq:llama-3.3-70b-versatile")
         settings = Settings(conversation_store_path=str(tmp_path / "s.sqlite3"), budget_tokens_per_day=1200)

@@ -20,7 +20,6 @@ import threading
 import time
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
-from pathlib import Path
 from typing import Any
 
 import boto3
@@ -32,10 +31,10 @@ from chatloop.engine.messages import normalize_conversation
 from chatloop.providers.budgeted import Meter
 from chatloop.providers.catalog import Catalog
 from chatloop.store.dynamodb_layout import create_table
+from tests.support.aws import FAKE_CREDENTIALS
 from tests.support.fake_llm import FakeLLM, text
-from tests.test_store import FAKE_CREDENTIALS
+from tests.support.repo import ROOT
 
-ROOT = Path(__file__).resolve().parents[1]
 MODEL = "gpt-4.1-mini"
 MESSAGES = [{"role": "user", "content": "What is the budget?"}]
 MAX_TOKENS = 40

@@ -4,7 +4,6 @@ client goes away mid-answer still runs to its end and is stored. Against the app
 
 from __future__ import annotations
 
-import asyncio
 import json
 import time
 from collections.abc import Iterator
@@ -14,34 +13,10 @@ import httpx
 import pytest
 
 from chatloop.config import Settings
-from chatloop.providers.base import ModelRequest, ModelResponse, TextDelta
 from chatloop.tools.base import ToolRegistry
 from chatloop.tools.javascript import ExecuteJavaScriptTool
-from tests.support.models import js, last_result
+from tests.support.models import Conversational
 from tests.support.server import Server, app_server
-
-
-class Conversational:
-    """Runs the sandbox when asked to compute, answers slowly (piece by piece), and keeps every conversation."""
-
-    name = "scripted:conversational"
-
-    def __init__(self) -> None:
-        self.seen: list[list[dict[str, Any]]] = []
-
-    async def stream(self, request: ModelRequest):
-        self.seen.append(request.messages)
-        last = request.messages[-1]
-        if last["role"] == "user" and "compute" in last["content"] and request.tools:
-            yield ModelResponse(self.name, tool_calls=[js("6 * 7", "call_six")], finish_reason="tool_calls")
-            return
-        users = [m["content"] for m in request.messages if m["role"] == "user"]
-        result = last_result(request) if last["role"] == "tool" else None
-        text = f"Turn {len(users)}: {users[-1]}" + (f" = {result}" if result is not None else "")
-        for word in text.split(" "):
-            await asyncio.sleep(0.15 if "slowly" in users[-1] else 0)
-            yield TextDelta(word + " ")
-        yield ModelResponse(self.name, content=" ".join(text.split(" ")) + " ", finish_reason="stop")
 
 
 @pytest.fixture(scope="module")

@@ -10,7 +10,6 @@ import os
 import shutil
 import subprocess
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import httpx
@@ -23,6 +22,7 @@ from chatloop.api.runtime import Runtime
 from chatloop.config import Settings
 from tests.support.events import CODE_INTERPRETER_EVENTS
 from tests.support.fake_llm import FakeLLM, Reply, error, text, tool_calls
+from tests.support.repo import ROOT
 from tests.support.server import Server, app_server
 
 GPT_OSS = "groq:openai/gpt-oss-120b"  # honours json_schema
@@ -381,7 +381,7 @@ def test_langchain_bind_tools_and_structured_output(demo, scripted):
 
 
 # --- the Vercel AI SDK under node -----------------------------------------------------------------
-CLIENTS = Path(__file__).resolve().parent / "clients"
+CLIENTS = ROOT / "tests" / "clients"
 
 
 def ai_sdk(server: Server, scenario: str, model: str) -> dict[str, Any]:

@@ -10,8 +10,9 @@ uvicorn and a scripted upstream behind the real groq / openai SDKs:
 - every request parameter is honoured (forwarded to the model, echoed, logged) or a 400 ``unsupported_parameter``
   naming it, with no model call.
 
-The scripted model behaves as real ones do when the API enforces ``tool_choice``: it computes with
-execute_javascript when offered it, then answers in text unless the request forces a call to a client tool.
+The scripted model (tests/support/contract.py) behaves as real ones do when the API enforces ``tool_choice``: it
+computes with execute_javascript when offered it, then answers in text unless the request forces a call to a client
+tool. The ``server``, ``upstream`` and ``store_path`` fixtures are in tests/conftest.py.
 """
 
 from __future__ import annotations
@@ -19,44 +20,35 @@ from __future__ import annotations
 import asyncio
 import json
 import os
-import re
 import shutil
 import subprocess
 from collections.abc import Callable, Iterator
-from pathlib import Path
 from typing import Any
 
 import openai
 import pytest
-from pydantic import BaseModel
 
 from chatloop.api import create_app
 from chatloop.api.runtime import Runtime
 from chatloop.config import Settings
+from tests.support.contract import (
+    ANSWER,
+    CODE,
+    EXPECTED,
+    GPT_OSS,
+    KEYS,
+    LLAMA,
+    QUESTION,
+    TOTAL,
+    UNLISTED,
+    Interest,
+    client_of,
+)
 from tests.support.events import CODE_INTERPRETER_EVENTS
-from tests.support.fake_llm import FakeLLM, Reply, error, text, tool_calls
+from tests.support.fake_llm import FakeLLM, error, tool_calls
+from tests.support.repo import ROOT
 from tests.support.server import Server, app_server
 
-LLAMA = "llama-3.3-70b-versatile"  # listed: parallel tool calls, json_object only
-GPT_OSS = "openai/gpt-oss-120b"  # listed: json_schema
-UNLISTED = "acme-unlisted-1"  # an OpenAI-compatible model the catalog has never heard of
-CHAIN = f"groq:{LLAMA},openai:{UNLISTED},groq:{GPT_OSS}"
-KEYS = {"groq": "gsk_clients_contract_0000000000", "openai": "sk-clients-contract-0000000000"}
-
-QUESTION = "What is 1000 at 5% compounded yearly for 15 years?"
-CODE = "const total = Math.round(1000 * 1.05 ** 15 * 100) / 100;\nconsole.log(total);\ntotal"
-TOTAL = 2078.93
-ANSWER = f"1000 at 5% compounded yearly for 15 years grows to {TOTAL}."
-
-
-class Interest(BaseModel):
-    principal: float
-    rate_percent: float
-    years: int
-    total: float
-
-
-EXPECTED = Interest(principal=1000, rate_percent=5, years=15, total=TOTAL)
 RECORD_FUNCTION: dict[str, Any] = {
     "name": "record_interest",
     "description": "Record the result of a compound interest calculation",
@@ -64,73 +56,6 @@ RECORD_FUNCTION: dict[str, Any] = {
 }
 RECORD = {"type": "function", "function": RECORD_FUNCTION}
 RESPONSES_RECORD = {"type": "function", **RECORD_FUNCTION}
-
-
-# --- the scripted model on the wire ---------------------------------------------------------------
-def last_total(messages: list[dict[str, Any]]) -> float | None:
-    """The number the last tool result carries (the sandbox's run), whatever the result's JSON shape."""
-    for m in reversed(messages):
-        if m["role"] == "tool":
-            found = re.findall(r"\d+\.\d+", str(m["content"]))
-            return float(found[-1]) if found else None
-    return None
-
-
-def wire_model(body: dict[str, Any]) -> Reply:
-    """Computes with execute_javascript when offered it and not yet run; calls a client tool only when the request
-    forces one (``required`` or named), as an API that enforces tool_choice makes a model do; otherwise answers in
-    text, or in JSON for a json_schema response_format. "twice" in the question: a run that fails, then one that
-    computes 14."""
-    model, messages = body["model"], body["messages"]
-    offered = [t["function"]["name"] for t in body.get("tools") or []]
-    runs = [m for m in messages if m["role"] == "tool"]
-    question = next((str(m["content"]) for m in reversed(messages) if m["role"] == "user"), "")
-    choice = body.get("tool_choice")
-    if "execute_javascript" in offered and "twice" in question and len(runs) < 2:
-        code = json.dumps({"code": "null.x" if not runs else "2 * 7"})  # a failed run leaves the tool offered
-        return tool_calls(model, [(f"call_js_{len(runs) + 1}", "execute_javascript", code)], groq=True)
-    if "execute_javascript" in offered and "compounded" in question and not runs:
-        return tool_calls(model, [("call_js_1", "execute_javascript", json.dumps({"code": CODE}))], groq=True)
-    client = [name for name in offered if name != "execute_javascript"]
-    if client and (choice == "required" or isinstance(choice, dict)):
-        name = choice["function"]["name"] if isinstance(choice, dict) else client[0]
-        values = {"principal": 1000, "rate_percent": 5, "years": 15, "total": last_total(messages)}
-        return tool_calls(model, [("call_client_1", name, json.dumps(values))], groq=True)
-    if (body.get("response_format") or {}).get("type") == "json_schema":
-        return text(model, EXPECTED.model_dump_json(), groq=True)
-    if runs:
-        return text(
-            model, f"1000 at 5% compounded yearly for 15 years grows to {last_total(messages)}.", groq=True
-        )
-    return text(model, "Hello from the wire.", groq=True)
-
-
-@pytest.fixture(scope="module")
-def upstream() -> Iterator[FakeLLM]:
-    with FakeLLM() as llm:
-        llm.default = wire_model
-        yield llm
-
-
-@pytest.fixture(scope="module")
-def store_path(tmp_path_factory) -> str:
-    """Where this module's servers keep stored responses and conversations (never the developer's data dir)."""
-    return str(tmp_path_factory.mktemp("store") / "contract.sqlite3")
-
-
-@pytest.fixture(scope="module")
-def server(upstream, sandbox, store_path) -> Iterator[Server]:
-    from chatloop.tools.base import ToolRegistry
-    from chatloop.tools.javascript import ExecuteJavaScriptTool
-
-    settings = Settings(
-        model_chain=CHAIN, rate_limit_max_wait_seconds=0.0, conversation_store_path=store_path
-    )
-    env = {"GROQ_BASE_URL": upstream.groq_base_url, "OPENAI_BASE_URL": upstream.openai_base_url}
-    with app_server(
-        settings, env=env, registry=ToolRegistry([ExecuteJavaScriptTool(sandbox)]), keys=KEYS
-    ) as served:
-        yield served
 
 
 @pytest.fixture(autouse=True)
@@ -142,10 +67,6 @@ def healthy_chain(request):
 
         request.getfixturevalue("server").runtime.chain().health = ChainHealth()
         request.getfixturevalue("upstream").queues.clear()
-
-
-def client_of(server: Server) -> openai.OpenAI:
-    return openai.OpenAI(base_url=server.base_url, api_key="unused", max_retries=0, timeout=60)
 
 
 def sent_since(upstream: FakeLLM, before: int) -> list[dict[str, Any]]:
@@ -251,7 +172,7 @@ def test_pydantic_ai_tool_output_on_the_compound_interest_question(server, upstr
 
 
 # --- the Vercel AI SDK, v6 and its newest major v7 --------------------------------------------------
-CLIENTS = Path(__file__).resolve().parent / "clients"
+CLIENTS = ROOT / "tests" / "clients"
 
 
 def run_node(script: str, *args: str, env: dict[str, str]) -> dict[str, Any]:

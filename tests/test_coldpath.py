@@ -28,7 +28,7 @@ from chatloop.deadline import Deadline
 from chatloop.providers import warmup
 from chatloop.providers.base import ModelRequest
 from tests.support.adapter import MODEL, ROOT
-from tests.test_api import realistic
+from tests.support.wire_models import realistic
 
 
 def test_import_app_turns_off_pydantic_plugin_discovery_and_httpx_cli_unless_the_operator_set_it():

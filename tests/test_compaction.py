@@ -23,8 +23,7 @@ from chatloop.providers.base import ModelRequest, ModelResponse
 from chatloop.providers.chain import FallbackChain
 from chatloop.tools.base import ToolRegistry
 from tests.support.models import ScriptedModel
-from tests.support.server import Server, app_server
-from tests.test_conversations import client
+from tests.support.server import Server, app_server, client
 
 KEYS = {"groq": "gsk_compaction_test_key_0123456789", "openai": None}
 FACT = re.compile(r"remember (?:that )?(.+?)(?:\.|$)", re.IGNORECASE)

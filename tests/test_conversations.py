@@ -21,7 +21,7 @@ from chatloop.store.sqlite import SQLiteBackend
 from chatloop.tools.base import ToolRegistry
 from tests.support.events import function_url_event, response_body, rest_event
 from tests.support.handler import handle
-from tests.support.server import Server
+from tests.support.server import Server, client
 
 
 def runtime_for(settings: Settings, **kwargs: Any) -> Runtime:
@@ -33,17 +33,6 @@ def server(tmp_path_factory) -> Iterator[Server]:
     settings = Settings(conversation_store_path=str(tmp_path_factory.mktemp("store") / "c.sqlite3"))
     with Server(create_app(settings, runtime=runtime_for(settings))) as running:
         yield running
-
-
-def client(server: Server, key: str = "alice-key") -> openai.OpenAI:
-    """The SDK as a client of ``make run`` uses it: the local caller is the hashed ``x-api-key`` header."""
-    return openai.OpenAI(
-        base_url=server.base_url,
-        api_key="unused",
-        max_retries=0,
-        timeout=30,
-        default_headers={"x-api-key": key},
-    )
 
 
 def said(item: Any) -> str:

@@ -11,7 +11,6 @@ import subprocess
 import sys
 import time
 from collections import Counter
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -28,8 +27,8 @@ from tests.support.cfn import resolve
 from tests.support.events import FakeContext, rest_event
 from tests.support.handler import build_runtime, handle, serving
 from tests.support.models import ScriptedModel, js
+from tests.support.repo import ROOT
 
-ROOT = Path(__file__).resolve().parent.parent
 NAMESPACE = "ChatLoop"
 ASSERTED_ELSEWHERE = {"IdempotencyErrors"}  # tests/test_idempotency.py checks the handler emits it
 ASSERTED_ELSEWHERE |= {

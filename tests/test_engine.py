@@ -6,15 +6,9 @@ import asyncio
 import io
 import json
 import time
-from dataclasses import dataclass
 
-import pytest
-
-from chatloop.api.runtime import engine_limits
 from chatloop.config import Settings
-from chatloop.deadline import Deadline
-from chatloop.engine import EventType, TurnRequest, run_turn
-from chatloop.engine.messages import normalize_conversation
+from chatloop.engine import EventType
 from chatloop.observability import logger
 from chatloop.providers.base import ModelResponse, TextDelta
 from chatloop.providers.errors import AllModelsFailed, RateLimited
@@ -30,51 +24,7 @@ from tests.support.models import (
     tool_results,
 )
 from tests.support.tools import FakeSearch
-
-COMPOUND = "calculate compound interest: $10,000 at 5% annually for 15 years"
-COMPOUND_CODE = "const p = 10000, r = 0.05, n = 15; (p * Math.pow(1 + r, n)).toFixed(2)"
-
-
-@dataclass
-class Turn:
-    events: list
-    model: ScriptedModel
-
-    def of(self, kind):
-        return [e.data for e in self.events if e.type is kind]
-
-    @property
-    def done(self):
-        return self.of(EventType.DONE)[0]
-
-    @property
-    def answer(self):
-        return self.done["message"]["content"]
-
-    @property
-    def streamed(self):
-        return "".join(d["content"] for d in self.of(EventType.DELTA))
-
-
-@pytest.fixture
-def registry(sandbox):
-    return ToolRegistry([ExecuteJavaScriptTool(sandbox)])
-
-
-async def drive(model, registry, user=COMPOUND, settings=None, deadline=30.0, messages=None, **request):
-    msgs = normalize_conversation(messages or [{"role": "user", "content": user}])
-    events = [
-        e
-        async for e in run_turn(
-            TurnRequest(messages=msgs, **request),
-            model,
-            registry,
-            Deadline.after(deadline),
-            engine_limits(settings or Settings()),
-        )
-    ]
-    assert [e.type for e in events].count(EventType.DONE) == 1 and events[-1].type is EventType.DONE
-    return Turn(events, model)
+from tests.support.turns import COMPOUND, COMPOUND_CODE, drive
 
 
 async def test_compound_interest_takes_one_execution_and_two_model_calls(registry):

@@ -23,7 +23,6 @@ import boto3
 import httpx
 import pytest
 from mangum import Mangum
-from moto import mock_aws
 from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
@@ -35,6 +34,7 @@ from chatloop.config import Settings
 from chatloop.providers.base import ModelResponse, TextDelta, Usage
 from chatloop.providers.chain import FallbackChain
 from chatloop.tools.base import ToolRegistry
+from tests.support.aws import FAKE_CREDENTIALS
 from tests.support.events import (
     FakeContext,
     function_url_event,
@@ -43,20 +43,9 @@ from tests.support.events import (
     rest_event,
 )
 from tests.support.handler import invoke
+from tests.support.idempotency import TABLE, ask, counting_model
 from tests.support.models import ScriptedModel
 from tests.support.server import Server
-from tests.test_idempotency import FAKE_CREDENTIALS, TABLE, ask, counting_model, create_table
-from tests.test_idempotency import serve as serve  # the fixture: a counting model answers
-
-
-@pytest.fixture
-def aws(monkeypatch) -> Iterator[None]:
-    for name, value in FAKE_CREDENTIALS.items():
-        monkeypatch.setenv(name, value)
-    monkeypatch.delenv("AWS_ENDPOINT_URL", raising=False)
-    with mock_aws():
-        create_table()
-        yield
 
 
 def with_key(event: dict[str, Any], key: str = "retry-1") -> dict[str, Any]:

@@ -7,12 +7,9 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-from collections.abc import Iterator
 from typing import Any
 
 import boto3
-import pytest
-from moto import mock_aws
 from moto.server import ThreadedMotoServer
 
 import app as lambda_app
@@ -20,62 +17,11 @@ from chatloop.api.idempotency.idempotent import REPLAYED_HEADER
 from chatloop.config import Settings
 from chatloop.providers.base import ModelResponse
 from chatloop.tools.base import ToolRegistry
+from tests.support.aws import FAKE_CREDENTIALS
 from tests.support.events import parse_sse, response_body, rest_event
 from tests.support.handler import handle
+from tests.support.idempotency import TABLE, ask, create_table
 from tests.support.models import ScriptedModel
-
-TABLE = "chatloop-idempotency-test"
-
-
-def counting_model() -> ScriptedModel:
-    def answer(request, n):
-        return ModelResponse("", content=f"Answer number {n}.", finish_reason="stop")
-
-    return ScriptedModel(answer, name="scripted:counting")
-
-
-def create_table(endpoint: str | None = None) -> None:
-    """The template's table: a string ``id`` key, TTL on ``expiration``, on demand."""
-    client = boto3.client("dynamodb", region_name="us-east-1", endpoint_url=endpoint)
-    client.create_table(
-        TableName=TABLE,
-        KeySchema=[{"AttributeName": "id", "KeyType": "HASH"}],
-        AttributeDefinitions=[{"AttributeName": "id", "AttributeType": "S"}],
-        BillingMode="PAY_PER_REQUEST",
-    )
-    client.update_time_to_live(
-        TableName=TABLE, TimeToLiveSpecification={"Enabled": True, "AttributeName": "expiration"}
-    )
-
-
-FAKE_CREDENTIALS = {
-    "AWS_ACCESS_KEY_ID": "testing",
-    "AWS_SECRET_ACCESS_KEY": "testing",
-    "AWS_DEFAULT_REGION": "us-east-1",
-    "AWS_REGION": "us-east-1",
-}
-
-
-@pytest.fixture
-def aws(monkeypatch) -> Iterator[None]:
-    for name, value in FAKE_CREDENTIALS.items():
-        monkeypatch.setenv(name, value)
-    monkeypatch.delenv("AWS_ENDPOINT_URL", raising=False)
-    with mock_aws():
-        create_table()
-        yield
-
-
-@pytest.fixture
-def serve(app_runtime):
-    """``serve(table=TABLE)``: the handler answers with a fresh counting model, idempotent on ``table``."""
-
-    def install(table: str = TABLE) -> ScriptedModel:
-        model = counting_model()
-        app_runtime(Settings(idempotency_table_name=table), model=model, registry=ToolRegistry())
-        return model
-
-    return install
 
 
 def call(
@@ -89,10 +35,6 @@ def call(
     response = handle(event)
     headers = {k.lower(): v for k, v in (response.get("headers") or {}).items()}
     return response["statusCode"], response_body(response), headers
-
-
-def ask(text: str = "hello", stream: bool = False) -> dict[str, Any]:
-    return {"messages": [{"role": "user", "content": text}], "stream": stream, "tools": []}
 
 
 def test_a_retry_gets_the_first_answer_and_no_model_call(aws, serve):

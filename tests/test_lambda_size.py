@@ -13,7 +13,7 @@ from types import ModuleType
 import pytest
 
 from tests.support.fake_llm import FakeLLM
-from tests.test_api import realistic
+from tests.support.wire_models import realistic
 
 pytestmark = pytest.mark.slow  # builds the layer (pip, cached in bench/.cache) and starts it under a cgroup
 

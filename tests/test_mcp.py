@@ -14,7 +14,6 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable, Iterator
-from pathlib import Path
 from typing import Any
 
 import httpx
@@ -33,10 +32,10 @@ from tests.support.events import parse_sse
 from tests.support.fake_llm import Reply, text, tool_calls
 from tests.support.handler import build_runtime
 from tests.support.handler import post as invoke
-from tests.support.mcp_servers import MCPTestServer, docs_server, free_port, tools_server
+from tests.support.mcp_servers import MCPTestServer, free_port, tools_server
+from tests.support.repo import ROOT
 from tests.support.server import Server
 
-ROOT = Path(__file__).resolve().parent.parent
 MODEL = "llama-3.3-70b-versatile"
 TOKEN = "mcp-token-DoNotLeak-7f3a9c"
 QUESTION = "What do the docs say about limits?"
@@ -63,12 +62,6 @@ def caller(tool: str, arguments: Callable[[int], dict[str, Any] | None]) -> Call
 
 def once(args: dict[str, Any]) -> Callable[[int], dict[str, Any] | None]:
     return lambda n: args if n == 0 else None
-
-
-@pytest.fixture(scope="module")
-def docs():
-    with docs_server() as server:
-        yield server
 
 
 @pytest.fixture

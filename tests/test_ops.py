@@ -18,10 +18,8 @@ from cfnlint.decode import cfn_yaml
 from moto.server import ThreadedMotoServer
 from scripts.package import code_sha256, unzipped_size
 
-from tests.support.cfn import resolve
-
-ROOT = Path(__file__).resolve().parent.parent
-BIN = ROOT / ".venv" / "bin"
+from tests.support.cfn import TRANSLATION_WARNINGS, integrations, resolve, the_function
+from tests.support.repo import BIN, ROOT, run
 
 
 def pyc_flags(data: bytes) -> int:
@@ -29,23 +27,8 @@ def pyc_flags(data: bytes) -> int:
     return int.from_bytes(data[4:8], "little")
 
 
-def run(*args: str, env: dict | None = None, check: bool = True) -> subprocess.CompletedProcess:
-    return subprocess.run(args, cwd=ROOT, env=env, capture_output=True, text=True, check=check, timeout=300)
-
-
 # --- the template ----------------------------------------------------------------------------------
-# What SAM's own output trips (the Makefile's lint target ignores the same): W2001/W3005, SAM resolves the usage
-# plan's parameters and adds DependsOn itself; W1028, SAM wraps a conditional function's integrations in an Fn::If
-# on the condition its API already has.
-TRANSLATION_WARNINGS = ("W2001", "W3005", "W1028")
 MODES = [("stream", "arm64"), ("stream", "x86_64"), ("buffered", "arm64"), ("buffered", "x86_64")]
-
-
-@pytest.fixture(scope="module")
-def translated(tmp_path_factory) -> dict:
-    target = tmp_path_factory.mktemp("cfn") / "template.json"
-    run(sys.executable, "scripts/translate_template.py", "template.yaml", str(target))
-    return json.loads(target.read_text())
 
 
 @pytest.fixture(scope="module")
@@ -85,20 +68,6 @@ def test_translate_then_lint_catches_what_cfn_lint_alone_misses(tmp_path):
 
 def deployed(translated: dict, mode: str, arch: str = "arm64") -> dict:
     return resolve(translated, {"ResponseMode": mode, "Architecture": arch})
-
-
-def the_function(resources: dict) -> dict:
-    (function,) = [r["Properties"] for r in resources.values() if r["Type"] == "AWS::Lambda::Function"]
-    return function
-
-
-def integrations(resources: dict) -> list[dict]:
-    (api,) = [r["Properties"] for r in resources.values() if r["Type"] == "AWS::ApiGateway::RestApi"]
-    return [
-        method["x-amazon-apigateway-integration"]
-        for path in api["Body"]["paths"].values()
-        for method in path.values()
-    ]
 
 
 def test_function_shape(translated):

@@ -7,10 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
-import shutil
 from collections.abc import AsyncIterator, Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -23,16 +20,13 @@ from chatloop.providers.base import ModelRequest, ModelResponse, StreamItem, Tex
 from chatloop.providers.chain import FallbackChain
 from chatloop.tools.base import ToolRegistry
 from chatloop.tools.javascript import ExecuteJavaScriptTool
+from tests.support.browser import ask, expect, needs_chromium
+from tests.support.repo import ROOT
 from tests.support.server import Server
 
-ROOT = Path(__file__).resolve().parent.parent
-CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 QUESTION = "calculate compound interest: $10,000 at 5% annually for 15 years"
 
-pytestmark = pytest.mark.skipif(
-    CHROMIUM is None and not os.environ.get("CI"),
-    reason="Chromium is not installed (apt-get install chromium); .ci/run installs it, so CI runs these",
-)
+pytestmark = needs_chromium
 
 
 class SlowModel:
@@ -80,18 +74,6 @@ class Gateway:
         await self.app(scope, receive, send)
 
 
-@pytest.fixture(scope="module")
-def browser() -> Iterator[Any]:
-    from playwright.sync_api import sync_playwright
-
-    if CHROMIUM is None:
-        pytest.fail("CI must run the browser tests: install Chromium (apt-get install chromium)")
-    with sync_playwright() as playwright:
-        browser = playwright.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox"])
-        yield browser
-        browser.close()
-
-
 @pytest.fixture
 def page(browser) -> Iterator[Any]:
     context = browser.new_context(viewport={"width": 900, "height": 900})
@@ -124,17 +106,6 @@ def demo(sandbox) -> Iterator[Server]:
 def use_key(page: Any, key: str) -> None:
     page.click("#settings summary")  # the key lives behind "API key", as a person would find it
     page.fill("#api-key", key)
-
-
-def expect(locator: Any) -> Any:
-    from playwright.sync_api import expect as playwright_expect
-
-    return playwright_expect(locator)
-
-
-def ask(page: Any, question: str) -> None:
-    page.fill("#question", question)
-    page.press("#question", "Enter")
 
 
 def test_a_calculation_shows_its_tool_block_result_and_stop_reason(page, demo):

@@ -12,10 +12,11 @@ import pytest
 from chatloop.config import Settings
 from chatloop.tools.base import ToolRegistry
 from chatloop.tools.javascript import ExecuteJavaScriptTool
+from tests.support.approvals import KEYS, calculator
+from tests.support.browser import ask, expect, needs_chromium
 from tests.support.server import Server, app_server
-from tests.test_approvals import KEYS, calculator
-from tests.test_page import ask, browser, expect, pytestmark  # noqa: F401 (the browser fixture, the Chromium skip)
-from tests.test_page_conversations import open_page  # noqa: F401 (a browser context per key)
+
+pytestmark = needs_chromium
 
 
 @pytest.fixture(scope="module")
@@ -31,7 +32,7 @@ def server(tmp_path_factory, sandbox) -> Iterator[Server]:
 
 
 @pytest.mark.slow
-def test_the_page_asks_before_the_sandbox_runs_and_runs_it_once_approved(open_page, server):  # noqa: F811
+def test_the_page_asks_before_the_sandbox_runs_and_runs_it_once_approved(open_page, server):
     page = open_page(server, "approver-key")
     ask(page, "six times seven?")
     prompt = page.locator(".approval")

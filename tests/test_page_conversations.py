@@ -16,13 +16,12 @@ import pytest
 from chatloop.config import Settings
 from chatloop.tools.base import ToolRegistry
 from chatloop.tools.javascript import ExecuteJavaScriptTool
+from tests.support.browser import ask, expect, needs_chromium
+from tests.support.models import SLOW, Conversational
+from tests.support.repo import ROOT
 from tests.support.server import Server, app_server
-from tests.test_chat_conversations import Conversational
-from tests.test_page import ROOT, ask, browser, expect, pytestmark  # noqa: F401 (the browser fixture, the Chromium skip)
 
-SLOW = "answer slowly please, " + " ".join(f"word{n}" for n in range(40))
-"""The scripted model writes this answer a word at a time, 0.15 s apart: about six seconds, time enough to reload
-in the middle of it on a busy machine."""
+pytestmark = needs_chromium
 
 
 @pytest.fixture(scope="module")
@@ -37,30 +36,6 @@ def server(tmp_path_factory, model, sandbox) -> Iterator[Server]:
         settings, model=model, registry=ToolRegistry([ExecuteJavaScriptTool(sandbox)])
     ) as running:
         yield running
-
-
-@pytest.fixture
-def open_page(browser) -> Iterator[Any]:  # noqa: F811
-    """A new browser (context) for an API key, remembered on the device, at the page: ``open_page("alice")``."""
-    contexts: list[Any] = []
-
-    def opening(server: Server, key: str, viewport: tuple[int, int] = (1200, 800)) -> Any:
-        context = browser.new_context(viewport={"width": viewport[0], "height": viewport[1]})
-        contexts.append(context)
-        page = context.new_page()
-        page.errors = []
-        page.on("pageerror", lambda error: page.errors.append(str(error)))
-        page.on("dialog", lambda dialog: (page.errors.append(f"dialog: {dialog.message}"), dialog.dismiss()))
-        page.goto(server.root + "/")
-        page.click("#settings summary")
-        page.fill("#api-key", key)
-        page.check("#remember")
-        page.click("#settings summary")
-        return page
-
-    yield opening
-    for context in contexts:
-        context.close()
 
 
 def stored(server: Server, key: str, path: str = "/v1/conversations") -> Any:

@@ -16,13 +16,11 @@ import pytest
 
 from chatloop.config import Settings
 from chatloop.tools.base import ToolRegistry
+from tests.support.browser import ask, expect, needs_chromium
+from tests.support.models import SLOW, Conversational
 from tests.support.server import Server, app_server
-from tests.test_chat_conversations import Conversational
-from tests.test_page import ask, browser, expect  # noqa: F401 (the browser fixture)
-from tests.test_page import pytestmark as chromium_needed
-from tests.test_page_conversations import SLOW, open_page  # noqa: F401 (the fixture)
 
-pytestmark = [chromium_needed, pytest.mark.slow]
+pytestmark = [needs_chromium, pytest.mark.slow]
 
 
 @pytest.fixture(scope="module")
@@ -35,7 +33,7 @@ def copies(tmp_path_factory) -> Iterator[tuple[Server, Server]]:
         yield first, second
 
 
-def test_a_reload_mid_answer_served_by_the_other_copy_shows_the_answer(open_page, copies):  # noqa: F811
+def test_a_reload_mid_answer_served_by_the_other_copy_shows_the_answer(open_page, copies):
     first, second = copies
     page = open_page(first, "fleet-page-key")
     ask(page, SLOW)
@@ -59,7 +57,7 @@ def test_a_reload_mid_answer_served_by_the_other_copy_shows_the_answer(open_page
     assert page.errors == []
 
 
-def test_stop_after_a_reload_ends_the_turn_on_the_copy_that_runs_it(open_page, copies):  # noqa: F811
+def test_stop_after_a_reload_ends_the_turn_on_the_copy_that_runs_it(open_page, copies):
     first, second = copies
     page = open_page(first, "fleet-stop-key")
     ask(page, SLOW)

@@ -10,7 +10,6 @@ import json
 import re
 import shlex
 from collections.abc import Iterator
-from pathlib import Path
 
 import httpx
 import pytest
@@ -20,9 +19,10 @@ from chatloop.api.runtime import Runtime
 from chatloop.config import Settings
 from chatloop.tools.base import ToolRegistry
 from chatloop.tools.javascript import ExecuteJavaScriptTool
+from tests.support.repo import ROOT
 from tests.support.server import Server
 
-README = (Path(__file__).resolve().parent.parent / "README.md").read_text()
+README = (ROOT / "README.md").read_text()
 BLOCK = r"<!-- readme-{kind}: {name} -->\n```(\w+)\n(.*?)```"
 NAMES = re.findall(r"<!-- readme-example: ([\w-]+) -->", README)
 

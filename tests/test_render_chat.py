@@ -2,50 +2,20 @@
 
 import asyncio
 import json
-from collections.abc import AsyncIterator, Iterable
 
 import pytest
 
 from chatloop.api.chat.endpoint import ChatRenderer, chat_body
-from chatloop.api.turns.serve import guarded
 from chatloop.engine import StopReason, TurnSummary
-from chatloop.engine.events import Delta, Done, Event, Started, ToolCallResult, ToolCallStart
+from chatloop.engine.events import Delta, Done, Started, ToolCallResult, ToolCallStart
 from chatloop.engine.summary import AssistantMessage
+from tests.support.render import rendered, stream
 
-
-@pytest.fixture(autouse=True)
-def no_registered_secrets(monkeypatch):
-    """Secrets other tests registered (``register_secret`` is process-wide) would hold back pieces of these
-    deltas; key-shaped strings are still redacted."""
-    monkeypatch.setattr("chatloop.observability._SECRETS", [])
+pytestmark = pytest.mark.usefixtures("no_registered_secrets")
 
 
 def summary(text: str = "Hello", stop: StopReason = StopReason.STOP, **fields) -> TurnSummary:
     return TurnSummary(AssistantMessage(text), stop, iterations=1, model="groq:m", **fields)
-
-
-async def _events(events: Iterable[Event], fail: bool) -> AsyncIterator[Event]:
-    for event in events:
-        yield event
-    if fail:
-        raise RuntimeError("the turn broke")
-
-
-def stream(renderer, events: Iterable[Event], fail: bool = False) -> str:
-    async def read() -> bytes:
-        return b"".join([chunk async for chunk in guarded(renderer, _events(events, fail))])
-
-    return asyncio.run(read()).decode()
-
-
-def rendered(renderer, events: Iterable[Event]) -> str:
-    """The renderer's own frames, before the guarded stream (no redaction hold: another test's registered secret
-    may hold back a piece of a delta there)."""
-
-    async def read() -> str:
-        return "".join([frame async for frame in renderer.frames(_events(events, fail=False))])
-
-    return asyncio.run(read())
 
 
 def frames(body: str) -> list[tuple[str, dict]]:

@@ -4,12 +4,16 @@
 import asyncio
 import json
 
+import pytest
+
 from chatloop.api.openai.chat_completions import CompletionRenderer
 from chatloop.engine import StopReason, TurnSummary
 from chatloop.engine.events import Delta, Done, FallbackMade, Started, TurnError
 from chatloop.engine.summary import AssistantMessage
 from chatloop.providers.base import ToolCall, Usage
-from tests.test_render_chat import no_registered_secrets, rendered, stream  # noqa: F401 (autouse)
+from tests.support.render import rendered, stream
+
+pytestmark = pytest.mark.usefixtures("no_registered_secrets")
 
 USAGE = Usage(10, 2, 12)
 

@@ -4,12 +4,16 @@ model, no server, no store)."""
 import asyncio
 import json
 
+import pytest
+
 from chatloop.api.openai.responses.render import ResponsesRenderer
 from chatloop.engine import StopReason, TurnSummary
 from chatloop.engine.events import Delta, Done, Started, ToolCallResult, ToolCallStart, TurnError
 from chatloop.engine.summary import AssistantMessage
 from chatloop.providers.base import ToolCall, Usage
-from tests.test_render_chat import no_registered_secrets, stream  # noqa: F401 (autouse)
+from tests.support.render import stream
+
+pytestmark = pytest.mark.usefixtures("no_registered_secrets")
 
 ECHO = {"model": "chatloop", "store": False}
 

@@ -27,17 +27,15 @@ import pytest
 
 from chatloop.config import MCPServerConfig, Settings
 from chatloop.tools.base import ToolRegistry
+from tests.support.contract import ANSWER, CODE, QUESTION, client_of
 from tests.support.fake_llm import FakeLLM, Reply, text, tool_calls
 from tests.support.mcp_servers import MCPTestServer, tools_server
+from tests.support.repo import ROOT
 from tests.support.server import Server, app_server
-from tests.test_clients_contract import CODE, QUESTION, TOTAL, client_of, server, store_path, upstream
-
-__all__ = ["server", "store_path", "upstream"]  # the contract module's fixtures, used here as they are
 
 PYDANTIC_AI_1 = ["pydantic-ai-slim==1.107.10", "pydantic-graph==1.107.10", "genai-prices==0.0.62"]
 """pydantic-ai 1.x (its newest), and the two packages whose 1.x pins differ from the dev environment's 2.x."""
-SCRIPT = Path(__file__).parent / "clients" / "pydantic_ai_stream.py"
-ANSWER = f"1000 at 5% compounded yearly for 15 years grows to {TOTAL}."
+SCRIPT = ROOT / "tests" / "clients" / "pydantic_ai_stream.py"
 
 
 def test_the_openai_sdk_builds_the_code_from_its_deltas(server: Server):

@@ -14,10 +14,10 @@ from chatloop.api.runs.journal import Journal
 from chatloop.deadline import Deadline
 from chatloop.store.model import StoredEvent, StoreUnavailable
 from chatloop.store.runs import Run, Runs
-from tests.test_store import backends, soon  # noqa: F401 (the fixture)
+from tests.support.store import soon
 
 
-async def test_a_queued_run_is_claimed_by_exactly_one_of_many(backends):  # noqa: F811
+async def test_a_queued_run_is_claimed_by_exactly_one_of_many(backends):
     runs = Runs(backends.store())
     await runs.begin("alice", "resp_1", "resp_1", "queued", soon(), {"input": "hi"}, background=True)
     claims = await asyncio.gather(
@@ -30,7 +30,7 @@ async def test_a_queued_run_is_claimed_by_exactly_one_of_many(backends):  # noqa
     assert await runs.get("bob", "resp_1", soon()) is None  # another caller's run does not exist for them
 
 
-async def test_a_cancel_request_is_kept_and_never_undoes_an_end(backends):  # noqa: F811
+async def test_a_cancel_request_is_kept_and_never_undoes_an_end(backends):
     runs = Runs(backends.store())
     await runs.begin("alice", "conv_1", "turn_a", "in_progress", soon())
     asked = await runs.cancel("alice", "conv_1", soon())
@@ -48,7 +48,7 @@ async def test_a_cancel_request_is_kept_and_never_undoes_an_end(backends):  # no
     assert now is not None and now.turn == "turn_b" and not now.cancel and now.active
 
 
-async def test_a_turns_journal_is_read_in_order_and_only_by_its_owner(backends):  # noqa: F811
+async def test_a_turns_journal_is_read_in_order_and_only_by_its_owner(backends):
     runs = Runs(backends.store())
     await runs.open_journal("alice", "turn_x", soon())
     events = [

@@ -26,7 +26,7 @@ from tests.support.events import parse_sse
 from tests.support.fake_llm import FakeLLM, Reply, text
 from tests.support.handler import post
 from tests.support.models import ScriptedModel
-from tests.test_engine import drive
+from tests.support.turns import drive
 
 GROQ = "llama-3.3-70b-versatile"
 OPENAI = "gpt-4.1-mini"

@@ -17,7 +17,7 @@ import pytest
 from tests.support.adapter import ROOT, adapter_headers, run_sh
 from tests.support.fake_llm import FakeLLM
 from tests.support.processes import children_of
-from tests.test_api import realistic
+from tests.support.wire_models import realistic
 
 pytestmark = pytest.mark.slow  # each test starts a server process
 

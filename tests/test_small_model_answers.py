@@ -31,7 +31,7 @@ from tests.support.small_models import (
     TOOLS_ECHOED,
     fake_llm_reply,
 )
-from tests.test_engine import drive
+from tests.support.turns import drive
 
 MODEL = "qwen2.5-coder-0.5b-instruct"
 JS = "execute_javascript"

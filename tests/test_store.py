@@ -8,11 +8,8 @@ import json
 import os
 import secrets
 import socket
-import sqlite3
 import threading
 import time
-from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import boto3
@@ -25,19 +22,8 @@ from chatloop.store import Item, PageQuery, Store, StoredEvent, StoreUnavailable
 from chatloop.store.dynamodb import PART_BYTES, DynamoDBBackend, create_table
 from chatloop.store.service import CursorNotFound
 from chatloop.store.sqlite import SQLiteBackend
-
-TABLE = "chatloop-conversations-test"
-FAKE_CREDENTIALS = {
-    "AWS_ACCESS_KEY_ID": "testing",
-    "AWS_SECRET_ACCESS_KEY": "testing",
-    "AWS_DEFAULT_REGION": "us-east-1",
-    "AWS_REGION": "us-east-1",
-}
-DAY = 86_400
-
-
-def soon(seconds: float = 10.0) -> Deadline:
-    return Deadline.after(seconds)
+from tests.support.aws import FAKE_CREDENTIALS
+from tests.support.store import DAY, TABLE, soon
 
 
 def message(text: str, role: str = "user") -> Item:
@@ -58,67 +44,6 @@ def message(text: str, role: str = "user") -> Item:
 def noise(size: int) -> str:
     """Incompressible text: hex of random bytes, ``size`` characters."""
     return secrets.token_hex(size // 2 + 1)[:size]
-
-
-class Backends:
-    """Builds a store on the backend under test, and reads that backend's raw storage."""
-
-    def __init__(self, kind: str, tmp_path: Path):
-        self.kind = kind
-        self.path = tmp_path / "conversations.sqlite3"
-
-    def store(self, ttl_seconds: int = DAY) -> Store:
-        backend = SQLiteBackend(self.path) if self.kind == "sqlite" else DynamoDBBackend(TABLE)
-        return Store(backend, ttl_seconds)
-
-    def raw_rows(self) -> list[dict[str, Any]]:
-        """Everything stored, as the backend keeps it (expired or not)."""
-        if self.kind == "sqlite":
-            db = sqlite3.connect(self.path)
-            try:
-                records = [
-                    {"expires_at": e, "table": "records"}
-                    for (e,) in db.execute("SELECT expires_at FROM records")
-                ]
-                children = [
-                    {"expires_at": e, "table": "children"}
-                    for (e,) in db.execute("SELECT expires_at FROM children")
-                ]
-            finally:
-                db.close()
-            return records + children
-        items = boto3.client("dynamodb", region_name="us-east-1").scan(TableName=TABLE)["Items"]
-        return [{"expires_at": int(i["expires_at"]["N"]), "sk": i["sk"]["S"]} for i in items]
-
-
-def one_request_at_a_time(monkeypatch) -> None:
-    """moto's in-process backend is not thread-safe (a transaction deep-copies the table while another thread
-    writes it); DynamoDB is atomic per request. A lock around each mocked request gives moto that atomicity, and
-    still lets our multi-request operations (reserve positions, then write them) interleave across threads."""
-    from moto.core.botocore_stubber import BotocoreStubber
-
-    lock = threading.Lock()
-    original = BotocoreStubber.process_request
-
-    def atomic(self: Any, request: Any) -> Any:
-        with lock:
-            return original(self, request)
-
-    monkeypatch.setattr(BotocoreStubber, "process_request", atomic)
-
-
-@pytest.fixture(params=["sqlite", "dynamodb"])
-def backends(request, tmp_path, monkeypatch) -> Iterator[Backends]:
-    if request.param == "sqlite":
-        yield Backends("sqlite", tmp_path)
-        return
-    for name, value in FAKE_CREDENTIALS.items():
-        monkeypatch.setenv(name, value)
-    monkeypatch.delenv("AWS_ENDPOINT_URL", raising=False)
-    one_request_at_a_time(monkeypatch)
-    with mock_aws():
-        create_table(boto3.client("dynamodb", region_name="us-east-1"), TABLE)
-        yield Backends("dynamodb", tmp_path)
 
 
 # --- the suite, on both backends ------------------------------------------------------------------

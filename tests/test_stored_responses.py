@@ -23,8 +23,7 @@ from chatloop.tools.base import ToolRegistry
 from chatloop.tools.javascript import ExecuteJavaScriptTool
 from tests.support.events import response_body, rest_event
 from tests.support.handler import handle
-from tests.support.server import Server, app_server
-from tests.test_conversations import client
+from tests.support.server import Server, app_server, client
 
 
 class Recorder:

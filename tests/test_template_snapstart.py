@@ -11,9 +11,8 @@ import pytest
 
 from chatloop.config import Settings
 from chatloop.snapstart import check_hook_paths
-from tests.support.cfn import resolve
-from tests.test_ops import BIN, TRANSLATION_WARNINGS, integrations, run, the_function
-from tests.test_ops import translated as translated  # the module's fixture
+from tests.support.cfn import TRANSLATION_WARNINGS, integrations, resolve, the_function
+from tests.support.repo import BIN, run
 
 CASES = [(mode, snap) for mode in ("stream", "buffered") for snap in ("true", "false")]
 

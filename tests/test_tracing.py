@@ -13,11 +13,7 @@ from typing import Any
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from opentelemetry.sdk.metrics import MeterProvider
-from opentelemetry.sdk.metrics.export import InMemoryMetricReader
-from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
-from opentelemetry.sdk.trace.export import SimpleSpanProcessor
-from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.trace import SpanKind, StatusCode
 
 from chatloop.config import MCPServerConfig, Settings
@@ -30,53 +26,30 @@ from chatloop.tools.base import ToolRegistry
 from chatloop.tools.javascript import ExecuteJavaScriptTool
 from chatloop.tracing import traced_turn
 from chatloop.tracing.scope import TurnScope
-from chatloop.tracing.setup import SECONDS_BUCKETS, TOKEN_BUCKETS, install, uninstall
+from chatloop.tracing.setup import SECONDS_BUCKETS, TOKEN_BUCKETS, uninstall
 from tests.support.events import parse_sse, rest_event
 from tests.support.fake_llm import error, text, tool_calls
 from tests.support.handler import build_runtime, invoke
 from tests.support.mcp_servers import MCPTestServer, free_port, tools_server
 from tests.support.models import ScriptedModel, call
+from tests.support.telemetry import InMemoryTelemetry
 from tests.support.tools import FakeSearch
-from tests.test_api import realistic
+from tests.support.wire_models import realistic
 
 MODEL = "llama-3.3-70b-versatile"
 QUESTION = "calculate compound interest: $10,000 at 5% annually for 15 years"
 TRACEPARENT = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
 
 
-class Telemetry:
-    def __init__(self, capture_content: bool = False) -> None:
-        self.exporter = InMemorySpanExporter()
-        provider = TracerProvider()
-        provider.add_span_processor(SimpleSpanProcessor(self.exporter))
-        self.reader = InMemoryMetricReader()
-        install(provider, MeterProvider(metric_readers=[self.reader]), capture_content=capture_content)
-
-    def spans(self) -> list[ReadableSpan]:
-        return sorted(self.exporter.get_finished_spans(), key=lambda s: s.start_time or 0)
-
-    def named(self, prefix: str) -> list[ReadableSpan]:
-        return [s for s in self.spans() if s.name.startswith(prefix)]
-
-    def agent(self) -> ReadableSpan:
-        (span,) = self.named("invoke_agent")
-        return span
-
-    def metrics(self) -> dict[str, Any]:
-        data = self.reader.get_metrics_data()
-        assert data is not None
-        return {m.name: m for rm in data.resource_metrics for sm in rm.scope_metrics for m in sm.metrics}
-
-
 @pytest.fixture
-def telemetry() -> Iterator[Telemetry]:
-    yield Telemetry()
+def telemetry() -> Iterator[InMemoryTelemetry]:
+    yield InMemoryTelemetry()
     uninstall()
 
 
 @pytest.fixture
-def capturing() -> Iterator[Telemetry]:
-    yield Telemetry(capture_content=True)
+def capturing() -> Iterator[InMemoryTelemetry]:
+    yield InMemoryTelemetry(capture_content=True)
     uninstall()
 
 

@@ -10,7 +10,6 @@ import subprocess
 import sys
 import time
 from collections.abc import Iterator
-from pathlib import Path
 
 import httpx
 import pytest
@@ -24,10 +23,10 @@ from tests.support.adapter import adapter_headers
 from tests.support.events import parse_sse, rest_event
 from tests.support.handler import invoke
 from tests.support.otlp import OTLPReceiver, attributes_of
+from tests.support.repo import ROOT
 from tests.support.server import app_server
-from tests.test_api import realistic
+from tests.support.wire_models import realistic
 
-ROOT = Path(__file__).resolve().parent.parent
 MODEL = "llama-3.3-70b-versatile"
 QUESTION = "calculate compound interest: $10,000 at 5% annually for 15 years"
 KEYS = {"groq": "gsk_test0123456789", "openai": None}

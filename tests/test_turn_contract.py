@@ -7,16 +7,8 @@ import pytest
 
 from chatloop.engine import EventType
 from chatloop.providers.base import ModelRequest, ModelResponse
-from chatloop.tools.base import ToolRegistry
-from chatloop.tools.javascript import ExecuteJavaScriptTool
-from tests.support.models import call, js, last_result, offered
-from tests.test_engine import COMPOUND_CODE, ScriptedModel, drive
-
-
-@pytest.fixture
-def registry(sandbox):
-    return ToolRegistry([ExecuteJavaScriptTool(sandbox)])
-
+from tests.support.models import ScriptedModel, call, js, last_result, offered
+from tests.support.turns import COMPOUND_CODE, drive
 
 WEATHER = {
     "type": "function",
