@@ -24,7 +24,7 @@ from pathlib import Path
 
 import pytest
 
-SRC = Path(__file__).resolve().parents[1] / "src"
+SRC = next(p / "src" for p in Path(__file__).resolve().parents if (p / "src" / "chatloop").is_dir())
 API = SRC / "chatloop" / "api"
 
 LAYERS = ("http", "idempotency", "items", "turns", "runs", "wire", "page", "app")
