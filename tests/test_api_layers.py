@@ -24,7 +24,9 @@ from pathlib import Path
 
 import pytest
 
-SRC = next(p / "src" for p in Path(__file__).resolve().parents if (p / "src" / "chatloop").is_dir())
+from tests.support.repo import ROOT
+
+SRC = ROOT / "src"
 API = SRC / "chatloop" / "api"
 
 LAYERS = ("http", "idempotency", "items", "turns", "runs", "wire", "page", "app")
