@@ -4,6 +4,8 @@ observing a non-streamed turn's events as their own wrapper (``api.turns.serve.o
 import asyncio
 from collections.abc import AsyncIterator, Iterable
 
+import pytest
+
 from chatloop.api.turns.build import summary_turn, turn_request
 from chatloop.api.turns.schemas import ChatBody, OpenAIChatBody
 from chatloop.api.turns.serve import observed_by
@@ -13,6 +15,9 @@ from chatloop.engine.events import Delta, Done, Event, Started, TurnError
 from chatloop.engine.summary import AssistantMessage
 from chatloop.observability import redact
 from chatloop.providers.base import ToolCall
+
+# Secrets another test registered (process-wide) would hold back pieces of these deltas.
+pytestmark = pytest.mark.usefixtures("no_registered_secrets")
 
 MESSAGES = [{"role": "user", "content": "5!"}]
 CLIENT_TOOL = {"type": "function", "function": {"name": "lookup", "parameters": {"type": "object"}}}
