@@ -2,7 +2,7 @@
 the tool-run rate of the scripted small-model corpus here and before the issue (main at ``BEFORE_COMMIT``).
 
 The corpus is the tests' own: the three answers Qwen2.5-Coder 0.5B gave (tests/support/small_models.py) and the
-near-miss calls (``NEAR_MISSES`` there, run by test_near_miss_calls.py) for ``execute_javascript``. Each
+near-miss calls (``NEAR_MISSES`` there, run by tests/providers/test_near_miss_calls.py) for ``execute_javascript``. Each
 case is a scripted model that writes its text, and, told its reply was no answer (any note the engine adds), writes
 the near-miss call of the issue's third answer; given a result, it answers from it. Each tree runs the corpus with
 its own engine and the real sandbox, in a fresh interpreter.

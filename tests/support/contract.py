@@ -1,4 +1,4 @@
-"""OpenAI's contract as the client tests check it (test_clients_contract.py, test_responses_stream_items.py):
+"""OpenAI's contract as the client tests check it (tests/clients/test_openai_contract.py, tests/clients/test_responses_stream_items.py):
 the chain they run (a listed Groq model, an OpenAI-compatible model the catalog does not list, and a listed one with
 json_schema), the compound-interest question, the code the model runs and the total it gets, and the scripted model
 on the wire. The app under uvicorn with that chain and its upstream are the ``server``, ``upstream`` and

@@ -94,7 +94,7 @@ def fake_llm_reply(groq: bool = False) -> Callable[[dict[str, Any]], Any]:
 NEAR_MISS_CODE = "const p = 10000;\nconst r = 0.05;\nMath.round(p * Math.pow(1 + r, 15) * 100) / 100"
 """The compound interest the first two near misses meant to run."""
 
-# The near-miss calls small open-weight models write as text: test_near_miss_calls.py repairs and runs each;
+# The near-miss calls small open-weight models write as text: tests/providers/test_near_miss_calls.py repairs and runs each;
 # the bench's corpus (bench/small_models.py) scripts those that call execute_javascript.
 # (id, what the model wrote, the call it meant: (name, arguments))
 NEAR_MISSES = [

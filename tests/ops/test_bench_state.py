@@ -8,7 +8,7 @@ from types import ModuleType
 
 def bench_state() -> ModuleType:
     """bench.state, without the bench package's environment settings (quiet Powertools, metrics off) leaking into
-    the other tests, as tests/test_lambda_size.py imports its module."""
+    the other tests, as tests/ops/test_lambda_size.py imports its module."""
     saved = dict(os.environ)
     try:
         from bench import state

@@ -1,4 +1,4 @@
-"""The chat page's conversations (issue 26), in Debian's Chromium through Playwright as in tests/test_page.py: each
+"""The chat page's conversations (issue 26), in Debian's Chromium through Playwright as in tests/browser/test_page.py: each
 chat is a conversation kept by the server for the page's API key, listed beside the chat, reopened, deleted, and
 brought back by a reload, also one made in the middle of an answer. Against the app under uvicorn with a real
 embedded store, the real sandbox and a scripted model that answers slowly when asked to."""

@@ -2,7 +2,7 @@
 turn runs in-process), and the Lambda path through the real handler in buffered mode: the asynchronous
 self-invocation (botocore's Stubber: the function, its qualifier and the payload), the event run by the handler, a
 retried event that runs nothing, and the pass-through path refusing a request that came through API Gateway.
-Stream mode's path (the adapter POSTing the event to /events) is tests/test_fleet.py's."""
+Stream mode's path (the adapter POSTing the event to /events) is tests/fleet/test_running_turns.py's."""
 
 from __future__ import annotations
 

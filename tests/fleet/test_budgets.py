@@ -46,7 +46,7 @@ pytestmark = pytest.mark.slow
 
 class AtomicMotoServer(ThreadedMotoServer):
     """A moto server that handles one request at a time, as DynamoDB applies each request to an item atomically (a
-    condition and its update one step). moto's backend is not thread-safe (tests/test_store.py's
+    condition and its update one step). moto's backend is not thread-safe (tests/store/test_conversation_store.py's
     ``one_request_at_a_time`` does the same in-process), so a threaded server could let two requests pass a
     condition only one would pass in DynamoDB: a moto artefact the test must not depend on."""
 

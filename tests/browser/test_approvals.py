@@ -1,4 +1,4 @@
-"""The chat page's approval prompt (issue 37), in Debian's Chromium through Playwright as in tests/test_page.py: a
+"""The chat page's approval prompt (issue 37), in Debian's Chromium through Playwright as in tests/browser/test_page.py: a
 sandbox run the operator requires approval for (APPROVAL_REQUIRED_TOOLS) is shown with its code and two buttons;
 Approve runs it in the next turn of the conversation, Deny tells the model. Against the app under uvicorn with a real
 embedded store, the real sandbox and a scripted model that keeps asking for its calculation until it has a result."""

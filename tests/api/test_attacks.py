@@ -1,5 +1,5 @@
 """Issue 11's regression corpus: each attack that once crashed, leaked, overran or overflowed the handler, as a
-named test through the real handler with real-shaped events (the sandbox's own attacks are in test_sandbox.py)."""
+named test through the real handler with real-shaped events (the sandbox's own attacks are in tests/tools/test_sandbox.py)."""
 
 from __future__ import annotations
 

@@ -30,11 +30,11 @@ from tests.support.models import ScriptedModel, js
 from tests.support.repo import ROOT
 
 NAMESPACE = "ChatLoop"
-ASSERTED_ELSEWHERE = {"IdempotencyErrors"}  # tests/test_idempotency.py checks the handler emits it
+ASSERTED_ELSEWHERE = {"IdempotencyErrors"}  # tests/api/test_idempotency.py checks the handler emits it
 ASSERTED_ELSEWHERE |= {
     "BudgetRefusals",
     "BudgetStoreFailures",
-}  # tests/test_budgets.py checks the handler emits them
+}  # tests/api/test_budgets.py checks the handler emits them
 
 
 @pytest.fixture(scope="module")
@@ -138,7 +138,10 @@ def test_the_dashboard_names_only_metrics_the_code_emits(translated, emitted):
     # Every stop reason is a Stop_<reason> metric by construction (record_turn_metrics); the rest were captured.
     possible = emitted | {f"Stop_{reason.value}" for reason in StopReason} | ASSERTED_ELSEWHERE
     assert names and not names - possible, names - possible
-    mcp = {"MCPToolCalls", "MCPToolErrors"}  # per server: emitted by MCP calls, asserted in test_mcp.py
+    mcp = {
+        "MCPToolCalls",
+        "MCPToolErrors",
+    }  # per server: emitted by MCP calls, asserted in tests/tools/test_mcp.py
     assert prefixes == {"ToolCallsSkipped_", "FallbackFrom_"} | mcp
     assert all(any(name.startswith(prefix) for name in emitted) for prefix in prefixes - mcp)
     kinds = {
