@@ -21,7 +21,9 @@ Per size and tree:
   ``import_ms``; ``peak_rss_mb`` (cold runs, the cgroup's anonymous memory: the handler and every Deno process);
 - ``compiled`` / ``read_twice``: the ``.py`` files a cold start compiled and the files of the artefacts it opened more
   than once (an audit hook, in a separate, untimed run): none, when the artefacts ship bytecode for every module they
-  import and nothing is read again.
+  import and nothing is read again; ``generated``: the texts compiled as modules ran, by the module that compiled
+  them, and ``codecache``: the hits and misses of the shipped table (``chatloop.codecache``) that serves dataclasses',
+  typing's and re's.
 
 The two trees alternate, sample by sample, with which goes first alternating too: whatever else the machine is doing
 (this is a shared 2-core machine) falls on both alike. Medians are reported, with this tree / main.
@@ -319,6 +321,8 @@ def measure(runs: int, turns: int, sizes: tuple[int, ...] = SIZES, base: str | N
                         out.setdefault("compiled", {})[label] = checked["compiled"]
                         out.setdefault("read_twice", {})[label] = checked["read_twice"]
                         out.setdefault("files_opened", {})[label] = checked["opened"]
+                        out.setdefault("generated", {})[label] = checked.get("generated", {})
+                        out.setdefault("codecache", {})[label] = checked.get("codecache")
             row_out: dict[str, Any] = {"cpu_share": cpu_share(size)}
             for label, values in samples.items():
                 row_out[label] = {key: {"median": median(v), "samples": v} for key, v in values.items()}

@@ -467,6 +467,26 @@ def lambda_size_section(x: dict) -> list[str]:
             + ".",
             "",
         ]
+    generated, tables = x.get("generated", {}), x.get("codecache", {})
+    if generated:
+        parts = []
+        for label, by_module in generated.items():
+            table = tables.get(label)
+            top = sorted(by_module.items(), key=lambda kv: -kv[1])[:3]
+            parts.append(
+                f"{label} {sum(by_module.values()):,}"
+                + (f" ({', '.join(f'{m} {n}' for m, n in top)})" if top else "")
+                + (
+                    f", the shipped table serving {table['hits']:,} (missing {table['misses']})"
+                    if table
+                    else ", no shipped table"
+                )
+            )
+        lines += [
+            "Texts compiled as modules ran (dataclasses' methods, typing's forward references; regular expressions "
+            "are parsed without such an event) in that cold start: " + "; ".join(parts) + ".",
+            "",
+        ]
     return lines
 
 
