@@ -9,7 +9,7 @@ the JavaScript sandboxes: no Deno process and no work directory outlive the proc
 """
 
 # First, before any other import: it sets what the imports below read as they build (chatloop/coldstart.py).
-from chatloop import coldstart  # noqa: F401
+from chatloop import coldstart
 
 # isort: split
 import asyncio
@@ -76,3 +76,6 @@ def _ensure_event_loop() -> None:
         asyncio.get_event_loop()
     except RuntimeError:
         asyncio.set_event_loop(asyncio.new_event_loop())
+
+
+coldstart.imported()  # last: what the imports built is frozen out of the collector's walks

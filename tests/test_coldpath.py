@@ -22,6 +22,7 @@ import time
 
 import pytest
 
+from chatloop import coldstart
 from chatloop.api.runtime import Runtime
 from chatloop.config import Settings
 from chatloop.deadline import Deadline
@@ -54,6 +55,57 @@ def test_import_app_turns_off_pydantic_plugin_discovery_and_httpx_cli_unless_the
         )
         assert done.returncode == 0, done.stderr[-2000:]
         assert json.loads(done.stdout.strip().splitlines()[-1]) == expected
+
+
+GC_PROBE = """
+import gc, json, sys
+sys.path[:0] = [sys.argv[1] + "/src", sys.argv[1]]
+START = gc.get_freeze_count()  # the interpreter's own (375 in 3.12)
+import app
+from chatloop import coldstart
+from tests.support.events import FakeContext, rest_event
+
+def state():
+    return [coldstart.phase(), gc.isenabled(), gc.get_freeze_count() - START, gc.get_threshold()[0]]
+
+states = [state()]
+body = {"messages": [{"role": "user", "content": "hi"}], "stream": False}
+response = app.handler(rest_event("POST", "/chat", body), FakeContext())
+states.append(state())
+print(json.dumps([response["statusCode"], states]))
+"""
+
+
+@pytest.mark.slow
+def test_on_lambda_the_imports_are_frozen_out_of_the_collector_until_the_first_model_call(fake_llm):
+    """``import app`` runs with the collector off and freezes what it built; the first turn's imports run with a
+    larger first generation; once its model call is on the wire the usual thresholds are back. Off Lambda (tests,
+    make run) nothing changes."""
+    fake_llm.default = realistic
+    base = {
+        "PATH": "/usr/bin:/bin",
+        "POWERTOOLS_SERVICE_NAME": "t",
+        "POWERTOOLS_LOG_LEVEL": "ERROR",
+        "POWERTOOLS_METRICS_NAMESPACE": "t",
+        "GROQ_API_KEY": "gsk_test",
+        "GROQ_BASE_URL": fake_llm.groq_base_url,
+        "MODEL_CHAIN": f"groq:{MODEL}",
+    }
+    results = {}
+    for where, env in (("lambda", {**base, "AWS_LAMBDA_FUNCTION_NAME": "chatloop-test"}), ("local", base)):
+        done = subprocess.run(
+            [sys.executable, "-c", GC_PROBE, str(ROOT)], env=env, capture_output=True, text=True, timeout=120
+        )
+        assert done.returncode == 0, done.stderr[-3000:]
+        results[where] = json.loads(done.stdout.strip().splitlines()[-1])
+    status, (imported, answered) = results["lambda"]
+    assert status == 200
+    phase, enabled, frozen, threshold = imported
+    assert (phase, enabled, threshold) == ("first turn", True, coldstart.FIRST_TURN_THRESHOLD)
+    assert frozen > 20_000  # what import app built: not walked by the collector again
+    assert answered[0] == "settled" and answered[1] is True and answered[3] == 700  # Python's default again
+    status, (imported, answered) = results["local"]
+    assert status == 200 and imported == answered == ["off", True, 0, 700]
 
 
 @pytest.mark.slow

@@ -25,6 +25,7 @@ import contextlib
 import importlib
 import importlib.util
 import ssl
+import sys
 import threading
 from collections.abc import Callable
 from pathlib import Path
@@ -184,6 +185,11 @@ def _call_in_flight(sdk_module: str) -> None:
         callbacks = _IN_FLIGHT[:]
         _IN_FLIGHT.clear()
     loop = asyncio.get_running_loop()
+    # The first turn's imports are done: the collector's usual thresholds again (chatloop.coldstart: imported by the
+    # entry point, never here, as importing it sets things up for a cold start).
+    coldstart = sys.modules.get("chatloop.coldstart")
+    if coldstart is not None:
+        loop.call_soon(coldstart.settled)
     for callback in callbacks:
         loop.call_soon(callback)
     if sdk_module not in _PRIMED:
