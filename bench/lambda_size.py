@@ -31,6 +31,7 @@ The two trees alternate, sample by sample, with which goes first alternating too
 Usage::
 
     .venv/bin/python -m bench.lambda_size --runs 5            # prints JSON; make bench reports it (section 13)
+    .venv/bin/python -m bench.lambda_size --write bench/RESULTS.md   # this section alone (make bench SECTION=lambda_size)
     .venv/bin/python -m bench.lambda_size --profile 512       # a cold start's pyinstrument profile at 512 MB
 """
 
@@ -371,13 +372,52 @@ def main() -> int:
     parser.add_argument(
         "--base", default=None, help="the commit to measure against (default: the previous main)"
     )
+    parser.add_argument(
+        "--write",
+        type=Path,
+        metavar="RESULTS_MD",
+        help="put the section into this RESULTS.md (and the results into results.json beside it)",
+    )
     args = parser.parse_args()
     if args.profile:
         print(profile(args.profile))
         return 0
     sizes = tuple(int(s) for s in args.sizes.split(","))
-    print(json.dumps(measure(args.runs, args.turns, sizes, args.base), indent=2))
+    results = measure(args.runs, args.turns, sizes, args.base)
+    if args.write:
+        write_section(args.write, results)
+        print(f"bench: wrote section 13 of {args.write}", file=sys.stderr)
+    else:
+        print(json.dumps(results, indent=2))
     return 0
+
+
+def write_section(results_md: Path, results: dict[str, Any]) -> None:
+    """Section 13 of ``results_md`` replaced by ``results``' (``make bench SECTION=lambda_size``: this step alone;
+    the other sections stay as the last full run wrote them), and ``results.json`` beside it updated."""
+    from datetime import UTC, datetime
+
+    from bench.report import lambda_size_section
+
+    section = lambda_size_section(results)
+    section[1:1] = [
+        f"(Measured on its own, {datetime.now(UTC):%Y-%m-%d %H:%M UTC}: `make bench SECTION=lambda_size`.)",
+        "",
+    ]
+    lines = results_md.read_text().splitlines() if results_md.exists() else []
+    start = next(
+        (i for i, line in enumerate(lines) if line.startswith("## ") and "Lambda-sized" in line), None
+    )
+    if start is None:  # before the section that follows it, else at the end
+        start = end = next((i for i, line in enumerate(lines) if line.startswith("## 14.")), len(lines))
+    else:
+        end = next((i for i in range(start + 1, len(lines)) if lines[i].startswith("## ")), len(lines))
+    lines[start:end] = section
+    results_md.write_text("\n".join(lines).rstrip("\n") + "\n")
+    saved = results_md.with_name("results.json")
+    everything = json.loads(saved.read_text()) if saved.exists() else {}
+    everything["lambda_size"] = results
+    saved.write_text(json.dumps(everything, indent=2, default=str) + "\n")
 
 
 if __name__ == "__main__":

@@ -132,6 +132,9 @@ def first_turn():
     sandbox.suspend_all()  # the registry's sandbox is built, its Deno process never started
     app.app.state.runtime.prime(["groq", "openai"], LAZY_MODULES)
     sandbox.close_all()
+    import urllib.request
+
+    urllib.request.Request("https://api.groq.com/openai/v1")  # as httpx reads a response's cookies: 2 patterns
 
 
 print(codecache.build(sys.argv[1], first_turn))
