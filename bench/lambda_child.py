@@ -8,6 +8,8 @@
   how many texts each module compiled as it ran (``generated``; ``chatloop.codecache``'s table, when the tree has
   one, serves dataclasses', typing's and re's: its hits and misses), and every file of the artefacts opened more
   than once;
+- ``count``: ``import app`` and a first turn, then out at once (``os._exit``): what callgrind counts is the
+  instructions to the first answer;
 - ``profile``: ``import app`` and a first turn under pyinstrument (wall clock, 1 ms samples): the text profile;
 - ``primed``: ``import app`` and the before-snapshot hooks, then, for each ``restore`` line read on stdin, a fork (a
   copy of the snapshot) that runs the after-restore hooks and a first turn, and reports.
@@ -133,6 +135,11 @@ def main() -> None:
         profiler.stop()
         report({"profile": profiler.output_text(unicode=False, color=False, show_all=False)})
         return
+    if mode == "count":  # under callgrind: up to the first answer, nothing after (no warm turn, no shutdown)
+        turns.one()
+        importlib.import_module("chatloop.tools.javascript.sandbox").close_all()
+        report({"answered": True})
+        os._exit(0)
     if mode in ("cold", "check"):
         first = turns.one()
         answered, cpu = time.monotonic(), cpu_ms()

@@ -19,6 +19,8 @@ Per size and tree:
   CPU share, it is what that CPU costs in wall time, were none of it hidden behind the model's time;
 - ``warm_overhead_ms``: a later turn less the model's time (``warm_cpu_ms``: the handler's CPU in it);
   ``import_ms``; ``peak_rss_mb`` (cold runs, the cgroup's anonymous memory: the handler and every Deno process);
+- ``instructions_m``: the millions of instructions from the handler's start to its first answer (callgrind; not in
+  the smoke run): what no other load on the machine changes;
 - ``compiled`` / ``read_twice``: the ``.py`` files a cold start compiled and the files of the artefacts it opened more
   than once (an audit hook, in a separate, untimed run): none, when the artefacts ship bytecode for every module they
   import and nothing is read again; ``generated``: the texts compiled as modules ran, by the module that compiled
@@ -41,6 +43,7 @@ import argparse
 import contextlib
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -246,6 +249,31 @@ def primed(tree: Tree, group: LambdaCgroup, env: dict[str, str]) -> Iterator[Any
                 process.wait()
 
 
+def instructions(tree: Tree, env: dict[str, str]) -> float | None:
+    """Millions of instructions the handler's process runs from its start to the first turn's answer (all its
+    threads), counted by callgrind: the same on a busy machine as on an idle one, at any CPU share. None without
+    valgrind."""
+    valgrind = shutil.which("valgrind")
+    if valgrind is None:
+        return None
+    counted = tree.home / f"{tree.label}.callgrind"
+    done = subprocess.run(
+        [valgrind, "--tool=callgrind", f"--callgrind-out-file={counted}", *tree.command("count", 0)],
+        env=env,
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        text=True,
+        cwd=tree.home,
+        timeout=900,
+        check=False,
+    )
+    counted.unlink(missing_ok=True)
+    found = re.search(r"Collected : (\d+)", done.stderr)
+    if done.returncode != 0 or found is None or PREFIX not in done.stdout:
+        raise RuntimeError(f"the counted run failed: {done.stderr[-3000:]}")
+    return int(found.group(1)) / 1e6
+
+
 def _model_ms() -> float:
     return MODEL_CALLS_PER_TURN * MODEL_SECONDS * 1000
 
@@ -316,6 +344,11 @@ def measure(runs: int, turns: int, sizes: tuple[int, ...] = SIZES, base: str | N
                         )
                         samples[label].setdefault("restored_cpu_ms", []).append(restored["cpu_ms"])
                         samples[label].setdefault("restore_hooks_ms", []).append(restored["hooks_ms"])
+                if size == sizes[0] and runs > 1:  # not in the smoke run: a minute or two under valgrind
+                    for label, tree in trees.items():
+                        counted = instructions(tree, env)
+                        if counted is not None:
+                            out.setdefault("instructions_m", {})[label] = counted
                 if size == sizes[0]:  # what a cold start compiles: once per tree, untimed
                     for label, tree in trees.items():
                         checked = run_cold(tree, groups[label, "cold"], env, mode="check", turns=0)

@@ -454,6 +454,17 @@ def lambda_size_section(x: dict) -> list[str]:
                 verdict += f" ({alone:,.0f} ms by its CPU: {'met' if alone <= target else 'MISSED'})"
             verdicts.append(verdict)
         lines += [f"Targets at 512 MB (issue #34): {'; '.join(verdicts)}.", ""]
+    counted = x.get("instructions_m", {})
+    if "here" in counted:
+        base = counted.get("base")
+        lines += [
+            "Instructions from the handler process's start to the first answer (all its threads; callgrind, which "
+            "no other load on the machine moves): "
+            f"**{counted['here']:,.0f} M**"
+            + (f" (main {base:,.0f} M; ×{counted['here'] / base:.2f})" if base else "")
+            + ".",
+            "",
+        ]
     compiled, twice, opened = x.get("compiled", {}), x.get("read_twice", {}), x.get("files_opened", {})
     if compiled:
         lines += [
