@@ -433,7 +433,7 @@ def write_section(results_md: Path, results: dict[str, Any]) -> None:
     from bench.report import lambda_size_section
 
     section = lambda_size_section(results)
-    section[1:1] = [
+    section[2:2] = [
         f"(Measured on its own, {datetime.now(UTC):%Y-%m-%d %H:%M UTC}: `make bench SECTION=lambda_size`.)",
         "",
     ]
