@@ -125,27 +125,39 @@ from chatloop import codecache
 
 
 def first_turn():
+    import urllib.request
+
     import app
-    from chatloop.api.app import LAZY_MODULES
+    from chatloop.api.runtime import build_schemas
+    from chatloop.providers import warmup
     from chatloop.tools.javascript import sandbox
 
     sandbox.suspend_all()  # the registry's sandbox is built, its Deno process never started
-    app.app.state.runtime.prime(["groq", "openai"], LAZY_MODULES)
-    sandbox.close_all()
-    import urllib.request
-
+    app.app.state.runtime.registry()
+    warmup.prime("groq")  # the default chain's SDK: its modules, client, chunk schema
+    build_schemas()  # the request bodies' validators
     urllib.request.Request("https://api.groq.com/openai/v1")  # as httpx reads a response's cookies: 2 patterns
 
 
-print(codecache.build(sys.argv[1], first_turn))
+def later():
+    from chatloop.api.app import LAZY_MODULES
+    from chatloop.tools.javascript import sandbox
+
+    app = sys.modules["app"]
+    app.app.state.runtime.prime(["openai"], LAZY_MODULES)  # the other SDK, the routes imported on first use
+    sandbox.close_all()
+
+
+print(codecache.build(sys.argv[1], first_turn, later))
 """
-"""What the table of ``chatloop.codecache`` is made from: ``import app`` and what a first turn imports or builds
-(both SDKs, the lazily imported routes, the request bodies' validators: a SnapStart snapshot's priming)."""
+"""What the tables of ``chatloop.codecache`` are made from: ``import app`` and what a first /chat turn imports or
+builds (the groq SDK, its client and chunk schema, the request bodies' validators), then what later requests import
+(the openai SDK, the routes imported on first use: a SnapStart snapshot's priming)."""
 
 
 def write_code_cache(staged: Path) -> int:
-    """``chatloop/codecache.marshal`` in the staged function: the code ``dataclasses`` and ``typing`` compile from
-    source text during ``import app`` and a first turn (~75 ms of CPU at every cold start otherwise), compiled here
+    """``chatloop/codecache*.marshal`` in the staged function: what ``dataclasses``, ``typing`` and ``re`` compile
+    during ``import app``, a first turn and later imports (~90 ms of CPU at every cold start otherwise), compiled here
     by a fresh interpreter with the function first on its path and this environment's packages (the same pins as
     the layer: a text they would make differently is compiled at run time, as before). Only a Python of the
     runtime's version can write it usefully (it is marshal data, as a .pyc is). Returns its entries (0: none)."""

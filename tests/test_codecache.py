@@ -52,13 +52,16 @@ sys.path.insert(0, sys.argv[2])
 from chatloop import codecache
 
 DEFINITIONS = sys.stdin.read()
+LATER = "import dataclasses\n@dataclasses.dataclass\nclass Later:\n    only_later: int = 0\n"
 if sys.argv[1] == "build":
-    print(codecache.build(sys.argv[3], lambda: exec(DEFINITIONS, {})))
+    print(codecache.build(sys.argv[3], lambda: exec(DEFINITIONS, {}), lambda: exec(LATER, {})))
     raise SystemExit
 cache = codecache.install(sys.argv[3])
 cached = {}
 exec(DEFINITIONS, cached)
-counts = {"hits": cache.hits, "misses": cache.misses}
+counts = {"hits": cache.hits, "misses": cache.misses, "later_loaded_first": cache.later is None}
+exec(LATER, {})  # in the second table only: read on this first miss
+counts.update(later_loaded=cache.later is None, misses_after=cache.misses)
 codecache.uninstall()
 re.purge()  # re's own cache would hand back the patterns made above
 plain = {}
@@ -98,7 +101,14 @@ def test_what_the_table_holds_is_what_the_interpreter_makes_of_the_same_text(tmp
     result = json.loads(child("use", str(ROOT / "src"), str(table)))
     # every method, forward reference and pattern came from the table, and equals what compiling it gives: the same
     # bytecode, flags (no __future__ flag inherited) and constants; the same pattern program
-    assert result["misses"] == 0 and result["hits"] >= entries
+    first = codecache.load(str(table))
+    assert (
+        first is not None and 10 < len(first.codes) + len(first.patterns) < entries
+    )  # Later's are in the second
+    assert result["misses"] == 0 and result["hits"] >= len(first.codes) + len(first.patterns)
+    # the second table (what later imports compile) is read on the first text the first does not hold, not before
+    assert result["later_loaded_first"] is False and result["later_loaded"] is True
+    assert result["misses_after"] == 0
     assert result["code"] and all(result["code"])
     assert len(result["patterns"]) == 5 and all(result["patterns"])
     assert result["repr"] == "Point(x=1, tags=['a'])" and result["ordered"] is True

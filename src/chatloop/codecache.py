@@ -44,7 +44,11 @@ if (
     from typing import Any
 
 FILE_NAME = "codecache.marshal"
-"""Beside this module in the built function (``scripts/package.py``); absent in a source checkout."""
+"""Beside this module in the built function (``scripts/package.py``); absent in a source checkout: what a cold start
+and its first /chat turn compile, loaded by ``install``."""
+LATER_NAME = "codecache-later.marshal"
+"""Beside it: what later imports compile (the other SDK, the routes imported on their first request), loaded on the
+first text the first table does not hold (a third of the entries: ~9 M instructions a cold start need not spend)."""
 CodeKey = tuple[str, str, str]
 """(source text, filename, mode), as ``compile`` is called."""
 PatternKey = tuple[str | bytes, int]
@@ -70,11 +74,24 @@ class CodeCache:
         codes: dict[CodeKey, CodeType] | None = None,
         patterns: dict[PatternKey, Program] | None = None,
         recording: bool = False,
+        later: str | None = None,
     ):
         self.codes: dict[CodeKey, CodeType] = codes or {}
         self.patterns: dict[PatternKey, Program] = patterns or {}
         self.recording = recording
+        self.later = later
+        """The second table's path, until it is loaded (on the first miss)."""
         self.hits = self.misses = 0
+
+    def _load_later(self) -> bool:
+        """Merge the second table in (once, on the first miss); whether there was one."""
+        path, self.later = self.later, None
+        tables = _read(path) if path else None
+        if tables is None:
+            return False
+        self.codes.update(tables[0])
+        self.patterns.update(tables[1])
+        return True
 
     def compile(
         self,
@@ -91,6 +108,8 @@ class CodeCache:
             return builtins.compile(source, filename, mode, flags, dont_inherit, optimize)
         key = (source, filename, mode)
         code = self.codes.get(key)
+        if code is None and self.later and self._load_later():
+            code = self.codes.get(key)
         if code is not None:
             self.hits += 1
             return code
@@ -115,6 +134,8 @@ class CodeCache:
         if type(pattern) not in (str, bytes) or flags & re.DEBUG:
             return _COMPILE_PATTERN(pattern, flags)
         program = self.patterns.get((pattern, flags))
+        if program is None and self.later and self._load_later():
+            program = self.patterns.get((pattern, flags))
         if program is not None:
             self.hits += 1
             return _sre.compile(pattern, *program)
@@ -153,8 +174,8 @@ def installed() -> CodeCache | None:
     return _CACHE
 
 
-def load(path: str) -> CodeCache | None:
-    """The tables at ``path``; None when there are none, or they were written by another Python."""
+def _read(path: str) -> tuple[dict[CodeKey, CodeType], dict[PatternKey, Program]] | None:
+    """The tables in the file at ``path``; None when there is none, or it was written by another Python."""
     try:
         with open(path, "rb") as file:
             data = file.read()
@@ -168,7 +189,16 @@ def load(path: str) -> CodeCache | None:
         codes, patterns = marshal.loads(data[len(magic) :])  # noqa: S302
     except (EOFError, ValueError, TypeError):
         return None
-    return CodeCache(codes, patterns)
+    return codes, patterns
+
+
+def load(path: str) -> CodeCache | None:
+    """The cache of the first table at ``path`` (the second, beside it, is read on the first miss); None when there
+    is none, or it was written by another Python."""
+    tables = _read(path)
+    if tables is None:
+        return None
+    return CodeCache(*tables, later=os.path.join(os.path.dirname(path), LATER_NAME))
 
 
 def install(path: str | None = None, cache: CodeCache | None = None) -> CodeCache | None:
@@ -203,14 +233,22 @@ def uninstall() -> None:
     _CACHE = None
 
 
-def build(target: str, first_turn: Callable[[], object]) -> int:
-    """Run ``first_turn`` (in a fresh interpreter of the runtime's version, the built function first on its path:
-    its imports, and what a first turn builds) recording what it compiles, and write the tables to
-    ``target``/``chatloop``/``FILE_NAME``. Returns how many entries they hold."""
+def build(target: str, first_turn: Callable[[], object], later: Callable[[], object] = lambda: None) -> int:
+    """Run ``first_turn`` then ``later`` (in a fresh interpreter of the runtime's version, the built function first
+    on its path: a cold start's imports and what its first turn builds, then what later requests import), recording
+    what each compiles, and write the two tables to ``target``/``chatloop``/``FILE_NAME`` and ``LATER_NAME``.
+    Returns how many entries they hold."""
     cache = install(cache=CodeCache(recording=True))
     if cache is None or not cache.recording:
         raise RuntimeError("codecache.build needs a fresh interpreter, without -O")
     first_turn()
-    with open(os.path.join(target, "chatloop", FILE_NAME), "wb") as file:
-        file.write(_magic() + marshal.dumps((cache.codes, cache.patterns)))
+    first = (dict(cache.codes), dict(cache.patterns))
+    later()
+    rest = (
+        {key: code for key, code in cache.codes.items() if key not in first[0]},
+        {key: program for key, program in cache.patterns.items() if key not in first[1]},
+    )
+    for name, tables in ((FILE_NAME, first), (LATER_NAME, rest)):
+        with open(os.path.join(target, "chatloop", name), "wb") as file:
+            file.write(_magic() + marshal.dumps(tables))
     return len(cache.codes) + len(cache.patterns)
