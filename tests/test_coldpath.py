@@ -27,7 +27,7 @@ from chatloop.api.runtime import Runtime
 from chatloop.config import Settings
 from chatloop.deadline import Deadline
 from chatloop.providers import warmup
-from chatloop.providers.base import ModelRequest
+from chatloop.providers.base import ModelRequest, ModelResponse, TextDelta
 from tests.support.adapter import MODEL, ROOT
 from tests.test_api import realistic
 
@@ -162,6 +162,35 @@ def test_the_chunk_schema_is_built_while_the_first_call_waits(fake_llm, monkeypa
     for thread in [t for t in threading.enumerate() if t.name == "sdk-prime"]:
         thread.join(10)
     assert built == ["groq"]  # once per process (and no second HTTP client: the call has its own)
+
+
+def test_a_first_answer_that_comes_before_the_chunk_schema_is_built_waits_for_it_not_builds_it_again(
+    fake_llm, monkeypatch
+):
+    """A fast model (or a small CPU share) answers while the priming thread still builds the chunk schema: the
+    chunks are read once it is done, so the SDK does not build the same schema a second time on the turn's path."""
+    fake_llm.default = realistic  # answers at once
+    monkeypatch.setattr(warmup, "_PRIMED", set())
+    monkeypatch.setattr(warmup, "_PRIMING", {})
+    order: list[str] = []
+
+    def slow_prime(sdk_module: str) -> None:
+        time.sleep(0.4)  # still building when the answer starts
+        order.append("primed")
+
+    monkeypatch.setattr(warmup, "prime_modules", slow_prime)
+    runtime = Runtime(Settings(model_chain=f"groq:{MODEL}"), keys_loader=lambda s: {"groq": "gsk_test"})
+    turn = ModelRequest(messages=[{"role": "user", "content": "hi"}], deadline=Deadline.after(20))
+
+    async def one_call() -> None:
+        async for item in runtime.chain().stream(turn):
+            # what the model's chunks made (the chain also says which model it tries, before any chunk)
+            if isinstance(item, (TextDelta, ModelResponse)) and (not order or order[-1] != "chunk"):
+                order.append("chunk")
+
+    asyncio.run(one_call())
+    assert order[0] == "primed" and "chunk" in order  # no chunk was read before the schema was ready
+    assert warmup._PRIMING == {}  # done with: a later call does not look for it
 
 
 def test_every_client_shares_one_tls_context_and_the_primed_http_client_is_used_once(monkeypatch):
