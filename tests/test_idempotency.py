@@ -207,7 +207,7 @@ def test_end_to_end_against_a_moto_server(monkeypatch, serve):
 
 
 def test_a_stored_answer_holds_no_secret(aws, app_runtime):
-    from chatloop.observability import register_secret
+    from chatloop.redaction import register_secret
 
     secret = "gsk_idempotencyLeak0123456789"
     register_secret(secret)

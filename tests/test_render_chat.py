@@ -17,7 +17,7 @@ from chatloop.engine.summary import AssistantMessage
 def no_registered_secrets(monkeypatch):
     """Secrets other tests registered (``register_secret`` is process-wide) would hold back pieces of these
     deltas; key-shaped strings are still redacted."""
-    monkeypatch.setattr("chatloop.observability._SECRETS", [])
+    monkeypatch.setattr("chatloop.redaction._SECRETS", [])
 
 
 def summary(text: str = "Hello", stop: StopReason = StopReason.STOP, **fields) -> TurnSummary:

@@ -51,8 +51,9 @@ from chatloop.engine.events import (
     TurnError,
 )
 from chatloop.engine.summary import StopReason
-from chatloop.observability import logger, redact
+from chatloop.observability import logger
 from chatloop.providers.chain import FallbackChain
+from chatloop.redaction import redact
 from chatloop.tracing import _TOOL_RUNS, tool_run_key
 from chatloop.tracing.content import output_messages
 from chatloop.tracing.model import TracedModel, provider_and_model
