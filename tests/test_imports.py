@@ -301,10 +301,22 @@ def test_no_module_imports_a_layer_above_its_own(graph: list[Import]) -> None:
     assert not upward, "imports up between layers:\n" + "\n".join(upward)
 
 
-def test_every_lazy_route_is_a_module_of_the_api() -> None:
-    """``chatloop.lazy.ROUTES`` names real modules (a typo would be a 500 on the route's first request)."""
+def test_the_lazy_routes_are_the_apps_lazy_routes() -> None:
+    """``chatloop.lazy.ROUTES`` names real modules of the API, and exactly those the app's route table loads lazily
+    (``lazy("<module>", ...)`` in api/app.py): one list, used by the app and by the snapshot alike."""
     known = modules()
     assert all(m in known and m.startswith("chatloop.api.") for m in lazy.ROUTES)
+    tree = ast.parse(known["chatloop.api.app"].read_text(encoding="utf-8"))
+    used = {
+        f"chatloop.api.{node.args[0].value}"
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Call)
+        and isinstance(node.func, ast.Name)
+        and node.func.id == "lazy"
+        and isinstance(node.args[0], ast.Constant)
+        and isinstance(node.args[0].value, str)
+    }
+    assert used == set(lazy.ROUTES)
 
 
 def test_function_local_imports_are_the_listed_lazy_ones(graph: list[Import]) -> None:

@@ -340,6 +340,30 @@ def test_hook_paths_must_be_dedicated_and_distinct(before, after):
         snapstart.check_hook_paths(settings, route_paths(routes(Settings())))
 
 
+def test_the_reserved_paths_are_read_from_the_apps_own_routes():
+    """What a hook may not take comes from the app's route table (no copy of it to drift): the routes' first
+    segments, the adapter's pass-through path included, whatever it is configured to."""
+    assert snapstart.reserved_paths(route_paths(routes(Settings()))) == [
+        "/",
+        "/chat",
+        "/events",
+        "/health",
+        "/static",
+        "/v1",
+    ]
+    moved = Settings(lwa_pass_through_path="/background-runs")
+    assert "/background-runs" in snapstart.reserved_paths(route_paths(routes(moved)))
+    hooks = Settings(
+        lwa_pass_through_path="/background-runs",
+        snapstart_before_checkpoint_path="/background-runs/before",
+        snapstart_after_restore_path=AFTER,
+    )
+    with pytest.raises(ConfigError):
+        create_app(
+            hooks, chain=FallbackChain([ScriptedModel(lambda request, n: ModelResponse("", content="ok"))])
+        )
+
+
 @pytest.mark.slow
 def test_stream_mode_runs_the_hooks_for_the_adapters_posts_and_refuses_invocations(tmp_path):
     """`run.sh` as the Web Adapter starts it under SnapStart: its empty POSTs run the hooks (no Deno process after

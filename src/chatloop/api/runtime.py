@@ -34,6 +34,7 @@ from chatloop.providers.warmup import when_in_flight
 from chatloop.secrets import load_provider_keys
 from chatloop.tools.base import ToolRegistry
 from chatloop.tools.javascript import ExecuteJavaScriptTool, JavaScriptSandbox
+from chatloop.tools.javascript.tool import TOOL_NAME as JAVASCRIPT_TOOL
 
 if TYPE_CHECKING:
     from chatloop.providers.budgeted import Book
@@ -41,7 +42,7 @@ if TYPE_CHECKING:
     from chatloop.store.service import ConversationStore
     from chatloop.tools.mcp import MCPServers, TurnTools
 
-BUILTIN_TOOLS = ("execute_javascript",)
+BUILTIN_TOOLS = (JAVASCRIPT_TOOL,)
 DEMO_PROVIDER = "demo"
 CHAIN_ALIAS = "chatloop"
 """The model id that means "the configured chain, from its first entry" (what a client gets with no ``model``)."""

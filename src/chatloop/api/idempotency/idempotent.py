@@ -1,6 +1,7 @@
 """Retried requests answered once: an ``Idempotency-Key`` header (the name Stripe and the IETF draft use) makes a
 request run at most once within the expiry, with Powertools Idempotency's DynamoDB persistence layer keeping the
-record (in progress, then the stored response): the records are ``store/idempotency.py``'s, this module is the route wrapper.
+record (in progress, then the stored response). The records are ``store/idempotency.py``'s; this module is the
+route wrapper.
 
 - The same key and the same body again: the stored response, byte for byte (a stream is replayed as the same SSE
   event sequence), and no model call. A different body: 422. The first still running: 409 with ``retry-after``.
@@ -104,9 +105,9 @@ def idempotent(route: Route) -> Route:
     """``route`` with Idempotency-Key handling, when the app has a store (IDEMPOTENCY_TABLE_NAME)."""
 
     async def handle(request: Request) -> Response:
-        store: IdempotencyRecords | None = request.app.state.runtime.idempotency
+        records: IdempotencyRecords | None = request.app.state.runtime.idempotency
         key = request.headers.get(HEADER)
-        if store is None or key is None:
+        if records is None or key is None:
             return await route(request)
         if not key or len(key) > MAX_KEY_LENGTH:
             return error_response(
@@ -122,7 +123,7 @@ def idempotent(route: Route) -> Route:
             "key": f"{caller}|{request.url.path}|{key}",
             "body": hashlib.sha256(body).hexdigest(),
         }
-        claim = await _claim(store, data, request)
+        claim = await _claim(records, data, request)
         if isinstance(claim, Answered):
             return claim.response
         if isinstance(claim, RunUnrecorded):
@@ -130,18 +131,18 @@ def idempotent(route: Route) -> Route:
         try:
             response = await route(request)
         except BaseException:
-            await _release(store, data, request)
+            await _release(records, data, request)
             raise
         if isinstance(response, StreamingResponse):
-            return RecordedStream(response, store, data, request)
-        await _save(store, data, request, response, bytes(response.body))
+            return RecordedStream(response, records, data, request)
+        await _save(records, data, request, response, bytes(response.body))
         return response
 
     return handle
 
 
 async def _claim(
-    store: IdempotencyRecords, data: dict[str, str], request: Request, attempt: int = 0
+    records: IdempotencyRecords, data: dict[str, str], request: Request, attempt: int = 0
 ) -> Claim:
     """Claim the request's record (in progress): ``Run`` when it is this request's, else what the record already
     there says (``_answer_for``), ``RunUnrecorded`` when the records fail."""
@@ -152,7 +153,7 @@ async def _claim(
     )
 
     try:
-        layer = store.layer(budget_of(request))  # no region or credentials fails here: a store failure too
+        layer = records.layer(budget_of(request))  # no region or credentials fails here: a store failure too
         remaining_ms = RequestContext.of(request).remaining_ms()
         await to_thread.run_sync(layer.save_inprogress, data, remaining_ms)
         return Run()
@@ -161,7 +162,7 @@ async def _claim(
     except IdempotencyItemAlreadyExistsError as exc:
         try:
             record = exc.old_data_record or await to_thread.run_sync(
-                store.layer(budget_of(request)).get_record, data
+                records.layer(budget_of(request)).get_record, data
             )
         except IdempotencyValidationError:
             return Answered(_mismatch(request))
@@ -172,7 +173,7 @@ async def _claim(
         if record is None:
             if attempt:
                 return _store_failed(RuntimeError("the record vanished twice"))
-            return await _claim(store, data, request, attempt + 1)
+            return await _claim(records, data, request, attempt + 1)
         return Answered(_answer_for(record, request))
     except Exception as failure:
         return _store_failed(failure)
@@ -215,26 +216,26 @@ def _replay(stored: StoredAnswer) -> Response:
     )
 
 
-async def _release(store: IdempotencyRecords, data: dict[str, str], request: Request) -> None:
+async def _release(records: IdempotencyRecords, data: dict[str, str], request: Request) -> None:
     """Forget the in-progress record: the request did not finish, so a retry must run it. Shielded: it runs when
     the request is being cancelled (a client that went away) too."""
     with anyio.CancelScope(shield=True):
         try:
-            layer = store.layer(budget_of(request, END_SHARE))
+            layer = records.layer(budget_of(request, END_SHARE))
             await to_thread.run_sync(layer.delete_record, data, RuntimeError("not completed"))
         except Exception as failure:
             _store_failed(failure)
 
 
 async def _save(
-    store: IdempotencyRecords, data: dict[str, str], request: Request, response: Response, body: bytes
+    records: IdempotencyRecords, data: dict[str, str], request: Request, response: Response, body: bytes
 ) -> None:
     if response.status_code != 200:
-        await _release(store, data, request)
+        await _release(records, data, request)
         return
     if len(body) > MAX_STORED_BYTES:
         logger.info(f"idempotency: the answer is {len(body)} bytes, over {MAX_STORED_BYTES}; not stored")
-        await _release(store, data, request)
+        await _release(records, data, request)
         return
     stored: StoredAnswer = {
         "status": response.status_code,
@@ -244,7 +245,7 @@ async def _save(
     }
     with anyio.CancelScope(shield=True):
         try:
-            layer = store.layer(budget_of(request, END_SHARE))
+            layer = records.layer(budget_of(request, END_SHARE))
             await to_thread.run_sync(layer.save_success, data, dict(stored))
         except Exception as failure:
             _store_failed(failure)
@@ -256,9 +257,9 @@ class RecordedStream(StreamingResponse):
     with the same key runs again."""
 
     def __init__(
-        self, inner: StreamingResponse, store: IdempotencyRecords, data: dict[str, str], request: Request
+        self, inner: StreamingResponse, records: IdempotencyRecords, data: dict[str, str], request: Request
     ):
-        self.store, self.data, self.request = store, data, request
+        self.records, self.data, self.request = records, data, request
         self.finished = False
         super().__init__(
             self._teed(inner.body_iterator),
@@ -279,13 +280,13 @@ class RecordedStream(StreamingResponse):
         if (
             self.request.scope.get(STOP_REASON) == "all_models_failed"
         ):  # nothing to replay: a retry runs again
-            await _release(self.store, self.data, self.request)
+            await _release(self.records, self.data, self.request)
         else:
-            await _save(self.store, self.data, self.request, self, b"".join(seen))
+            await _save(self.records, self.data, self.request, self, b"".join(seen))
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         try:
             await super().__call__(scope, receive, send)
         finally:
             if not self.finished:  # the turn did not finish: nothing is stored, so a retry must run it
-                await _release(self.store, self.data, self.request)
+                await _release(self.records, self.data, self.request)
