@@ -17,7 +17,7 @@ from chatloop.engine import EventType, TurnRequest, run_turn
 from chatloop.engine.messages import normalize_conversation
 from chatloop.observability import logger
 from chatloop.providers.base import ModelResponse, TextDelta
-from chatloop.providers.errors import AllModelsFailed, RateLimited
+from chatloop.providers.failures import AllModelsFailed, RateLimited
 from chatloop.tools.base import ToolRegistry
 from chatloop.tools.javascript import ExecuteJavaScriptTool
 from tests.support.models import (

@@ -151,7 +151,7 @@ def test_no_key_is_todays_behaviour(aws, serve):
 
 
 def test_a_failed_answer_is_not_stored(aws, app_runtime):
-    from chatloop.providers.errors import Transient
+    from chatloop.providers.failures import Transient
 
     def down(request, n):
         if n == 1:

@@ -73,7 +73,7 @@ from chatloop.providers.base import (
     TextDelta,
     ToolCall,
 )
-from chatloop.providers.errors import AllModelsFailed, DeadlineExceeded, ModelError, Transient
+from chatloop.providers.failures import AllModelsFailed, DeadlineExceeded, ModelError, Transient
 from chatloop.tools.base import ToolRegistry
 
 BUDGET_KINDS = frozenset({"budget", "budget_unavailable"})

@@ -21,7 +21,7 @@ from chatloop.engine.events import FallbackMade
 from chatloop.engine.loglines import log_fallback
 from chatloop.engine.summary import AssistantMessage, Fallback, StopReason, ToolCallRecord, TurnSummary
 from chatloop.providers.base import ContextFit, ModelFallback, ModelResponse, ToolCall, Usage
-from chatloop.providers.textcalls import TextCalls
+from chatloop.providers.textcall_formats import TextCalls
 from chatloop.tools.base import ToolResult
 
 

@@ -38,7 +38,7 @@ from chatloop.providers.base import (
     TextDelta,
 )
 from chatloop.providers.catalog import Catalog
-from chatloop.providers.errors import ModelError
+from chatloop.providers.failures import ModelError
 from chatloop.providers.tokens import TokenEstimator, text_tokens
 from chatloop.store.budget import Charge, Held, Ledger, Limits
 
