@@ -348,3 +348,26 @@ def test_lazy_modules_stay_out_of_import_app(graph: list[Import]) -> None:
             todo.append(target)
     eager = sorted(reached & ({*lazy.FIRST_USE} | set(lazy.ROUTES)))
     assert not eager, f"listed as lazy, but imported by `import app`: {eager}"
+
+
+def test_no_module_imports_another_modules_private_names() -> None:
+    """A module's ``_private`` names are its own: what another module needs is a public function (the sandbox
+    lifecycle's ``join``/``leave``, not its ``_LIVE`` set)."""
+    known = modules()
+    private = []
+    for name, path in known.items():
+        if name in PENDING_API_CYCLE:
+            continue
+        package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if not isinstance(node, ast.ImportFrom):
+                continue
+            source = next(_targets(node, package, known), None)
+            if source is None:
+                continue
+            private += [
+                f"{name}:{node.lineno} imports {alias.name}"
+                for alias in node.names
+                if alias.name.startswith("_") and not alias.name.startswith("__")
+            ]
+    assert not private, "private names imported across modules:\n" + "\n".join(private)

@@ -26,7 +26,7 @@ from contextvars import ContextVar
 
 from chatloop.config import Settings
 
-__all__ = ["enabled", "flush", "mark_installed", "tool_trace_context"]
+__all__ = ["enabled", "flush", "mark_installed", "set_tool_trace_context", "tool_trace_context"]
 
 
 _TOOL_RUNS: ContextVar[Mapping[tuple[str, str], Mapping[str, str]] | None] = ContextVar(
@@ -36,16 +36,22 @@ _TOOL_RUNS: ContextVar[Mapping[tuple[str, str], Mapping[str, str]] | None] = Con
 sets it as a run's span starts; the runs (in tasks of their own, which copy it) read it."""
 
 
-def tool_run_key(name: str, arguments: object) -> tuple[str, str]:
+def _run_key(name: str, arguments: object) -> tuple[str, str]:
     """What tells one run of a batch from another: the engine runs one call per tool and arguments."""
     return name, json.dumps(arguments, sort_keys=True, default=str)
+
+
+def set_tool_trace_context(name: str, arguments: object, carrier: Mapping[str, str]) -> None:
+    """The run of ``name`` with ``arguments`` is under way in span ``carrier`` (its W3C trace context): the turn's
+    tracing (``turn.TurnTrace``) calls it as the run's span starts; the run reads it (``tool_trace_context``)."""
+    _TOOL_RUNS.set({**(_TOOL_RUNS.get() or {}), _run_key(name, arguments): carrier})
 
 
 def tool_trace_context(name: str, arguments: Mapping[str, object]) -> dict[str, str]:
     """The W3C trace context (``traceparent``) of the run of ``name`` with ``arguments`` under way, for a tool that
     calls a server (an MCP ``tools/call`` carries it in ``params._meta``); empty when the turn is not traced."""
     runs = _TOOL_RUNS.get()
-    return dict(runs.get(tool_run_key(name, arguments), {})) if runs else {}
+    return dict(runs.get(_run_key(name, arguments), {})) if runs else {}
 
 
 _INSTALLED: list[bool] = [False]
