@@ -1,1 +1,1 @@
-"""``GET /`` and ``/static/...``: the chat page and its assets (``static/``), served from the package."""
+"""The chat page (``GET /``, ``/static/...``): its endpoints and assets (``static/``), served from the package."""

@@ -1,1 +1,1 @@
-"""``/v1/conversations``: OpenAI's Conversations API over the conversation store, and its items."""
+"""OpenAI's Conversations API (``/v1/conversations``): its endpoints over the conversation store, and its items."""
