@@ -28,7 +28,6 @@ from __future__ import annotations
 import time
 from typing import TYPE_CHECKING
 
-from chatloop.store.budget import Clock, Ledger
 from chatloop.store.model import (
     Conversation,
     Item,
@@ -44,6 +43,7 @@ from chatloop.store.service import ConversationStore, Store
 
 if TYPE_CHECKING:
     from chatloop.config import Settings
+    from chatloop.store.budget import Clock, Ledger  # the budget's modules load only with its ledger
 
 __all__ = [
     "Conversation",
