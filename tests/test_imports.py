@@ -115,6 +115,12 @@ PENDING_API_CYCLE = frozenset(
 )
 
 
+LEAVES = ("chatloop.redaction", "chatloop.lazy", "chatloop.tools.javascript.lifecycle")
+"""Modules that import nothing of the package, so that anything may use them: redaction (every layer redacts, the
+logger first), the table of what is lazy (the app and the snapshot read it), and the sandboxes' lifecycle (it
+knows a sandbox only by the ``Member`` protocol)."""
+
+
 @dataclass(frozen=True)
 class Import:
     importer: str
@@ -299,6 +305,11 @@ def test_no_module_imports_a_layer_above_its_own(graph: list[Import]) -> None:
         }
     )
     assert not upward, "imports up between layers:\n" + "\n".join(upward)
+
+
+def test_the_leaves_import_nothing_of_the_package(graph: list[Import]) -> None:
+    found = sorted({e.where() for e in graph if e.importer in LEAVES})
+    assert not found, "a leaf imports the package:\n" + "\n".join(found)
 
 
 def test_the_lazy_routes_are_the_apps_lazy_routes() -> None:
