@@ -18,8 +18,9 @@ from pathlib import Path
 import pytest
 
 from chatloop import lazy
+from tests.support.repo import ROOT
 
-SRC = Path(__file__).resolve().parents[1] / "src"
+SRC = ROOT / "src"
 
 # The layers, lowest first: a module may import its own layer and those below, never one above. A module's layer
 # is that of the longest prefix listed (``chatloop.tracing.turn`` is above ``chatloop.tracing``).
