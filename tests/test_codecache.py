@@ -18,9 +18,7 @@ from tests.support.adapter import ROOT
 
 def _sre_magic() -> bytes:
     """The regular expression engine's magic number, as the tables' stamp carries it after the bytecode's."""
-    import _sre
-
-    return int(_sre.MAGIC).to_bytes(4, "little")
+    return int(codecache._sre.MAGIC).to_bytes(4, "little")
 
 
 PYTHON = (3, 12)
