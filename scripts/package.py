@@ -140,7 +140,7 @@ def first_turn():
 
 
 def later():
-    from chatloop.api.app import LAZY_MODULES
+    from chatloop.lazy import ROUTES as LAZY_MODULES
     from chatloop.tools.javascript import sandbox
 
     app = sys.modules["app"]

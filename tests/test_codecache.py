@@ -15,6 +15,12 @@ import pytest
 from chatloop import codecache
 from tests.support.adapter import ROOT
 
+
+def _sre_magic() -> bytes:
+    """The regular expression engine's magic number, as the tables' stamp carries it after the bytecode's."""
+    return int(codecache._sre.MAGIC).to_bytes(4, "little")
+
+
 PYTHON = (3, 12)
 """The Lambda runtime's: the build writes a table only with it (as it writes bytecode)."""
 
@@ -67,6 +73,12 @@ re.purge()  # re's own cache would hand back the patterns made above
 plain = {}
 exec(DEFINITIONS, plain)
 
+def _sre_magic() -> bytes:
+    import _sre
+
+    return _sre.MAGIC.to_bytes(4, "little")
+
+
 def codes(namespace):
     classes = [namespace["Point"], namespace["Named"]]
     functions = [f for c in classes for f in vars(c).values() if callable(f) and hasattr(f, "__code__")]
@@ -97,7 +109,7 @@ def test_what_the_table_holds_is_what_the_interpreter_makes_of_the_same_text(tmp
     (tmp_path / "chatloop").mkdir()
     entries = int(child("build", str(ROOT / "src"), str(tmp_path)))
     table = tmp_path / "chatloop" / codecache.FILE_NAME
-    assert entries > 10 and table.read_bytes().startswith(MAGIC_NUMBER)
+    assert entries > 10 and table.read_bytes().startswith(MAGIC_NUMBER + _sre_magic())
     result = json.loads(child("use", str(ROOT / "src"), str(table)))
     # every method, forward reference and pattern came from the table, and equals what compiling it gives: the same
     # bytecode, flags (no __future__ flag inherited) and constants; the same pattern program
@@ -118,9 +130,21 @@ def test_what_the_table_holds_is_what_the_interpreter_makes_of_the_same_text(tmp
 def test_a_table_from_another_python_or_a_broken_one_is_not_used(tmp_path):
     assert codecache.installed() is None  # the source tree ships none: nothing was installed by import app
     table = tmp_path / codecache.FILE_NAME
-    table.write_bytes(b"\x00\x01\r\n" + marshal.dumps(({}, {})))  # another magic number
+    table.write_bytes(
+        b"\x00\x01\r\n" + _sre_magic() + marshal.dumps(({}, {}))
+    )  # another bytecode magic number
     assert codecache.load(str(table)) is None
-    table.write_bytes(MAGIC_NUMBER + b"\x00garbage")
+    # the same bytecode, another regular expression engine: its compiled programs would not fit
+    table.write_bytes(
+        MAGIC_NUMBER
+        + (_sre_magic()[0] ^ 1).to_bytes(1, "little")
+        + _sre_magic()[1:]
+        + marshal.dumps(({}, {}))
+    )
+    assert codecache.load(str(table)) is None
+    table.write_bytes(MAGIC_NUMBER + _sre_magic() + marshal.dumps(({}, {})))
+    assert codecache.load(str(table)) is not None  # the stamp is what tells them apart
+    table.write_bytes(MAGIC_NUMBER + _sre_magic() + b"\x00garbage")
     assert codecache.load(str(table)) is None
     assert codecache.install(str(table)) is None and codecache.installed() is None
     assert codecache.load(str(tmp_path / "absent")) is None

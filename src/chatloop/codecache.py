@@ -60,9 +60,12 @@ _COMPILE_PATTERN = re._compiler.compile  # type: ignore[attr-defined]
 
 
 def _magic() -> bytes:
+    """The stamp a table starts with: the bytecode's magic number (as a ``.pyc`` starts with it) and the regular
+    expression engine's (``_sre.MAGIC``: the format of a compiled pattern's program, which can change apart from
+    the bytecode's). A Python that differs in either ignores the table."""
     from importlib.util import MAGIC_NUMBER
 
-    return MAGIC_NUMBER
+    return bytes(MAGIC_NUMBER) + int(_sre.MAGIC).to_bytes(4, "little")
 
 
 class CodeCache:

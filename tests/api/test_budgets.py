@@ -321,16 +321,12 @@ def test_the_budget_store_down(fake_llm, tmp_path, mode):
 
 
 def test_with_no_budget_configured_the_store_is_never_called(serve, monkeypatch):
-    import chatloop.api.turns.budgets as admission
-    import chatloop.store.budget as budget
+    import chatloop.store as budget
 
     def unreachable(*args: Any, **kwargs: Any) -> None:
         raise AssertionError("a budget store was opened with no budget configured")
 
-    # Where it is defined and where it is called: api.turns.budgets imported first (here, or by this test's
-    # runtime.budgets()) must not keep the stand-in for the tests that come after it in this process.
     monkeypatch.setattr(budget, "open_ledger", unreachable)
-    monkeypatch.setattr(admission, "open_ledger", unreachable)
     server = serve()
     answer = sdk(server).chat.completions.with_raw_response.create(model="chatloop", messages=HELLO)
     assert answer.parse().choices[0].message.content == "Hi there!"

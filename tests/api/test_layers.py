@@ -10,10 +10,8 @@ place in a module: at its top, inside a function, or under ``TYPE_CHECKING``.
   app that routes them all.
 - The wire APIs borrow nothing from each other: what two of them share lives in a lower layer (or, for the two OpenAI
   APIs, in ``openai/extension.py``).
-- A function-local import of the project's own modules is kept only where cold start needs it (a module loaded with
-  the first request that uses it); each is listed in ``COLD_START_IMPORTS`` with its reason.
-
-The repository-wide import-graph test (cycles, the layers outside api/) is ``tests/test_imports.py``.
+- A function-local import of the project's own modules is kept only where cold start needs it, each listed with its
+  reason in ``chatloop.lazy`` (checked by ``tests/test_imports.py``, with the cycles and the layers outside api/).
 """
 
 from __future__ import annotations
@@ -40,30 +38,6 @@ WIRE_APIS = (
 UNRANKED = {"chatloop.api.runtime"}
 """The container-lifetime ``Runtime``: what every layer reads its settings, store and chain from (its own place in
 the graph is ``tests/test_imports.py``'s)."""
-
-COLD_START_IMPORTS = {
-    # /chat is imported with the app; a stored conversation (its compaction, its approvals) and the operator's
-    # approvals load with the first /chat that uses them
-    ("chatloop.api.chat.endpoint", "chatloop.api.chat.threads"),
-    ("chatloop.api.chat.endpoint", "chatloop.api.turns.approvals"),
-    # chat completions, imported with the app: the approvals machinery only when APPROVAL_REQUIRED_TOOLS is set
-    ("chatloop.api.openai.chat_completions", "chatloop.api.turns.approvals"),
-    # serve, imported with the app: budgets when BUDGET_* is set, approvals given back when a budget refuses,
-    # tracing with the first turn
-    ("chatloop.api.turns.serve", "chatloop.api.turns.budgets"),
-    ("chatloop.api.turns.serve", "chatloop.api.turns.approvals"),
-    ("chatloop.api.turns.serve", "chatloop.tracing"),
-}
-"""Function-local imports of the project's own modules in the modules this test guards, each (importer, imported),
-kept because the importer loads with the app and the imported module only with the first request that needs it."""
-GUARDED = (
-    "chatloop.api.items",
-    "chatloop.api.turns",
-    "chatloop.api.runs",
-    "chatloop.api.chat",
-    "chatloop.api.openai",
-)
-"""Where ``COLD_START_IMPORTS`` is the whole list (the other api modules are ``tests/test_imports.py``'s)."""
 
 
 @dataclass(frozen=True)
@@ -157,15 +131,6 @@ def test_no_api_layer_imports_a_higher_one_anywhere_in_a_module():
 def test_every_api_module_is_in_a_layer():
     for path in API.rglob("*.py"):
         layer_of(module_name(path, SRC))  # asserts
-
-
-def test_function_local_imports_of_the_project_are_the_listed_cold_start_ones():
-    local = {
-        (i.importer, i.imported)
-        for i in imports_of(SRC)
-        if i.local and i.imported.startswith("chatloop") and i.importer.startswith(GUARDED)
-    }
-    assert local == COLD_START_IMPORTS
 
 
 @pytest.mark.parametrize(

@@ -13,8 +13,8 @@ from chatloop.engine import StopReason, TurnSummary
 from chatloop.engine.approvals import ApprovalAnswer
 from chatloop.engine.events import Delta, Done, Event, Started, TurnError
 from chatloop.engine.summary import AssistantMessage
-from chatloop.observability import redact
 from chatloop.providers.base import ToolCall
+from chatloop.redaction import redact
 
 # Secrets another test registered (process-wide) would hold back pieces of these deltas.
 pytestmark = pytest.mark.usefixtures("no_registered_secrets")
@@ -86,10 +86,7 @@ def test_observed_events_pass_unchanged_and_the_observer_sees_each_before_done_b
     assert wire(seen) == wire([Started("groq:m"), Delta("Hel", 1), Delta("lo", 1)])
 
 
-def test_a_secret_written_across_deltas_reaches_the_observer_redacted_whole(monkeypatch):
-    monkeypatch.setattr(
-        "chatloop.observability._SECRETS", []
-    )  # another test's registered secrets hold text back
+def test_a_secret_written_across_deltas_reaches_the_observer_redacted_whole():
     key = "gsk_" + "a1B2c3D4e5F6g7H8i9J0k1L2m3N4o5P6q7R8s9T0u1V2w3X4"
     seen: list[str] = []
 

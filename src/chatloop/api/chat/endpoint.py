@@ -102,7 +102,6 @@ async def chat(request: Request) -> Response:
         max_iterations=body.max_iterations,
         approvals=thread.answers if thread else (),
     )
-    ctx.request_id  # noqa: B018 - settled before the tools are listed (the adapter's log correlation id)
     registry = await runtime.tools_for_turn(ctx.deadline) if tool_names != [] else ToolRegistry()
     if runtime.settings.approval_required_tools:  # the operator's tools that wait for a person (README)
         from chatloop.api.turns import approvals

@@ -47,7 +47,8 @@ from chatloop.engine.events import Done, Event, TurnError
 from chatloop.engine.messages import Message
 from chatloop.engine.summary import StopReason, TurnSummary
 from chatloop.jsontypes import JSONObject, json_object
-from chatloop.observability import logger, redact
+from chatloop.observability import logger
+from chatloop.redaction import redact
 from chatloop.store.model import Item, StoredEvent, StoreUnavailable, new_id
 
 if TYPE_CHECKING:

@@ -168,7 +168,6 @@ async def chat_completions(request: Request) -> Response:
         response_format=response_format,
         model_params=params,
     )
-    ctx.request_id  # noqa: B018 - settled before the tools are listed (the adapter's log correlation id)
     registry = await runtime.tools_for_turn(ctx.deadline)
     if runtime.settings.approval_required_tools:  # no way to ask here: such tools are not offered (README)
         from chatloop.api.turns.approvals import without_approval

@@ -32,7 +32,8 @@ from chatloop.api.runs.journal import TERMINAL, stored_event
 from chatloop.api.runs.record import call_deadline, runs_of
 from chatloop.deadline import Deadline
 from chatloop.jsontypes import JSONObject
-from chatloop.observability import logger, redact
+from chatloop.observability import logger
+from chatloop.redaction import redact
 from chatloop.store.model import StoredEvent, StoredResponse, StoreUnavailable
 from chatloop.store.protocol import ConversationStore
 from chatloop.store.runs import ACTIVE

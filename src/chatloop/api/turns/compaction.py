@@ -44,7 +44,7 @@ from chatloop.engine.messages import Message
 from chatloop.jsontypes import JSONObject
 from chatloop.observability import logger
 from chatloop.providers.base import ChatModel, ModelRequest, ModelResponse, Usage
-from chatloop.providers.errors import ModelError, Transient
+from chatloop.providers.failures import ModelError, Transient
 from chatloop.providers.tokens import raw_tokens
 from chatloop.store.model import new_id
 from chatloop.tools.base import ToolRegistry

@@ -24,12 +24,14 @@ from chatloop.api.http.context import RequestContext
 from chatloop.api.http.errors import RequestError
 from chatloop.api.http.ratelimit_headers import given_back
 from chatloop.api.http.wire import JSONBody, with_heartbeats
-from chatloop.api.idempotency.idempotent import STOP_REASON
+from chatloop.api.idempotency.idempotent import note_stop_reason
+from chatloop.api.turns.metrics import record_turn_metrics
 from chatloop.engine import Event, StopReason, TurnRequest, TurnSummary, run_turn
 from chatloop.engine.events import Delta, Done, TurnError
-from chatloop.observability import SecretHold, logger, metrics, record_turn_metrics, redact
+from chatloop.observability import logger, metrics
 from chatloop.providers.base import ChatModel
 from chatloop.providers.chain import FallbackChain
+from chatloop.redaction import SecretHold, redact
 from chatloop.tools.base import ToolRegistry
 
 INTERNAL_ERROR = TurnError("internal_error", "internal error while sending the response")
@@ -93,8 +95,7 @@ def turn_events(
     """The turn's events, with the request id on ``done``, metrics recorded from them, and traced when tracing is on
     (``conversation_id``: the stored conversation the turn belongs to); ``metered``: ``model`` under the caller's
     budget (``budgeted``)."""
-    ctx.request_id  # noqa: B018 - settled before the turn: behind the adapter it is the turn's log correlation id
-    from chatloop.tracing import traced_if_enabled  # with the first turn, not at import (cold start)
+    from chatloop.api.http.traced import traced_if_enabled  # with the first turn, not at import (cold start)
 
     def run(chain: FallbackChain) -> AsyncIterator[Event]:
         # The budget's wrapper holds the turn's chain, whose models tracing traces in place: metered calls are traced.
@@ -113,7 +114,7 @@ async def stamped(events: AsyncIterator[Event], ctx: RequestContext) -> AsyncIte
     async for event in events:
         if isinstance(event, Done):
             event = Done(event.summary.with_request_id(ctx.request_id))
-            ctx.request.scope[STOP_REASON] = event.summary.stop_reason.value
+            note_stop_reason(ctx.request, event.summary.stop_reason.value)  # a failed stream is not stored
         yield event
 
 

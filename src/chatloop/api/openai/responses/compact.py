@@ -30,7 +30,7 @@ from chatloop.api.turns.checks import conversation, model_for, read_body
 from chatloop.api.turns.compaction import compaction_item, open_items, summary_request
 from chatloop.api.turns.serve import budgeted
 from chatloop.jsontypes import JSONObject, json_object
-from chatloop.providers.errors import ModelError
+from chatloop.providers.failures import ModelError
 from chatloop.store.model import new_id
 from chatloop.tools.base import ToolRegistry
 
