@@ -33,7 +33,7 @@ PARAMS ?=
 export AWS_REGION FILTER
 AWS = $(BIN)/aws --region $(AWS_REGION) $(if $(AWS_ENDPOINT_URL),--endpoint-url $(AWS_ENDPOINT_URL))
 
-.PHONY: help install test lint build deploy deploy-lambda-fast logs logs-decisions insights secret budget invoke run bench clean
+.PHONY: help install test lint build deploy deploy-lambda-fast logs logs-decisions insights secret budget invoke run bench docs clean
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-20s %s\n", $$1, $$2}'
@@ -123,6 +123,9 @@ run: install ## serve the app on 127.0.0.1:PORT (8000); the offline demo model w
 
 bench: install ## measure the loop, sandbox, cold start and fallback; writes bench/RESULTS.md and bench/scenarios.png
 	$(BIN)/python -m bench
+
+docs: install ## build the documentation site (docs/, mkdocs-material) into build/site; --strict: a broken link fails it
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict
 
 clean: ## remove build outputs and caches (keeps .venv)
 	rm -rf build .pytest_cache .ruff_cache

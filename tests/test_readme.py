@@ -9,8 +9,11 @@ from __future__ import annotations
 import contextlib
 import io
 import json
+import os
 import re
 import shlex
+import subprocess
+import sys
 from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
@@ -133,3 +136,24 @@ def test_every_link_between_the_pages_leads_somewhere(page):
         if not file.is_file() or (anchor and anchor not in anchors(file.read_text())):
             broken.append(target)
     assert not broken
+
+
+def test_the_docs_site_builds_strict_with_every_page(tmp_path):
+    """`make docs`: mkdocs-material builds docs/ with --strict, so a page missing from mkdocs.yml's nav, a link to a
+    page or anchor that does not exist, or a bad setting fails the build. It needs no network (no web fonts)."""
+    site = tmp_path / "site"
+    done = subprocess.run(
+        [sys.executable, "-m", "mkdocs", "build", "--strict", "--site-dir", str(site)],
+        cwd=ROOT,
+        env={**os.environ, "NO_MKDOCS_2_WARNING": "1"},
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    pages = [Path(page).stem for page in PAGES if page.startswith("docs/")]
+    assert "index" in pages
+    assert not [
+        p for p in pages if not (site / ("index.html" if p == "index" else f"{p}/index.html")).is_file()
+    ]
