@@ -157,3 +157,13 @@ def test_the_docs_site_builds_strict_with_every_page(tmp_path):
     assert not [
         p for p in pages if not (site / ("index.html" if p == "index" else f"{p}/index.html")).is_file()
     ]
+
+
+def test_the_readme_and_the_index_link_every_docs_page():
+    pages = {Path(page).name for page in PAGES if page.startswith("docs/")}
+    from_readme = {
+        Path(t.partition("#")[0]).name for t in LINK.findall(PAGES["README.md"]) if t.startswith("docs/")
+    }
+    from_index = {t.partition("#")[0] for t in LINK.findall(PAGES["docs/index.md"]) if t.endswith(".md")}
+    assert pages - from_readme == set()
+    assert pages - {"index.md"} - from_index == set()
