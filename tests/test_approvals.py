@@ -462,8 +462,8 @@ def test_a_sealed_id_verifies_only_for_its_caller_tool_and_exact_arguments():
     from hypothesis import given, settings
     from hypothesis import strategies as st
 
-    from chatloop.api.approval_items import McpApprovalRequestInput
-    from chatloop.api.approvals import Sealer
+    from chatloop.api.openai.responses.approval_items import McpApprovalRequestInput
+    from chatloop.api.turns.approvals import Sealer
 
     text = st.text(max_size=40)
 
@@ -581,8 +581,8 @@ def test_an_approval_refused_by_the_budget_is_not_used_up_and_runs_once_the_budg
 def test_an_approval_whose_background_turn_could_not_be_started_is_not_used_up(tmp_path, docs, monkeypatch):
     """A background answer whose worker could not be started (on Lambda: ``lambda.invoke`` failed, a 503 from
     ``background._start_worker``) runs nothing: the approval can be sent again, and runs once."""
-    from chatloop.api import background
-    from chatloop.api.errors import RequestError
+    from chatloop.api.http.errors import RequestError
+    from chatloop.api.runs import background
 
     async def not_started(*args: Any) -> None:
         raise RequestError(

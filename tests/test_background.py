@@ -149,7 +149,7 @@ def test_the_buffered_handler_invokes_itself_and_runs_the_event_once(tmp_path, a
     import boto3
     from botocore.stub import ANY, Stubber
 
-    from chatloop.api import background
+    from chatloop.api.runs import background
 
     writer = Writer()
     settings = Settings(
@@ -252,7 +252,7 @@ def test_a_background_turn_refused_when_its_worker_runs_it_fails_with_its_webhoo
     meanwhile): the response fails, and a client that waits for webhooks hears so, as for any other ending."""
     import base64
 
-    from chatloop.api import webhooks
+    from chatloop.api.runs import webhooks
 
     sent: list[bytes] = []
     monkeypatch.setattr(webhooks, "_send", lambda request: sent.append(request.data) or 200)
@@ -277,7 +277,7 @@ def test_a_background_turn_refused_when_its_worker_runs_it_fails_with_its_webhoo
 def test_a_background_turn_whose_worker_breaks_is_ended_failed_not_left_running(tmp_path, monkeypatch):
     """An unexpected fault in the worker's turn (here listing the MCP tools) ends the response ``failed`` at once,
     with its webhook; it is not left ``in_progress`` until a reader decides it is dead."""
-    from chatloop.api import webhooks
+    from chatloop.api.runs import webhooks
 
     sent: list[bytes] = []
     monkeypatch.setattr(webhooks, "_send", lambda request: sent.append(request.data) or 200)

@@ -456,7 +456,7 @@ def test_the_budget_machinery_is_not_imported_at_cold_start():
 
     probe = (
         "import sys, app; "
-        "print(sorted(m for m in sys.modules if m.startswith(('chatloop.store.budget', 'chatloop.api.budgets', "
+        "print(sorted(m for m in sys.modules if m.startswith(('chatloop.store.budget', 'chatloop.api.turns.budgets', "
         "'chatloop.providers.budgeted'))))"
     )
     env = {**os.environ, "PYTHONPATH": str(ROOT / "src"), "BUDGET_TOKENS_PER_DAY": "1000"}

@@ -34,7 +34,7 @@ from tests.test_api import realistic
 def test_import_app_turns_off_pydantic_plugin_discovery_and_httpx_cli_unless_the_operator_set_it():
     code = (
         "import json, os, sys; sys.path[:0] = [sys.argv[1] + '/src']; import app; "
-        "from chatloop.api.schemas import ChatBody; "
+        "from chatloop.api.turns.schemas import ChatBody; "
         "ChatBody.model_validate({'messages': [{'role': 'user', 'content': 'hi'}]}); "
         "from pydantic.plugin import _loader; "
         "lazy = sorted(m for m in ('groq', 'openai', 'boto3', 'mcp') if m in sys.modules); "

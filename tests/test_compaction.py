@@ -16,7 +16,7 @@ from typing import Any
 import openai
 import pytest
 
-from chatloop.api.compaction import SUMMARY_HEADER, SUMMARY_PROMPT
+from chatloop.api.turns.compaction import SUMMARY_HEADER, SUMMARY_PROMPT
 from chatloop.config import Settings
 from chatloop.providers.base import ModelRequest, ModelResponse
 from chatloop.providers.chain import FallbackChain
@@ -267,7 +267,7 @@ def test_a_sealed_summary_opens_only_unchanged_and_for_its_caller():
     from hypothesis import given, settings
     from hypothesis import strategies as st
 
-    from chatloop.api.compaction import seal, unseal
+    from chatloop.api.turns.compaction import seal, unseal
 
     @settings(max_examples=200, deadline=None)
     @given(

@@ -276,7 +276,7 @@ def request_with(headers: dict[str, str], trusted_adapter: bool = False) -> Any:
 
 
 def test_under_the_web_adapter_the_caller_is_the_gateways_identity():
-    from chatloop.api.caller import caller_of
+    from chatloop.api.http.caller import caller_of
 
     lambda_context = json.dumps({"deadline": int(time.time() * 1000) + 30_000, "request_id": "r1"})
     identity = json.dumps({"requestId": "g1", "identity": {"apiKeyId": "key-a", "apiKey": "secret-value"}})

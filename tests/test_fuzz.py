@@ -384,7 +384,7 @@ def test_the_demo_fills_any_schema_within_its_caps(schema):
 @FAST
 @given(schema=SCHEMA)
 def test_the_schema_check_accepts_or_names_a_field_never_raises_otherwise(schema):
-    from chatloop.api.schema_checks import SchemaError, check_schema
+    from chatloop.api.turns.schema_checks import SchemaError, check_schema
 
     try:
         check_schema(schema)

@@ -166,7 +166,7 @@ def test_every_stream_ends_with_its_terminal_event_after_an_internal_error(
     upstream, sandbox, monkeypatch, path, use
 ):
     use(sandbox)
-    monkeypatch.setattr("chatloop.api.serve.run_turn", failing_turn)
+    monkeypatch.setattr("chatloop.api.turns.serve.run_turn", failing_turn)
     code, body, _ = invoke(path, json.dumps(ask("hi", stream=True)))
     assert code == 200 and "Traceback" not in body and "something broke" not in body
     if path == "/chat":

@@ -30,7 +30,7 @@ from starlette.routing import Route
 
 import app as lambda_app
 from chatloop.api import create_app
-from chatloop.api.idempotency import REPLAYED_HEADER
+from chatloop.api.idempotency.idempotent import REPLAYED_HEADER
 from chatloop.config import Settings
 from chatloop.providers.base import ModelResponse, TextDelta, Usage
 from chatloop.providers.chain import FallbackChain
@@ -365,7 +365,7 @@ def test_a_request_with_no_identity_is_never_deduplicated_into_a_shared_scope(aw
 
 
 def test_locally_the_api_key_header_names_the_caller_hashed():
-    from chatloop.api.caller import caller_of
+    from chatloop.api.http.caller import caller_of
 
     app = create_app(Settings(), chain=FallbackChain([counting_model()]), registry=ToolRegistry())
 
@@ -432,7 +432,7 @@ def test_the_adapters_headers_are_read_where_the_adapter_sends_them():
 
 def test_adapter_headers_from_a_peer_that_is_not_loopback_are_ignored():
     """TRUST_ADAPTER_HEADERS alone is not enough: the adapter forwards over loopback, nothing else may pose as it."""
-    from chatloop.api.adapter import from_adapter, invocation_of
+    from chatloop.api.http.adapter import from_adapter, invocation_of
 
     app = create_app(Settings(trust_adapter_headers=True), chain=FallbackChain([counting_model()]))
     raw = [(k.encode(), v.encode()) for k, v in forged_headers(60, "rid-1", "k").items()]

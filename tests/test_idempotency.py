@@ -16,7 +16,7 @@ from moto import mock_aws
 from moto.server import ThreadedMotoServer
 
 import app as lambda_app
-from chatloop.api.idempotency import REPLAYED_HEADER
+from chatloop.api.idempotency.idempotent import REPLAYED_HEADER
 from chatloop.config import Settings
 from chatloop.providers.base import ModelResponse
 from chatloop.tools.base import ToolRegistry
@@ -175,7 +175,7 @@ def test_dynamodb_down_never_fails_the_chat(aws, capsys, caplog, serve):
 
 
 def test_an_answer_too_large_for_dynamodb_is_not_stored(aws, monkeypatch, serve):
-    import chatloop.api.idempotency as idempotency
+    import chatloop.api.idempotency.idempotent as idempotency
 
     monkeypatch.setattr(idempotency, "MAX_STORED_BYTES", 100)
     model = serve()

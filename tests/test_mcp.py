@@ -495,7 +495,7 @@ def test_a_client_label_may_not_take_an_operator_label(docs, llm, sandbox, handl
 
 
 def test_prefixes_match_at_a_boundary_only():
-    from chatloop.api.mcp_servers import allowed_prefix, internal_address
+    from chatloop.api.openai.responses.mcp_servers import allowed_prefix, internal_address
 
     assert (
         allowed_prefix("https://mcp.example.com/v1/mcp", ["https://mcp.example.com"])
@@ -513,7 +513,7 @@ def test_prefixes_match_at_a_boundary_only():
 def test_output_items_are_what_the_openai_sdk_parses():
     from openai.types.responses.response_output_item import McpCall, McpListTools
 
-    from chatloop.api.mcp_items import call_item, list_tools_item
+    from chatloop.api.openai.responses.mcp_items import call_item, list_tools_item
     from chatloop.tools.mcp import ListedTool, MCPTool
 
     server = MCPServer(MCPServerConfig("docs", "http://127.0.0.1:9/mcp"), {})
@@ -538,7 +538,7 @@ def test_output_items_are_what_the_openai_sdk_parses():
 
 
 def test_mcp_items_sent_back_as_input_are_read_as_the_call_they_were():
-    from chatloop.api.response_schemas import ResponsesBody
+    from chatloop.api.openai.responses.schemas import ResponsesBody
 
     body = ResponsesBody.model_validate(
         {
@@ -667,7 +667,7 @@ def test_mcp_stream_events_are_what_the_openai_sdk_parses():
     from openai.types.responses import ResponseStreamEvent
     from pydantic import TypeAdapter
 
-    from chatloop.api.mcp_items import (
+    from chatloop.api.openai.responses.mcp_items import (
         call_finished_frames,
         call_started_frames,
         finish_call_item,

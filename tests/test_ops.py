@@ -469,9 +469,12 @@ def test_deploy_lambda_fast_updates_the_code_and_prints_its_sha(moto, tmp_path, 
     assert lam.get_function(FunctionName=function, Qualifier="live")["Configuration"]["CodeSha256"] == printed
     with zipfile.ZipFile(ROOT / "build" / "function.zip") as z:
         names = z.namelist()
-    assert {"app.py", "run.sh", "chatloop/tools/javascript/runner.js", "chatloop/api/page/index.html"} <= set(
-        names
-    )
+    assert {
+        "app.py",
+        "run.sh",
+        "chatloop/tools/javascript/runner.js",
+        "chatloop/api/page/static/index.html",
+    } <= set(names)
     assert not any(n.startswith(("tests/", "src/")) for n in names)
     if sys.version_info[:2] == (3, 12):  # bytecode is shipped when built by the runtime's Python
         with zipfile.ZipFile(ROOT / "build" / "function.zip") as z:

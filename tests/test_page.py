@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 
 from chatloop.api import create_app
-from chatloop.api.page import ASSETS, PAGE_DIR
+from chatloop.api.page.endpoints import ASSETS, PAGE_DIR
 from chatloop.api.runtime import Runtime
 from chatloop.config import Settings
 from chatloop.providers.base import ModelRequest, ModelResponse, StreamItem, TextDelta

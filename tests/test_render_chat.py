@@ -6,8 +6,8 @@ from collections.abc import AsyncIterator, Iterable
 
 import pytest
 
-from chatloop.api.chat import ChatRenderer, chat_body
-from chatloop.api.serve import guarded
+from chatloop.api.chat.endpoint import ChatRenderer, chat_body
+from chatloop.api.turns.serve import guarded
 from chatloop.engine import StopReason, TurnSummary
 from chatloop.engine.events import Delta, Done, Event, Started, ToolCallResult, ToolCallStart
 from chatloop.engine.summary import AssistantMessage

@@ -4,7 +4,7 @@
 import asyncio
 import json
 
-from chatloop.api.openai_chat import CompletionRenderer
+from chatloop.api.openai.chat_completions import CompletionRenderer
 from chatloop.engine import StopReason, TurnSummary
 from chatloop.engine.events import Delta, Done, FallbackMade, Started, TurnError
 from chatloop.engine.summary import AssistantMessage

@@ -4,7 +4,7 @@ model, no server, no store)."""
 import asyncio
 import json
 
-from chatloop.api.responses import ResponsesRenderer
+from chatloop.api.openai.responses.endpoint import ResponsesRenderer
 from chatloop.engine import StopReason, TurnSummary
 from chatloop.engine.events import Delta, Done, Started, ToolCallResult, ToolCallStart, TurnError
 from chatloop.engine.summary import AssistantMessage

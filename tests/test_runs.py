@@ -10,7 +10,7 @@ import time
 
 import pytest
 
-from chatloop.api.journal import Journal
+from chatloop.api.runs.journal import Journal
 from chatloop.deadline import Deadline
 from chatloop.store.model import StoredEvent, StoreUnavailable
 from chatloop.store.runs import Run, Runs

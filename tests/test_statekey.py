@@ -7,9 +7,9 @@ import asyncio
 
 import pytest
 
-from chatloop.api.errors import RequestError
+from chatloop.api.http.errors import RequestError
 from chatloop.api.runtime import Runtime
-from chatloop.api.statekey import state_key
+from chatloop.api.turns.statekey import state_key
 from chatloop.config import Settings
 from chatloop.secrets import KeysUnavailable
 

@@ -1,7 +1,7 @@
 """Connections to a client-supplied MCP server go to the addresses that were checked, and nowhere else.
 
 A request's server is checked when the request is read: its host is resolved once and every address it has is
-checked (``api.mcp_servers``). If the connection resolved the name again, a name that answers differently the
+checked (``api.openai.responses.mcp_servers``). If the connection resolved the name again, a name that answers differently the
 second time (DNS rebinding) would reach an address that was never checked: a cloud metadata endpoint, say. So the
 HTTP client of such a server never resolves anything: its network backend connects to the checked addresses
 (tried in order) for the checked host, whatever port a request of the connection names (an in-origin redirect
