@@ -32,7 +32,7 @@ from tests.support.adapter import MODEL, ROOT
 from tests.support.events import rest_event
 from tests.support.fake_llm import FakeLLM
 from tests.support.models import ScriptedModel
-from tests.test_api import realistic
+from tests.support.wire_models import realistic
 
 BEFORE, AFTER = "/_snapstart/before-checkpoint", "/_snapstart/after-restore"
 
