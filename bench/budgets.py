@@ -86,7 +86,7 @@ def _turns(reps: int, **settings: Any) -> dict[str, float]:
 
 
 def measure(reps: int) -> dict[str, Any]:
-    import chatloop.store.budget as budget
+    import chatloop.store as budget
 
     opened: list[object] = []
     real_open = budget.open_ledger

@@ -9,7 +9,7 @@ import time
 from bench.common import median
 from chatloop.deadline import Deadline
 from chatloop.providers.base import ModelRequest
-from chatloop.providers.errors import ModelError
+from chatloop.providers.failures import ModelError
 
 
 def measure(reps: int) -> dict:

@@ -96,7 +96,7 @@ from chatloop.engine import run_turn
 from chatloop.engine.request import TurnRequest
 from chatloop.providers.base import ModelResponse, TextDelta
 from chatloop.providers.chain import FallbackChain
-from chatloop.providers.errors import Transient
+from chatloop.providers.failures import Transient
 from chatloop.tools.base import ToolRegistry
 from chatloop.tools.javascript import ExecuteJavaScriptTool, JavaScriptSandbox
 
@@ -191,7 +191,7 @@ def replies_100kb() -> dict[str, str]:
 
 def measure(reps: int, corpus_runs: bool = True) -> dict[str, Any]:
     from chatloop.engine.answers import judge_answer
-    from chatloop.providers.textcalls import find_text_calls, tool_keys
+    from chatloop.providers.textcall_formats import find_text_calls, tool_keys
     from chatloop.tools.base import ToolRegistry
     from chatloop.tools.javascript import ExecuteJavaScriptTool
 

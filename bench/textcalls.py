@@ -10,7 +10,7 @@ from typing import Any
 
 from bench.common import median
 from chatloop.engine.textfilter import TextCallFilter
-from chatloop.providers.textcalls import find_text_calls
+from chatloop.providers.textcall_formats import find_text_calls
 
 TOOLS = {"execute_javascript": {"code", "timeout_seconds"}}
 ARGUMENTS = {"code": "Math.round(10000 * 1.05 ** 15 * 100) / 100"}

@@ -72,5 +72,3 @@ def docs() -> Iterator[Any]:
 
     with docs_server() as server:
         yield server
-
-

@@ -21,6 +21,7 @@ from starlette.testclient import TestClient
 
 from chatloop import snapstart
 from chatloop.api import create_app
+from chatloop.api.app import route_paths, routes
 from chatloop.api.runtime import Runtime
 from chatloop.config import ConfigError, Settings
 from chatloop.deadline import Deadline
@@ -45,7 +46,7 @@ SNAPSHOT_THEN_TWO_RESTORES = textwrap.dedent(
     import snapshot_restore_py
     t = time.perf_counter()
     import app
-    from chatloop.tools.javascript import sandbox
+    from chatloop.tools.javascript import lifecycle, sandbox
     from tests.support.events import rest_event
     from tests.support.processes import children_of
     from scripts.invoke_local import LocalContext
@@ -64,7 +65,7 @@ SNAPSHOT_THEN_TWO_RESTORES = textwrap.dedent(
         return sum(link.startswith("socket:[") and link[8:-1] in inodes for link in links)
 
     registered = [len(snapshot_restore_py.get_before_snapshot()), len(snapshot_restore_py.get_after_restore())]
-    from chatloop.api.app import LAZY_MODULES as lazy
+    from chatloop.lazy import ROUTES as lazy
     lazy_at_import = [m for m in lazy if m in sys.modules]
     for func, args, kwargs in reversed(snapshot_restore_py.get_before_snapshot()):  # as the runtime runs them
         func(*args, **kwargs)
@@ -83,7 +84,7 @@ SNAPSHOT_THEN_TWO_RESTORES = textwrap.dedent(
         "lazy_at_import": lazy_at_import,
         "lazy_primed": all(m in sys.modules for m in lazy),
         "sandbox_built": runtime._registry is not None,
-        "spares": sum(box._spare is not None for box in sandbox._LIVE),
+        "spares": sum(box._spare is not None for box in lifecycle.live()),
         "sdk_clients": sum(len(clients) for clients in sdk._CLIENTS.values()),
         "tls_primed": tls is not None and len(tls.get_ca_certs()) > 0,
         "tls_used": None if tls is None else {k: v for k, v in tls.session_stats().items() if v},
@@ -108,13 +109,13 @@ SNAPSHOT_THEN_TWO_RESTORES = textwrap.dedent(
                 func(*args, **kwargs)
             time.sleep(0.2)
             # nothing competes with the first turn for the CPU before its model call is in flight
-            early = {"children": len(children_of()), "spares": sum(box._spare is not None for box in sandbox._LIVE)}
+            early = {"children": len(children_of()), "spares": sum(box._spare is not None for box in lifecycle.live())}
             event = rest_event("POST", "/chat", {"messages": [{"role": "user", "content": "5!"}], "stream": False})
             response = app.handler(event, LocalContext())
             deadline = time.monotonic() + 10
-            while not any(box._spare is not None for box in sandbox._LIVE) and time.monotonic() < deadline:
+            while not any(box._spare is not None for box in lifecycle.live()) and time.monotonic() < deadline:
                 time.sleep(0.01)
-            spare = any(box._spare is not None for box in sandbox._LIVE)
+            spare = any(box._spare is not None for box in lifecycle.live())
             out = {"random": random.random(), "uuid": str(uuid.uuid4()), "early": early, "spare": spare,
                    "status": response["statusCode"], "body": response["body"]}
             os.write(write, json.dumps(out).encode())
@@ -336,7 +337,31 @@ def test_no_hook_route_unless_configured(monkeypatch):
 def test_hook_paths_must_be_dedicated_and_distinct(before, after):
     settings = Settings(snapstart_before_checkpoint_path=before, snapstart_after_restore_path=after)
     with pytest.raises(ConfigError):
-        snapstart.check_hook_paths(settings)
+        snapstart.check_hook_paths(settings, route_paths(routes(Settings())))
+
+
+def test_the_reserved_paths_are_read_from_the_apps_own_routes():
+    """What a hook may not take comes from the app's route table (no copy of it to drift): the routes' first
+    segments, the adapter's pass-through path included, whatever it is configured to."""
+    assert snapstart.reserved_paths(route_paths(routes(Settings()))) == [
+        "/",
+        "/chat",
+        "/events",
+        "/health",
+        "/static",
+        "/v1",
+    ]
+    moved = Settings(lwa_pass_through_path="/background-runs")
+    assert "/background-runs" in snapstart.reserved_paths(route_paths(routes(moved)))
+    hooks = Settings(
+        lwa_pass_through_path="/background-runs",
+        snapstart_before_checkpoint_path="/background-runs/before",
+        snapstart_after_restore_path=AFTER,
+    )
+    with pytest.raises(ConfigError):
+        create_app(
+            hooks, chain=FallbackChain([ScriptedModel(lambda request, n: ModelResponse("", content="ok"))])
+        )
 
 
 @pytest.mark.slow

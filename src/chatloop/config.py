@@ -27,6 +27,9 @@ from typing import Any
 DEFAULT_MODEL_CHAIN = (
     "groq:openai/gpt-oss-120b,groq:llama-3.3-70b-versatile,groq:llama-3.1-8b-instant,openai:gpt-4.1-mini"
 )
+KEY_VARIABLES = {"groq": "GROQ_API_KEY", "openai": "OPENAI_API_KEY", "local": "LOCAL_API_KEY"}
+"""Each provider's API key variable (in the environment, or a field of PROVIDER_KEYS_SECRET_ARN's secret): the one
+list ``secrets`` reads keys by and ``observability`` registers for redaction at import."""
 
 
 class ConfigError(ValueError):

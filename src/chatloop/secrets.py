@@ -19,10 +19,12 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from chatloop.config import Settings, from_environment
-from chatloop.observability import logger, register_secret
+from chatloop.aws import bounded_config
+from chatloop.config import KEY_VARIABLES, Settings, from_environment
+from chatloop.observability import logger
+from chatloop.redaction import register_secret
 
-KEY_VARIABLES = {"groq": "GROQ_API_KEY", "openai": "OPENAI_API_KEY", "local": "LOCAL_API_KEY"}
+__all__ = ["KEY_VARIABLES", "KeysUnavailable", "load_named_secrets", "load_provider_keys"]
 SECRET_CACHE_SECONDS = 300
 SECRET_READ_SECONDS = 4.0
 """The longest the secret's read may take, connect and read timeouts and retries included."""
@@ -66,8 +68,6 @@ def _secrets() -> Any:
     global _provider
     if _provider is None:
         from aws_lambda_powertools.utilities.parameters import SecretsProvider
-
-        from chatloop.aws import bounded_config
 
         _provider = SecretsProvider(boto_config=bounded_config(SECRET_READ_SECONDS))
     return _provider

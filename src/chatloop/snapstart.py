@@ -27,8 +27,9 @@ Both response modes reach the same two functions:
 
 Usage::
 
-    runtime = app.state.runtime
+    runtime = app.state.runtime            # anything ``Snapshotted``: the API's Runtime
     register_runtime_hooks(runtime)        # buffered: at import of the Lambda entry point
+    hook_routes(settings, taken)           # stream: the adapter's hook routes, apart from the app's ``taken`` paths
     before_snapshot(runtime)               # what the runtime / the adapter calls before the snapshot
     after_restore(runtime)                 # ... and after each restore
 """
@@ -38,10 +39,14 @@ from __future__ import annotations
 import gc
 import random
 import sys
-from typing import TYPE_CHECKING
+from collections.abc import Iterable, Sequence
+from typing import TYPE_CHECKING, Protocol
 
+from chatloop import lazy
 from chatloop.config import DEFAULT_MODEL_CHAIN, ConfigError, Settings
 from chatloop.observability import logger
+from chatloop.providers.warmup import when_in_flight
+from chatloop.tools.javascript import sandbox
 
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable
@@ -50,40 +55,46 @@ if TYPE_CHECKING:
     from starlette.responses import Response
     from starlette.routing import BaseRoute
 
-    from chatloop.api.runtime import Runtime
-
 SDK_MODULES = {"groq": "groq", "openai": "openai", "local": "openai"}
 """The SDK a chain entry's provider is called through (``chatloop.providers.factory``)."""
-RESERVED_PATHS = ("/", "/events", "/chat", "/health", "/v1", "/static")
-"""Paths a hook may not take: the app's own routes and the adapter's pass-through path."""
+
+
+class Snapshotted(Protocol):
+    """What the hooks ask of the container's runtime (``api.runtime.Runtime``): its settings, to build what a first
+    turn needs, and to forget every credential."""
+
+    settings: Settings
+
+    def prime(self, sdk_modules: Sequence[str], modules: Sequence[str] = ()) -> None: ...
+    def forget_credentials(self) -> None: ...
+
+
 INVOCATION_HEADERS = ("x-amzn-request-context", "x-amzn-lambda-context")
 """Headers the adapter adds to every invocation it forwards, and never to its own hook calls."""
 
 
-def before_snapshot(runtime: Runtime) -> None:
+def before_snapshot(runtime: Snapshotted) -> None:
     """Prime what a first turn needs, then leave nothing the snapshot must not hold: no Deno process (spare
     killed, none started until after a restore), no connection, no provider key, no idle thread."""
-    from chatloop.api.app import LAZY_MODULES
-    from chatloop.tools.javascript import sandbox
-
     sandbox.suspend_all()  # first: the tool built below starts suspended, without a process
-    runtime.prime(sdk_modules(runtime.settings), [*configured_modules(runtime.settings), *LAZY_MODULES])
+    runtime.prime(sdk_modules(runtime.settings), [*configured_modules(runtime.settings), *lazy.ROUTES])
     runtime.forget_credentials()  # nothing read a key during init; should a request have run, it is dropped
     parameters = sys.modules.get("aws_lambda_powertools.utilities.parameters")
     if parameters is not None:
         parameters.clear_caches()  # Powertools' cached secret
     gc.collect()
     gc.freeze()
+    # The snapshot keeps the collector's usual thresholds (chatloop.coldstart's schedule, when the entry point has it)
+    coldstart = sys.modules.get("chatloop.coldstart")
+    if coldstart is not None:
+        coldstart.settled()
 
 
-def after_restore(runtime: Runtime) -> None:
+def after_restore(runtime: Snapshotted) -> None:
     """Make this copy of the snapshot its own: ``random`` re-seeded from the OS (ids from ``secrets``/``uuid4`` use
     the OS already), the sandbox's spare started once the first model call is in flight. The keys are read on the
     first request."""
     random.seed()
-    from chatloop.providers.warmup import when_in_flight
-    from chatloop.tools.javascript import sandbox
-
     when_in_flight(sandbox.resume_all)
 
 
@@ -114,7 +125,7 @@ def primed_modules(settings: Settings) -> list[str]:
     return [*sdk_modules(settings), *configured_modules(settings)]
 
 
-def register_runtime_hooks(runtime: Runtime) -> bool:
+def register_runtime_hooks(runtime: Snapshotted) -> bool:
     """Register ``before_snapshot`` / ``after_restore`` with the Lambda runtime's ``snapshot_restore_py`` (present
     in the managed Python runtimes). False where it is absent: nothing to register with."""
     try:
@@ -129,9 +140,17 @@ def register_runtime_hooks(runtime: Runtime) -> bool:
     return True
 
 
-def check_hook_paths(settings: Settings) -> list[tuple[str, str]]:
+def reserved_paths(taken: Iterable[str]) -> list[str]:
+    """The paths a hook may not take, from the app's route paths: each one's first segment (``/v1/models`` ->
+    ``/v1``), the whole of ``/v1/...`` being the API's."""
+    return sorted({"/" + path.strip("/").split("/")[0] for path in taken})
+
+
+def check_hook_paths(settings: Settings, taken: Iterable[str]) -> list[tuple[str, str]]:
     """``[(path, "before"|"after")]`` for the configured adapter hook paths, checked: each a dedicated absolute path
-    (no ``%``, not the root, none of the app's routes or the adapter's pass-through path), the two distinct."""
+    (no ``%``, not the root, apart from the app's routes ``taken``: the app's route paths and the adapter's
+    pass-through path), the two distinct."""
+    reserved = reserved_paths(taken)
     configured = [
         (settings.snapstart_before_checkpoint_path, "before"),
         (settings.snapstart_after_restore_path, "after"),
@@ -141,15 +160,15 @@ def check_hook_paths(settings: Settings) -> list[tuple[str, str]]:
         segments = [s for s in path.split("/") if s not in ("", ".")]
         if not path.startswith("/") or "%" in path or ".." in segments or not segments:
             raise ConfigError(f"SnapStart hook path {path!r} must be a dedicated absolute path without '%'")
-        if any(path == r or path.startswith(r.rstrip("/") + "/") for r in RESERVED_PATHS if r != "/"):
+        if any(path == r or path.startswith(r.rstrip("/") + "/") for r in reserved if r != "/"):
             raise ConfigError(f"SnapStart hook path {path!r} overlaps one of the app's routes")
     if len(hooks) == 2 and hooks[0][0].rstrip("/").lower() == hooks[1][0].rstrip("/").lower():
         raise ConfigError("the two SnapStart hook paths must differ")
     return hooks
 
 
-def hook_routes(settings: Settings) -> list[BaseRoute]:
-    """The adapter's hook routes (``POST``), only those configured."""
+def hook_routes(settings: Settings, taken: Iterable[str]) -> list[BaseRoute]:
+    """The adapter's hook routes (``POST``), only those configured, apart from the app's routes ``taken``."""
     from starlette.routing import Route
 
     def endpoint(which: str) -> Callable[[Request], Awaitable[Response]]:
@@ -160,7 +179,7 @@ def hook_routes(settings: Settings) -> list[BaseRoute]:
 
     return [
         Route(path, endpoint(which), methods=["POST"], name=f"snapstart-{which}")
-        for path, which in check_hook_paths(settings)
+        for path, which in check_hook_paths(settings, taken)
     ]
 
 
@@ -171,6 +190,6 @@ def run_hook(request: Request, which: str) -> Response:
     if "aws.event" in request.scope or any(h in request.headers for h in INVOCATION_HEADERS):
         logger.warning(f"SnapStart {which} hook refused: the request came through an invocation")
         return JSONResponse({"error": {"message": "not found", "type": "forbidden"}}, status_code=403)
-    runtime: Runtime = request.app.state.runtime
+    runtime: Snapshotted = request.app.state.runtime
     (before_snapshot if which == "before" else after_restore)(runtime)
     return Response(status_code=204)

@@ -11,7 +11,7 @@ def no_registered_secrets(monkeypatch):
     """Secrets other tests registered (``register_secret`` is process-wide) would hold back pieces of the renderer
     tests' deltas; key-shaped strings are still redacted. Not autouse: tests/api/test_render_chat.py, tests/api/test_render_chat_completions.py
     and tests/api/test_render_responses.py apply it to every test of theirs with ``pytestmark``."""
-    monkeypatch.setattr("chatloop.observability._SECRETS", [])
+    monkeypatch.setattr("chatloop.redaction._SECRETS", [])
 
 
 @pytest.fixture

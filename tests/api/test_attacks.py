@@ -18,11 +18,11 @@ from chatloop.config import Settings
 from chatloop.deadline import Deadline
 from chatloop.engine import TurnRequest, run_turn
 from chatloop.engine.events import Delta, Started
-from chatloop.observability import register_secret
 from chatloop.providers.base import ModelRequest, ModelResponse, ToolCall
 from chatloop.providers.catalog import Catalog
 from chatloop.providers.chain import FallbackChain
 from chatloop.providers.factory import build_model
+from chatloop.redaction import register_secret
 from chatloop.tools.base import ToolRegistry, ToolResult
 from chatloop.tools.javascript import ExecuteJavaScriptTool
 from tests.support.events import parse_sse, response_body, rest_event

@@ -321,7 +321,7 @@ def test_the_budget_store_down(fake_llm, tmp_path, mode):
 
 
 def test_with_no_budget_configured_the_store_is_never_called(serve, monkeypatch):
-    import chatloop.store.budget as budget
+    import chatloop.store as budget
 
     def unreachable(*args: Any, **kwargs: Any) -> None:
         raise AssertionError("a budget store was opened with no budget configured")

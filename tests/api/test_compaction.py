@@ -236,7 +236,7 @@ class SummaryRefuser:
         self.answered = 0
 
     async def stream(self, request: ModelRequest) -> Any:
-        from chatloop.providers.errors import RequestTooLarge
+        from chatloop.providers.failures import RequestTooLarge
 
         if request.messages[0]["content"] == SUMMARY_PROMPT:
             raise RequestTooLarge("the request is too large", model=self.name)

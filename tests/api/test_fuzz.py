@@ -19,8 +19,8 @@ import app as lambda_app
 from chatloop.config import Settings
 from chatloop.engine.textfilter import TextCallFilter
 from chatloop.providers.base import ModelRequest, ModelResponse, StreamItem, TextDelta
-from chatloop.providers.errors import ModelError, classify, retry_after_from
-from chatloop.providers.textcalls import find_text_calls
+from chatloop.providers.failures import ModelError, classify, retry_after_from
+from chatloop.providers.textcall_formats import find_text_calls
 from chatloop.tools.base import ToolRegistry
 from chatloop.tools.javascript import ExecuteJavaScriptTool
 from tests.support.events import FakeContext, parse_sse, response_body, rest_event

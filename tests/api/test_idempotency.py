@@ -93,7 +93,7 @@ def test_no_key_is_todays_behaviour(aws, serve):
 
 
 def test_a_failed_answer_is_not_stored(aws, app_runtime):
-    from chatloop.providers.errors import Transient
+    from chatloop.providers.failures import Transient
 
     def down(request, n):
         if n == 1:
@@ -149,7 +149,7 @@ def test_end_to_end_against_a_moto_server(monkeypatch, serve):
 
 
 def test_a_stored_answer_holds_no_secret(aws, app_runtime):
-    from chatloop.observability import register_secret
+    from chatloop.redaction import register_secret
 
     secret = "gsk_idempotencyLeak0123456789"
     register_secret(secret)

@@ -229,7 +229,7 @@ def test_a_client_that_disconnects_releases_its_key_and_a_retry_runs(aws):
 
 def test_a_failed_stream_is_not_stored_and_a_retry_runs(aws, app_runtime):
     """A stream whose every model failed is a failure (its JSON form is a 503): a retry must run, not replay it."""
-    from chatloop.providers.errors import Transient
+    from chatloop.providers.failures import Transient
 
     def down_once(request: Any, n: int) -> ModelResponse:
         if n == 1:

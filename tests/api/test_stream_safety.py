@@ -9,8 +9,8 @@ import json
 import pytest
 
 from chatloop.config import Settings
-from chatloop.observability import SecretHold, register_secret
 from chatloop.providers.base import ModelRequest, ModelResponse, TextDelta
+from chatloop.redaction import SecretHold, register_secret
 from chatloop.tools.base import ToolRegistry
 from tests.support.events import response_body, rest_event
 from tests.support.handler import handle

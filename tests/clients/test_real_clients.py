@@ -342,7 +342,7 @@ def test_errors_map_to_the_sdks_exceptions(scripted, upstream, demo):
 
 def test_every_model_failing_is_a_503(sandbox):
     from chatloop.providers.chain import FallbackChain
-    from chatloop.providers.errors import Transient
+    from chatloop.providers.failures import Transient
     from tests.support.models import ScriptedModel
 
     def down(request, n):

@@ -22,7 +22,7 @@ from chatloop.engine.events import (
 )
 from chatloop.engine.messages import normalize_conversation
 from chatloop.providers.base import ModelRequest, ModelResponse
-from chatloop.providers.errors import AllModelsFailed, RateLimited
+from chatloop.providers.failures import AllModelsFailed, RateLimited
 from chatloop.tools.base import ToolRegistry
 from tests.support.models import ScriptedModel, call
 from tests.support.tools import FakeSearch

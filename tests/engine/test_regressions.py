@@ -521,7 +521,7 @@ WRITTEN = [
 @pytest.mark.parametrize("chunk", [1, 3, 1000])
 def test_each_recoverable_form_is_held_back_by_the_stream_filter(prose, form, chunk):
     """Once leaked in /chat deltas: ``name{...}``, flat JSON with ``code`` first, ``arguments`` before ``name``."""
-    from chatloop.providers.textcalls import find_text_calls
+    from chatloop.providers.textcall_formats import find_text_calls
 
     text = prose + form
     found = find_text_calls(text, JS_KEYS)
@@ -532,7 +532,7 @@ def test_each_recoverable_form_is_held_back_by_the_stream_filter(prose, form, ch
 
 def test_the_filter_knows_every_opener_in_the_parsers_table():
     from chatloop.engine import textfilter
-    from chatloop.providers.textcalls import FORMATS
+    from chatloop.providers.textcall_formats import FORMATS
 
     kinds = {f.opener.kind for f in FORMATS}
     assert kinds <= textfilter._KNOWN_KINDS and {f.name for f in FORMATS} <= set(RECOVERABLE)

@@ -11,7 +11,7 @@ from chatloop.config import Settings
 from chatloop.engine import EventType
 from chatloop.observability import logger
 from chatloop.providers.base import ModelResponse, TextDelta
-from chatloop.providers.errors import AllModelsFailed, RateLimited
+from chatloop.providers.failures import AllModelsFailed, RateLimited
 from chatloop.tools.base import ToolRegistry
 from chatloop.tools.javascript import ExecuteJavaScriptTool
 from tests.support.models import (

@@ -17,7 +17,7 @@ from chatloop.config import Settings
 from chatloop.engine import EventType
 from chatloop.engine.answers import judge_answer
 from chatloop.providers.base import ModelResponse
-from chatloop.providers.textcalls import find_text_calls, tool_keys
+from chatloop.providers.textcall_formats import find_text_calls, tool_keys
 from chatloop.tools.base import ToolRegistry
 from chatloop.tools.javascript import ExecuteJavaScriptTool
 from tests.support.events import parse_sse

@@ -20,7 +20,7 @@ from chatloop.config import Settings
 from chatloop.engine.events import StopReason
 from chatloop.providers.base import ModelResponse
 from chatloop.providers.chain import FallbackChain
-from chatloop.providers.errors import Transient
+from chatloop.providers.failures import Transient
 from chatloop.tools.base import ToolRegistry
 from chatloop.tools.javascript import ExecuteJavaScriptTool
 from tests.support.cfn import resolve

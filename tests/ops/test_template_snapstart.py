@@ -9,6 +9,7 @@ import re
 
 import pytest
 
+from chatloop.api.app import route_paths, routes
 from chatloop.config import Settings
 from chatloop.snapstart import check_hook_paths
 from tests.support.cfn import TRANSLATION_WARNINGS, integrations, resolve, the_function
@@ -67,7 +68,9 @@ def test_stream_mode_sets_the_adapters_snapstart_hooks_only_with_snapstart(trans
         assert hooks == {}
         return
     settings = Settings.from_env(hooks)
-    assert len(check_hook_paths(settings)) == 2  # dedicated, distinct, valid for the app's routes
+    assert (
+        len(check_hook_paths(settings, route_paths(routes(Settings())))) == 2
+    )  # dedicated, distinct, valid for the app's routes
     assert all(not re.search(r"%", v) and v not in ("/", "/events") for v in hooks.values())
     layers = json.dumps(the_function(resources)["Layers"])
     assert "LambdaAdapterLayer" in layers and "${WebAdapterLayerVersion}" in layers

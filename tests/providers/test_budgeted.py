@@ -15,7 +15,7 @@ from chatloop.providers.base import ModelRequest, ModelResponse, StreamItem, Tex
 from chatloop.providers.budgeted import BudgetedModel, BudgetExhausted, BudgetUnavailable, Meter
 from chatloop.providers.catalog import Catalog
 from chatloop.providers.chain import FallbackChain
-from chatloop.providers.errors import RateLimited, Transient
+from chatloop.providers.failures import RateLimited, Transient
 from chatloop.providers.tokens import text_tokens
 from chatloop.store.budget import Charge, Counters, Held, Periods
 

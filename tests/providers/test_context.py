@@ -16,9 +16,9 @@ from chatloop.deadline import Deadline
 from chatloop.providers.base import ModelRequest
 from chatloop.providers.catalog import Catalog, CatalogError
 from chatloop.providers.chain import FallbackChain
-from chatloop.providers.context import EXCERPT_CHARS, Window, fit, fitted, trim
-from chatloop.providers.errors import ContextTooLong
+from chatloop.providers.failures import ContextTooLong
 from chatloop.providers.tokens import TokenEstimator, message_chars
+from chatloop.providers.window import EXCERPT_CHARS, Window, fit, fitted, trim
 from chatloop.tools.base import ToolRegistry
 from chatloop.tools.javascript import ExecuteJavaScriptTool
 from tests.support.events import response_body, rest_event

@@ -18,7 +18,8 @@ from chatloop.providers.base import ModelFallback, ModelRequest, ModelResponse
 from chatloop.providers.catalog import Catalog, split_entry
 from chatloop.providers.chain import ChainHealth, FallbackChain
 from chatloop.providers.demo import DemoModel
-from chatloop.providers.errors import (
+from chatloop.providers.factory import build_chain, build_model
+from chatloop.providers.failures import (
     AllModelsFailed,
     AuthFailed,
     BadRequest,
@@ -31,7 +32,6 @@ from chatloop.providers.errors import (
     classify,
     parse_duration,
 )
-from chatloop.providers.factory import build_chain, build_model
 from chatloop.providers.stream import ToolCallAccumulator
 from chatloop.tools.base import ToolRegistry
 from chatloop.tools.javascript import ExecuteJavaScriptTool

@@ -8,7 +8,7 @@ import json
 import pytest
 
 from chatloop.engine.textfilter import TextCallFilter
-from chatloop.providers.textcalls import find_text_calls, has_tag_call, strip_tag_calls
+from chatloop.providers.textcall_formats import find_text_calls, has_tag_call, strip_tag_calls
 
 JS = "execute_javascript"
 TOOLS = {JS: {"code", "timeout_seconds"}, "get_weather": {"city"}}

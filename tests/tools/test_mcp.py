@@ -741,7 +741,7 @@ def test_header_placeholders_come_from_the_provider_keys_secret(monkeypatch):
         assert load_named_secrets(settings, ["DOCS_TOKEN", "MISSING"], environ={}) == {
             "DOCS_TOKEN": stored_token
         }
-    from chatloop.observability import redact
+    from chatloop.redaction import redact
 
     assert (
         redact(f"Bearer {stored_token}") == "Bearer [REDACTED]"
@@ -796,7 +796,7 @@ def test_a_server_with_no_tools_or_missing_allowed_tools_is_a_warning(docs):
 
 
 def test_a_token_written_into_mcp_servers_is_redacted_everywhere(docs):
-    from chatloop.observability import redact
+    from chatloop.redaction import redact
     from chatloop.tools.mcp import MCPServers
 
     literal = "literal-token-9d1f00aa"

@@ -20,13 +20,13 @@ from chatloop.config import MCPServerConfig, Settings
 from chatloop.deadline import Deadline
 from chatloop.engine import TurnRequest, run_turn
 from chatloop.engine.messages import normalize_conversation
-from chatloop.observability import register_secret
 from chatloop.providers.base import ModelResponse, TextDelta
+from chatloop.redaction import register_secret
 from chatloop.tools.base import ToolRegistry
 from chatloop.tools.javascript import ExecuteJavaScriptTool
-from chatloop.tracing import traced_turn
 from chatloop.tracing.scope import TurnScope
 from chatloop.tracing.setup import SECONDS_BUCKETS, TOKEN_BUCKETS, uninstall
+from chatloop.tracing.turn import trace_turn
 from tests.support.events import parse_sse, rest_event
 from tests.support.fake_llm import error, text, tool_calls
 from tests.support.handler import build_runtime, invoke
@@ -256,7 +256,7 @@ async def traced(model: ScriptedModel, registry: ToolRegistry, **request: Any) -
     runtime = build_runtime(settings, model=model, registry=registry)
     scope = TurnScope("rid-guard", conversation_id="conv_123")
     run = lambda chain: run_turn(turn, chain, registry, Deadline.after(30), runtime.limits)  # noqa: E731
-    return [e async for e in traced_turn(settings, scope, runtime.model_for(None, strict=False), run)]
+    return [e async for e in trace_turn(settings, scope, runtime.model_for(None, strict=False), run)]
 
 
 async def test_a_guard_ended_turn_has_its_guard_event(telemetry):
@@ -294,7 +294,7 @@ async def test_a_turn_the_client_leaves_mid_call_ends_its_spans(telemetry):
     turn = TurnRequest(messages=normalize_conversation([{"role": "user", "content": "hi"}]))
     runtime = build_runtime(settings, model=Slow(), registry=ToolRegistry())
     run = lambda chain: run_turn(turn, chain, ToolRegistry(), Deadline.after(60), runtime.limits)  # noqa: E731
-    events = traced_turn(
+    events = trace_turn(
         settings, TurnScope("rid-gone", flush=True), runtime.model_for(None, strict=False), run
     )
     async for event in events:
@@ -508,7 +508,7 @@ async def test_the_runtimes_chain_is_untouched_and_a_reused_chain_is_traced_once
     turn = TurnRequest(messages=normalize_conversation([{"role": "user", "content": "hi"}]))
     run = lambda chain: run_turn(turn, chain, registry, Deadline.after(10), runtime.limits)  # noqa: E731
     for rid in ("r1", "r2"):
-        async for _ in traced_turn(Settings(), TurnScope(rid), turn_chain, run):
+        async for _ in trace_turn(Settings(), TurnScope(rid), turn_chain, run):
             pass
     assert runtime.chain().models == [model] and model.calls == 2
     agents = telemetry.named("invoke_agent")

@@ -1,17 +1,16 @@
-"""The HTTP surface: a Starlette app, one module per wire API over one request context.
+"""The HTTP surface: a Starlette app, one sub-package per layer, each serving the next (tests/test_imports.py holds
+the order and checks it):
 
-- ``context.RequestContext``: built once per request (deadline, request id, the adapter's invocation, the caller);
-- ``serve.serve_turn``: a turn served through a renderer, streamed or not (one guarded stream, one redaction point);
-- ``chat`` (/chat), ``openai_chat`` (/v1/chat/completions), ``responses`` (/v1/responses), each a renderer and its
-  endpoint; ``models`` (/v1/models, /health), ``page`` (/); ``checks`` holds the checks the turn endpoints share,
-  ``schemas`` and ``response_schemas`` their request bodies;
-- the stored state: ``conversations`` (/v1/conversations, and a conversation read as a turn's history), ``stored``
-  (stored responses), ``chat_threads`` (/chat in a conversation, /chat/stop, /chat/follow), ``running`` (turns that
-  outlive their client), ``journal``/``follow``/``journaled``/``runs`` (running turns kept in the store, followed and
-  stopped from any copy), ``background`` (background responses, /events) and ``webhooks``; these and ``responses``
-  are imported on their first request (``app.lazy``) or into a SnapStart snapshot;
-- ``wire``: JSON and SSE bytes, heartbeats; ``idempotency``, ``limits``, ``adapter``, ``caller``, ``errors``: what
-  every request may need.
+- ``http``: what every request may need (the ``RequestContext`` built once per request, errors, wire bytes, body
+  limits, the caller, the Web Adapter's headers, health), with ``runtime`` (what the container keeps: settings,
+  chain, tools, stores) beside it;
+- ``idempotency``: the ``Idempotency-Key`` route wrapper (its records are ``store/idempotency.py``'s);
+- ``turns``: a turn served through a renderer, the checks and request schemas the turn endpoints share, budgets;
+- ``runs``: turns that outlive their request (journaled, followed, stopped from any copy; background responses);
+- the wire APIs: ``chat`` (/chat and its stored threads) and ``openai`` (chat completions, models, ``responses/``,
+  ``conversations/``);
+- ``page`` (/) and ``app``: the route table; the endpoints not every request needs are imported on their first
+  request (``chatloop.lazy.ROUTES``) or into a SnapStart snapshot.
 
 Usage::
 

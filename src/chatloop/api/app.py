@@ -32,32 +32,25 @@ from chatloop.api.openai import chat_completions as openai_chat
 from chatloop.api.openai import models
 from chatloop.api.page import endpoints as page
 from chatloop.api.runtime import Runtime
-from chatloop.config import Settings, from_environment
+from chatloop.config import KEY_VARIABLES, Settings, from_environment
+from chatloop.lazy import ROUTES as LAZY_ROUTES
 from chatloop.observability import logger
 from chatloop.providers.chain import FallbackChain
-from chatloop.secrets import KEY_VARIABLES
 from chatloop.tools.base import ToolRegistry
-
-LAZY_MODULES = (
-    "chatloop.api.openai.responses.endpoint",
-    "chatloop.api.openai.responses.stored",
-    "chatloop.api.runs.background",
-    "chatloop.api.chat.threads",
-    "chatloop.api.openai.conversations.endpoints",
-)
-"""The endpoints not every request needs, imported on their first request (``lazy``): the Responses API, the stored
-state and the Conversations API (~10 ms of ``import app``, pydantic schemas mostly). SnapStart imports them into the
-snapshot (``snapstart.before_snapshot``), so a restored copy does not pay it either."""
 
 
 def lazy(module: str, name: str) -> Callable[[Request], Awaitable[Response]]:
-    """The endpoint ``chatloop.api.<module>.<name>``, imported when its route is first called."""
+    """The endpoint ``chatloop.api.<module>.<name>``, imported when its route is first called: the endpoints not
+    every request needs, listed in ``chatloop.lazy.ROUTES`` (SnapStart imports them into the snapshot)."""
+    path = f"chatloop.api.{module}"
+    if path not in LAZY_ROUTES:
+        raise ValueError(f"{path} is not in chatloop.lazy.ROUTES")
     endpoint: Callable[[Request], Awaitable[Response]] | None = None
 
     async def call(request: Request) -> Response:
         nonlocal endpoint
         if endpoint is None:
-            endpoint = getattr(importlib.import_module(f"chatloop.api.{module}"), name)
+            endpoint = getattr(importlib.import_module(path), name)
         return await endpoint(request)
 
     call.__name__ = call.__qualname__ = name
@@ -66,8 +59,8 @@ def lazy(module: str, name: str) -> Callable[[Request], Awaitable[Response]]:
 
 def routes(settings: Settings) -> list[BaseRoute]:
     """Every route of the app: the turn endpoints, the stored state, models and health, the page, and (stream mode
-    under SnapStart) the Web Adapter's hook routes."""
-    return [
+    under SnapStart) the Web Adapter's hook routes, apart from the others."""
+    table: list[BaseRoute] = [
         Route("/chat", idempotent(chat.chat), methods=["POST"]),
         Route("/chat/stop", lazy("chat.threads", "stop_chat"), methods=["POST"]),
         Route("/chat/follow", lazy("chat.threads", "follow_chat"), methods=["GET"]),
@@ -143,9 +136,14 @@ def routes(settings: Settings) -> list[BaseRoute]:
         Route("/static/{path:path}", page.asset, methods=["GET"]),
         # stream mode: the asynchronous invocation that runs a background response, as the Web Adapter passes it
         Route(settings.lwa_pass_through_path, lazy("runs.background", "events"), methods=["POST"]),
-        # stream mode under SnapStart: the Web Adapter's two hook routes, when configured (H1, #27)
-        *snapstart.hook_routes(settings),
     ]
+    # stream mode under SnapStart: the Web Adapter's two hook routes, when configured (H1, #27)
+    return [*table, *snapstart.hook_routes(settings, taken=route_paths(table))]
+
+
+def route_paths(table: list[BaseRoute]) -> list[str]:
+    """The paths of ``table``'s routes (what a SnapStart hook path may not overlap)."""
+    return [route.path for route in table if isinstance(route, Route)]
 
 
 def create_app(

@@ -22,7 +22,6 @@ import threading
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
-from chatloop.api.idempotency.idempotent import Store
 from chatloop.config import DEFAULT_MODEL_CHAIN, MCPServerConfig, Settings
 from chatloop.deadline import Deadline
 from chatloop.engine.limits import EngineLimits
@@ -34,13 +33,16 @@ from chatloop.providers.warmup import prime as prime_sdk
 from chatloop.providers.warmup import when_in_flight
 from chatloop.secrets import load_provider_keys
 from chatloop.tools.base import ToolRegistry
+from chatloop.tools.javascript import ExecuteJavaScriptTool, JavaScriptSandbox
+from chatloop.tools.javascript.tool import TOOL_NAME as JAVASCRIPT_TOOL
 
 if TYPE_CHECKING:
-    from chatloop.api.turns.budgets import Book
+    from chatloop.providers.budgeted import Book
+    from chatloop.store.idempotency import IdempotencyRecords
     from chatloop.store.service import ConversationStore
     from chatloop.tools.mcp import MCPServers, TurnTools
 
-BUILTIN_TOOLS = ("execute_javascript",)
+BUILTIN_TOOLS = (JAVASCRIPT_TOOL,)
 DEMO_PROVIDER = "demo"
 CHAIN_ALIAS = "chatloop"
 """The model id that means "the configured chain, from its first entry" (what a client gets with no ``model``)."""
@@ -107,9 +109,13 @@ class Runtime:
         self._limits = (settings, engine_limits(settings))
         self._mcp: MCPServers | None = None
         self._budgets: Book | None = None
-        self.idempotency: Store | None = None
+        self.idempotency: IdempotencyRecords | None = None
         if settings.idempotency_table_name:
-            self.idempotency = Store(settings.idempotency_table_name, settings.idempotency_expiry_seconds)
+            from chatloop.store.idempotency import IdempotencyRecords
+
+            self.idempotency = IdempotencyRecords(
+                settings.idempotency_table_name, settings.idempotency_expiry_seconds
+            )
 
     @property
     def limits(self) -> EngineLimits:
@@ -132,8 +138,6 @@ class Runtime:
     def registry(self) -> ToolRegistry:
         with self._lock:
             if self._registry is None:
-                from chatloop.tools.javascript import ExecuteJavaScriptTool, JavaScriptSandbox
-
                 sandbox = JavaScriptSandbox(
                     memory_mb=self.settings.js_memory_mb,
                     max_concurrency=self.settings.sandbox_concurrency(),
@@ -188,7 +192,7 @@ class Runtime:
             return None
         book = self._budgets
         if book is None or book.settings is not self.settings:
-            from chatloop.api.turns.budgets import Book
+            from chatloop.providers.budgeted import Book
 
             self._budgets = book = Book(self.settings, self.catalog)
         return book

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 
 from chatloop.engine.request import function_name
 from chatloop.jsontypes import JSONObject
-from chatloop.providers.textcalls import bare_json, fenced_json, find_text_calls, tool_keys
+from chatloop.providers.textcall_formats import bare_json, fenced_json, find_text_calls, tool_keys
 
 TOOL_RESULT_KEYS = frozenset({"error", "output", "result", "duplicate_of"})
 """The keys of the tool messages this engine writes (``{"error": ..., "output": ...}``)."""

@@ -25,7 +25,7 @@ from chatloop.engine.textfilter import TextCallFilter
 from chatloop.jsontypes import JSONObject
 from chatloop.observability import logger
 from chatloop.providers.base import ModelRequest, ModelResponse
-from chatloop.providers.textcalls import tool_keys
+from chatloop.providers.textcall_formats import tool_keys
 
 MIN_CALL_SECONDS = 0.5
 """Below this, no model call is started: the turn answers with the fallback text."""

@@ -26,8 +26,8 @@ from chatloop.engine.policy import Decision
 from chatloop.engine.summary import StopReason, TurnSummary, calls_json, usage_json
 from chatloop.jsontypes import JSONObject
 from chatloop.providers.base import ContextFit, ModelFallback, ModelResponse, ToolCall, Usage
-from chatloop.providers.errors import AllModelsFailed, ModelError
-from chatloop.providers.textcalls import TextCalls
+from chatloop.providers.failures import AllModelsFailed, ModelError
+from chatloop.providers.textcall_formats import TextCalls
 
 __all__ = [
     "ApprovalRequested",

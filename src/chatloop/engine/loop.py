@@ -57,13 +57,14 @@ from chatloop.engine.events import (
 from chatloop.engine.execute import ToolExecutor
 from chatloop.engine.guards import BatchPlan, Disposition
 from chatloop.engine.limits import EngineLimits
+from chatloop.engine.loglines import log_context_decision, log_decision, log_turn_end
 from chatloop.engine.policy import Action, Decision, DecisionInput, decide
 from chatloop.engine.request import TurnRequest
 from chatloop.engine.retold import Retold
 from chatloop.engine.state import TurnSetup
 from chatloop.engine.summary import AssistantMessage, DecisionReason, StopReason
 from chatloop.engine.textcalls import Reply
-from chatloop.observability import log_context_decision, log_decision, log_turn_end, logger
+from chatloop.observability import logger
 from chatloop.providers.base import (
     ChatModel,
     ContextFit,
@@ -72,7 +73,7 @@ from chatloop.providers.base import (
     TextDelta,
     ToolCall,
 )
-from chatloop.providers.errors import AllModelsFailed, DeadlineExceeded, ModelError, Transient
+from chatloop.providers.failures import AllModelsFailed, DeadlineExceeded, ModelError, Transient
 from chatloop.tools.base import ToolRegistry
 
 BUDGET_KINDS = frozenset({"budget", "budget_unavailable"})

@@ -18,10 +18,10 @@ from dataclasses import dataclass, field
 
 from chatloop.engine import prompts
 from chatloop.engine.events import FallbackMade
+from chatloop.engine.loglines import log_fallback
 from chatloop.engine.summary import AssistantMessage, Fallback, StopReason, ToolCallRecord, TurnSummary
-from chatloop.observability import log_fallback
 from chatloop.providers.base import ContextFit, ModelFallback, ModelResponse, ToolCall, Usage
-from chatloop.providers.textcalls import TextCalls
+from chatloop.providers.textcall_formats import TextCalls
 from chatloop.tools.base import ToolResult
 
 

@@ -1,7 +1,7 @@
 """What the engine makes of a model response that wrote its tool calls as text.
 
 While tools are offered, a response with no native tool calls whose content is (or ends with) a call in a known
-format (``chatloop.providers.textcalls``) gets those calls, fresh ids and JSON-string arguments; its content keeps
+format (``chatloop.providers.textcall_formats``) gets those calls, fresh ids and JSON-string arguments; its content keeps
 only the words before them. A tagged pseudo-call that cannot be read (truncated, malformed, or written while no
 tool was offered) is cut out of the content and reported, so the model is reminded instead of the user seeing it.
 
@@ -19,7 +19,13 @@ from dataclasses import dataclass
 
 from chatloop.jsontypes import JSONObject
 from chatloop.providers.base import ModelResponse
-from chatloop.providers.textcalls import TextCalls, find_text_calls, has_tag_call, strip_tag_calls, tool_keys
+from chatloop.providers.textcall_formats import (
+    TextCalls,
+    find_text_calls,
+    has_tag_call,
+    strip_tag_calls,
+    tool_keys,
+)
 
 
 @dataclass(frozen=True)

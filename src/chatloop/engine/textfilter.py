@@ -3,7 +3,7 @@
 A model that writes ``<tool_call>{...}`` (or ``{"name": ...}``, ``execute_javascript{...}``, a ```` ```json ````
 block) must not show that to the user while it streams. ``TextCallFilter`` passes text through at once unless it may
 be the start of such a call, in any format the parser recovers: the openers come from the parser's own table
-(``chatloop.providers.textcalls.FORMATS``), so a format added there is held here too. From a call's start it holds
+(``chatloop.providers.textcall_formats.FORMATS``), so a format added there is held here too. From a call's start it holds
 everything until the response is judged; ``finish()`` then releases what the content turned out to be.
 
 - tags (``<tool_call>``, ``<|python_tag|>``, ``<function=``): always held, a partial tag waits for the next piece;
@@ -31,7 +31,7 @@ import re
 from collections.abc import Iterable
 
 from chatloop.engine.answers import ECHO_MARKERS, echo_at
-from chatloop.providers.textcalls import FORMATS, MAX_JSON_STARTS
+from chatloop.providers.textcall_formats import FORMATS, MAX_JSON_STARTS
 
 _FENCE_FOR_CALLS = {"", "json", "tool_call", "tool_code"}
 _JSON_MARK = re.compile(r'["\\{}\[\]]')

@@ -1,7 +1,7 @@
 """The ChatModel protocol the engine calls, and the values that cross it.
 
 A model streams ``TextDelta`` items (and, for a fallback chain, ``ModelFallback`` notices) and ends
-with exactly one ``ModelResponse``. Failures are raised as ``chatloop.providers.errors.ModelError``.
+with exactly one ``ModelResponse``. Failures are raised as ``chatloop.providers.failures.ModelError``.
 
 Usage::
 

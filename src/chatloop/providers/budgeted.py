@@ -22,10 +22,12 @@ from __future__ import annotations
 
 import asyncio
 import math
+import threading
 from collections.abc import AsyncIterator
-from dataclasses import dataclass
-from typing import Protocol
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Protocol
 
+from chatloop import store
 from chatloop.jsontypes import JSONObject
 from chatloop.providers.base import (
     ChatModel,
@@ -36,9 +38,13 @@ from chatloop.providers.base import (
     TextDelta,
 )
 from chatloop.providers.catalog import Catalog
-from chatloop.providers.errors import ModelError
+from chatloop.providers.failures import ModelError
 from chatloop.providers.tokens import TokenEstimator, text_tokens
-from chatloop.store.budget import Charge, Held
+from chatloop.store.budget import Charge, Held, Ledger, Limits
+
+if TYPE_CHECKING:
+    from chatloop.config import Settings
+    from chatloop.providers.chain import FallbackChain
 
 DEFAULT_OUTPUT_CAP = 4096
 """Reserved for the answer of a model whose catalog entry names no output cap, when the request sets no max_tokens."""
@@ -210,3 +216,39 @@ class BudgetedModel:
             spent.broke()
             # Shielded: a turn cancelled at its deadline, or closed when its client left, still settles.
             await asyncio.shield(self.account.settle(held, spent.total))
+
+
+@dataclass
+class Book:
+    """The container's budget machinery (``Runtime.budgets``, used by ``api/turns/budgets.py``): the defaults, the ledger (opened on first use) and the meter."""
+
+    settings: Settings
+    catalog: Catalog
+    ledger_: Ledger | None = None
+    _lock: threading.Lock = field(default_factory=threading.Lock)
+    _meter: Meter | None = None
+
+    def meter_for(self, chain: FallbackChain) -> Meter:
+        """The meter, built on the first turn with the chain's token estimator (calibrated by every model's reported
+        usage, shared with context fitting); /v1/usage needs none, so it builds no chain and reads no key."""
+        with self._lock:
+            if self._meter is None:
+                self._meter = Meter(self.catalog, chain.health.estimator)
+            return self._meter
+
+    @property
+    def defaults(self) -> Limits:
+        return Limits.of(self.settings)
+
+    @property
+    def ledger(self) -> Ledger:
+        with self._lock:
+            if self.ledger_ is None:
+                self.ledger_ = store.open_ledger(self.settings)
+            return self.ledger_
+
+    def fails_closed(self) -> bool:
+        mode = self.settings.budget_store_failure or (
+            "closed" if self.settings.lambda_function_name else "open"
+        )
+        return mode == "closed"

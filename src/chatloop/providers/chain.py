@@ -8,7 +8,7 @@ next; auth -> skip every model of that provider; transient -> next. A bad reques
 Every switch is a ``ModelFallback`` item (the engine turns it into an event, a log line and a metric).
 
 ``stream`` holds the ordering and the fallback; what it asks along the way has its own place: fitting the conversation
-to the models' windows is ``context.fit`` (a pure decision, also the HTTP pre-check's through ``can_hold``), what a
+to the models' windows is ``window.fit`` (a pure decision, also the HTTP pre-check's through ``can_hold``), what a
 failure teaches about a model is ``health.ChainHealth``, and the tool-call recovery is ``recovery``.
 
 Health (cooldowns, disabled models) lives as long as the container; stickiness lives for one turn:
@@ -37,8 +37,7 @@ from chatloop.providers.base import (
     TextDelta,
 )
 from chatloop.providers.catalog import Catalog
-from chatloop.providers.context import Window, fit, fitted
-from chatloop.providers.errors import (
+from chatloop.providers.failures import (
     AllModelsFailed,
     AuthFailed,
     BadRequest,
@@ -48,6 +47,7 @@ from chatloop.providers.errors import (
 )
 from chatloop.providers.health import ChainHealth, provider_of
 from chatloop.providers.recovery import may_retry, recovered_calls, with_corrective_note
+from chatloop.providers.window import Window, fit, fitted
 
 __all__ = ["ChainHealth", "FallbackChain"]
 
@@ -226,7 +226,7 @@ class FallbackChain:
 
     # --- the context window ------------------------------------------------------------------
     def _fit(self, request: ModelRequest) -> tuple[ModelRequest, ContextFit, dict[str, int]]:
-        """``request`` fitted to the windows of the models that may take it (``context.fit``), the ``ContextFit``
+        """``request`` fitted to the windows of the models that may take it (``window.fit``), the ``ContextFit``
         to report, and what it needs of each model's window (the conversation is read once for all)."""
         self._needs = {}
         candidates = [m for m in self._order() if not self._unusable(m, request, 0)] or self._order()

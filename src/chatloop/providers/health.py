@@ -18,7 +18,7 @@ import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
-from chatloop.providers.errors import AuthFailed, ModelError, ModelGone, RateLimited, Transient
+from chatloop.providers.failures import AuthFailed, ModelError, ModelGone, RateLimited, Transient
 from chatloop.providers.tokens import TokenEstimator
 
 DEFAULT_RATE_LIMIT_COOLDOWN = 20.0

@@ -16,8 +16,8 @@ from __future__ import annotations
 from dataclasses import replace
 
 from chatloop.providers.base import ModelRequest, ModelResponse
-from chatloop.providers.errors import ToolUseFailed
-from chatloop.providers.textcalls import find_text_calls, tool_keys
+from chatloop.providers.failures import ToolUseFailed
+from chatloop.providers.textcall_formats import find_text_calls, tool_keys
 
 TOOL_USE_NOTE = (
     "Your previous tool call could not be parsed ({detail}). Call tools only with the official function-calling "

@@ -28,7 +28,7 @@ from chatloop.config import from_environment
 from chatloop.deadline import until
 from chatloop.providers.base import ModelRequest, ModelResponse, StreamItem, TextDelta, Usage
 from chatloop.providers.catalog import ModelInfo, ProviderInfo
-from chatloop.providers.errors import DeadlineExceeded, ModelError, Transient, classify
+from chatloop.providers.failures import DeadlineExceeded, ModelError, Transient, classify
 from chatloop.providers.stream import ToolCallAccumulator, field_of
 from chatloop.providers.warmup import http_client
 from chatloop.textsafe import text_safe

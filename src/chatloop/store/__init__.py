@@ -13,8 +13,11 @@ Every record belongs to an owner (the caller): a read by another owner is exactl
 expires ``CONVERSATION_TTL_SECONDS`` after it was created (its items with it), and an expired record reads as
 missing on both backends whether or not it was swept. Ids are unguessable (``conv_`` + 192 random bits).
 
+Spend limits by caller (``budget``) live in the same file or table: ``open_ledger`` opens their ledger.
+
 Usage::
 
+    ledger = open_ledger(settings)                            # only when a BUDGET_* limit is set
     store = open_store(settings)                              # lazily, once per container
     conversation = await store.create_conversation(owner, {"topic": "x"}, [item], deadline)
     page = await store.list_items(owner, conversation.id, PageQuery(order="asc", limit=20), deadline)
@@ -22,6 +25,7 @@ Usage::
 
 from __future__ import annotations
 
+import time
 from typing import TYPE_CHECKING
 
 from chatloop.store.model import (
@@ -39,6 +43,7 @@ from chatloop.store.service import ConversationStore, Store
 
 if TYPE_CHECKING:
     from chatloop.config import Settings
+    from chatloop.store.budget import Clock, Ledger  # the budget's modules load only with its ledger
 
 __all__ = [
     "Conversation",
@@ -52,6 +57,7 @@ __all__ = [
     "StoredEvent",
     "StoredResponse",
     "new_id",
+    "open_ledger",
     "open_store",
 ]
 
@@ -66,3 +72,14 @@ def open_store(settings: Settings) -> Store:
     from chatloop.store.sqlite import SQLiteBackend
 
     return Store(SQLiteBackend(settings.store_path()), settings.conversation_ttl_seconds)
+
+
+def open_ledger(settings: Settings, clock: Clock = time.time) -> Ledger:
+    """The budget ledger in the conversation store's table or file (boto3 imported only for DynamoDB)."""
+    if settings.conversation_table_name:
+        from chatloop.store.budget_dynamodb import DynamoDBLedger
+
+        return DynamoDBLedger(settings.conversation_table_name, clock)
+    from chatloop.store.budget_sqlite import SQLiteLedger
+
+    return SQLiteLedger(settings.store_path(), clock)

@@ -22,7 +22,7 @@ overrun by at most what calls running at once used beyond their estimates. A rel
 
 Usage::
 
-    ledger = open_ledger(settings)                       # only when a BUDGET_* limit is set (Runtime.budgets)
+    ledger = open_ledger(settings)                       # chatloop.store: only when a BUDGET_* limit is set
     limits = (await ledger.limits(caller, deadline)).over(Limits.of(settings))
     held = await ledger.reserve(caller, Charge(tokens=900, requests=1), limits, deadline)   # or BudgetRefused
     await ledger.settle(caller, held, Charge(tokens=412), deadline)
@@ -323,17 +323,6 @@ class Ledger:
 def budget_key(caller: str) -> str:
     """What a caller's budget is stored under: the store's owner hash (no identity stored)."""
     return owner_key(caller)
-
-
-def open_ledger(settings: Settings, clock: Clock = time.time) -> Ledger:
-    """The ledger in the conversation store's table or file (boto3 imported only for DynamoDB)."""
-    if settings.conversation_table_name:
-        from chatloop.store.budget_dynamodb import DynamoDBLedger
-
-        return DynamoDBLedger(settings.conversation_table_name, clock)
-    from chatloop.store.budget_sqlite import SQLiteLedger
-
-    return SQLiteLedger(settings.store_path(), clock)
 
 
 async def in_thread(deadline: Deadline, call: Callable[[float], T]) -> T:

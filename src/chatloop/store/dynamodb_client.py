@@ -23,6 +23,7 @@ import threading
 from collections.abc import Callable
 from types import TracebackType
 
+from chatloop.aws import bounded_config
 from chatloop.store.dynamodb_layout import DynamoDBClient
 from chatloop.store.model import StoreUnavailable
 
@@ -46,8 +47,6 @@ class ClientPool:
             client = self._clients.get(budget)
             if client is None:
                 import boto3
-
-                from chatloop.aws import bounded_config
 
                 built: DynamoDBClient = boto3.session.Session().client(
                     "dynamodb", config=bounded_config(budget)

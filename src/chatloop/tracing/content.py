@@ -15,7 +15,7 @@ import json
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-from chatloop.observability import redact
+from chatloop.redaction import redact
 
 
 def redacted_json(value: object) -> str:

@@ -24,7 +24,7 @@ from opentelemetry.trace import Span, SpanKind, Status, StatusCode, set_span_in_
 from chatloop.observability import logger
 from chatloop.providers.base import ChatModel, ModelRequest, ModelResponse, StreamItem, TextDelta
 from chatloop.providers.catalog import split_entry
-from chatloop.providers.errors import ModelError
+from chatloop.providers.failures import ModelError
 from chatloop.tracing.content import input_messages, output_messages, system_instructions
 from chatloop.tracing.setup import Telemetry
 

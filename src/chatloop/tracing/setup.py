@@ -24,8 +24,10 @@ from urllib.parse import unquote, urlsplit
 from opentelemetry.metrics import Histogram, Meter, MeterProvider
 from opentelemetry.trace import Tracer, TracerProvider
 
+from chatloop import tracing
 from chatloop.config import Settings
-from chatloop.observability import SERVICE, register_secret
+from chatloop.observability import SERVICE
+from chatloop.redaction import register_secret
 
 if TYPE_CHECKING:
     import requests
@@ -119,23 +121,19 @@ def install(
     capture_content: bool = False,
 ) -> Telemetry:
     """Trace every turn with these providers from now on (tests and the bench: in-memory exporters)."""
-    import chatloop.tracing as tracing
-
     telemetry = Telemetry.of(tracer_provider, meter_provider, capture_content)
     with _LOCK:
         _TELEMETRY[:] = [telemetry]
-    tracing._INSTALLED[0] = True
+    tracing.mark_installed(True)
     return telemetry
 
 
 def uninstall() -> None:
     """Back to the environment's configuration, the providers in use shut down (tests)."""
-    import chatloop.tracing as tracing
-
     with _LOCK:
         current = list(_TELEMETRY)
         _TELEMETRY.clear()
-    tracing._INSTALLED[0] = False
+    tracing.mark_installed(False)
     for telemetry in current:
         for provider in (telemetry.tracer_provider, telemetry.meter_provider):
             shutdown = getattr(provider, "shutdown", None)

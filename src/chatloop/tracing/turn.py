@@ -51,9 +51,10 @@ from chatloop.engine.events import (
     TurnError,
 )
 from chatloop.engine.summary import StopReason
-from chatloop.observability import logger, redact
+from chatloop.observability import logger
 from chatloop.providers.chain import FallbackChain
-from chatloop.tracing import _TOOL_RUNS, tool_run_key
+from chatloop.redaction import redact
+from chatloop.tracing import set_tool_trace_context
 from chatloop.tracing.content import output_messages
 from chatloop.tracing.model import TracedModel, provider_and_model
 from chatloop.tracing.scope import TurnScope
@@ -197,8 +198,7 @@ class TurnTrace:
         if event.server is not None:  # the run's context, for the server it calls (MCP's params._meta)
             carrier: dict[str, str] = {}
             inject(carrier, context=set_span_in_context(span))
-            key = tool_run_key(event.tool_name, _arguments(event.arguments))
-            _TOOL_RUNS.set({**(_TOOL_RUNS.get() or {}), key: carrier})
+            set_tool_trace_context(event.tool_name, _arguments(event.arguments), carrier)
 
     def _tool_answered(self, event: ToolCallResult) -> None:
         span = self.tools.pop(event.id, None)

@@ -163,7 +163,7 @@ async def follow_chat(request: Request) -> Response:
 
     from chatloop.api.http.wire import sse_frame
     from chatloop.api.runs.follow import follow
-    from chatloop.observability import redact
+    from chatloop.redaction import redact
 
     store, owner, deadline = store_context(request)
     conversation_id = conversation_id_of(request.query_params.get("conversation", ""))

@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING
 from starlette.requests import HTTPConnection
 
 from chatloop.api.http import adapter
+from chatloop.api.http.caller import caller_of
 from chatloop.deadline import Deadline
 from chatloop.observability import logger
 
@@ -45,10 +46,19 @@ class RequestContext:
 
     @classmethod
     def of(cls, request: HTTPConnection) -> RequestContext:
+        """The request's context, made (and its log lines correlated: ``correlate_logs``) on first use."""
         context = request.scope.get(SCOPE_KEY)
         if not isinstance(context, RequestContext):
             context = request.scope[SCOPE_KEY] = cls(request)
+            context.correlate_logs()
         return context
+
+    def correlate_logs(self) -> None:
+        """Behind the Web Adapter, the invocation's request id becomes the log correlation id of every line from
+        here on: nothing else sets it there (no ``inject_lambda_context``; the adapter sends one invocation at a
+        time). Under Mangum the handler's ``inject_lambda_context`` has set it already; ``make run`` has none."""
+        if self.invocation is not None and not self._lambda_request_id():
+            logger.set_correlation_id(self.request_id)
 
     @property
     def settings(self) -> Settings:
@@ -112,19 +122,19 @@ class RequestContext:
     @cached_property
     def request_id(self) -> str:
         """API Gateway's request id, Lambda's, the adapter's, or a new one (``make run``)."""
+        rid = self._lambda_request_id()
+        if not rid and self.invocation is not None:
+            rid = self.invocation.request_id
+        return str(rid or uuid.uuid4())
+
+    def _lambda_request_id(self) -> str | None:
+        """The request id of the Lambda event Mangum adapted (API Gateway's, else Lambda's), buffered mode."""
         event = self.request.scope.get("aws.event") or {}
         context = self.request.scope.get("aws.context")
         rid = (event.get("requestContext") or {}).get("requestId") or getattr(context, "aws_request_id", None)
-        if not rid and self.invocation is not None:
-            rid = self.invocation.request_id
-            logger.set_correlation_id(
-                rid
-            )  # no inject_lambda_context under the adapter: one invocation at a time
-        return str(rid or uuid.uuid4())
+        return str(rid) if rid else None
 
     @cached_property
     def caller(self) -> str | None:
         """Who is asking (``caller_of``): the identity every per-caller scope uses; None when there is none."""
-        from chatloop.api.http.caller import caller_of
-
         return caller_of(self.request)

@@ -14,7 +14,8 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse
 
 from chatloop.api.http.wire import JSONBody
-from chatloop.observability import logger, redact
+from chatloop.observability import logger
+from chatloop.redaction import redact
 
 OPENAI_TYPES = {
     400: "invalid_request_error",

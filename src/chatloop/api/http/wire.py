@@ -17,7 +17,7 @@ from collections.abc import AsyncIterator
 
 from starlette.responses import JSONResponse
 
-from chatloop.observability import redact
+from chatloop.redaction import redact
 from chatloop.textsafe import text_safe
 
 _LINE_BREAKS = {"\u2028": "\\u2028", "\u2029": "\\u2029", "\u0085": "\\u0085"}

@@ -1,6 +1,7 @@
 """Retried requests answered once: an ``Idempotency-Key`` header (the name Stripe and the IETF draft use) makes a
 request run at most once within the expiry, with Powertools Idempotency's DynamoDB persistence layer keeping the
-record (in progress, then the stored response).
+record (in progress, then the stored response). The records are ``store/idempotency.py``'s; this module is the
+route wrapper.
 
 - The same key and the same body again: the stored response, byte for byte (a stream is replayed as the same SSE
   event sequence), and no model call. A different body: 422. The first still running: 409 with ``retry-after``.
@@ -31,24 +32,25 @@ import hashlib
 import json
 import math
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
-from typing import TYPE_CHECKING, TypedDict
+from collections.abc import AsyncIterable, AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import anyio
 from anyio import to_thread
-from starlette.requests import Request
+from starlette.requests import HTTPConnection, Request
 from starlette.responses import Response, StreamingResponse
 from starlette.types import Receive, Scope, Send
 
 from chatloop.api.http.context import RequestContext
 from chatloop.api.http.errors import error_response
 from chatloop.api.http.request_limits import read_within
-from chatloop.aws import bounded_config
 from chatloop.observability import logger, metrics
 
 if TYPE_CHECKING:
-    from aws_lambda_powertools.utilities.idempotency import DynamoDBPersistenceLayer
-    from boto3.session import Session
+    from aws_lambda_powertools.utilities.idempotency.persistence.datarecord import DataRecord
+
+    from chatloop.store.idempotency import IdempotencyRecords, StoredAnswer
 
 HEADER = "idempotency-key"
 MAX_KEY_LENGTH = 255
@@ -56,11 +58,8 @@ MAX_STORED_BYTES = 350_000
 """DynamoDB items are at most 400 KB; the record's other attributes need the rest."""
 REPLAYED_HEADER = "idempotent-replayed"
 STOP_REASON = "chatloop.stop_reason"
-"""Where the turn's stop reason is left in the request's scope (``serve.observed``): a streamed turn that ended
-with ``all_models_failed`` is a failure, as its JSON form (a 503) is, and is not stored."""
+"""Where ``note_stop_reason`` leaves the turn's stop reason in the request's scope."""
 Route = Callable[[Request], Awaitable[Response]]
-BUCKETS = (0.5, 1.0, 2.0, 4.0, 8.0)
-"""Budgets (seconds, retries included) a DynamoDB call can be given: one client each, built on first use."""
 STORE_SHARE = 0.2
 """The largest share of a request's remaining time one store call may take before the turn (the turn needs the
 rest)."""
@@ -68,59 +67,31 @@ END_SHARE = 0.5
 """... and after it (recording or releasing the answer), when what is left is the Lambda's safety margin."""
 
 
-class StoredAnswer(TypedDict):
-    """A recorded answer, replayed byte for byte."""
-
-    status: int
-    media_type: str
-    headers: dict[str, str]
-    body: str
+@dataclass(frozen=True)
+class Run:
+    """The request is claimed: it runs, and its answer is recorded (or its claim released)."""
 
 
-class StoreTimeout(TimeoutError):
-    """Too little of the request's time is left to ask the store anything."""
+@dataclass(frozen=True)
+class RunUnrecorded:
+    """The records failed (logged and counted): the request runs anyway, once more than asked, and nothing is kept."""
 
 
-class Store:
-    """Powertools' DynamoDB persistence layer for one table: one layer (and boto3 client) per call budget in
-    ``BUCKETS``, each built on first use and kept for the container.
+@dataclass(frozen=True)
+class Answered:
+    """The request does not run: ``response`` is the recorded answer replayed, or why it cannot be had (409, 422)."""
 
-    ``store.layer(1.5)`` is the 1 s bucket's layer: its every call (connect, read, retries) ends within 1 s.
-    """
+    response: Response
 
-    def __init__(self, table_name: str, expires_after_seconds: int):
-        self.table_name = table_name
-        self.expires_after_seconds = expires_after_seconds
-        self._layers: dict[float, DynamoDBPersistenceLayer] = {}
-        self._session: Session | None = None
 
-    def layer(self, budget: float = BUCKETS[-1]) -> DynamoDBPersistenceLayer:
-        bucket = max((b for b in BUCKETS if b <= budget), default=None)
-        if bucket is None:
-            raise StoreTimeout(f"{max(budget, 0):.2f} s is too little for a store call")
-        if bucket not in self._layers:
-            from aws_lambda_powertools.utilities.idempotency import (
-                DynamoDBPersistenceLayer,
-                IdempotencyConfig,
-            )
+Claim = Run | RunUnrecorded | Answered
+"""What claiming a request's record decided (``_claim``)."""
 
-            if self._session is None:  # one session for every bucket: the service model is loaded once
-                import boto3
 
-                self._session = boto3.session.Session()
-            layer = DynamoDBPersistenceLayer(
-                table_name=self.table_name, boto_config=bounded_config(bucket), boto3_session=self._session
-            )
-            config = IdempotencyConfig(
-                event_key_jmespath="key",
-                payload_validation_jmespath="body",
-                raise_on_no_idempotency_key=True,
-                expires_after_seconds=self.expires_after_seconds,
-                hash_function="sha256",
-            )
-            layer.configure(config, function_name="chatloop")
-            self._layers[bucket] = layer
-        return self._layers[bucket]
+def note_stop_reason(request: HTTPConnection, stop_reason: str) -> None:
+    """Tell the idempotency wrapper how the request's turn ended (``serve.observed``): a streamed turn that ended
+    with ``all_models_failed`` is a failure, as its JSON form (a 503) is, and is not recorded."""
+    request.scope[STOP_REASON] = stop_reason
 
 
 def budget_of(request: Request, share: float = STORE_SHARE) -> float:
@@ -134,9 +105,9 @@ def idempotent(route: Route) -> Route:
     """``route`` with Idempotency-Key handling, when the app has a store (IDEMPOTENCY_TABLE_NAME)."""
 
     async def handle(request: Request) -> Response:
-        store: Store | None = request.app.state.runtime.idempotency
+        records: IdempotencyRecords | None = request.app.state.runtime.idempotency
         key = request.headers.get(HEADER)
-        if store is None or key is None:
+        if records is None or key is None:
             return await route(request)
         if not key or len(key) > MAX_KEY_LENGTH:
             return error_response(
@@ -152,27 +123,29 @@ def idempotent(route: Route) -> Route:
             "key": f"{caller}|{request.url.path}|{key}",
             "body": hashlib.sha256(body).hexdigest(),
         }
-        claimed = await _claim(store, data, request)
-        if isinstance(claimed, Response):
-            return claimed
-        if claimed is False:  # DynamoDB failed: answer anyway, once more than asked
+        claim = await _claim(records, data, request)
+        if isinstance(claim, Answered):
+            return claim.response
+        if isinstance(claim, RunUnrecorded):
             return await route(request)
         try:
             response = await route(request)
         except BaseException:
-            await _release(store, data, request)
+            await _release(records, data, request)
             raise
         if isinstance(response, StreamingResponse):
-            return RecordedStream(response, store, data, request)
-        await _save(store, data, request, response, bytes(response.body))
+            return RecordedStream(response, records, data, request)
+        await _save(records, data, request, response, bytes(response.body))
         return response
 
     return handle
 
 
-async def _claim(store: Store, data: dict[str, str], request: Request, attempt: int = 0) -> Response | bool:
-    """True: this request runs and records its answer. False: the store failed (run unrecorded). A Response: the
-    stored answer, or why it cannot be had (409, 422)."""
+async def _claim(
+    records: IdempotencyRecords, data: dict[str, str], request: Request, attempt: int = 0
+) -> Claim:
+    """Claim the request's record (in progress): ``Run`` when it is this request's, else what the record already
+    there says (``_answer_for``), ``RunUnrecorded`` when the records fail."""
     from aws_lambda_powertools.utilities.idempotency.exceptions import (
         IdempotencyItemAlreadyExistsError,
         IdempotencyItemNotFoundError,
@@ -180,19 +153,19 @@ async def _claim(store: Store, data: dict[str, str], request: Request, attempt: 
     )
 
     try:
-        layer = store.layer(budget_of(request))  # no region or credentials fails here: a store failure too
+        layer = records.layer(budget_of(request))  # no region or credentials fails here: a store failure too
         remaining_ms = RequestContext.of(request).remaining_ms()
         await to_thread.run_sync(layer.save_inprogress, data, remaining_ms)
-        return True
+        return Run()
     except IdempotencyValidationError:
-        return _mismatch(request)
+        return Answered(_mismatch(request))
     except IdempotencyItemAlreadyExistsError as exc:
         try:
             record = exc.old_data_record or await to_thread.run_sync(
-                store.layer(budget_of(request)).get_record, data
+                records.layer(budget_of(request)).get_record, data
             )
         except IdempotencyValidationError:
-            return _mismatch(request)
+            return Answered(_mismatch(request))
         except IdempotencyItemNotFoundError:
             record = None  # it expired or was released meanwhile
         except Exception as failure:
@@ -200,19 +173,25 @@ async def _claim(store: Store, data: dict[str, str], request: Request, attempt: 
         if record is None:
             if attempt:
                 return _store_failed(RuntimeError("the record vanished twice"))
-            return await _claim(store, data, request, attempt + 1)
-        if record.status == "COMPLETED" and record.response_data:
-            return _replay(json.loads(record.response_data))
-        seconds = max(1, math.ceil(float(record.in_progress_expiry_timestamp or 0) / 1000 - time.time()))
-        return error_response(
-            request,
-            409,
-            "request_in_progress",
-            "a request with this Idempotency-Key is still running; retry after it ends",
-            headers={"retry-after": str(min(seconds, 30))},
-        )
+            return await _claim(records, data, request, attempt + 1)
+        return Answered(_answer_for(record, request))
     except Exception as failure:
         return _store_failed(failure)
+
+
+def _answer_for(record: DataRecord, request: Request) -> Response:
+    """What a record another request holds answers, by its status (as Powertools' ``_handle_for_status``): a
+    completed one its answer replayed; one still in progress a 409 with ``retry-after``."""
+    if record.status == "COMPLETED" and record.response_data:
+        return _replay(json.loads(record.response_data))
+    seconds = max(1, math.ceil(float(record.in_progress_expiry_timestamp or 0) / 1000 - time.time()))
+    return error_response(
+        request,
+        409,
+        "request_in_progress",
+        "a request with this Idempotency-Key is still running; retry after it ends",
+        headers={"retry-after": str(min(seconds, 30))},
+    )
 
 
 def _mismatch(request: Request) -> Response:
@@ -224,10 +203,10 @@ def _mismatch(request: Request) -> Response:
     )
 
 
-def _store_failed(failure: BaseException) -> bool:
+def _store_failed(failure: BaseException) -> RunUnrecorded:
     logger.warning(f"idempotency store failed ({type(failure).__name__}): answering without deduplication")
     metrics.add_metric(name="IdempotencyErrors", unit="Count", value=1)
-    return False
+    return RunUnrecorded()
 
 
 def _replay(stored: StoredAnswer) -> Response:
@@ -237,26 +216,26 @@ def _replay(stored: StoredAnswer) -> Response:
     )
 
 
-async def _release(store: Store, data: dict[str, str], request: Request) -> None:
+async def _release(records: IdempotencyRecords, data: dict[str, str], request: Request) -> None:
     """Forget the in-progress record: the request did not finish, so a retry must run it. Shielded: it runs when
     the request is being cancelled (a client that went away) too."""
     with anyio.CancelScope(shield=True):
         try:
-            layer = store.layer(budget_of(request, END_SHARE))
+            layer = records.layer(budget_of(request, END_SHARE))
             await to_thread.run_sync(layer.delete_record, data, RuntimeError("not completed"))
         except Exception as failure:
             _store_failed(failure)
 
 
 async def _save(
-    store: Store, data: dict[str, str], request: Request, response: Response, body: bytes
+    records: IdempotencyRecords, data: dict[str, str], request: Request, response: Response, body: bytes
 ) -> None:
     if response.status_code != 200:
-        await _release(store, data, request)
+        await _release(records, data, request)
         return
     if len(body) > MAX_STORED_BYTES:
         logger.info(f"idempotency: the answer is {len(body)} bytes, over {MAX_STORED_BYTES}; not stored")
-        await _release(store, data, request)
+        await _release(records, data, request)
         return
     stored: StoredAnswer = {
         "status": response.status_code,
@@ -266,30 +245,33 @@ async def _save(
     }
     with anyio.CancelScope(shield=True):
         try:
-            layer = store.layer(budget_of(request, END_SHARE))
+            layer = records.layer(budget_of(request, END_SHARE))
             await to_thread.run_sync(layer.save_success, data, dict(stored))
         except Exception as failure:
             _store_failed(failure)
 
 
-class RecordedStream(Response):
+class RecordedStream(StreamingResponse):
     """A streamed answer, sent as it is produced and recorded once it is complete. When it does not complete (the
     client went away, the stream failed), its in-progress record is released once the response is over: a retry
     with the same key runs again."""
 
-    def __init__(self, inner: StreamingResponse, store: Store, data: dict[str, str], request: Request):
-        self.inner, self.store, self.data, self.request = inner, store, data, request
-        self.status_code = inner.status_code
-        self.media_type = inner.media_type
-        self.background = None
-        self.raw_headers = inner.raw_headers
+    def __init__(
+        self, inner: StreamingResponse, records: IdempotencyRecords, data: dict[str, str], request: Request
+    ):
+        self.records, self.data, self.request = records, data, request
         self.finished = False
-        self._chunks = inner.body_iterator
-        inner.body_iterator = self._teed()
+        super().__init__(
+            self._teed(inner.body_iterator),
+            status_code=inner.status_code,
+            media_type=inner.media_type,
+            background=inner.background,
+        )
+        self.raw_headers = inner.raw_headers  # the inner response's headers, as they were
 
-    async def _teed(self) -> AsyncIterator[bytes]:
+    async def _teed(self, chunks: AsyncIterable[str | bytes | memoryview]) -> AsyncIterator[bytes]:
         seen: list[bytes] = []
-        async for chunk in self._chunks:
+        async for chunk in chunks:
             piece = chunk.encode() if isinstance(chunk, str) else bytes(chunk)
             if piece != b": ping\n\n":  # heartbeats are the connection's, not the answer's
                 seen.append(piece)
@@ -298,13 +280,13 @@ class RecordedStream(Response):
         if (
             self.request.scope.get(STOP_REASON) == "all_models_failed"
         ):  # nothing to replay: a retry runs again
-            await _release(self.store, self.data, self.request)
+            await _release(self.records, self.data, self.request)
         else:
-            await _save(self.store, self.data, self.request, self, b"".join(seen))
+            await _save(self.records, self.data, self.request, self, b"".join(seen))
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         try:
-            await self.inner(scope, receive, send)
+            await super().__call__(scope, receive, send)
         finally:
             if not self.finished:  # the turn did not finish: nothing is stored, so a retry must run it
-                await _release(self.store, self.data, self.request)
+                await _release(self.records, self.data, self.request)

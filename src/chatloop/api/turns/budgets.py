@@ -22,8 +22,7 @@ Counters (an endpoint)::
 from __future__ import annotations
 
 import math
-import threading
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
 from aws_lambda_powertools.metrics import MetricUnit, single_metric
@@ -37,54 +36,16 @@ from chatloop.api.http.wire import JSONBody
 from chatloop.engine import TurnRequest
 from chatloop.observability import NAMESPACE, SERVICE, logger
 from chatloop.providers.base import ChatModel
-from chatloop.providers.budgeted import BudgetedModel, BudgetExhausted, BudgetUnavailable, Meter
-from chatloop.providers.catalog import Catalog
+from chatloop.providers.budgeted import Book, BudgetedModel, BudgetExhausted, BudgetUnavailable
 from chatloop.providers.chain import FallbackChain
-from chatloop.store.budget import BudgetRefused, Charge, Counters, Held, Ledger, Limits, lease_of, open_ledger
+from chatloop.store.budget import BudgetRefused, Charge, Counters, Held, Limits, lease_of
 from chatloop.store.model import StoreUnavailable
 from chatloop.tools.base import ToolRegistry
 
 if TYPE_CHECKING:
     from chatloop.api.runtime import Runtime
-    from chatloop.config import Settings
 
 NO_CALLER = "none"
-
-
-@dataclass
-class Book:
-    """The container's budget machinery: the defaults, the ledger (opened on first use) and the meter."""
-
-    settings: Settings
-    catalog: Catalog
-    ledger_: Ledger | None = None
-    _lock: threading.Lock = field(default_factory=threading.Lock)
-    _meter: Meter | None = None
-
-    def meter_for(self, chain: FallbackChain) -> Meter:
-        """The meter, built on the first turn with the chain's token estimator (calibrated by every model's reported
-        usage, shared with context fitting); /v1/usage needs none, so it builds no chain and reads no key."""
-        with self._lock:
-            if self._meter is None:
-                self._meter = Meter(self.catalog, chain.health.estimator)
-            return self._meter
-
-    @property
-    def defaults(self) -> Limits:
-        return Limits.of(self.settings)
-
-    @property
-    def ledger(self) -> Ledger:
-        with self._lock:
-            if self.ledger_ is None:
-                self.ledger_ = open_ledger(self.settings)
-            return self.ledger_
-
-    def fails_closed(self) -> bool:
-        mode = self.settings.budget_store_failure or (
-            "closed" if self.settings.lambda_function_name else "open"
-        )
-        return mode == "closed"
 
 
 def book_of(runtime: Runtime) -> Book | None:

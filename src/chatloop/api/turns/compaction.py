@@ -176,7 +176,7 @@ async def summarize(ctx: RequestContext, model: ChatModel, messages: Sequence[Me
         if isinstance(item, ModelResponse):
             response = item
     if response is None or not response.content.strip():
-        from chatloop.providers.errors import Transient
+        from chatloop.providers.failures import Transient
 
         raise Transient("the summary came back empty", model=model.name)
     return response
@@ -250,7 +250,7 @@ async def past(
     from chatloop.api.turns.checks import model_for
     from chatloop.api.turns.serve import budgeted
     from chatloop.engine import TurnRequest
-    from chatloop.providers.errors import ModelError
+    from chatloop.providers.failures import ModelError
     from chatloop.providers.tokens import raw_tokens
     from chatloop.tools.base import ToolRegistry
 

@@ -23,12 +23,14 @@ from starlette.responses import Response, StreamingResponse
 from chatloop.api.http.context import RequestContext
 from chatloop.api.http.errors import RequestError
 from chatloop.api.http.wire import JSONBody, with_heartbeats
-from chatloop.api.idempotency.idempotent import STOP_REASON
+from chatloop.api.idempotency.idempotent import note_stop_reason
+from chatloop.api.turns.metrics import record_turn_metrics
 from chatloop.engine import Event, StopReason, TurnRequest, TurnSummary, run_turn
 from chatloop.engine.events import Delta, Done, TurnError
-from chatloop.observability import SecretHold, logger, metrics, record_turn_metrics, redact
+from chatloop.observability import logger, metrics
 from chatloop.providers.base import ChatModel
 from chatloop.providers.chain import FallbackChain
+from chatloop.redaction import SecretHold, redact
 from chatloop.tools.base import ToolRegistry
 
 INTERNAL_ERROR = TurnError("internal_error", "internal error while sending the response")
@@ -102,7 +104,7 @@ def turn_events(
     (``conversation_id``: the stored conversation the turn belongs to); ``metered``: ``model`` under the caller's
     budget (``budgeted``)."""
     ctx.request_id  # noqa: B018 - settled before the turn: behind the adapter it is the turn's log correlation id
-    from chatloop.tracing import traced_if_enabled  # with the first turn, not at import (cold start)
+    from chatloop.api.http.traced import traced_if_enabled  # with the first turn, not at import (cold start)
 
     def run(chain: FallbackChain) -> AsyncIterator[Event]:
         # The budget's wrapper holds the turn's chain, whose models tracing traces in place: metered calls are traced.
@@ -123,7 +125,7 @@ async def observed(events: AsyncIterator[Event], ctx: RequestContext) -> AsyncIt
         if isinstance(event, Done):
             summary = event.summary.with_request_id(ctx.request_id)
             event = Done(summary)
-            ctx.request.scope[STOP_REASON] = summary.stop_reason.value  # a failed stream is not stored
+            note_stop_reason(ctx.request, summary.stop_reason.value)  # a failed stream is not stored
         yield event
     behind_adapter = ctx.invocation is not None
     if behind_adapter:  # the handler counts requests under Mangum; behind the adapter, the turn does

@@ -1,8 +1,13 @@
-"""What concerns every sandbox of this process at once: a SnapStart snapshot (suspend them all: no child process in
+r"""What concerns every sandbox of this process at once: a SnapStart snapshot (suspend them all: no child process in
 it, then resume) and a server stopped by a signal (close them all: no process or work directory left behind).
+
+Each sandbox joins when it is made (``join``, which says whether it starts suspended) and leaves when it is closed
+(``leave``); this module knows them only as ``Member``\ s, so it imports nothing of the sandbox.
 
 Usage::
 
+    suspended = join(self)          # a sandbox, as it is made
+    leave(self)                     # ... as it is closed
     suspend_all()                   # before the snapshot
     resume_all()                    # after each restore
     close_all_on_signals()          # at import of the Lambda entry point
@@ -15,17 +20,40 @@ import threading
 import weakref
 from collections.abc import Callable
 from types import FrameType
-from typing import TYPE_CHECKING
+from typing import Protocol
 
-if TYPE_CHECKING:
-    from chatloop.tools.javascript.sandbox import JavaScriptSandbox
+
+class Member(Protocol):
+    """What this module asks of a sandbox (``sandbox.JavaScriptSandbox``)."""
+
+    def suspend(self) -> None: ...
+    def resume(self) -> None: ...
+    def close(self) -> None: ...
+
 
 # Every sandbox of this process, for what concerns them all: a SnapStart snapshot (no child process in it) and a
 # server stopped by a signal (no work directory left behind).
-_LIVE: weakref.WeakSet[JavaScriptSandbox] = weakref.WeakSet()
-"""Each sandbox adds itself when it is made and removes itself when it is closed."""
+_LIVE: weakref.WeakSet[Member] = weakref.WeakSet()
+"""Each sandbox joins when it is made and leaves when it is closed."""
 _SUSPENDED = threading.Event()
 """Set between ``suspend_all()`` and ``resume_all()``: a sandbox created meanwhile starts suspended."""
+
+
+def join(sandbox: Member) -> bool:
+    """Count ``sandbox`` among this process's sandboxes; True when it must start suspended (a snapshot is being
+    prepared: between ``suspend_all()`` and ``resume_all()``)."""
+    _LIVE.add(sandbox)
+    return _SUSPENDED.is_set()
+
+
+def leave(sandbox: Member) -> None:
+    """``sandbox`` is closed: nothing concerns it any more."""
+    _LIVE.discard(sandbox)
+
+
+def live() -> list[Member]:
+    """The sandboxes of this process that are not closed."""
+    return list(_LIVE)
 
 
 def suspend_all() -> None:

@@ -34,9 +34,9 @@ from pathlib import Path
 
 from chatloop.config import from_environment
 from chatloop.jsontypes import JSONObject
+from chatloop.tools.javascript import lifecycle
 from chatloop.tools.javascript.frames import MAX_RESULT_CHARS as MAX_RESULT_CHARS  # where tests look for it
 from chatloop.tools.javascript.frames import SandboxResult, checked_frame
-from chatloop.tools.javascript.lifecycle import _LIVE, _SUSPENDED
 from chatloop.tools.javascript.lifecycle import (
     close_all as close_all,  # the entry point's and snapstart's names
 )
@@ -107,10 +107,9 @@ class JavaScriptSandbox:
         self._spare: _Child | None = None
         self._spare_starting = False
         self._refill: threading.Thread | None = None
-        self._suspended = _SUSPENDED.is_set()
         self._closed = False
         self.workdir = tempfile.mkdtemp(prefix="chatloop-js-")
-        _LIVE.add(self)
+        self._suspended = lifecycle.join(self)
         # No writable state: DENO_DIR is a path that cannot exist (a file's child), so Deno keeps its module, transpile
         # and code caches in memory and writes nothing, whatever the code imports (data:, blob:); no run can see
         # another's artefacts. Deno runs fine without it (measured: same startup time).
@@ -390,7 +389,7 @@ class JavaScriptSandbox:
         if child is not None:
             kill(child.process)
         shutil.rmtree(self.workdir, ignore_errors=True)
-        _LIVE.discard(self)
+        lifecycle.leave(self)
 
 
 def _ms(start: float) -> float:

@@ -17,7 +17,7 @@ from typing import ClassVar
 
 from chatloop.deadline import Deadline
 from chatloop.jsontypes import JSONObject, JSONValue
-from chatloop.observability import redact
+from chatloop.redaction import redact
 from chatloop.tools.base import ToolResult
 from chatloop.tools.javascript.sandbox import JavaScriptSandbox
 

@@ -12,7 +12,8 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, TypeVar, cast
 
 from chatloop.config import MCPServerConfig, under_prefix
-from chatloop.observability import logger, redact
+from chatloop.observability import logger
+from chatloop.redaction import redact
 from chatloop.textsafe import text_safe, text_safe_value
 from chatloop.tools.base import ToolResult, fit_tool_message
 from chatloop.tools.mcp.pinning import pinned_transport

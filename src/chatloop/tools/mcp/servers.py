@@ -13,7 +13,9 @@ from typing import Any
 
 from chatloop.config import MCP_PLACEHOLDER, MCPServerConfig, Settings
 from chatloop.deadline import Deadline
-from chatloop.observability import MCP_METRIC_SERVERS, logger, register_secret
+from chatloop.observability import MCP_METRIC_SERVERS, logger
+from chatloop.redaction import register_secret
+from chatloop.secrets import load_named_secrets
 from chatloop.tools.base import ToolResult, fit_tool_message
 from chatloop.tools.mcp.client import ListedTool, Listing, MCPCallError, MCPServer, load_sdk
 from chatloop.tools.mcp.naming import offered_name
@@ -187,8 +189,6 @@ class MCPServers:
             return dict(config.headers)
         loader = self._secrets_loader
         if loader is None:
-            from chatloop.secrets import load_named_secrets
-
             loader = load_named_secrets
         try:
             values = await asyncio.to_thread(loader, self.settings, sorted(names))

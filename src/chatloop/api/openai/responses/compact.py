@@ -23,7 +23,7 @@ from chatloop.api.http.wire import JSONBody
 from chatloop.api.openai.responses.schemas import InputItem, InputMessage, ResponsesBody
 from chatloop.api.turns.checks import conversation, model_for, read_body
 from chatloop.jsontypes import JSONObject, json_object
-from chatloop.providers.errors import ModelError
+from chatloop.providers.failures import ModelError
 
 
 class CompactBody(ResponsesBody):

@@ -49,7 +49,8 @@ from chatloop.api.openai.conversations.endpoints import (
 )
 from chatloop.api.openai.responses.schemas import InputItem, ReasoningItem, ResponsesBody
 from chatloop.jsontypes import JSONObject, json_object
-from chatloop.observability import logger, redact
+from chatloop.observability import logger
+from chatloop.redaction import redact
 
 if TYPE_CHECKING:
     from chatloop.api.openai.responses.objects import FinishedResponse

@@ -12,7 +12,7 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 
-from chatloop.observability import redact
+from chatloop.redaction import redact
 
 
 class ModelError(Exception):

@@ -24,7 +24,7 @@ from typing import Literal
 
 from chatloop.jsontypes import JSONObject
 from chatloop.providers.base import ContextFit, ModelRequest
-from chatloop.providers.errors import ContextTooLong
+from chatloop.providers.failures import ContextTooLong
 from chatloop.providers.tokens import TokenEstimator
 
 __all__ = ["EXCERPT_CHARS", "Fitting", "Trimmed", "Window", "fit", "fitted", "trim"]
