@@ -33,7 +33,7 @@ PARAMS ?=
 export AWS_REGION FILTER
 AWS = $(BIN)/aws --region $(AWS_REGION) $(if $(AWS_ENDPOINT_URL),--endpoint-url $(AWS_ENDPOINT_URL))
 
-.PHONY: help install test lint build deploy deploy-lambda-fast logs logs-decisions insights secret budget invoke run bench docs clean
+.PHONY: help install test lint build deploy deploy-lambda-fast logs logs-decisions insights secret budget invoke run bench docs layout clean
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-20s %s\n", $$1, $$2}'
@@ -126,6 +126,9 @@ bench: install ## measure the loop, sandbox, cold start and fallback; writes ben
 
 docs: install ## build the documentation site (docs/, mkdocs-material) into build/site; --strict: a broken link fails it
 	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict
+
+layout: ## rewrite the source map in docs/architecture.md from the packages (tests/docs/test_layout_tree.py checks it)
+	$(BIN)/python -m scripts.layout --write
 
 clean: ## remove build outputs and caches (keeps .venv)
 	rm -rf build .pytest_cache .ruff_cache
