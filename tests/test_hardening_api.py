@@ -68,8 +68,9 @@ def with_key(event: dict[str, Any], key: str = "retry-1") -> dict[str, Any]:
 
 # --- 1. the idempotency store inside the request's deadline -------------------------------------------
 @contextlib.contextmanager
-def hanging_endpoint() -> Iterator[str]:
-    """A 'DynamoDB' that accepts every connection and never answers."""
+def hanging_endpoint(holds: list[float] | None = None) -> Iterator[str]:
+    """A 'DynamoDB' that accepts every connection and never answers. With ``holds``, each connection's seconds
+    from accept to the client giving up on it (closing it) go there: the store's own time, as this server saw it."""
     listener = socket.socket()
     listener.bind(("127.0.0.1", 0))
     listener.listen(64)
@@ -77,14 +78,24 @@ def hanging_endpoint() -> Iterator[str]:
     held: list[socket.socket] = []
     stop = threading.Event()
 
+    def hold(conn: socket.socket, since: float) -> None:
+        with contextlib.suppress(OSError):
+            while conn.recv(65536):  # the request, then nothing until the client closes its end
+                pass
+            if holds is not None:
+                holds.append(time.monotonic() - since)
+
     def accept() -> None:
         while not stop.is_set():
             try:
-                held.append(listener.accept()[0])
+                conn = listener.accept()[0]
             except TimeoutError:
                 continue
             except OSError:
                 return
+            held.append(conn)
+            if holds is not None:
+                threading.Thread(target=hold, args=(conn, time.monotonic()), daemon=True).start()
 
     thread = threading.Thread(target=accept, daemon=True)
     thread.start()
@@ -109,9 +120,10 @@ def refusing_endpoint() -> Iterator[str]:
         closed.close()
 
 
-def invoke_within(remaining_ms: float) -> tuple[tuple[int, str, dict[str, str]], float]:
+def invoke_within(remaining_ms: float, grace: float = 0.0) -> tuple[tuple[int, str, dict[str, str]], float]:
     """A keyed chat through the handler with ``remaining_ms`` of Lambda time, in a thread the test gives up on
-    after that time (today a hanging store holds it ~240 s): the response and the seconds it took."""
+    after that time and ``grace`` seconds more (today a hanging store holds it ~240 s): the response and the
+    seconds it took."""
     result: dict[str, Any] = {}
 
     def run() -> None:
@@ -122,7 +134,7 @@ def invoke_within(remaining_ms: float) -> tuple[tuple[int, str, dict[str, str]],
     started = time.monotonic()
     worker = threading.Thread(target=run, daemon=True)
     worker.start()
-    worker.join(remaining_ms / 1000)
+    worker.join(remaining_ms / 1000 + grace)
     elapsed = time.monotonic() - started
     assert not worker.is_alive(), f"the request was still running after {elapsed:.1f} s"
     return result["response"], elapsed
@@ -145,15 +157,22 @@ def test_a_dynamodb_that_hangs_or_refuses_degrades_within_the_deadline(
 
 
 def test_a_store_call_never_gets_more_than_a_fifth_of_the_time_left(monkeypatch, serve):
-    """With 3 s left, the store has 0.5 s (its smallest budget): the turn keeps the rest."""
-    with hanging_endpoint() as url:
+    """With 5 s left, the store has 1 s (a fifth, not its 2 s IDEMPOTENCY_TIMEOUT_SECONDS): the turn keeps the rest.
+
+    Judged by the handler's own clock and the store's, not the test's: on a loaded machine the whole invoke may
+    take longer than 5 s of wall time, but the turn ends "stop" only if its own deadline left it time to answer,
+    and the hanging endpoint sees how long the store held on before giving up."""
+    holds: list[float] = []
+    with hanging_endpoint(holds) as url:
         for name, value in {**FAKE_CREDENTIALS, "AWS_ENDPOINT_URL": url}.items():
             monkeypatch.setenv(name, value)
         model = serve()
-        (status, body, _), elapsed = invoke_within(3_000)
-    # 0.5 s for the store, 1 s of safety margin: the turn still has 1.5 s (a 2 s store call would leave it none).
+        (status, body, _), elapsed = invoke_within(5_000, grace=30)
+    # 1 s for the store, 1 s of safety margin: the turn still has 3 s (a 2 s store call would leave it 2).
     assert status == 200 and json.loads(body)["stop_reason"] == "stop" and model.calls == 1
-    assert "Answer number 1." in body and elapsed < 3, elapsed
+    assert "Answer number 1." in body
+    # The store gave up on the endpoint well before IDEMPOTENCY_TIMEOUT_SECONDS (2 s), its budget without the rule.
+    assert holds and sum(holds) < 2.0, (holds, elapsed)
 
 
 @pytest.mark.slow
