@@ -265,12 +265,14 @@ def _on_dynamodb(tmp: Path, runs: int) -> dict[str, Any]:
     import os
 
     import boto3
-    from moto.server import ThreadedMotoServer
+    from tests.support.moto_server import AtomicMotoServer
 
     from chatloop.store.dynamodb import create_table
 
     logging.getLogger("werkzeug").setLevel(logging.ERROR)  # moto's server logs every request
-    moto = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
+    # One request at a time, as DynamoDB applies each: moto's backend is not thread-safe, and two copies writing at
+    # once could fail one write with a 500.
+    moto = AtomicMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
     moto.start()
     host, port = moto.get_host_and_port()
     env = {

@@ -10,7 +10,9 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent
 
 
-@pytest.mark.slow
+@pytest.mark.slow(
+    seconds=120
+)  # the longest test: a parallel run hands it out first (tests/support/schedule.py)
 def test_bench_smoke_run(tmp_path):
     run = subprocess.run(
         [sys.executable, "-m", "bench", "--quick", "--out", str(tmp_path)],

@@ -545,7 +545,7 @@ def test_make_logs_prints_one_event_per_line_and_greps_work(moto):
 
 
 # --- the build -------------------------------------------------------------------------------------
-@pytest.mark.slow
+@pytest.mark.slow(seconds=60)  # pip and the bytecode of an arm64 layer: handed out early in a parallel run
 def test_make_build_fits_lambdas_limits():
     result = run("make", "--no-print-directory", "build", "ARCH=arm64")
     layer, function = ROOT / "build" / "layer.zip", ROOT / "build" / "function.zip"

@@ -5,8 +5,9 @@ parallel run never ends waiting on one long file that a worker only picked up ne
 fixtures start once), in the order collected, and xdist's own reordering (by number of tests, which put the
 one-test bench smoke run last) is off. A file weighs the seconds it took in the last run that ran it (kept in
 pytest's cache, ``.pytest_cache/``, by the process that ran it or the xdist controller); a file with none recorded
-(a clean clone, a new or moved file) is estimated from its tests: ``SLOW_SECONDS`` for each marked slow, a
-fraction of a second for each other. Within a file the order is unchanged, and a serial run is left as collected.
+(a clean clone, as on CI, or a new or moved file) is estimated from its tests: ``SLOW_SECONDS`` for each marked slow
+(or the seconds its mark names: ``@pytest.mark.slow(seconds=100)``, for the few that take minutes), a fraction of a
+second for each other. Within a file the order is unchanged, and a serial run is left as collected.
 
 Loaded by tests/conftest.py (``pytest_plugins``).
 """
@@ -18,7 +19,7 @@ from collections import defaultdict
 import pytest
 
 KEY = "chatloop/file-seconds"
-SLOW_SECONDS = 10.0
+SLOW_SECONDS = 5.0
 """What a test marked slow is taken to cost when its file has no recorded time."""
 TEST_SECONDS = 0.3
 """What any other test is taken to cost."""
@@ -32,7 +33,11 @@ def _file(nodeid: str) -> str:
 
 def estimate(items: list[pytest.Item]) -> float:
     """Seconds a file's tests are taken to cost when none is recorded."""
-    return sum(SLOW_SECONDS if item.get_closest_marker("slow") else TEST_SECONDS for item in items)
+    total = 0.0
+    for item in items:
+        slow = item.get_closest_marker("slow")
+        total += float(slow.kwargs.get("seconds", SLOW_SECONDS)) if slow is not None else TEST_SECONDS
+    return total
 
 
 @pytest.hookimpl(trylast=True)
