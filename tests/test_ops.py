@@ -54,6 +54,7 @@ def template() -> dict:
     return cfn_yaml.load(str(ROOT / "template.yaml"))
 
 
+@pytest.mark.slow  # two cfn-lint runs
 def test_template_and_its_translation_pass_cfn_lint(translated, tmp_path):
     assert run(str(BIN / "cfn-lint"), "template.yaml", check=False).returncode == 0
     path = tmp_path / "t.json"
@@ -64,6 +65,7 @@ def test_template_and_its_translation_pass_cfn_lint(translated, tmp_path):
     assert result.returncode == 0, result.stdout
 
 
+@pytest.mark.slow  # the SAM translation and a cfn-lint run
 def test_translate_then_lint_catches_what_cfn_lint_alone_misses(tmp_path):
     broken = (ROOT / "template.yaml").read_text().replace("Runtime: python3.12", "Runtime: python3.99")
     (tmp_path / "template.yaml").write_text(broken)
@@ -215,6 +217,7 @@ def modes_linted(translated, tmp_path_factory) -> dict[tuple[str, str], list[str
     return lint_each(templates, tmp_path_factory.mktemp("modes"), TRANSLATION_WARNINGS)
 
 
+@pytest.mark.slow  # a cfn-lint run over the four
 @pytest.mark.parametrize(("mode", "arch"), MODES)
 def test_each_mode_as_deployed_passes_cfn_lint(modes_linted, mode, arch):
     assert modes_linted[(mode, arch)] == []
@@ -424,6 +427,7 @@ def client(env: dict, service: str):
     )
 
 
+@pytest.mark.slow  # make: the function's zip and five AWS CLI calls against a moto server
 @pytest.mark.parametrize(
     ("mode", "function"), [("stream", "chatloop-ops-chat"), ("buffered", "chatloop-ops-chat-buffered")]
 )
@@ -490,6 +494,7 @@ DECISION = (
 )
 
 
+@pytest.mark.slow  # make, the AWS CLI and a moto server
 def test_make_logs_prints_one_event_per_line_and_greps_work(moto):
     logs = client(moto, "logs")
     group = "/aws/lambda/chatloop-logs-chat"

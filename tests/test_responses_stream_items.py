@@ -79,6 +79,7 @@ def assert_streams_passed(found: dict[str, Any], major: str) -> None:
     assert found["events"][-1] == "AgentRunResultEvent"
 
 
+@pytest.mark.slow  # pydantic-ai in a process of its own
 def test_pydantic_ai_2_streams_a_server_code_run(server: Server):
     assert_streams_passed(run_client(server), "2.")
 

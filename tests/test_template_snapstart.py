@@ -35,6 +35,7 @@ def cases_linted(translated, tmp_path_factory) -> dict[tuple[str, str], list[str
     return lint_each(templates, tmp_path_factory.mktemp("snapstart"), TRANSLATION_WARNINGS)
 
 
+@pytest.mark.slow  # a cfn-lint run over the four
 @pytest.mark.parametrize(("mode", "snapstart"), CASES)
 def test_each_mode_with_snapstart_on_and_off_passes_cfn_lint(cases_linted, mode, snapstart):
     assert cases_linted[(mode, snapstart)] == []
