@@ -1,5 +1,5 @@
 """The Lambda artefacts as ``scripts/package.py`` builds them, unpacked read-only, for the measurements that run them
-(section 4's ``import app``, section 13's Lambda-sized turns, tests/test_lambda_size.py).
+(section 4's ``import app``, section 13's Lambda-sized turns, tests/ops/test_lambda_size.py).
 
 The layer takes pip a minute or more on a busy machine and deleting its ~3,500 files as long again, so one is kept
 per content in ``bench/.cache/`` (git-ignored): keyed by the requirements, the architecture, the interpreter and

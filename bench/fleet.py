@@ -171,7 +171,7 @@ def _follower_delays(a: httpx.Client, b: httpx.Client, b_counted: Counting) -> d
 
 
 def _cancel_to_end(a: httpx.Client, b: httpx.Client) -> float:
-    from chatloop.api import background
+    from chatloop.api.runs import background
 
     queued = a.post("/v1/responses", json={"input": "slowly", "background": True}).json()
     while b.get(f"/v1/responses/{queued['id']}").json()["status"] != "in_progress":
@@ -204,7 +204,7 @@ def _batching(
     a: httpx.Client, b: httpx.Client, counted_a: Counting, b_counted: Counting
 ) -> list[dict[str, float]]:
     """The journal's flush interval against what it costs (writes per streamed turn) and buys (a follower's delay)."""
-    from chatloop.api import journal
+    from chatloop.api.runs import journal
 
     chosen = journal.FLUSH_SECONDS
     rows = []

@@ -16,7 +16,7 @@ def measure(reps: int, js_tool) -> dict:
     from scripts.invoke_local import LocalContext
     from tests.support.events import rest_event
     from tests.support.fake_llm import FakeLLM
-    from tests.test_api import realistic
+    from tests.support.wire_models import realistic
 
     import app as lambda_app
     from chatloop.api.runtime import Runtime

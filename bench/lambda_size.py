@@ -253,7 +253,7 @@ def measure(runs: int, turns: int, sizes: tuple[int, ...] = SIZES, base: str | N
     if why:
         return {"skipped": why}
     from tests.support.fake_llm import FakeLLM
-    from tests.test_api import realistic
+    from tests.support.wire_models import realistic
 
     python = _lambda_python()
     assert python is not None
@@ -334,7 +334,7 @@ def profile(size: int) -> str:
     import sysconfig
 
     from tests.support.fake_llm import FakeLLM
-    from tests.test_api import realistic
+    from tests.support.wire_models import realistic
 
     python = _lambda_python()
     assert python is not None and not available()

@@ -12,7 +12,7 @@ def measure(reps: int) -> dict:
     from tests.support.server import Server
 
     from chatloop.api import create_app
-    from chatloop.api.page import ASSETS, PAGE_DIR
+    from chatloop.api.page.endpoints import ASSETS, PAGE_DIR
     from chatloop.api.runtime import Runtime
     from chatloop.config import Settings
 

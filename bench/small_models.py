@@ -2,10 +2,10 @@
 the tool-run rate of the scripted small-model corpus here and before the issue (main at ``BEFORE_COMMIT``).
 
 The corpus is the tests' own: the three answers Qwen2.5-Coder 0.5B gave (tests/support/small_models.py) and the
-near-miss calls of tests/test_near_miss_calls.py for ``execute_javascript``. Each case is a scripted model that
-writes its text, and, told its reply was no answer (any note the engine adds), writes the near-miss call of the
-issue's third answer; given a result, it answers from it. Each tree runs the corpus with its own engine and the real
-sandbox, in a fresh interpreter.
+near-miss calls (``NEAR_MISSES`` there, run by tests/providers/test_near_miss_calls.py) for ``execute_javascript``. Each
+case is a scripted model that writes its text, and, told its reply was no answer (any note the engine adds), writes
+the near-miss call of the issue's third answer; given a result, it answers from it. Each tree runs the corpus with
+its own engine and the real sandbox, in a fresh interpreter.
 
 Usage::
 
@@ -161,13 +161,12 @@ finally:
 def corpus() -> list[dict[str, str]]:
     """The scripted small-model cases (the tests' tables)."""
     from tests.support import small_models as s
-    from tests.test_near_miss_calls import NEAR_MISSES
 
     base = {"unknown": s.UNKNOWN, "tool_error": s.TOOL_ERROR, "on_reminder": s.FENCED_NEAR_MISS}
     cases = [{**base, "question": s.QUESTIONS[c], "first": s.FIRST_REPLY[c]} for c in s.QUESTIONS]
     cases += [
         {**base, "question": f"near miss: {label}", "first": text, "on_reminder": text}
-        for label, text, (name, _) in NEAR_MISSES
+        for label, text, (name, _) in s.NEAR_MISSES
         if name == s.JS
     ]
     return cases

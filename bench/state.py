@@ -45,9 +45,9 @@ def compaction(reps: int) -> dict[str, Any]:
     from starlette.applications import Starlette
     from starlette.requests import Request
 
-    from chatloop.api.compaction import compaction_item
-    from chatloop.api.context import RequestContext
+    from chatloop.api.http.context import RequestContext
     from chatloop.api.runtime import Runtime
+    from chatloop.api.turns.compaction import compaction_item
     from chatloop.config import Settings
     from chatloop.providers.chain import FallbackChain
     from chatloop.tools.base import ToolRegistry

@@ -22,8 +22,8 @@ ANSWER_TEXT = (
 
 
 def turn_items(n: int) -> list:
-    from chatloop.api.conversation_items import stored_items
-    from chatloop.api.response_schemas import InputMessage
+    from chatloop.api.openai.conversations.items import stored_items
+    from chatloop.api.openai.responses.schemas import InputMessage
 
     return stored_items(
         [
@@ -132,8 +132,8 @@ def _continued(store, reps: int, messages: int) -> dict:
         for _ in range(messages // 2):  # the same history as a chain of stored responses
             _, answered = post({"input": USER_TEXT, **({"previous_response_id": last} if last else {})})
             last = answered["id"]
-        from chatloop.api.conversation_items import stored_items
-        from chatloop.api.response_schemas import InputMessage
+        from chatloop.api.openai.conversations.items import stored_items
+        from chatloop.api.openai.responses.schemas import InputMessage
         from chatloop.deadline import Deadline
 
         items = stored_items([InputMessage.model_validate(m) for m in history])

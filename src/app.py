@@ -23,7 +23,7 @@ from chatloop import (
     snapstart,
 )
 from chatloop.api import create_app
-from chatloop.api.limits import fit_lambda_response
+from chatloop.api.http.request_limits import fit_lambda_response
 from chatloop.config import Settings
 from chatloop.observability import logger, metrics
 from chatloop.tools.javascript.sandbox import close_all, close_all_on_signals
@@ -57,7 +57,7 @@ app.router.lifespan_context = _closing_sandboxes
 def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
     _ensure_event_loop()
     if "chatloop_background" in event and "requestContext" not in event:  # buffered mode: a background turn
-        from chatloop.api.background import handle_event
+        from chatloop.api.runs.background import handle_event
 
         return handle_event(app, event, context.get_remaining_time_in_millis())
     metrics.add_metric(name="Requests", unit=MetricUnit.Count, value=1)

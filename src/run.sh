@@ -3,7 +3,7 @@
 # this script, waits until AWS_LWA_READINESS_CHECK_PATH answers on AWS_LWA_PORT, then forwards each invocation to the
 # app as HTTP, streaming the response when AWS_LWA_INVOKE_MODE=response_stream (awslabs/aws-lambda-web-adapter
 # README and examples/fastapi-response-streaming-zip: `exec python -m uvicorn --port=$PORT main:app`). The Lambda
-# context reaches the app in the x-amzn-lambda-context header (chatloop/api/adapter.py).
+# context reaches the app in the x-amzn-lambda-context header (chatloop/api/http/adapter.py).
 here=$(dirname "$0")
 export PYTHONPATH="${LAMBDA_TASK_ROOT:-$here}:/opt/python${PYTHONPATH:+:$PYTHONPATH}"
 # The adapter's x-amzn-* headers are trusted only when Lambda started this script under the adapter (the exec

@@ -1,5 +1,10 @@
+"""Fixtures the test modules share (each says which modules use it; a module's own fixture of the same name wins).
+Shared helpers that are not fixtures live in tests/support/; no test module imports another (tests/test_layout.py)."""
+
 import os
 import tempfile
+from collections.abc import Iterator
+from typing import Any
 
 # Responses are stored by default (OpenAI's store: true) in the embedded store under $XDG_DATA_HOME: tests keep
 # theirs in a folder of their own, never the developer's.
@@ -59,3 +64,13 @@ def fake_llm(monkeypatch):
         monkeypatch.setenv("OPENAI_BASE_URL", llm.openai_base_url)
         monkeypatch.setenv("LOCAL_BASE_URL", llm.openai_base_url)
         yield llm
+
+
+@pytest.fixture(scope="module")
+def docs() -> Iterator[Any]:
+    """The "docs" MCP server (tests/support/mcp_servers.py ``docs_server``), one per module. Used by tests/tools/test_mcp.py and
+    tests/api/test_approvals.py."""
+    from tests.support.mcp_servers import docs_server
+
+    with docs_server() as server:
+        yield server

@@ -32,7 +32,7 @@ from tests.support.adapter import MODEL, ROOT
 from tests.support.events import rest_event
 from tests.support.fake_llm import FakeLLM
 from tests.support.models import ScriptedModel
-from tests.test_api import realistic
+from tests.support.wire_models import realistic
 
 BEFORE, AFTER = "/_snapstart/before-checkpoint", "/_snapstart/after-restore"
 
@@ -93,7 +93,7 @@ SNAPSHOT_THEN_TWO_RESTORES = textwrap.dedent(
             if name.lower() in ("authorization", "api-key") or os.environ["GROQ_API_KEY"] in value
         ),
         "chunk_schema_built": "groq" in warmup._PRIMED,
-        "body_validator_built": sys.modules["chatloop.api.schemas"].ChatBody.__pydantic_complete__,
+        "body_validator_built": sys.modules["chatloop.api.turns.schemas"].ChatBody.__pydantic_complete__,
         "frozen": gc.get_freeze_count() > 0,
     }
     print("RESULT", json.dumps(snapshot), flush=True)

@@ -172,8 +172,8 @@ class Settings:
     under the adapter; anywhere else a client could write those headers."""
     lambda_function_name: str = ""
     """AWS_LAMBDA_FUNCTION_NAME: set by Lambda in every execution environment. There a header alone never names a
-    caller (``api/caller.py``); unset, as in ``make run``, the ``x-api-key`` header does, hashed. Set, a background
-    response's turn is handed to an asynchronous invocation of this function (``api/background.py``)."""
+    caller (``api/http/caller.py``); unset, as in ``make run``, the ``x-api-key`` header does, hashed. Set, a background
+    response's turn is handed to an asynchronous invocation of this function (``api/runs/background.py``)."""
     lambda_function_version: str = ""
     """AWS_LAMBDA_FUNCTION_VERSION: set by Lambda (``$LATEST`` or the published version the alias points at): the
     qualifier of the asynchronous invocation that runs a background response, so it runs the same code."""
@@ -216,7 +216,7 @@ class Settings:
     conversation_store_timeout_seconds: float = 5.0
     """CONVERSATION_STORE_TIMEOUT_SECONDS: the longest a request waits for the store (within its own deadline)
     before it answers 503."""
-    # --- budgets (chatloop/api/budgets.py): per-caller spend limits, kept in the conversation store ---
+    # --- budgets (chatloop/api/turns/budgets.py): per-caller spend limits, kept in the conversation store ---
     budget_tokens_per_day: int = 0
     """BUDGET_TOKENS_PER_DAY: model tokens (prompt + completion) a caller may use per UTC day. 0: no limit. With
     every BUDGET_* limit 0 (the default), no budget is kept and no store call is made."""

@@ -1,4 +1,4 @@
-// The Vercel AI SDK v6 (`ai` + `@ai-sdk/openai`), unchanged, against chatloop: run by tests/test_clients.py with
+// The Vercel AI SDK v6 (`ai` + `@ai-sdk/openai`), unchanged, against chatloop: run by tests/clients/test_real_clients.py with
 // CHATLOOP_BASE_URL (the app's /v1) and one scenario name; prints one JSON line with what the SDK returned.
 import { createOpenAI } from "@ai-sdk/openai";
 import { generateObject, generateText, stepCountIs, streamText, tool } from "ai";

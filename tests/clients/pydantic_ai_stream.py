@@ -1,6 +1,6 @@
 """pydantic-ai's streaming runs against the server's ``/v1/responses``, as a user of either major version runs them.
 
-Run as a script by tests/test_responses_stream_items.py, with whichever pydantic-ai is importable (2.x from the
+Run as a script by tests/clients/test_responses_stream_items.py, with whichever pydantic-ai is importable (2.x from the
 project's dev requirements, or 1.x installed by the test into a folder of its own): ``run_stream`` and
 ``run_stream_events`` with ``OpenAIResponsesModel``, on a question the server answers with a sandbox run. It prints
 one JSON object: the version, each run's output, and the code of each server-side tool call pydantic-ai built from the

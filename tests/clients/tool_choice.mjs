@@ -1,6 +1,6 @@
 // The Vercel AI SDK, unchanged, asking for `toolChoice: 'required'` with one client tool on a question that makes
 // chatloop run execute_javascript first: the turn must still end with a call to the client's tool (the SDK raises
-// AI_ToolChoiceViolationError otherwise). Run by tests/test_clients_contract.py:
+// AI_ToolChoiceViolationError otherwise). Run by tests/clients/test_openai_contract.py:
 //   node tool_choice.mjs <6|7> <responses|chat> [generate|stream]
 // with CHATLOOP_BASE_URL (the app's /v1) and CHATLOOP_MODEL. v6 is `ai` + `@ai-sdk/openai`; the newest major, v7, is
 // installed beside it as `ai-v7` + `@ai-sdk/openai-v4` (package.json aliases). Prints one JSON line.

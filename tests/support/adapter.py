@@ -27,8 +27,8 @@ from typing import NamedTuple
 import httpx
 
 from tests.support.fake_llm import FakeLLM
+from tests.support.repo import ROOT
 
-ROOT = Path(__file__).resolve().parent.parent.parent
 MODEL = "llama-3.3-70b-versatile"
 
 

@@ -5,14 +5,40 @@ The SAM translation keeps every condition (CloudFormation resolves them at deplo
 "what does stream mode deploy?" resolves them first. Refs to parameters stay as they are, so the result is still
 a template cfn-lint can check.
 
+Also what the template tests share: the cfn-lint warnings SAM's own translation trips, and the function and the
+API integrations of a template's resources.
+
 Usage::
 
     deployed = resolve(translated, {"ResponseMode": "stream", "Architecture": "x86_64"})
+    function = the_function(deployed["Resources"])
 """
 
 from __future__ import annotations
 
 from typing import Any
+
+# What SAM's own output trips (the Makefile's lint target ignores the same): W2001/W3005, SAM resolves the usage
+# plan's parameters and adds DependsOn itself; W1028, SAM wraps a conditional function's integrations in an Fn::If
+# on the condition its API already has.
+TRANSLATION_WARNINGS = ("W2001", "W3005", "W1028")
+
+
+def the_function(resources: dict) -> dict:
+    """The template's one Lambda function's properties."""
+    (function,) = [r["Properties"] for r in resources.values() if r["Type"] == "AWS::Lambda::Function"]
+    return function
+
+
+def integrations(resources: dict) -> list[dict]:
+    """Every integration of the template's REST API (its OpenAPI body's x-amazon-apigateway-integration)."""
+    (api,) = [r["Properties"] for r in resources.values() if r["Type"] == "AWS::ApiGateway::RestApi"]
+    return [
+        method["x-amazon-apigateway-integration"]
+        for path in api["Body"]["paths"].values()
+        for method in path.values()
+    ]
+
 
 _GONE = object()  # AWS::NoValue, or a branch of a false condition
 

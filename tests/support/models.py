@@ -4,6 +4,7 @@ calls, or write ``<function=...>`` text. Every conversation they receive is chec
 
 from __future__ import annotations
 
+import asyncio
 import copy
 import json
 from collections.abc import Callable
@@ -102,3 +103,31 @@ def stubborn_calculator(code: str, answer: str = "The answer is {result}.") -> S
         )
 
     return script
+
+
+class Conversational:
+    """Runs the sandbox when asked to compute, answers slowly (piece by piece), and keeps every conversation."""
+
+    name = "scripted:conversational"
+
+    def __init__(self) -> None:
+        self.seen: list[list[dict[str, Any]]] = []
+
+    async def stream(self, request: ModelRequest):
+        self.seen.append(request.messages)
+        last = request.messages[-1]
+        if last["role"] == "user" and "compute" in last["content"] and request.tools:
+            yield ModelResponse(self.name, tool_calls=[js("6 * 7", "call_six")], finish_reason="tool_calls")
+            return
+        users = [m["content"] for m in request.messages if m["role"] == "user"]
+        result = last_result(request) if last["role"] == "tool" else None
+        text = f"Turn {len(users)}: {users[-1]}" + (f" = {result}" if result is not None else "")
+        for word in text.split(" "):
+            await asyncio.sleep(0.15 if "slowly" in users[-1] else 0)
+            yield TextDelta(word + " ")
+        yield ModelResponse(self.name, content=" ".join(text.split(" ")) + " ", finish_reason="stop")
+
+
+SLOW = "answer slowly please, " + " ".join(f"word{n}" for n in range(40))
+"""``Conversational`` writes this answer a word at a time, 0.15 s apart: about six seconds, time enough to reload
+in the middle of it on a busy machine."""

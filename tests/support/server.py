@@ -7,6 +7,8 @@ Usage::
 
     with app_server(settings, model=model, registry=registry) as server:   # the runtime built as tests build it
         server.runtime.chain()
+
+    alice = client(server)   # the openai SDK as a caller with its own x-api-key
 """
 
 from __future__ import annotations
@@ -15,12 +17,15 @@ import asyncio
 import contextlib
 import threading
 from collections.abc import Iterator, Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
 import uvicorn
 
 from chatloop.config import Settings
+
+if TYPE_CHECKING:
+    import openai
 
 
 class Server:
@@ -62,3 +67,17 @@ def app_server(settings: Settings, *, env: Mapping[str, str] | None = None, **pa
         with Server(create_app(settings, runtime=runtime)) as server:
             server.runtime = runtime
             yield server
+
+
+def client(server: Server, key: str = "alice-key") -> openai.OpenAI:
+    """The SDK as a client of ``make run`` uses it: the local caller is the hashed ``x-api-key`` header. (The SDK is
+    imported here: the bench's servers and the page tests need none of it.)"""
+    import openai
+
+    return openai.OpenAI(
+        base_url=server.base_url,
+        api_key="unused",
+        max_retries=0,
+        timeout=30,
+        default_headers={"x-api-key": key},
+    )

@@ -89,3 +89,110 @@ def fake_llm_reply(groq: bool = False) -> Callable[[dict[str, Any]], Any]:
         return text(body["model"], content, pieces=max(2, len(content) // 9), groq=groq)
 
     return reply
+
+
+NEAR_MISS_CODE = "const p = 10000;\nconst r = 0.05;\nMath.round(p * Math.pow(1 + r, 15) * 100) / 100"
+"""The compound interest the first two near misses meant to run."""
+
+# The near-miss calls small open-weight models write as text: tests/providers/test_near_miss_calls.py repairs and runs each;
+# the bench's corpus (bench/small_models.py) scripts those that call execute_javascript.
+# (id, what the model wrote, the call it meant: (name, arguments))
+NEAR_MISSES = [
+    (
+        "fenced json, raw newlines in the code string (Qwen2.5-Coder 0.5B)",
+        '```json\n{"name": "execute_javascript", "arguments": {"code": "const p = 10000;\nconst r = 0.05;\n'
+        'Math.round(p * Math.pow(1 + r, 15) * 100) / 100"}}\n```',
+        (JS, {"code": NEAR_MISS_CODE}),
+    ),
+    (
+        "bare json, raw newlines",
+        '{"name": "execute_javascript", "arguments": {"code": "const p = 10000;\nconst r = 0.05;\n'
+        'Math.round(p * Math.pow(1 + r, 15) * 100) / 100"}}',
+        (JS, {"code": NEAR_MISS_CODE}),
+    ),
+    (
+        "trailing commas",
+        '{"name": "execute_javascript", "arguments": {"code": "2 ** 10",},}',
+        (JS, {"code": "2 ** 10"}),
+    ),
+    (
+        "single quotes, Python dict style",
+        "{'name': 'execute_javascript', 'arguments': {'code': '2 ** 10'}}",
+        (JS, {"code": "2 ** 10"}),
+    ),
+    (
+        "missing closing brace",
+        '{"name": "execute_javascript", "arguments": {"code": "2 ** 10"}',
+        (JS, {"code": "2 ** 10"}),
+    ),
+    (
+        "hermes tag, missing closing brace",
+        '<tool_call>\n{"name": "execute_javascript", "arguments": {"code": "2 ** 10"}\n</tool_call>',
+        (JS, {"code": "2 ** 10"}),
+    ),
+    (
+        "hermes tag, raw newlines and no closing tag",
+        '<tool_call>\n{"name": "execute_javascript", "arguments": {"code": "let x = 2;\nx ** 10"}}',
+        (JS, {"code": "let x = 2;\nx ** 10"}),
+    ),
+    (
+        "arguments as a JSON string with raw newlines",
+        '{"name": "execute_javascript", "arguments": "{\\"code\\": \\"let x = 2;\nx ** 10\\"}"}',
+        (JS, {"code": "let x = 2;\nx ** 10"}),
+    ),
+    (
+        "code given as a bare string",
+        '{"name": "execute_javascript", "arguments": "Math.round(10000 * Math.pow(1.05, 15) * 100) / 100"}',
+        (JS, {"code": "Math.round(10000 * Math.pow(1.05, 15) * 100) / 100"}),
+    ),
+    (
+        "python_tag, trailing comma (Llama 3.2 3B)",
+        '<|python_tag|>{"name": "execute_javascript", "parameters": {"code": "2 ** 10",}}<|eom_id|>',
+        (JS, {"code": "2 ** 10"}),
+    ),
+    (
+        "function tag, raw newline in the code",
+        '<function=execute_javascript>{"code": "let x = 2;\nx ** 10"}</function>',
+        (JS, {"code": "let x = 2;\nx ** 10"}),
+    ),
+    (
+        "name then JSON, single quotes (Groq failed_generation)",
+        "execute_javascript{'code': '2 ** 10'}",
+        (JS, {"code": "2 ** 10"}),
+    ),
+    (
+        "Python literals True/None",
+        '{"name": "execute_javascript", "arguments": {"code": "[1,2].includes(2)", "timeout_seconds": None}}',
+        (JS, {"code": "[1,2].includes(2)", "timeout_seconds": None}),
+    ),
+    (
+        "a // comment inside the object",
+        '{"name": "execute_javascript", // run it\n "arguments": {"code": "2 ** 10"}}',
+        (JS, {"code": "2 ** 10"}),
+    ),
+    (
+        "words before a fenced near miss",
+        'I will compute it.\n```json\n{"name": "execute_javascript", "arguments": {"code": "2 ** 10",}}\n```',
+        (JS, {"code": "2 ** 10"}),
+    ),
+    (
+        '"function" and "args" keys (ReAct-style)',
+        '{"function": "execute_javascript", "args": {"code": "2 ** 10"}}',
+        (JS, {"code": "2 ** 10"}),
+    ),
+    (
+        '"tool" and "tool_input" keys (LangChain agent style)',
+        '{"tool": "get_weather", "tool_input": {"city": "Oslo"}}',
+        ("get_weather", {"city": "Oslo"}),
+    ),
+    (
+        "flat call with a trailing comma",
+        '{"name": "get_weather", "city": "Oslo",}',
+        ("get_weather", {"city": "Oslo"}),
+    ),
+    (
+        "unescaped double quotes inside the code",
+        '{"name": "execute_javascript", "arguments": {"code": "console.log("hi")"}}',
+        (JS, {"code": 'console.log("hi")'}),
+    ),
+]

@@ -22,11 +22,15 @@ from starlette.responses import Response
 from starlette.routing import BaseRoute, Route
 
 from chatloop import snapstart
-from chatloop.api import chat, models, openai_chat, page
-from chatloop.api.errors import RequestError, on_http_error, on_request_error, on_unexpected
-from chatloop.api.idempotency import idempotent
-from chatloop.api.nosniff import NoSniff
-from chatloop.api.ratelimit import RateLimitHeaders
+from chatloop.api.chat import endpoint as chat
+from chatloop.api.http.errors import RequestError, on_http_error, on_request_error, on_unexpected
+from chatloop.api.http.health import health
+from chatloop.api.http.nosniff import NoSniff
+from chatloop.api.http.ratelimit_headers import RateLimitHeaders
+from chatloop.api.idempotency.idempotent import idempotent
+from chatloop.api.openai import chat_completions as openai_chat
+from chatloop.api.openai import models
+from chatloop.api.page import endpoints as page
 from chatloop.api.runtime import Runtime
 from chatloop.config import Settings, from_environment
 from chatloop.observability import logger
@@ -35,11 +39,11 @@ from chatloop.secrets import KEY_VARIABLES
 from chatloop.tools.base import ToolRegistry
 
 LAZY_MODULES = (
-    "chatloop.api.responses",
-    "chatloop.api.stored",
-    "chatloop.api.background",
-    "chatloop.api.chat_threads",
-    "chatloop.api.conversations",
+    "chatloop.api.openai.responses.endpoint",
+    "chatloop.api.openai.responses.stored",
+    "chatloop.api.runs.background",
+    "chatloop.api.chat.threads",
+    "chatloop.api.openai.conversations.endpoints",
 )
 """The endpoints not every request needs, imported on their first request (``lazy``): the Responses API, the stored
 state and the Conversations API (~10 ms of ``import app``, pydantic schemas mostly). SnapStart imports them into the
@@ -65,60 +69,80 @@ def routes(settings: Settings) -> list[BaseRoute]:
     under SnapStart) the Web Adapter's hook routes."""
     return [
         Route("/chat", idempotent(chat.chat), methods=["POST"]),
-        Route("/chat/stop", lazy("chat_threads", "stop_chat"), methods=["POST"]),
-        Route("/chat/follow", lazy("chat_threads", "follow_chat"), methods=["GET"]),
+        Route("/chat/stop", lazy("chat.threads", "stop_chat"), methods=["POST"]),
+        Route("/chat/follow", lazy("chat.threads", "follow_chat"), methods=["GET"]),
         Route("/v1/chat/completions", idempotent(openai_chat.chat_completions), methods=["POST"]),
-        Route("/v1/responses", idempotent(lazy("responses", "responses")), methods=["POST"]),
-        Route("/v1/responses/compact", lazy("compact", "compact"), methods=["POST"]),
-        Route("/v1/responses/{response_id}", lazy("stored", "retrieve_response"), methods=["GET"]),
-        Route("/v1/responses/{response_id}", lazy("stored", "delete_response"), methods=["DELETE"]),
-        Route("/v1/responses/{response_id}/cancel", lazy("background", "cancel_response"), methods=["POST"]),
-        Route("/v1/responses/{response_id}/input_items", lazy("stored", "list_input_items"), methods=["GET"]),
-        Route("/v1/conversations", lazy("conversations", "create_conversation"), methods=["POST"]),
-        Route("/v1/conversations", lazy("conversations", "list_conversations"), methods=["GET"]),
+        Route("/v1/responses", idempotent(lazy("openai.responses.endpoint", "responses")), methods=["POST"]),
+        Route("/v1/responses/compact", lazy("openai.responses.compact", "compact"), methods=["POST"]),
+        Route(
+            "/v1/responses/{response_id}",
+            lazy("openai.responses.stored", "retrieve_response"),
+            methods=["GET"],
+        ),
+        Route(
+            "/v1/responses/{response_id}",
+            lazy("openai.responses.stored", "delete_response"),
+            methods=["DELETE"],
+        ),
+        Route(
+            "/v1/responses/{response_id}/cancel", lazy("runs.background", "cancel_response"), methods=["POST"]
+        ),
+        Route(
+            "/v1/responses/{response_id}/input_items",
+            lazy("openai.responses.stored", "list_input_items"),
+            methods=["GET"],
+        ),
+        Route(
+            "/v1/conversations",
+            lazy("openai.conversations.endpoints", "create_conversation"),
+            methods=["POST"],
+        ),
+        Route(
+            "/v1/conversations", lazy("openai.conversations.endpoints", "list_conversations"), methods=["GET"]
+        ),
         Route(
             "/v1/conversations/{conversation_id}",
-            lazy("conversations", "retrieve_conversation"),
+            lazy("openai.conversations.endpoints", "retrieve_conversation"),
             methods=["GET"],
         ),
         Route(
             "/v1/conversations/{conversation_id}",
-            lazy("conversations", "update_conversation"),
+            lazy("openai.conversations.endpoints", "update_conversation"),
             methods=["POST"],
         ),
         Route(
             "/v1/conversations/{conversation_id}",
-            lazy("conversations", "delete_conversation"),
+            lazy("openai.conversations.endpoints", "delete_conversation"),
             methods=["DELETE"],
         ),
         Route(
             "/v1/conversations/{conversation_id}/items",
-            lazy("conversations", "list_items"),
+            lazy("openai.conversations.endpoints", "list_items"),
             methods=["GET"],
         ),
         Route(
             "/v1/conversations/{conversation_id}/items",
-            lazy("conversations", "create_items"),
+            lazy("openai.conversations.endpoints", "create_items"),
             methods=["POST"],
         ),
         Route(
             "/v1/conversations/{conversation_id}/items/{item_id}",
-            lazy("conversations", "retrieve_item"),
+            lazy("openai.conversations.endpoints", "retrieve_item"),
             methods=["GET"],
         ),
         Route(
             "/v1/conversations/{conversation_id}/items/{item_id}",
-            lazy("conversations", "delete_item"),
+            lazy("openai.conversations.endpoints", "delete_item"),
             methods=["DELETE"],
         ),
-        Route("/v1/usage", lazy("budgets", "usage"), methods=["GET"]),
+        Route("/v1/usage", lazy("turns.budgets", "usage"), methods=["GET"]),
         Route("/v1/models", models.list_models, methods=["GET"]),
         Route("/v1/models/{model_id:path}", models.retrieve_model, methods=["GET"]),
-        Route("/health", models.health, methods=["GET"]),
+        Route("/health", health, methods=["GET"]),
         Route("/", page.page, methods=["GET"]),
         Route("/static/{path:path}", page.asset, methods=["GET"]),
         # stream mode: the asynchronous invocation that runs a background response, as the Web Adapter passes it
-        Route(settings.lwa_pass_through_path, lazy("background", "events"), methods=["POST"]),
+        Route(settings.lwa_pass_through_path, lazy("runs.background", "events"), methods=["POST"]),
         # stream mode under SnapStart: the Web Adapter's two hook routes, when configured (H1, #27)
         *snapstart.hook_routes(settings),
     ]
@@ -139,7 +163,7 @@ def create_app(
             HTTPException: on_http_error,
             Exception: on_unexpected,
         },
-        # X-Content-Type-Options on every response; a metered turn's x-ratelimit-* headers (api/budgets.py)
+        # X-Content-Type-Options on every response; a metered turn's x-ratelimit-* headers (api/turns/budgets.py)
         middleware=[Middleware(NoSniff), Middleware(RateLimitHeaders)],
     )
     app.state.runtime = runtime or Runtime(settings, chain=chain, registry=registry)

@@ -10,7 +10,7 @@ Usage::
     runtime = Runtime(Settings.from_env())
     model = runtime.model_for("groq:llama-3.3-70b-versatile")      # a FallbackChain for one turn
     registry = await runtime.tools_for_turn(deadline)              # the built-in tool and the MCP servers' tools
-    runtime.prime(["groq"], ["chatloop.api.responses"])            # before a snapshot: no key, process or connection
+    runtime.prime(["groq"], ["chatloop.api.openai.responses.endpoint"])            # before a snapshot: no key, process or connection
     runtime.forget_credentials()                                   # keys and the chain are read again on next use
 """
 
@@ -22,7 +22,7 @@ import threading
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
-from chatloop.api.idempotency import Store
+from chatloop.api.idempotency.idempotent import Store
 from chatloop.config import DEFAULT_MODEL_CHAIN, MCPServerConfig, Settings
 from chatloop.deadline import Deadline
 from chatloop.engine.limits import EngineLimits
@@ -36,7 +36,7 @@ from chatloop.secrets import load_provider_keys
 from chatloop.tools.base import ToolRegistry
 
 if TYPE_CHECKING:
-    from chatloop.api.budgets import Book
+    from chatloop.api.turns.budgets import Book
     from chatloop.store.service import ConversationStore
     from chatloop.tools.mcp import MCPServers, TurnTools
 
@@ -182,13 +182,13 @@ class Runtime:
             return self._conversations
 
     def budgets(self) -> Book | None:
-        """The per-caller budgets (``api/budgets.py``), built on first use; None when no BUDGET_* limit is set (no
+        """The per-caller budgets (``api/turns/budgets.py``), built on first use; None when no BUDGET_* limit is set (no
         budget is kept, no store call made)."""
         if not self.settings.budgets_on():
             return None
         book = self._budgets
         if book is None or book.settings is not self.settings:
-            from chatloop.api.budgets import Book
+            from chatloop.api.turns.budgets import Book
 
             self._budgets = book = Book(self.settings, self.catalog)
         return book

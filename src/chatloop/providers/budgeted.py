@@ -63,7 +63,7 @@ class BudgetUnavailable(ModelError):
 
 
 class Account(Protocol):
-    """One caller's budget for one turn (``api.budgets.CallerAccount``)."""
+    """One caller's budget for one turn (``api.turns.budgets.CallerAccount``)."""
 
     async def reserve(self, charge: Charge) -> Held | None:
         """Hold ``charge``; None when it is not metered (the store failed open). ``BudgetExhausted`` when refused."""

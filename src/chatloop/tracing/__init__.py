@@ -6,7 +6,7 @@ the turn's typed events become spans (``turn.TurnTrace``), each model of the tur
 ``model.TracedModel`` (one ``chat {model}`` CLIENT span per call, a fallback being a failed call followed by the next),
 and ``flush()`` sends what is buffered before a Lambda invocation ends.
 
-Usage (``api/serve.py``, the API layer's one hook)::
+Usage (``api/turns/serve.py``, the API layer's one hook)::
 
     events = traced_if_enabled(ctx, chain, lambda chain: run_turn(turn, chain, registry, deadline), conversation_id)
 
@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING
 from chatloop.config import Settings, from_environment
 
 if TYPE_CHECKING:
-    from chatloop.api.context import RequestContext
+    from chatloop.api.http.context import RequestContext
     from chatloop.engine.events import Event
     from chatloop.providers.chain import FallbackChain
     from chatloop.tracing.scope import TurnScope

@@ -1,7 +1,7 @@
 """Connections to a client-supplied MCP server go to the addresses that were checked, and nowhere else.
 
 A request's server is checked when the request is read: its host is resolved once and every address it has is
-checked (``api.mcp_servers``). If the connection resolved the name again, a name that answers differently the
+checked (``api.openai.responses.mcp_servers``). If the connection resolved the name again, a name that answers differently the
 second time (DNS rebinding) would reach an address that was never checked: a cloud metadata endpoint, say. So the
 HTTP client of such a server never resolves anything: its network backend connects to the checked addresses
 (tried in order) for the checked host, whatever port a request of the connection names (an in-origin redirect
@@ -71,11 +71,11 @@ def pinned_transport(host: str, addresses: Sequence[str]) -> httpx2.AsyncHTTPTra
 
     # TLS needs nothing of its own: httpcore2 starts TLS on the stream this backend returns with
     # ``server_hostname=self._origin.host`` (httpcore2/_async/connection.py, ``_connect``), the URL's host, so SNI
-    # and the certificate check name the checked host, never the address (tests/test_mcp_pinning.py checks both).
+    # and the certificate check name the checked host, never the address (tests/tools/test_mcp_pinning.py checks both).
     pinned_host = host.lower().strip("[]")
     transport = httpx2.AsyncHTTPTransport()
     # httpx2's transport takes no network backend of its own: its connection pool is replaced by one that has the
-    # pinned backend, built as the transport builds its own (tests/test_mcp_pinning.py fails if this stops working).
+    # pinned backend, built as the transport builds its own (tests/tools/test_mcp_pinning.py fails if this stops working).
     transport._pool = httpcore2.AsyncConnectionPool(
         ssl_context=httpx2.create_ssl_context(), network_backend=PinnedBackend()
     )

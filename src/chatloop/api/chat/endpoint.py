@@ -1,0 +1,162 @@
+"""``POST /chat``: this server's own API. Its events as SSE (every event, ``done`` last) or, with
+``stream: false``, the ``done`` summary as a JSON body (a 503 when every model failed).
+
+Usage::
+
+    curl -s localhost:8000/chat -d '{"messages": [{"role": "user", "content": "5!"}], "stream": false}'
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+
+from starlette.requests import Request
+from starlette.responses import Response
+
+from chatloop.api.http.context import RequestContext
+from chatloop.api.http.errors import RequestError
+from chatloop.api.http.wire import sse_frame
+from chatloop.api.runtime import Runtime
+from chatloop.api.turns.checks import (
+    ChatChoice,
+    check_context,
+    conversation,
+    model_for,
+    named_choice,
+    read_body,
+)
+from chatloop.api.turns.schemas import ChatBody
+from chatloop.api.turns.serve import INTERNAL_ERROR, budgeted, serve_turn, turn_events
+from chatloop.engine import Event, StopReason, TurnRequest, TurnSummary
+from chatloop.engine.events import Done
+from chatloop.engine.request import function_name
+from chatloop.jsontypes import JSONObject
+from chatloop.tools.base import ToolRegistry
+
+
+def chat_body(summary: TurnSummary) -> JSONObject:
+    """The /chat JSON body: the ``done`` event's fields, ``context`` and ``request_id`` always present (null when the
+    turn has none) and last, in that order."""
+    body = summary.wire()
+    body["context"] = body.pop("context", None)
+    body["request_id"] = body.pop("request_id", None)
+    return body
+
+
+class ChatRenderer:
+    """/chat's wire format: ``event: <type>\\ndata: <json>`` per event; ``done`` always last, exactly once."""
+
+    stream_failure_log = "SSE stream failed"
+    answers_failure = True
+    observes = False
+
+    def __init__(self) -> None:
+        self._done = False
+
+    async def frames(self, events: AsyncIterator[Event]) -> AsyncIterator[str]:
+        async for event in events:
+            self._done = self._done or isinstance(event, Done)
+            yield sse_frame(event.data, event=event.name)
+
+    def broken(self) -> str:
+        if self._done:
+            return ""
+        ending: list[Event] = [INTERNAL_ERROR, Done(TurnSummary.failed())]
+        return "".join(sse_frame(event.data, event=event.name) for event in ending)
+
+    def observe(self, event: Event) -> None:
+        pass
+
+    async def answer(self, summary: TurnSummary) -> tuple[int, object]:
+        status = 503 if summary.stop_reason is StopReason.ALL_MODELS_FAILED else 200
+        return status, chat_body(summary)
+
+
+async def chat(request: Request) -> Response:
+    ctx = RequestContext.of(request)
+    runtime = ctx.runtime
+    body = await read_body(request, ChatBody)
+    thread = None
+    if body.approvals and body.conversation is None:
+        raise RequestError(
+            400,
+            "invalid_request",
+            "approvals: answer in the conversation that asked (conversation)",
+            "approvals",
+        )
+    if body.conversation is not None:
+        from chatloop.api.chat import threads as chat_threads
+
+        thread = await chat_threads.chat_thread(
+            request, body.conversation, body.messages, body.approvals or []
+        )
+    messages = conversation(
+        [*(thread.history if thread else []), *body.messages], runtime.settings.max_messages
+    )
+    if thread is not None and runtime.settings.compaction_threshold_tokens:  # instead of trimming (README)
+        from chatloop.api.turns import compaction
+
+        threshold = runtime.settings.compaction_threshold_tokens
+        try:
+            compacted = await compaction.past(ctx, messages, threshold, body.model, openai=False)
+        except RequestError:  # the summary's call refused by the budget: the answers are not used up
+            from chatloop.api.turns.approvals import release
+
+            await release(ctx, thread.answers)
+            raise
+        if compacted is not None:
+            thread.compaction = compacted[0]
+            messages = conversation([compacted[1].message(), *body.messages], runtime.settings.max_messages)
+    choice = named_choice(body.tool_choice)
+    tool_names = tools_for_chat(runtime, body, choice)
+    model = model_for(runtime, body.model)
+    check_context(model, messages, body.max_tokens)
+    turn = TurnRequest(
+        messages=messages,
+        tool_names=tool_names,
+        tool_choice=None if choice == "none" else choice,
+        parallel_tool_calls=body.parallel_tool_calls,
+        temperature=body.temperature,
+        top_p=body.top_p,
+        max_tokens=body.max_tokens,
+        max_iterations=body.max_iterations,
+        approvals=thread.answers if thread else (),
+    )
+    ctx.request_id  # noqa: B018 - settled before the tools are listed (the adapter's log correlation id)
+    registry = await runtime.tools_for_turn(ctx.deadline) if tool_names != [] else ToolRegistry()
+    if runtime.settings.approval_required_tools:  # the operator's tools that wait for a person (README)
+        from chatloop.api.turns import approvals
+
+        await approvals.ask_for(ctx, turn, registry, [], {})
+    metered = await budgeted(ctx, turn, model, registry)
+    events = turn_events(
+        ctx, turn, model, registry, thread.conversation_id if thread else None, metered=metered
+    )
+    if thread is not None:  # a stored conversation's turn runs to its end even when the client goes away
+        from chatloop.api.chat import threads as chat_threads
+
+        events = chat_threads.running_turn(request, thread, events)
+    return await serve_turn(ctx, ChatRenderer(), events, stream=body.stream)
+
+
+def tools_for_chat(runtime: Runtime, body: ChatBody, choice: ChatChoice) -> list[str] | None:
+    """The tools a /chat turn may use: None for all of them (the MCP servers' tools included), [] for none."""
+    if choice == "none":
+        return []
+    known = runtime.tool_names()
+    names = body.tools
+    unknown = [n for n in names or [] if n not in known and not runtime.mcp_name(n)]
+    if unknown:
+        raise RequestError(
+            400, "unknown_tool", f"tools: unknown tool(s) {unknown}; built-in tools: {known}", "tools"
+        )
+    chosen = function_name(choice) if isinstance(choice, dict) else None
+    if (
+        chosen is not None
+        and chosen not in (names if names is not None else known)
+        and not runtime.mcp_name(chosen)
+    ):
+        raise RequestError(
+            400, "invalid_request", "tool_choice names a tool that is not enabled", "tool_choice"
+        )
+    return names

@@ -1,0 +1,270 @@
+"""``/chat`` in a stored conversation: the conversation a request continues, the turn appended to it when it ends,
+and ``POST /chat/stop``, the one way to end such a turn early (it outlives its client, see ``api.runs.running``).
+
+The turn's run is recorded in the store (``run_<conversation id>``, ``in_progress``, written beside the turn, never
+before its first token), so a stop sent to any copy reaches it: the copy that runs it stops it at once, any other
+writes a cancel request that the running copy reads within ``running.CANCEL_POLL_SECONDS``.
+
+Its events are journaled as they go (``run_<turn id>``, written beside the stream), so ``GET /chat/follow`` on any
+copy replays and follows the running turn: the page reloaded mid-answer shows the answer as it is written.
+
+Usage (``api.chat.endpoint``)::
+
+    thread = await chat_thread(request, "conv_…", body.messages)   # 4xx/503 before any model call
+    events = running_turn(request, thread, events)                  # runs to its end; stoppable from any copy
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from starlette.requests import Request
+from starlette.responses import Response
+
+from chatloop.api.http.context import RequestContext
+from chatloop.api.http.errors import RequestError
+from chatloop.api.http.wire import JSONBody
+from chatloop.api.openai.conversations.endpoints import (
+    conversation_history,
+    conversation_id_of,
+    store_context,
+    store_errors,
+)
+from chatloop.api.runs.journal import Journal
+from chatloop.api.runs.record import call_deadline, end_run, runs_of, watcher
+from chatloop.api.runs.running import Stop, Tracked, run_to_the_end, stop_here, stoppable
+from chatloop.deadline import Deadline
+from chatloop.engine.events import Done, Event, TurnError
+from chatloop.engine.messages import Message
+from chatloop.engine.summary import StopReason, TurnSummary
+from chatloop.jsontypes import JSONObject
+from chatloop.observability import logger
+from chatloop.store.model import StoredEvent
+
+if TYPE_CHECKING:
+    from chatloop.api.openai.responses.approval_items import McpApprovalResponseInput
+    from chatloop.api.openai.responses.objects import CompactionItem
+    from chatloop.api.turns.schemas import ChatApproval
+    from chatloop.engine.approvals import ApprovalAnswer
+
+
+@dataclass
+class ChatThread:
+    """A ``/chat`` turn inside a stored conversation: whose it is, and the messages that came before it."""
+
+    owner: str
+    conversation_id: str
+    history: list[Message]
+    new: list[dict[str, object]]
+    """The request's new messages (user or system), appended to the conversation with the answer."""
+    answers: tuple[ApprovalAnswer, ...] = ()
+    """Answers to the conversation's approval requests the turn runs first (``api.turns.approvals``)."""
+    answer_items: tuple[McpApprovalResponseInput, ...] = ()
+    """Those answers as the items appended to the conversation (a denial stays the model's history)."""
+    compaction: CompactionItem | None = None
+    """The compaction the turn started with (COMPACTION_THRESHOLD_TOKENS): appended before the turn's output."""
+
+
+async def chat_thread(
+    request: Request, conversation: str, new: list[object], approvals: Sequence[ChatApproval] = ()
+) -> ChatThread:
+    """The conversation a ``/chat`` request continues (a 4xx or 503 before any model call when it cannot be had).
+    With a conversation the client sends only what is new: user (or system) messages, and answers to its
+    approval requests (each checked as ``api.turns.approvals`` checks them)."""
+    from chatloop.api.openai.responses.approval_items import McpApprovalResponseInput
+    from chatloop.api.openai.responses.endpoint import messages_of
+    from chatloop.api.turns.approvals import answers_of
+    from chatloop.api.turns.compaction import open_items
+
+    messages = [m for m in new if isinstance(m, dict) and m.get("role") in ("user", "system")]
+    if len(messages) != len(new):
+        raise RequestError(
+            400,
+            "invalid_messages",
+            "messages: with a conversation, send only the new user message(s); the earlier turns are on the server",
+            param="messages",
+        )
+    store, owner, deadline = store_context(request)
+    conversation_id = conversation_id_of(conversation)
+    with store_errors():
+        items = await conversation_history(store, owner, conversation_id, deadline)
+    given = tuple(McpApprovalResponseInput.model_validate(a.as_item()) for a in approvals)
+    ctx = RequestContext.of(request)
+    await open_items(ctx, items)  # a compaction item stands for what came before it
+    answers = await answers_of(ctx, [*items, *given], len(items))
+    history = messages_of([*items, *given], answers.ids)
+    return ChatThread(owner, conversation_id, history, messages, answers.answers, given)
+
+
+def running_turn(request: Request, thread: ChatThread, events: AsyncIterator[Event]) -> AsyncIterator[Event]:
+    """The turn's events, run to the end (and stored by ``save_chat_turn``) whether or not the client stays,
+    journaled (a reloaded page follows it on any copy: ``GET /chat/follow``), and ended with an ``error`` and a
+    ``done`` when a client stops it (``POST /chat/stop``, on any copy)."""
+    from chatloop.api.turns.serve import held_secrets
+    from chatloop.store.model import new_id
+
+    store = RequestContext.of(request).runtime.conversations()
+    owner, conversation_id, turn = thread.owner, thread.conversation_id, new_id("turn")
+    stop = Stop()
+    runs = runs_of(store)
+
+    def stopped() -> list[Event]:
+        return [
+            TurnError("stopped", "the turn was stopped by its client"),
+            Done(TurnSummary.failed("Stopped.", StopReason.CLIENT_DISCONNECTED)),
+        ]
+
+    async def keep(seen: list[Event]) -> None:
+        await save_chat_turn(request, thread, seen)
+
+    journal = None
+    if runs is not None:
+        chat_runs = runs
+
+        async def append(batch: list[StoredEvent], deadline: Deadline) -> object:
+            return await chat_runs.append_events(owner, turn, batch, deadline)
+
+        async def begin(first: dict[str, object]) -> None:  # the journal, then the run that names it
+            await chat_runs.open_journal(owner, turn, call_deadline())
+            await chat_runs.begin(owner, conversation_id, turn, "in_progress", call_deadline())
+
+        journal = Journal(append, turn, deadline=call_deadline, begin=begin, terminal=CHAT_TERMINAL)
+
+    async def end(stop: Stop) -> None:
+        if journal is not None:
+            await journal.close()
+        await end_run(store, owner, conversation_id, turn, "cancelled" if stop.is_set else "completed")
+
+    watch = watcher(store, owner, conversation_id, turn, begin=False)
+    tracked = Tracked((owner, conversation_id), stop, watch=watch, end=end)
+    running = stoppable(held_secrets(events), stop, stopped)
+    return run_to_the_end(_journaled(running, journal) if journal else running, keep, tracked)
+
+
+CHAT_TERMINAL = frozenset({"done"})
+
+
+async def _journaled(events: AsyncIterator[Event], journal: Journal) -> AsyncIterator[Event]:
+    """``events``, each told to the journal as ``{"type": name, "sequence_number": n, "data": …}``."""
+    number = 0
+    async for event in events:
+        journal.add({"type": event.name, "sequence_number": number, "data": event.data})
+        number += 1
+        yield event
+
+
+async def follow_chat(request: Request) -> Response:
+    """``GET /chat/follow?conversation=conv_…&starting_after=N``: the caller's turn running in that conversation,
+    wherever it runs: its events (``/chat``'s, ``id:`` their number) from the journal, then live until ``done``. A
+    404 when none runs (the page then reads the stored answer)."""
+    from starlette.responses import StreamingResponse
+
+    from chatloop.api.http.wire import sse_frame
+    from chatloop.api.runs.follow import follow
+    from chatloop.observability import redact
+
+    store, owner, deadline = store_context(request)
+    conversation_id = conversation_id_of(request.query_params.get("conversation", ""))
+    after = request.query_params.get("starting_after", "-1")
+    if not after.lstrip("-").isdigit():
+        raise RequestError(
+            400, "invalid_request", "starting_after: must be an integer", param="starting_after"
+        )
+    runs = runs_of(store)
+    settings = RequestContext.of(request).settings
+    with store_errors():
+        run = await runs.get(owner, conversation_id, deadline) if runs is not None else None
+        first = await runs.events_after(owner, run.turn, int(after), deadline) if run and runs else None
+    if runs is None or run is None or not run.active or run.stale(settings.request_timeout_seconds):
+        raise RequestError(404, "not_found", f"no turn is running in conversation {conversation_id}")
+    turn, follow_runs = run.turn, runs
+
+    async def read(position: int, within: Deadline) -> list[StoredEvent] | None:
+        return await follow_runs.events_after(owner, turn, position, within)
+
+    async def ended(position: int) -> JSONObject | None:  # the turn ended (or died) without journaling done
+        now = await follow_runs.get(owner, conversation_id, call_deadline())
+        if now is not None and now.turn == turn and now.active:
+            return None
+        return {"type": "error", "code": "turn_ended", "message": "the turn ended; read the conversation"}
+
+    events = follow(
+        read,
+        first or [],
+        int(after),
+        RequestContext.of(request).deadline,
+        terminal=CHAT_TERMINAL,
+        ended=ended,
+    )
+
+    async def frames() -> AsyncIterator[bytes]:
+        async for entry in events:
+            data = entry.get("data")
+            shown = data if isinstance(data, dict) else {k: v for k, v in entry.items() if k != "type"}
+            frame = f"id: {entry.get('sequence_number')}\n" + sse_frame(shown, event=str(entry["type"]))
+            yield redact(frame).encode()
+
+    return StreamingResponse(frames(), media_type="text/event-stream", headers={"cache-control": "no-cache"})
+
+
+async def stop_chat(request: Request) -> Response:
+    """``POST /chat/stop {"conversation": "conv_…"}``: stop the caller's turn running in that conversation (the
+    page's Stop button). A stored conversation's turn outlives its client, so that a reload finds the answer; a Stop
+    is the one way to end it early. A stopped turn is not stored (the conversation stays as it was). ``stopped`` says
+    whether a turn was running, on whichever copy runs it."""
+    from chatloop.api.turns.checks import read_body
+    from chatloop.api.turns.schemas import StopBody
+
+    body = await read_body(request, StopBody)
+    store, owner, deadline = store_context(request)
+    conversation_id = conversation_id_of(body.conversation)
+    stopped = stop_here((owner, conversation_id))
+    runs = runs_of(store)
+    if not stopped and runs is not None:  # running on another copy (or none): ask it through the store
+        with store_errors():
+            run = await runs.cancel(owner, conversation_id, deadline)
+        settings = RequestContext.of(request).settings
+        stopped = run is not None and run.active and not run.stale(settings.request_timeout_seconds)
+    if stopped:
+        logger.info(f"turn stopped by its client: conversation={conversation_id}")
+    return JSONBody({"conversation": conversation_id, "stopped": stopped})
+
+
+async def save_chat_turn(request: Request, thread: ChatThread, events: list[Event]) -> None:
+    """Append the turn to its conversation: the new messages, each sandbox run (a ``code_interpreter_call`` item,
+    as the Responses API shows it) and the answer. A turn every model failed leaves the conversation as it was (a
+    retry sends the same message again); a store that fails is logged, the answer was already sent."""
+    from chatloop.api.openai.conversations.items import stored_items
+    from chatloop.api.openai.responses.items import ResponseEvents, ResponseOutput
+    from chatloop.api.openai.responses.schemas import InputMessage
+    from chatloop.jsontypes import json_object
+    from chatloop.store.model import Item, StoreUnavailable, new_id
+
+    done = next((e.summary for e in events if isinstance(e, Done)), None)
+    not_kept = (StopReason.ALL_MODELS_FAILED, StopReason.ERROR, StopReason.CLIENT_DISCONNECTED)
+    if done is None or done.stop_reason in not_kept:  # failed, or stopped by its client
+        return
+    output = ResponseOutput(new_id("turn").removeprefix("turn_"), ResponseEvents())
+    for event in events:
+        if not isinstance(event, Done):
+            output.feed(event)
+    output.finish()
+    inputs = stored_items(
+        [
+            *[InputMessage.model_validate({"role": m["role"], "content": m["content"]}) for m in thread.new],
+            *thread.answer_items,
+        ]
+    )
+    outputs = [Item(i["id"], json_object(i)) for i in output.items]
+    if thread.compaction is not None:  # it stands for everything before it, the new message included
+        outputs.insert(0, Item(thread.compaction["id"], json_object(thread.compaction)))
+    ctx = RequestContext.of(request)
+    deadline = ctx.write_deadline()
+    try:
+        await ctx.runtime.conversations().append_items(
+            thread.owner, thread.conversation_id, [*inputs, *outputs], deadline
+        )
+    except StoreUnavailable as error:
+        logger.warning(f"conversation {thread.conversation_id}: the turn was not stored: {error}")

@@ -1,0 +1,1 @@
+"""HTTP plumbing every route shares: the request context (deadline, request id, caller), the Web Adapter's invocation, errors in both shapes, request limits, JSON/SSE bytes on the wire, and the response-header middlewares."""

@@ -1,0 +1,130 @@
+"""``RequestContext``: what every part of one request shares, worked out once (the deadline, the request id, the
+Web Adapter's invocation, the caller, the time left).
+
+Idempotency, the endpoints, the stored state and the renderers all ask the same context, so the time left is
+computed in one place and the adapter's headers are parsed once per request.
+
+Usage::
+
+    ctx = RequestContext.of(request)        # the same object for the whole request
+    ctx.deadline.remaining()                # the turn's one deadline (model calls, tool runs, store calls)
+    ctx.request_id, ctx.caller              # "5bba95d5-…", "apikey:k1x2" | None
+    ctx.remaining_ms()                      # how long the invocation has left (idempotency records)
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from functools import cached_property
+from typing import TYPE_CHECKING
+
+from starlette.requests import HTTPConnection
+
+from chatloop.api.http import adapter
+from chatloop.deadline import Deadline
+from chatloop.observability import logger
+
+if TYPE_CHECKING:
+    from chatloop.api.runtime import Runtime
+    from chatloop.config import Settings
+
+SCOPE_KEY = "chatloop.context"
+
+
+class RequestContext:
+    """One request's shared facts. Built by ``RequestContext.of`` on first use and kept in the ASGI scope."""
+
+    def __init__(self, request: HTTPConnection) -> None:
+        self.request = request
+        self.runtime: Runtime = request.app.state.runtime
+        self.started = time.monotonic()
+        """When the request's clock started (``make run``: the time left is REQUEST_TIMEOUT_SECONDS from here)."""
+        self.invocation = adapter.invocation_of(request)
+        """The Web Adapter's invocation (stream mode, only when the adapter sent it), else None."""
+
+    @classmethod
+    def of(cls, request: HTTPConnection) -> RequestContext:
+        context = request.scope.get(SCOPE_KEY)
+        if not isinstance(context, RequestContext):
+            context = request.scope[SCOPE_KEY] = cls(request)
+        return context
+
+    @property
+    def settings(self) -> Settings:
+        return self.runtime.settings
+
+    @property
+    def lambda_remaining_ms(self) -> float | None:
+        """Lambda's own clock, buffered mode (Mangum's ``aws.context``); None elsewhere."""
+        context = self.request.scope.get("aws.context")
+        if context is not None and hasattr(context, "get_remaining_time_in_millis"):
+            return float(context.get_remaining_time_in_millis())
+        return None
+
+    @property
+    def in_lambda(self) -> bool:
+        """Served by Lambda: behind Mangum (an ``aws.context``) or behind the Web Adapter."""
+        return "aws.context" in self.request.scope or self.invocation is not None
+
+    def remaining_ms(self) -> int:
+        """How long this invocation has left: Lambda's clock, the adapter's deadline, or (``make run``) the request
+        timeout less what has passed since the request started."""
+        lambda_ms = self.lambda_remaining_ms
+        if lambda_ms is not None:
+            return int(lambda_ms)
+        if self.invocation is not None:
+            return max(0, int(self.invocation.seconds_left() * 1000))
+        elapsed = time.monotonic() - self.started
+        return max(0, int((self.settings.request_timeout_seconds - elapsed) * 1000))
+
+    @cached_property
+    def deadline(self) -> Deadline:
+        """One deadline per request: the smaller of the Lambda's remaining time (less a margin) and the request timeout
+        (counted from the request's start, the clock ``remaining_ms`` reads too)."""
+        elapsed = time.monotonic() - self.started
+        return Deadline.after(self._seconds_left(self.settings.request_timeout_seconds - elapsed))
+
+    def store_deadline(self) -> Deadline:
+        """The deadline of a store call the request makes before or instead of a turn (reading a conversation's
+        history, the Conversations API): the request's, and at most CONVERSATION_STORE_TIMEOUT_SECONDS."""
+        return self.deadline.earliest(self.settings.conversation_store_timeout_seconds)
+
+    def write_deadline(self) -> Deadline:
+        """The deadline of a store write after the turn (keeping the response, appending the turn to its
+        conversation): what the invocation has left now, less the margin, and at most
+        CONVERSATION_STORE_TIMEOUT_SECONDS. Not the turn's deadline: a turn that used all of it (it ran to its
+        deadline) still has its answer kept; the request timeout bounds the turn, counted afresh here."""
+        seconds = self._seconds_left(self.settings.request_timeout_seconds)
+        return Deadline.after(seconds).earliest(self.settings.conversation_store_timeout_seconds)
+
+    def _seconds_left(self, timeout: float) -> float:
+        """``timeout``, or less when Lambda's clock (buffered mode) or the adapter's (stream mode) says less is left,
+        the safety margin kept back."""
+        margin = self.settings.lambda_safety_margin_seconds
+        lambda_ms = self.lambda_remaining_ms
+        if lambda_ms is not None:
+            return min(timeout, lambda_ms / 1000 - margin)
+        if self.invocation is not None:  # stream mode, behind the Web Adapter
+            return min(timeout, self.invocation.seconds_left() - margin)
+        return timeout
+
+    @cached_property
+    def request_id(self) -> str:
+        """API Gateway's request id, Lambda's, the adapter's, or a new one (``make run``)."""
+        event = self.request.scope.get("aws.event") or {}
+        context = self.request.scope.get("aws.context")
+        rid = (event.get("requestContext") or {}).get("requestId") or getattr(context, "aws_request_id", None)
+        if not rid and self.invocation is not None:
+            rid = self.invocation.request_id
+            logger.set_correlation_id(
+                rid
+            )  # no inject_lambda_context under the adapter: one invocation at a time
+        return str(rid or uuid.uuid4())
+
+    @cached_property
+    def caller(self) -> str | None:
+        """Who is asking (``caller_of``): the identity every per-caller scope uses; None when there is none."""
+        from chatloop.api.http.caller import caller_of
+
+        return caller_of(self.request)

@@ -1,0 +1,197 @@
+"""``POST /v1/chat/completions``: OpenAI's chat completions over the same turn, as a ``chat.completion`` or as
+``chat.completion.chunk`` SSE ending in ``data: [DONE]``.
+
+Usage::
+
+    client = openai.OpenAI(base_url="http://localhost:8000/v1", api_key="unused")
+    client.chat.completions.create(model="chatloop", messages=[{"role": "user", "content": "5!"}])
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import AsyncIterator, Mapping
+
+from starlette.requests import Request
+from starlette.responses import Response
+
+from chatloop.api.http.context import RequestContext
+from chatloop.api.http.errors import openai_error
+from chatloop.api.http.wire import sse_frame
+from chatloop.api.turns.checks import (
+    check_context,
+    checked_client_tools,
+    conversation,
+    model_for,
+    model_params,
+    named_choice,
+    read_body,
+    refuse_unsupported,
+    structured_output,
+)
+from chatloop.api.turns.schemas import OpenAIChatBody
+from chatloop.api.turns.serve import INTERNAL_ERROR, budgeted, serve_turn, turn_events
+from chatloop.engine import Event, TurnRequest, TurnSummary
+from chatloop.engine.events import Delta, Done, FallbackMade, LlmResponse, Started, TurnError
+
+FINISH_REASONS = {"stop": "stop", "length": "length", "tool_calls": "tool_calls"}
+DONE_LINE = "data: [DONE]\n\n"
+
+
+def finish_reason(stop_reason: str) -> str:
+    """OpenAI's finish_reason for a stop reason (guards end a turn with an answer: ``stop``)."""
+    return FINISH_REASONS.get(stop_reason, "stop")
+
+
+def extension(summary: TurnSummary) -> dict[str, object]:
+    """``x_chatloop``: what the turn did beyond OpenAI's fields (the stop reason, the tool records ...)."""
+    return {
+        "stop_reason": summary.stop_reason.value,
+        "iterations": summary.iterations,
+        "tool_calls": [c.wire() for c in summary.tool_calls],
+        "tool_counts": dict(summary.tool_counts),
+        "context": summary.context.summary() if summary.context else None,
+        "request_id": summary.request_id,
+    }
+
+
+def openai_message(summary: TurnSummary) -> dict[str, object]:
+    message = summary.message
+    out: dict[str, object] = {"role": "assistant", "content": message.content or None}
+    if message.tool_calls:
+        out["tool_calls"] = [c.to_message() for c in message.tool_calls]
+    elif out["content"] is None:
+        out["content"] = ""
+    return out
+
+
+def openai_completion(summary: TurnSummary, request_id: str, created: int | None = None) -> dict[str, object]:
+    return {
+        "id": f"chatcmpl-{request_id}",
+        "object": "chat.completion",
+        "created": created or int(time.time()),
+        "model": summary.model,
+        "choices": [
+            {
+                "index": 0,
+                "message": openai_message(summary),
+                "finish_reason": finish_reason(summary.stop_reason),
+                "logprobs": None,
+            }
+        ],
+        "usage": summary.usage.as_dict(),
+        "x_chatloop": extension(summary),
+    }
+
+
+class CompletionRenderer:
+    """``chat.completion.chunk`` SSE ending in ``data: [DONE]``: the role chunk as the turn starts, each piece of text
+    as the model writes it (seams included, so the chunks add up to the answer), the client's tool calls and the
+    finish reason at the end. With ``include_usage`` every chunk carries ``usage`` (null until the last), as
+    OpenAI's do. Not streamed: a ``chat.completion``."""
+
+    stream_failure_log = "chat.completion.chunk stream failed"
+    answers_failure = False
+    observes = False
+
+    def __init__(self, request_id: str, include_usage: bool = False) -> None:
+        self.request_id = request_id
+        self.include_usage = include_usage
+        self._finished = False
+        self._answered = (
+            False  # the finish chunk or an error chunk went out: a break after it only ends the stream
+        )
+
+    async def frames(self, events: AsyncIterator[Event]) -> AsyncIterator[str]:
+        created = int(time.time())
+        base = {"id": f"chatcmpl-{self.request_id}", "object": "chat.completion.chunk", "created": created}
+        model = "unknown"
+        usage_field: dict[str, object] = {"usage": None} if self.include_usage else {}
+
+        def chunk(delta: Mapping[str, object], finish: str | None = None, **extra: object) -> str:
+            choice = {"index": 0, "delta": delta, "finish_reason": finish}
+            return sse_frame({**base, "model": model, "choices": [choice], **usage_field, **extra})
+
+        started = failed = False
+        async for event in events:
+            if isinstance(event, Started) and not started:
+                model = event.model or model
+                started = True
+                yield chunk({"role": "assistant", "content": ""})
+            elif isinstance(event, FallbackMade) and event.to_model:
+                model = event.to_model
+            elif isinstance(event, LlmResponse):
+                model = event.model
+            elif failed:
+                continue  # after an error chunk, nothing but [DONE]
+            elif isinstance(event, Delta):
+                yield chunk({"content": event.content})
+            elif isinstance(event, TurnError) and event.code == "all_models_failed":
+                failed = self._answered = True
+                error = openai_error(event.message, "all_models_failed", "service_unavailable")
+                yield sse_frame(error)  # OpenAI clients raise on an error chunk
+            elif isinstance(event, Done):
+                summary = event.summary
+                model = summary.model or model
+                if summary.message.tool_calls:
+                    calls = [{"index": i, **c.to_message()} for i, c in enumerate(summary.message.tool_calls)]
+                    yield chunk({"tool_calls": calls})
+                yield chunk({}, finish_reason(summary.stop_reason), x_chatloop=extension(summary))
+                self._answered = True
+                if self.include_usage:
+                    usage = summary.usage.as_dict()
+                    yield sse_frame({**base, "model": model, "choices": [], "usage": usage})
+        self._finished = True
+        yield DONE_LINE
+
+    def broken(self) -> str:
+        if self._finished:
+            return ""
+        if self._answered:  # a second error chunk, or one after the finish, would contradict it; it is logged
+            return DONE_LINE
+        error = openai_error(INTERNAL_ERROR.message, "internal_error", "server_error")
+        return sse_frame(error) + DONE_LINE
+
+    def observe(self, event: Event) -> None:
+        pass
+
+    async def answer(self, summary: TurnSummary) -> tuple[int, object]:
+        return 200, openai_completion(summary, self.request_id)
+
+
+async def chat_completions(request: Request) -> Response:
+    ctx = RequestContext.of(request)
+    runtime = ctx.runtime
+    body = await read_body(request, OpenAIChatBody)
+    refuse_unsupported(body)
+    messages = conversation(body.messages, runtime.settings.max_messages)
+    choice = named_choice(body.tool_choice)
+    client_tools = checked_client_tools(runtime, body.tools or [], choice)
+    model = model_for(runtime, body.model, openai=True)
+    check_context(model, messages, body.max_completion_tokens or body.max_tokens)
+    response_format = structured_output(runtime, model, body.response_format, "response_format")
+    params = model_params(runtime, model, body.forwarded())
+    no_tools = choice == "none"
+    turn = TurnRequest(
+        messages=messages,
+        tool_names=[] if no_tools else None,
+        client_tools=[] if no_tools else client_tools,
+        tool_choice=None if choice == "none" else choice,
+        parallel_tool_calls=body.parallel_tool_calls,
+        temperature=body.temperature,
+        top_p=body.top_p,
+        max_tokens=body.max_completion_tokens or body.max_tokens,
+        response_format=response_format,
+        model_params=params,
+    )
+    ctx.request_id  # noqa: B018 - settled before the tools are listed (the adapter's log correlation id)
+    registry = await runtime.tools_for_turn(ctx.deadline)
+    if runtime.settings.approval_required_tools:  # no way to ask here: such tools are not offered (README)
+        from chatloop.api.turns.approvals import without_approval
+
+        turn.tool_names = without_approval(runtime.settings, registry, turn.tool_names)
+    metered = await budgeted(ctx, turn, model, registry)
+    events = turn_events(ctx, turn, model, registry, metered=metered)
+    include_usage = bool(body.stream_options and body.stream_options.include_usage)
+    renderer = CompletionRenderer(ctx.request_id, include_usage)
+    return await serve_turn(ctx, renderer, events, stream=body.stream)

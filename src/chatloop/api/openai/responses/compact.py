@@ -1,0 +1,88 @@
+"""``POST /v1/responses/compact``: OpenAI's ``responses.compact``. The conversation a request names (``input``,
+after ``previous_response_id``'s chain when it gives one, with ``instructions``) summarized by a model of the chain
+into one sealed ``compaction`` item (``api.turns.compaction``); the answer is OpenAI's ``response.compaction`` object: the
+conversation's user messages, then that item. Send its ``output`` (or just the item) as the next request's input and
+any model of the chain continues from the summary.
+
+Usage::
+
+    curl -s localhost:8000/v1/responses/compact -d '{"model": "chatloop", "input": [...]}'
+"""
+
+from __future__ import annotations
+
+import time
+
+from pydantic import ConfigDict, StrictStr
+from starlette.requests import Request
+from starlette.responses import Response
+
+from chatloop.api.http.context import RequestContext
+from chatloop.api.http.errors import RequestError
+from chatloop.api.http.wire import JSONBody
+from chatloop.api.openai.responses.schemas import InputItem, InputMessage, ResponsesBody
+from chatloop.api.turns.checks import conversation, model_for, read_body
+from chatloop.jsontypes import JSONObject, json_object
+from chatloop.providers.errors import ModelError
+
+
+class CompactBody(ResponsesBody):
+    """What ``responses.compact`` sends: ``model``, ``input``, ``instructions``, ``previous_response_id`` (and
+    prompt-cache hints, which change nothing here)."""
+
+    model_config = ConfigDict(extra="forbid", defer_build=True)
+
+    prompt_cache_retention: StrictStr | None = None
+
+
+async def compact(request: Request) -> Response:
+    from chatloop.api.openai.responses import stored
+    from chatloop.api.openai.responses.endpoint import _usage, conversation_of, current_items
+    from chatloop.api.turns.compaction import compaction_item, open_items, summary_request
+    from chatloop.api.turns.serve import budgeted
+    from chatloop.engine import TurnRequest
+    from chatloop.tools.base import ToolRegistry
+
+    ctx = RequestContext.of(request)
+    runtime = ctx.runtime
+    body = await read_body(request, CompactBody)
+    keeping = await stored.prepare(request, body.model_copy(update={"store": False}))
+    items = [*keeping.history, *current_items(body)]
+    await open_items(ctx, items)
+    messages = conversation(conversation_of(body, keeping.history), runtime.settings.max_messages)
+    model = model_for(runtime, runtime.settings.compaction_model or body.model, openai=True)
+    # The summary is a model call like any turn's: admitted by the caller's budget (a 429 before it), metered.
+    asked = TurnRequest(messages=summary_request(messages), tool_names=[])
+    metered = await budgeted(ctx, asked, model, ToolRegistry([]))
+    try:
+        item, usage, _ = await compaction_item(ctx, metered, messages)
+    except ModelError as exc:
+        raise RequestError(503, "compaction_failed", f"no model could write the summary: {exc}") from None
+    created = int(time.time())
+    output: list[JSONObject] = [*_user_messages(items), json_object(item)]
+    return JSONBody(
+        {
+            "id": f"resp_{ctx.request_id}",
+            "object": "response.compaction",
+            "created_at": created,
+            "output": output,
+            "usage": json_object(_usage(usage)),
+        }
+    )
+
+
+def _user_messages(items: list[InputItem]) -> list[JSONObject]:
+    """The user messages the compaction keeps verbatim (OpenAI's shape), oldest first."""
+    from chatloop.store.model import new_id
+
+    return [
+        {
+            "type": "message",
+            "id": new_id("msg"),
+            "role": "user",
+            "status": "completed",
+            "content": [{"type": "input_text", "text": i.text()}],
+        }
+        for i in items
+        if isinstance(i, InputMessage) and i.role == "user"
+    ]

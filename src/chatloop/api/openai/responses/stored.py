@@ -1,0 +1,305 @@
+"""Stored responses: what ``/v1/responses`` keeps, the history a turn continues from, and the endpoints that read
+it back (OpenAI's shapes: openai-python ``types/responses/``).
+
+A response is stored when ``store`` is true, OpenAI's default, and the request names a caller (``caller_of``): its
+body, the items of its input, its output items and, for a streamed one, its events. A later request continues from
+it with ``previous_response_id`` (the model receives every earlier response's input and output, then the new input,
+following the chain back) or joins a ``conversation`` (the model receives the conversation's items; the turn's input
+and output are appended to it). Everything is the caller's own: another caller's response is exactly a 404.
+
+Reading state a request needs (the history) is done before any model call: a missing, deleted, expired or foreign
+id is a 404, a malformed one a 400, a store that fails a 503. Writing after the turn degrades instead: the answer
+still goes out, with ``store: false`` when it could not be kept (and a warning in the log).
+
+Usage (the routes, in api/app.py)::
+
+    GET    /v1/responses/{id}                   ?stream=true&starting_after=N replays a streamed one's events
+                                                (and follows it live while it runs: ``api.runs.follow``)
+    POST   /v1/responses/{id}/cancel            a background response (``api.runs.background``)
+    DELETE /v1/responses/{id}
+    GET    /v1/responses/{id}/input_items       ?order=asc&limit=20&after=msg_…
+
+A stored streamed response is journaled while it runs (``api.runs.journal``): its record exists, ``in_progress``, from its
+first events on, and its events reach the store in batches, so any container can read or follow it.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import AsyncIterator, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from functools import partial
+from typing import TYPE_CHECKING
+
+from starlette.requests import Request
+from starlette.responses import Response, StreamingResponse
+
+from chatloop.api.http.context import RequestContext
+from chatloop.api.http.errors import RequestError
+from chatloop.api.http.wire import JSONBody, sse_frame
+from chatloop.api.openai.conversations.endpoints import (
+    HISTORY_PAGE,
+    all_items,
+    as_input_items,
+    conversation_history,
+    conversation_id_of,
+    not_found,
+    store_context,
+    store_errors,
+)
+from chatloop.api.openai.responses.schemas import InputItem, ReasoningItem, ResponsesBody
+from chatloop.jsontypes import JSONObject, json_object
+from chatloop.observability import logger, redact
+
+if TYPE_CHECKING:
+    from chatloop.api.openai.responses.objects import FinishedResponse
+    from chatloop.api.runs.journal import Journal
+    from chatloop.deadline import Deadline
+    from chatloop.store.model import Item, StoredEvent
+    from chatloop.store.service import ConversationStore
+
+RESPONSE_ID = re.compile(r"^resp_[A-Za-z0-9_-]{1,128}$")
+MAX_CHAIN = 100
+"""How many earlier responses a ``previous_response_id`` chain may follow back (each is two reads)."""
+
+
+@dataclass
+class Keeping:
+    """What one ``/v1/responses`` request keeps and continues from: decided before the turn, used after it."""
+
+    store: ConversationStore | None
+    owner: str | None
+    deadline: Deadline | None
+    conversation_id: str | None = None
+    history: list[InputItem] = field(default_factory=list)
+    """The earlier items (input and output) the model is given before this request's input."""
+    journal: Journal | None = None
+    """The running turn's journal: its record was created by it (``in_progress``), and its events written."""
+
+    @property
+    def enabled(self) -> bool:
+        return self.store is not None and self.owner is not None
+
+
+async def prepare(request: Request, body: ResponsesBody) -> Keeping:
+    """Decide whether this request is stored, and read the history it continues from (a 4xx or 503 before any
+    model call when that history cannot be had)."""
+    wants_history = body.previous_response_id is not None or body.conversation is not None
+    if body.previous_response_id is not None and body.conversation is not None:
+        raise RequestError(
+            400,
+            "invalid_request",
+            "previous_response_id and conversation cannot be used together",
+            param="previous_response_id",
+        )
+    if body.store is False and not wants_history:
+        return Keeping(None, None, None)
+    ctx = RequestContext.of(request)
+    owner = ctx.caller
+    if owner is None:
+        if body.store or wants_history:
+            raise RequestError(
+                401,
+                "unauthenticated",
+                "this request names no caller (no API key id or IAM identity) to keep it for",
+            )
+        return Keeping(None, None, None)  # store left to its default: nothing can be kept for nobody
+    runtime = ctx.runtime
+    deadline = ctx.store_deadline()
+    keeping = Keeping(runtime.conversations() if body.store is not False else None, owner, deadline)
+    store = runtime.conversations()
+    with store_errors():
+        if body.previous_response_id is not None:
+            keeping.history = await _chain(store, owner, checked_id(body.previous_response_id), deadline)
+        elif body.conversation is not None:
+            keeping.conversation_id = conversation_id_of(body.conversation)
+            keeping.history = await conversation_history(store, owner, keeping.conversation_id, deadline)
+    return keeping
+
+
+async def save(
+    keeping: Keeping,
+    request: Request,
+    body: ResponsesBody,
+    response: FinishedResponse,
+    events: Sequence[Mapping[str, object]],
+) -> FinishedResponse:
+    """Keep the finished ``response`` (and a streamed one's ``events``); append the turn to its conversation.
+    Returns the response as it should be shown: ``store: false`` when it could not be kept."""
+    from chatloop.store.model import Item, StoreUnavailable
+
+    if keeping.owner is None or (keeping.store is None and keeping.conversation_id is None):
+        return response
+    ctx = RequestContext.of(request)
+    store = ctx.runtime.conversations()
+    deadline = ctx.write_deadline()
+    inputs = input_items(body)
+    outputs = [Item(o["id"], json_object(o)) for o in response["output"]]
+    try:
+        if keeping.conversation_id is not None:
+            await store.append_items(keeping.owner, keeping.conversation_id, [*inputs, *outputs], deadline)
+        if keeping.store is not None and not await _journaled(keeping, store, response, outputs, deadline):
+            await store.create_response(keeping.owner, json_object(response), inputs, deadline, outputs)
+            if events:
+                stored = [stored_event(e) for e in events]
+                await store.append_events(keeping.owner, response["id"], stored, deadline)
+    except StoreUnavailable as error:
+        logger.warning(f"response {response['id']} not stored: {error}")
+        return {**response, "store": False}
+    return response
+
+
+async def _journaled(
+    keeping: Keeping,
+    store: ConversationStore,
+    response: FinishedResponse,
+    outputs: list[Item],
+    deadline: Deadline,
+) -> bool:
+    """The finished response in the record its journal made (its input items are there already); False when the
+    journal made none."""
+    if keeping.journal is None or keeping.owner is None:
+        return False
+    await keeping.journal.began.wait()
+    return await store.update_response(
+        keeping.owner, response["id"], json_object(response), outputs, deadline
+    )
+
+
+def input_items(body: ResponsesBody) -> list[Item]:
+    """This request's input as stored items (each with a new id): what ``input_items`` lists for it."""
+    from chatloop.api.openai.conversations.items import stored_items
+    from chatloop.api.openai.responses.schemas import InputMessage
+
+    items: list[InputItem] = (
+        [InputMessage(role="user", content=body.input)]
+        if isinstance(body.input, str)
+        else [i for i in body.input if not isinstance(i, ReasoningItem)]
+    )
+    return stored_items(items)
+
+
+# --- the endpoints --------------------------------------------------------------------------------
+async def retrieve_response(request: Request) -> Response:
+    """The response as it stands (``in_progress`` while its turn runs, wherever it runs); with ``stream=true``, its
+    events after ``starting_after``, followed live until its terminal event (``api.runs.follow``)."""
+    from chatloop.api.runs.follow import follow_response, settled
+
+    store, owner, deadline = store_context(request)
+    response_id = checked_id(str(request.path_params["response_id"]))
+    params = request.query_params
+    longest = longest_turn(request)
+    if params.get("stream") == "true":
+        after = params.get("starting_after", "-1")
+        if not after.lstrip("-").isdigit():
+            raise RequestError(
+                400, "invalid_request", "starting_after: must be an integer", param="starting_after"
+            )
+        with store_errors():
+            events = await store.events_after(owner, response_id, int(after), deadline)
+        if events is None:
+            raise not_found("response", response_id)
+        ctx = RequestContext.of(request)
+        followed = follow_response(store, owner, response_id, events, int(after), ctx.deadline, longest)
+        return StreamingResponse(
+            replay(followed), media_type="text/event-stream", headers={"cache-control": "no-cache"}
+        )
+    with store_errors():
+        stored = await settled(store, owner, response_id, longest, deadline)
+    if stored is None:
+        raise not_found("response", response_id)
+    return JSONBody(stored.body)
+
+
+def longest_turn(request: Request) -> float:
+    """How long a turn may run at most: a stored turn still running after it is dead."""
+    settings = RequestContext.of(request).settings
+    return max(settings.background_timeout_seconds, settings.request_timeout_seconds)
+
+
+async def delete_response(request: Request) -> Response:
+    store, owner, deadline = store_context(request)
+    response_id = checked_id(str(request.path_params["response_id"]))
+    with store_errors():
+        deleted = await store.delete_response(owner, response_id, deadline)
+    if not deleted:
+        raise not_found("response", response_id)
+    return JSONBody({"id": response_id, "object": "response.deleted", "deleted": True})
+
+
+async def list_input_items(request: Request) -> Response:
+    from chatloop.api.openai.conversations.endpoints import page_query
+    from chatloop.store.service import CursorNotFound
+
+    store, owner, deadline = store_context(request)
+    response_id = checked_id(str(request.path_params["response_id"]))
+    query = page_query(request)
+    with store_errors():
+        try:
+            page = await store.list_response_items(owner, response_id, "input", query, deadline)
+        except CursorNotFound:
+            raise RequestError(
+                400, "invalid_request", f"after: no item {query.after!r} in this response", param="after"
+            ) from None
+    if page is None:
+        raise not_found("response", response_id)
+    return JSONBody(page.as_object())
+
+
+# --- shared steps ---------------------------------------------------------------------------------
+async def _chain(
+    store: ConversationStore, owner: str, response_id: str, deadline: Deadline
+) -> list[InputItem]:
+    """Every earlier response's input and output items, oldest first, following ``previous_response_id`` back."""
+    from chatloop.store.model import PageQuery
+
+    turns: list[list[JSONObject]] = []
+    current: str | None = response_id
+    while current is not None:
+        if len(turns) >= MAX_CHAIN:
+            raise RequestError(
+                400,
+                "invalid_request",
+                f"previous_response_id: the chain is longer than {MAX_CHAIN} responses; start a conversation",
+                param="previous_response_id",
+            )
+        stored = await store.get_response(owner, current, deadline)
+        if stored is None:
+            raise not_found("response", current, param="previous_response_id")
+        read = partial(store.list_response_items, owner, current, "input", deadline=deadline)
+        inputs = await all_items(read, PageQuery("asc", HISTORY_PAGE))
+        output = stored.body.get("output")
+        outputs = [o for o in output if isinstance(o, dict)] if isinstance(output, list) else []
+        turns.append([*(inputs or []), *outputs])
+        previous = stored.body.get("previous_response_id")
+        current = previous if isinstance(previous, str) else None
+    return as_input_items([item for turn in reversed(turns) for item in turn])
+
+
+async def replay(
+    events: Iterable[Mapping[str, object]] | AsyncIterator[Mapping[str, object]],
+) -> AsyncIterator[bytes]:
+    if isinstance(events, AsyncIterator):
+        async for data in events:
+            yield redact(sse_frame(data, event=str(data["type"]))).encode()
+        return
+    for data in events:
+        yield redact(sse_frame(data, event=str(data["type"]))).encode()
+
+
+def stored_event(data: Mapping[str, object]) -> StoredEvent:
+    """A sent event as the store keeps it, under its ``sequence_number``."""
+    from chatloop.store.model import StoredEvent
+
+    number = data["sequence_number"]
+    if not isinstance(number, int):
+        raise TypeError(f"an event's sequence_number is {number!r}")
+    return StoredEvent(number, json_object(data))
+
+
+def checked_id(response_id: str) -> str:
+    if not RESPONSE_ID.match(response_id):
+        raise RequestError(
+            400, "invalid_request", "response_id: not a response id (resp_…)", param="response_id"
+        )
+    return response_id

@@ -1,0 +1,109 @@
+"""A stored, streamed ``/v1/responses`` turn as it runs: journaled (``api.runs.journal``), run to its end whether or not
+its client stays (``api.runs.running``), stoppable when it is a background one (its cancel request read from the store),
+and its record left with its final status however it ends.
+
+Usage (``api.openai.responses.endpoint``)::
+
+    return await serve(request, body, keeping, lambda listener: ResponsesRenderer(..., listener), events)
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Callable
+from typing import TYPE_CHECKING
+
+from starlette.requests import Request
+from starlette.responses import Response
+
+from chatloop.api.http.context import RequestContext
+from chatloop.api.runs.journal import Journal, response_appender
+from chatloop.api.runs.record import end_run, watcher
+from chatloop.api.runs.running import Stop, Tracked, run_to_the_end, stoppable
+from chatloop.api.turns.serve import serve_turn
+from chatloop.engine.events import Event, TurnError
+from chatloop.jsontypes import json_object
+from chatloop.observability import logger
+from chatloop.store.model import StoreUnavailable
+from chatloop.store.runs import RunStatus
+
+if TYPE_CHECKING:
+    from chatloop.api.openai.responses.endpoint import ResponsesRenderer
+    from chatloop.api.openai.responses.schemas import ResponsesBody
+    from chatloop.api.openai.responses.stored import Keeping
+
+WORKER_SCOPE = "chatloop.background"
+"""In the scope of the request a background worker makes for the turn it runs (``api.runs.background``)."""
+
+
+async def serve(
+    request: Request,
+    body: ResponsesBody,
+    keeping: Keeping,
+    renderer_for: Callable[[Callable[[dict[str, object]], None]], ResponsesRenderer],
+    events: AsyncIterator[Event],
+) -> Response:
+    from chatloop.api.openai.responses.stored import input_items
+
+    ctx = RequestContext.of(request)
+    store, owner = ctx.runtime.conversations(), keeping.owner
+    if owner is None:
+        raise TypeError("a journaled response is kept for a caller")
+    rid = f"resp_{ctx.request_id}"
+    worker = WORKER_SCOPE in request.scope
+
+    async def begin(first: dict[str, object]) -> None:  # the record, in_progress, before the first events
+        response = first.get("response")
+        if isinstance(response, dict):
+            await store.create_response(owner, json_object(response), input_items(body), ctx.write_deadline())
+
+    # A background turn's record was made when it was queued, with response.queued as event 0.
+    append = response_appender(store, owner, rid)
+    journal = Journal(append, rid, deadline=ctx.write_deadline, begin=None if worker else begin)
+    if worker:
+        journal.offset = 1
+    keeping.journal = journal
+    stop = Stop()
+    if worker:
+        events = stoppable(events, stop, lambda: [TurnError("cancelled", "the response was cancelled")])
+
+    async def end(stop: Stop) -> None:
+        await journal.close()
+        status = await _settle_record(ctx, owner, rid, journal)
+        if worker:
+            await end_run(store, owner, rid, rid, status)
+            from chatloop.api.runs.webhooks import notify
+
+            await notify(ctx.settings, rid, status)
+
+    tracked = Tracked(
+        (owner, rid), stop, watch=watcher(store, owner, rid, rid, begin=False) if worker else None, end=end
+    )
+    renderer = renderer_for(journal.add)
+    return await serve_turn(
+        ctx,
+        renderer,
+        events,
+        stream=True,
+        keep_running=lambda chunks: run_to_the_end(chunks, tracked=tracked),
+    )
+
+
+async def _settle_record(ctx: RequestContext, owner: str, rid: str, journal: Journal) -> RunStatus:
+    """The record's final status: what the terminal event says; a failed or cancelled turn (which ``keep`` does not
+    store) has its record take that response; no terminal event at all is a failure."""
+    terminal = journal.terminal
+    response = terminal.get("response") if terminal is not None else None
+    status = response.get("status") if isinstance(response, dict) else None
+    final: RunStatus = "failed"
+    if status == "completed" or status == "incomplete" or status == "cancelled":
+        final = status
+    if terminal is None or terminal.get("type") == "response.failed":
+        conversations = ctx.runtime.conversations()
+        try:
+            stored = await conversations.get_response(owner, rid, ctx.write_deadline())
+            if stored is not None:
+                body = {**stored.body, **(response if isinstance(response, dict) else {}), "status": final}
+                await conversations.update_response(owner, rid, json_object(body), [], ctx.write_deadline())
+        except StoreUnavailable as error:
+            logger.warning(f"response {rid}: its end ({final}) was not stored: {error}")
+    return final

@@ -1,0 +1,1 @@
+"""What every turn endpoint shares once its request is read: the checks before any model call, the request schema, the one path a turn is served through (``serve``), budgets, approvals, compaction and the key sealing the state handed to clients."""

@@ -1,0 +1,271 @@
+"""Tool approvals, the API's side: which tools wait for a person this turn, approval ids sealed to the caller and
+the call, and the answers a request gives, each checked before anything runs.
+
+- **Which tools.** A client MCP server's ``require_approval`` (OpenAI's forms: ``"always"``, ``"never"``, or
+  ``{"always": {"tool_names": [...]}, "never": {"tool_names": [...]}}``; left out: ``"always"``, OpenAI's default),
+  and the operator's APPROVAL_REQUIRED_TOOLS for the server's own tools (``execute_javascript``, MCP_SERVERS'
+  ``label__tool`` or ``label__*``). In the filter form a tool named under ``never`` runs unasked, one named under
+  ``always`` waits, and any other waits too unless only ``always`` was given.
+- **Sealed ids.** An approval request's id is ``mcpr_`` + a nonce + an HMAC (a key from ``statekey``) of the nonce,
+  the caller, the tool's offered name and the arguments: an approval request item a client made up, or another
+  caller's, or one whose arguments were changed, does not verify, wherever the item comes from (a stored chain, a
+  conversation, or the client's own input, as the Agents SDK sends it back).
+- **Answers.** An ``mcp_approval_response`` in the request's input is a new answer unless the items already show
+  it acted upon (an ``mcp_call`` carrying its id, or the sandbox run of it). Each new answer must name a sealed
+  request among the items (else a 400: never requested, or not this caller's), appear once, and be claimed in the
+  store (``Store.claim``: one use, across processes): an approval answered before is a 400 and runs nothing; a
+  denial answered before is only the history it is (nothing runs either way).
+
+Usage::
+
+    rule = approval_rule(tool.require_approval, "tools[0].require_approval")     # a 400 for a shape it cannot read
+    answers = await answers_of(ctx, items, start)                 # ApprovalAnswers to run first, ids they answer
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import secrets
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from chatloop.api.http.errors import RequestError
+from chatloop.api.openai.responses.approval_items import McpApprovalRequestInput, McpApprovalResponseInput
+from chatloop.engine.approvals import APPROVAL_ID_PREFIX, ApprovalAnswer
+from chatloop.providers.base import ToolCall
+
+if TYPE_CHECKING:
+    from chatloop.api.http.context import RequestContext
+    from chatloop.api.openai.responses.schemas import InputItem
+    from chatloop.config import Settings
+    from chatloop.engine.request import TurnRequest
+    from chatloop.tools.base import ToolRegistry
+    from chatloop.tools.mcp import MCPTool
+
+PURPOSE = "approvals"
+_NONCE_HEX = 24
+_MAC_HEX = 40
+
+
+# --- which tools --------------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class ApprovalRule:
+    """A client MCP server's ``require_approval``: whether each of its tools (by its own name) waits."""
+
+    others: bool
+    always: frozenset[str] = frozenset()
+    never: frozenset[str] = frozenset()
+
+    def requires(self, tool: str) -> bool:
+        if tool in self.never:
+            return False
+        return tool in self.always or self.others
+
+
+def approval_rule(value: object, param: str) -> ApprovalRule:
+    """``require_approval`` read (a 400 naming ``param`` for a shape this server does not take, such as the
+    ``read_only`` filter)."""
+    if value is None or value == "always":
+        return ApprovalRule(others=True)
+    if value == "never":
+        return ApprovalRule(others=False)
+    if isinstance(value, dict) and value and set(value) <= {"always", "never"}:
+        names = {kind: _tool_names(value[kind], f"{param}.{kind}") for kind in value}
+        always, never = names.get("always", frozenset()), names.get("never", frozenset())
+        return ApprovalRule(others=set(value) != {"always"}, always=always, never=never)
+    raise RequestError(
+        400,
+        "invalid_request",
+        f'{param} must be "always", "never" or {{"always": {{"tool_names": [...]}}, "never": {{...}}}}',
+        param,
+    )
+
+
+def _tool_names(value: object, param: str) -> frozenset[str]:
+    if isinstance(value, dict) and set(value) <= {"tool_names"}:
+        names = value.get("tool_names", [])
+        if isinstance(names, list) and all(isinstance(n, str) and n for n in names):
+            return frozenset(names)
+    raise RequestError(
+        400, "invalid_request", f'{param} must be {{"tool_names": [...]}} (read_only is not supported)', param
+    )
+
+
+def approval_required(
+    settings: Settings,
+    registry: ToolRegistry,
+    mcp_tools: Sequence[MCPTool],
+    client_rules: Mapping[str, ApprovalRule],
+) -> frozenset[str]:
+    """The turn's tools (offered names) whose calls wait for a person: the operator's list over every tool, and
+    each client server's rule over its own."""
+    names = {name for name in registry.names() if settings.approval_required(name)}
+    for tool in mcp_tools:
+        rule = client_rules.get(tool.source)
+        if rule is not None and rule.requires(tool.source_name):
+            names.add(tool.name)
+    return frozenset(names)
+
+
+def client_rules(tools: Sequence[object] | None) -> dict[str, ApprovalRule]:
+    """Each client MCP server's rule, by its label (already checked by ``mcp_servers.client_servers``)."""
+    from chatloop.api.openai.responses.mcp_servers import ResponsesMcpTool
+
+    return {
+        t.server_label: approval_rule(t.require_approval, f"tools[{i}].require_approval")
+        for i, t in enumerate(tools or [])
+        if isinstance(t, ResponsesMcpTool)
+    }
+
+
+async def ask_for(
+    ctx: RequestContext,
+    turn: TurnRequest,
+    registry: ToolRegistry,
+    mcp_tools: Sequence[MCPTool],
+    rules: Mapping[str, ApprovalRule],
+) -> None:
+    """Set which of the turn's tools wait for a person, and seal the ids it asks with to this caller."""
+    turn.approval_required = approval_required(ctx.runtime.settings, registry, mcp_tools, rules)
+    if turn.approval_required:
+        turn.approval_id = (await sealer_for(ctx)).approval_id
+
+
+def without_approval(settings: Settings, registry: ToolRegistry, names: list[str] | None) -> list[str] | None:
+    """``names`` (None: every tool) less the tools APPROVAL_REQUIRED_TOOLS names: for a route with no way to ask
+    (chat completions is stateless and has no item to ask with)."""
+    enabled = registry.names() if names is None else names
+    kept = [n for n in enabled if not settings.approval_required(n)]
+    return names if len(kept) == len(enabled) else kept
+
+
+# --- sealed ids ---------------------------------------------------------------------------------------------
+class Sealer:
+    """Seals approval ids to a caller and a call (``approval_id``) and checks them (``verifies``)."""
+
+    def __init__(self, key: bytes, owner: str):
+        self._key, self._owner = key, owner
+
+    def approval_id(self, call: ToolCall) -> str:
+        nonce = secrets.token_hex(_NONCE_HEX // 2)
+        return f"{APPROVAL_ID_PREFIX}{nonce}{self._mac(nonce, call.name, call.arguments)}"
+
+    def verifies(self, request: McpApprovalRequestInput) -> bool:
+        sealed = request.id.removeprefix(APPROVAL_ID_PREFIX)
+        if not request.id.startswith(APPROVAL_ID_PREFIX) or len(sealed) != _NONCE_HEX + _MAC_HEX:
+            return False
+        nonce, mac = sealed[:_NONCE_HEX], sealed[_NONCE_HEX:]
+        expected = self._mac(nonce, request.offered_name(), request.arguments)
+        return hmac.compare_digest(mac, expected)
+
+    def _mac(self, nonce: str, name: str, arguments: str) -> str:
+        message = "\x00".join([nonce, self._owner, name, arguments]).encode("utf-8", "surrogatepass")
+        return hmac.new(self._key, message, hashlib.sha256).hexdigest()[:_MAC_HEX]
+
+
+async def sealer_for(ctx: RequestContext) -> Sealer:
+    """This caller's sealer (the key is read once per container)."""
+    from chatloop.api.turns.statekey import state_key
+
+    return Sealer(await state_key(ctx.runtime, PURPOSE), ctx.caller or "")
+
+
+# --- answers ----------------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Answers:
+    """A request's new answers (run before its first model call) and the ids they answer (its other answers
+    are history)."""
+
+    answers: tuple[ApprovalAnswer, ...] = ()
+
+    @property
+    def ids(self) -> frozenset[str]:
+        return frozenset(a.call.id for a in self.answers)
+
+
+async def answers_of(ctx: RequestContext, items: Sequence[InputItem], start: int) -> Answers:
+    """The new answers among ``items[start:]`` (the request's input; ``items[:start]`` is the history it
+    continues), every one checked; a 400 (or 401 with no caller) before anything runs otherwise."""
+    from chatloop.api.openai.responses.mcp_items import McpCallInput
+    from chatloop.api.openai.responses.schemas import CodeInterpreterCallItem
+
+    given = [
+        (i, item) for i, item in enumerate(items) if i >= start and isinstance(item, McpApprovalResponseInput)
+    ]
+    if not given:
+        return Answers()
+    requests = {item.id: item for item in items if isinstance(item, McpApprovalRequestInput)}
+    sealer = await sealer_for(ctx)
+    fresh: list[tuple[McpApprovalRequestInput, McpApprovalResponseInput]] = []
+    for index, answer in given:
+        rid = answer.approval_request_id
+        param = f"input[{index - start}].approval_request_id"
+        request = requests.get(rid)
+        if request is None or not sealer.verifies(request):
+            raise RequestError(
+                400,
+                "invalid_request",
+                f"{param}: {rid!r} names no approval request this server made for this caller",
+                param,
+            )
+        later = items[index + 1 :]
+        acted = any(
+            (isinstance(i, McpCallInput) and i.approval_request_id == rid)
+            or (isinstance(i, CodeInterpreterCallItem) and i.call_id() == rid)
+            for i in later
+        )
+        if acted:
+            continue
+        if any(r.id == rid for r, _ in fresh):
+            raise RequestError(400, "invalid_request", f"{param}: {rid!r} is answered twice", param)
+        fresh.append((request, answer))
+    if not fresh:
+        return Answers()
+    claimed = await _claim(ctx, [r.id for r, _ in fresh])
+    answers: list[ApprovalAnswer] = []
+    for (request, answer), first in zip(fresh, claimed, strict=True):
+        if not first and answer.approve:
+            raise RequestError(
+                400,
+                "invalid_request",
+                f"{request.id!r} was already answered; an approval is used once",
+                "input",
+            )
+        if first:
+            call = ToolCall(request.id, request.offered_name(), request.arguments)
+            answers.append(ApprovalAnswer(call, answer.approve, answer.reason))
+    return Answers(tuple(answers))
+
+
+async def _claim(ctx: RequestContext, ids: Sequence[str]) -> list[bool]:
+    """Each id's one use recorded in the store: True where this request is the first. A background worker runs a
+    request that was checked, and claimed its answers, when it was queued: its claims are that request's."""
+    from chatloop.api.openai.conversations.endpoints import store_errors
+    from chatloop.api.runs.journaled import WORKER_SCOPE
+
+    if WORKER_SCOPE in ctx.request.scope:  # a background worker (``background.is_worker``)
+        return [True] * len(ids)
+
+    if ctx.caller is None:
+        raise RequestError(
+            401, "unauthenticated", "answering an approval needs a caller (an API key or identity)"
+        )
+    store = ctx.runtime.conversations()
+    deadline = ctx.store_deadline()
+    with store_errors():
+        return [await store.claim(ctx.caller, f"apr_{rid}", deadline) for rid in ids]
+
+
+async def release(ctx: RequestContext, answers: Sequence[ApprovalAnswer]) -> None:
+    """Give back the claims of ``answers`` whose turn was refused before anything ran (a budget's 429): each
+    answer may be sent again, and is still used once."""
+    from chatloop.api.openai.conversations.endpoints import store_errors
+
+    if not answers or ctx.caller is None:
+        return
+    store = ctx.runtime.conversations()
+    with store_errors():
+        for answer in answers:
+            await store.release(ctx.caller, f"apr_{answer.call.id}", ctx.store_deadline())

@@ -1,0 +1,275 @@
+"""Compaction: a long conversation's earlier turns replaced by a summary a model of the chain writes, kept in a
+``compaction`` item (OpenAI's shape) that this server can read back and nobody can forge, and given back to any model
+of the chain as the earlier context.
+
+- **The item.** ``{"type": "compaction", "id": "cmp_…", "encrypted_content": "…", "created_by": "<model>"}``. Its
+  content is AES-256-GCM (``cryptography``, imported on first use) under a key from ``statekey`` (purpose
+  ``compaction``), with the caller as associated data: a changed byte, or an item made for another caller, fails to
+  open, which is a 400 naming the item; an item always reads the same in every copy of the function.
+- **Read back.** In a request's input, a stored chain or a conversation, a compaction item stands for everything
+  before it: those items are dropped and the model gets one system message with the summary in their place (the
+  items after it follow as they are).
+- **Written.** ``POST /v1/responses/compact`` (OpenAI's ``responses.compact``: the user messages, then one
+  compaction item), and automatically before a turn whose conversation is estimated past a threshold:
+  ``context_management: [{"type": "compaction", "compact_threshold": N}]`` on the request, or
+  COMPACTION_THRESHOLD_TOKENS for a stored conversation or response chain (before trimming would drop turns). The
+  summary is written by COMPACTION_MODEL's chain, else the request's own; if no model can write it, the turn goes
+  on uncompacted (fitted or trimmed as before), and ``/compact`` answers 503.
+
+Usage::
+
+    await open_items(ctx, items)                      # each compaction item's summary, or a 400
+    item, usage = await compaction_item(ctx, model, messages)
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+import time
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Annotated, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, StrictInt, StrictStr
+
+from chatloop.api.http.errors import RequestError
+from chatloop.engine.messages import Message
+from chatloop.jsontypes import JSONObject
+from chatloop.observability import logger
+from chatloop.providers.base import ChatModel, ModelRequest, ModelResponse, Usage
+
+if TYPE_CHECKING:
+    from chatloop.api.http.context import RequestContext
+    from chatloop.api.openai.responses.objects import CompactionItem
+    from chatloop.api.openai.responses.schemas import ResponsesBody
+
+PURPOSE = "compaction"
+FORMAT = 1
+MAX_SUMMARY_CHARS = 16_000
+MAX_TRANSCRIPT_CHARS = 400_000
+"""What the summarizing call is given at most (the newest part of a longer transcript; a model's window is the
+real bound, and the chain fits it)."""
+SUMMARY_PROMPT = (
+    "You compact a conversation so it can go on without its earlier turns. Write a summary that keeps every fact, "
+    "name, number, decision, preference and open question the user or the assistant stated, the results of tool "
+    "calls that matter, and what the user is trying to do. Write it as plain notes, oldest first; say nothing else."
+)
+SUMMARY_HEADER = "Summary of the conversation so far (its earlier turns were compacted):\n"
+
+
+class CompactionInput(BaseModel):
+    """A ``compaction`` item sent back (or read from the store): opened by ``open_items`` before it is read."""
+
+    model_config = ConfigDict(extra="ignore", defer_build=True)
+
+    type: Literal["compaction"]
+    encrypted_content: Annotated[StrictStr, Field(min_length=1, max_length=200_000)]
+    id: StrictStr | None = None
+    _summary: str | None = PrivateAttr(default=None)
+
+    def message(self) -> Message:
+        """The system message the model gets in place of everything before the item."""
+        if self._summary is None:
+            raise RuntimeError("a compaction item was read before it was opened (open_items)")
+        return {"role": "system", "content": SUMMARY_HEADER + self._summary}
+
+
+class CompactionSetting(BaseModel):
+    """One ``context_management`` entry of ``responses.create``."""
+
+    model_config = ConfigDict(extra="forbid", defer_build=True)
+
+    type: Literal["compaction"]
+    compact_threshold: Annotated[StrictInt, Field(ge=1000)] | None = None
+
+
+# --- sealing --------------------------------------------------------------------------------------------------
+def seal(key: bytes, owner: str, payload: JSONObject) -> str:
+    """``payload`` as ``encrypted_content``: AES-256-GCM, a random 96-bit nonce, the caller as associated data."""
+    from cryptography.hazmat.primitives.ciphers.aead import AESGCM
+
+    nonce = os.urandom(12)
+    sealed = AESGCM(key).encrypt(nonce, json.dumps(payload).encode(), _aad(owner))
+    return base64.urlsafe_b64encode(bytes([FORMAT]) + nonce + sealed).decode()
+
+
+def unseal(key: bytes, owner: str, content: str) -> JSONObject:
+    """What ``seal`` sealed for ``owner``; ``ValueError`` for anything changed, foreign or malformed."""
+    from cryptography.exceptions import InvalidTag
+    from cryptography.hazmat.primitives.ciphers.aead import AESGCM
+
+    try:
+        raw = base64.urlsafe_b64decode(content.encode())
+        if len(raw) < 1 + 12 + 16 or raw[0] != FORMAT:
+            raise ValueError("not a compaction item of this server")
+        opened = json.loads(AESGCM(key).decrypt(raw[1:13], raw[13:], _aad(owner)))
+    except (InvalidTag, ValueError, UnicodeDecodeError) as exc:
+        raise ValueError("the item cannot be read: changed, or not made for this caller") from exc
+    if not isinstance(opened, dict) or not isinstance(opened.get("summary"), str):
+        raise ValueError("the item holds no summary")
+    return opened
+
+
+def _aad(owner: str) -> bytes:
+    return b"chatloop-compaction\x00" + owner.encode("utf-8", "surrogatepass")
+
+
+async def _key(ctx: RequestContext) -> bytes:
+    from chatloop.api.turns.statekey import state_key
+
+    return await state_key(ctx.runtime, PURPOSE)
+
+
+async def open_items(ctx: RequestContext, items: Sequence[object]) -> None:
+    """Open every compaction item of ``items`` (a 400 naming the first that does not open)."""
+    compactions = [i for i in items if isinstance(i, CompactionInput)]
+    if not compactions:
+        return
+    key, owner = await _key(ctx), ctx.caller or ""
+    for item in compactions:
+        try:
+            item._summary = str(unseal(key, owner, item.encrypted_content)["summary"])
+        except ValueError as exc:
+            raise RequestError(
+                400, "invalid_request", f"compaction item {item.id or ''!r}: {exc}", "input"
+            ) from None
+
+
+# --- writing --------------------------------------------------------------------------------------------------
+def transcript(messages: Sequence[Message]) -> str:
+    """The conversation as the summarizing model reads it: one block per message, tool calls and results named."""
+    blocks: list[str] = []
+    for m in messages:
+        content = m.get("content")
+        text = (
+            content
+            if isinstance(content, str)
+            else json.dumps(content, ensure_ascii=False)
+            if content
+            else ""
+        )
+        calls = m.get("tool_calls")
+        if isinstance(calls, list):
+            named = [c.get("function", {}) for c in calls if isinstance(c, dict)]
+            text += "".join(
+                f"\n[called {f.get('name')} with {f.get('arguments')}]" for f in named if isinstance(f, dict)
+            )
+        blocks.append(f"{m['role']}: {text}".strip())
+    whole = "\n\n".join(blocks)
+    return whole[-MAX_TRANSCRIPT_CHARS:]
+
+
+def summary_request(messages: Sequence[Message]) -> list[Message]:
+    """What the summarizing call sends: the prompt, then the transcript of ``messages``."""
+    return [{"role": "system", "content": SUMMARY_PROMPT}, {"role": "user", "content": transcript(messages)}]
+
+
+async def summarize(ctx: RequestContext, model: ChatModel, messages: Sequence[Message]) -> ModelResponse:
+    """One call of the chain: the summary of ``messages`` (a ``ModelError`` when no model could write it)."""
+    request = ModelRequest(
+        messages=summary_request(messages),
+        deadline=ctx.deadline.minus(ctx.runtime.settings.deadline_reserve_seconds),
+    )
+    response: ModelResponse | None = None
+    async for item in model.stream(request):
+        if isinstance(item, ModelResponse):
+            response = item
+    if response is None or not response.content.strip():
+        from chatloop.providers.errors import Transient
+
+        raise Transient("the summary came back empty", model=model.name)
+    return response
+
+
+async def compaction_item(
+    ctx: RequestContext, model: ChatModel, messages: Sequence[Message]
+) -> tuple[CompactionItem, Usage, CompactionInput]:
+    """A sealed ``compaction`` item summarizing ``messages``, what the summary cost, and the item as input (open)."""
+    from chatloop.store.model import new_id
+
+    started = time.perf_counter()
+    response = await summarize(ctx, model, messages)
+    summary = response.content.strip()[:MAX_SUMMARY_CHARS]
+    payload: JSONObject = {"summary": summary, "messages": len(messages), "model": response.model}
+    item: CompactionItem = {
+        "id": new_id("cmp"),
+        "type": "compaction",
+        "encrypted_content": seal(await _key(ctx), ctx.caller or "", payload),
+        "created_by": response.model,
+    }
+    logger.info(
+        f"Compaction: messages={len(messages)} summary_chars={len(summary)} model={response.model} "
+        f"ms={(time.perf_counter() - started) * 1000:.0f}",
+        extra={
+            "compaction": {"messages": len(messages), "summary_chars": len(summary), "model": response.model}
+        },
+    )
+    given = CompactionInput.model_validate(item)
+    given._summary = summary
+    return item, response.usage or Usage(), given
+
+
+def continued(body: ResponsesBody, compacted: CompactionInput, answering: frozenset[str]) -> list[Message]:
+    """The conversation a turn runs on once compacted: its instructions, the summary, then the request's input from
+    its newest question on (the summary holds everything before it)."""
+    from chatloop.api.openai.responses.endpoint import current_items, messages_of
+    from chatloop.api.openai.responses.schemas import InputMessage
+
+    current = current_items(body)
+    users = [i for i, item in enumerate(current) if isinstance(item, InputMessage) and item.role == "user"]
+    instructions: list[Message] = (
+        [{"role": "system", "content": body.instructions}] if body.instructions else []
+    )
+    return [*instructions, *messages_of([compacted, *current[users[-1] if users else 0 :]], answering)]
+
+
+async def when_past_threshold(
+    ctx: RequestContext, body: ResponsesBody, messages: Sequence[Message], continued: bool
+) -> tuple[CompactionItem, CompactionInput] | None:
+    """The compaction a turn starts with: when ``messages`` are estimated past the request's ``compact_threshold``
+    (or, for a stored chain or conversation it ``continued``, COMPACTION_THRESHOLD_TOKENS). None below it, or when
+    no model could write the summary (logged: the turn goes on uncompacted, fitted as before)."""
+    from chatloop.api.runs.journaled import WORKER_SCOPE
+
+    if (
+        body.background and WORKER_SCOPE not in ctx.request.scope
+    ):  # queued: its worker compacts, once, when it runs the turn
+        return None
+    settings = ctx.runtime.settings
+    threshold = body.compact_threshold() or (settings.compaction_threshold_tokens if continued else 0)
+    return await past(ctx, messages, threshold, body.model, openai=True)
+
+
+async def past(
+    ctx: RequestContext, messages: Sequence[Message], threshold: int, model_name: str | None, *, openai: bool
+) -> tuple[CompactionItem, CompactionInput] | None:
+    """``messages`` compacted when they are estimated past ``threshold`` tokens (0: never), by COMPACTION_MODEL's
+    chain or ``model_name``'s; None below it or when no model could write the summary (logged)."""
+    from chatloop.api.http.ratelimit_headers import TURN_KEY, AdmittedTurn
+    from chatloop.api.turns.checks import model_for
+    from chatloop.api.turns.serve import budgeted
+    from chatloop.engine import TurnRequest
+    from chatloop.providers.errors import ModelError
+    from chatloop.providers.tokens import raw_tokens
+    from chatloop.tools.base import ToolRegistry
+
+    if not threshold or raw_tokens(list(messages), None) <= threshold:
+        return None
+    model = model_for(ctx.runtime, ctx.runtime.settings.compaction_model or model_name, openai=openai)
+    # The summary is a model call: admitted by the caller's budget (a 429 before it) and metered, then its
+    # admission given back at once (the turn's own admission follows, on the compacted conversation).
+    asked = TurnRequest(messages=summary_request(messages), tool_names=[])
+    metered = await budgeted(
+        ctx, asked, model, ToolRegistry([]), counted=False
+    )  # the turn counts the request
+    admitted = ctx.request.scope.pop(TURN_KEY, None)
+    try:
+        item, _, given = await compaction_item(ctx, metered, messages)
+    except ModelError as exc:
+        logger.warning(f"Compaction failed; the turn goes on uncompacted: {exc}")
+        return None
+    finally:
+        if isinstance(admitted, AdmittedTurn):
+            await admitted.finish()
+    return item, given

@@ -1,0 +1,86 @@
+"""The built artefacts at Lambda's smallest size this template allows: 512 MB and 0.29 of a vCPU (a cgroup, as
+bench/lambda_size.py sets it), `python3.12 -I -B` with only the layer and the function (unpacked read-only) on
+sys.path: the handler answers a calculation turn cold and in a copy forked from a snapshot-primed process, and a cold
+start compiles no module from source (every one ships its bytecode)."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import replace
+from pathlib import Path
+from types import ModuleType
+
+import pytest
+
+from tests.support.fake_llm import FakeLLM
+from tests.support.wire_models import realistic
+
+pytestmark = pytest.mark.slow  # builds the layer (pip, cached in bench/.cache) and starts it under a cgroup
+
+
+def bench_module(name: str) -> ModuleType:
+    """A bench module, without the bench package's environment settings leaking into the other tests."""
+    import importlib
+
+    saved = dict(os.environ)
+    try:
+        return importlib.import_module(f"bench.{name}")
+    finally:
+        os.environ.clear()
+        os.environ.update(saved)
+
+
+@pytest.fixture(scope="module")
+def tree(tmp_path_factory):
+    lambda_size = bench_module("lambda_size")
+    why = lambda_size.available()
+    if why:
+        pytest.skip(f"Lambda-sized runs need cgroups: {why}")
+    artefacts = bench_module("artefacts")
+    work = tmp_path_factory.mktemp("lambda")
+    home = work / "home"
+    home.mkdir()
+    home.chmod(0o1777)
+    paths = [
+        str(artefacts.function(artefacts.ROOT / "src", work / "task")),
+        str(artefacts.layer(artefacts.ROOT / "requirements.txt") / "python"),
+    ]
+    return lambda_size.Tree("here", paths, lambda_size._lambda_python(), home)
+
+
+def test_the_built_artefacts_answer_cold_and_after_a_restore_at_512_mb(tree):
+    lambda_size = bench_module("lambda_size")
+    cgroups = bench_module("cgroups")
+    with FakeLLM() as llm:
+        llm.default = lambda body: replace(realistic(body), delay=0.05)
+        env = lambda_size._environment(512, llm.groq_base_url, str(tree.home))
+        name = f"chatloop-test-{os.getpid()}"
+        with cgroups.LambdaCgroup(f"{name}-cold", 512) as cold_group:
+            # the child asserts each turn's 200 and its result (20789.28); these are its own measurements
+            cold = lambda_size.run_cold(tree, cold_group, env, mode="check", turns=1)
+        with (
+            cgroups.LambdaCgroup(f"{name}-primed", 512) as primed_group,
+            lambda_size.primed(tree, primed_group, env) as restore,
+        ):
+            restored = [restore(), restore()]  # two copies of one snapshot
+    assert cold["compiled"] == []  # every module the cold start imported came with its bytecode
+    assert cold["opened"] > 100 and cold["read_twice"] == []  # and no file of the artefacts was read twice
+    assert 0 < cold["peak_rss_mb"] < 512 and cold["process_ms"] > cold["import_ms"] > 0
+    for copy in restored:
+        assert copy["restored_ms"] > 0 and len(copy["warm_ms"]) == 1
+    # the turns ran through the SDK with the key read after each restore (the env's, here)
+    assert {r["headers"].get("Authorization") for r in llm.requests} == {f"Bearer {env['GROQ_API_KEY']}"}
+
+
+def test_a_module_without_bytecode_fails_the_build_check(tmp_path):
+    from scripts.package import compile_bytecode, missing_bytecode
+
+    (tmp_path / "pkg").mkdir()
+    (tmp_path / "pkg" / "mod.py").write_text("VALUE = 1\n")
+    (tmp_path / "pkg" / "template.py").write_text("{% if x %}\n")  # shipped, never importable
+    assert missing_bytecode(tmp_path) == ["pkg/mod.py"]
+    compile_bytecode(tmp_path)
+    assert missing_bytecode(tmp_path) == []
+    cached = Path(tmp_path / "pkg" / "__pycache__" / "mod.cpython-312.pyc")
+    cached.write_bytes(cached.read_bytes()[:4] + (3).to_bytes(4, "little") + cached.read_bytes()[8:])
+    assert missing_bytecode(tmp_path) == ["pkg/mod.py"]  # a checked-hash .pyc: checked on every start
