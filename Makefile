@@ -126,8 +126,8 @@ invoke: install ## run the handler locally on EVENT=events/<file>.json (no Docke
 run: install ## serve the app on 127.0.0.1:PORT (8000); the offline demo model when no key is set
 	$(BIN)/python -m uvicorn app:app --app-dir src --host 127.0.0.1 --port $(PORT)
 
-bench: install ## measure the loop, sandbox, cold start and fallback; writes bench/RESULTS.md and bench/scenarios.png
-	$(BIN)/python -m bench
+bench: install ## measure the loop, sandbox, cold start and fallback; writes bench/RESULTS.md; SECTION=lambda_size: that one only
+	$(if $(filter lambda_size,$(SECTION)),$(BIN)/python -m bench.lambda_size --write bench/RESULTS.md,$(if $(SECTION),@echo "SECTION: only lambda_size runs alone"; exit 1,$(BIN)/python -m bench))
 
 clean: ## remove build outputs and caches (keeps .venv)
 	rm -rf build .pytest_cache .ruff_cache

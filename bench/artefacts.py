@@ -3,8 +3,8 @@
 
 The layer takes pip a minute or more on a busy machine and deleting its ~3,500 files as long again, so one is kept
 per content in ``bench/.cache/`` (git-ignored): keyed by the requirements, the architecture, the interpreter and
-``scripts/package.py`` itself, it is built once and shared by every run and every tree with the same requirements
-(the oldest beyond ``KEPT_LAYERS`` are removed when a new one is built).
+the code of ``scripts/package.py`` that builds it, it is built once and shared by every run and every tree with the
+same requirements (the oldest beyond ``KEPT_LAYERS`` are removed when a new one is built).
 The function (``src/``, under a second to build) is built each time.
 
 Usage::
@@ -23,6 +23,7 @@ import shutil
 import sys
 import tempfile
 import zipfile
+from collections.abc import Callable
 from pathlib import Path
 
 from bench import ROOT
@@ -59,7 +60,7 @@ def layer(requirements: Path) -> Path:
                 requirements.read_bytes(),
                 arch().encode(),
                 sys.version.encode(),
-                (ROOT / "scripts" / "package.py").read_bytes(),
+                _layer_build_source().encode(),
             ]
         )
     ).hexdigest()[:16]
@@ -90,6 +91,26 @@ def _build(target: Path, requirements: Path) -> None:
         shutil.rmtree(Path(tmp) / "build", ignore_errors=True)
     target.chmod(0o555)
     _prune(keep=target)
+
+
+def _layer_build_source() -> str:
+    """The code of ``scripts/package.py`` that a layer's content depends on (not the function's build: editing that
+    must not cost a new layer, a minute or more of pip)."""
+    import inspect
+
+    from scripts import package
+
+    parts: list[Callable[..., object]] = [
+        package.build_layer,
+        package.compile_bytecode,
+        package.missing_bytecode,
+        package.hash_ca_bundle,
+        package.zip_tree,
+    ]
+    settings = repr(
+        (package.GLIBC_TAGS, package.MACHINES, package.LAMBDA_PYTHON, package.CA_DIR, package.SKIP)
+    )
+    return settings + "".join(inspect.getsource(part) for part in parts)
 
 
 def _prune(keep: Path, most: int = KEPT_LAYERS) -> None:

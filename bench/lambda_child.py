@@ -4,8 +4,12 @@
 
 - ``cold``: ``import app``, a first turn (the monotonic clock when it was answered, the CPU used until then), then
   ``TURNS`` warm turns;
-- ``check``: the same, recording (with an audit hook: untimed) every module the import system compiled from source
-  and every file of the artefacts opened more than once;
+- ``check``: the same, recording (with an audit hook: untimed) every module the import system compiled from source,
+  how many texts each module compiled as it ran (``generated``; ``chatloop.codecache``'s table, when the tree has
+  one, serves dataclasses', typing's and re's: its hits and misses), and every file of the artefacts opened more
+  than once;
+- ``count``: ``import app`` and a first turn, then out at once (``os._exit``): what callgrind counts is the
+  instructions to the first answer;
 - ``profile``: ``import app`` and a first turn under pyinstrument (wall clock, 1 ms samples): the text profile;
 - ``primed``: ``import app`` and the before-snapshot hooks, then, for each ``restore`` line read on stdin, a fork (a
   copy of the snapshot) that runs the after-restore hooks and a first turn, and reports.
@@ -56,7 +60,8 @@ class Context:
     log_group_name = log_stream_name = "bench"
 
     def get_remaining_time_in_millis(self) -> int:
-        return 28000
+        # under callgrind (``count``), ~50 times slower: time enough for the turn it counts
+        return 28000 * (60 if sys.argv[1] == "count" else 1)
 
 
 def cpu_ms() -> float:
@@ -95,6 +100,7 @@ def main() -> None:
     mode, warm = sys.argv[1], int(sys.argv[2])
     sys.path[:0] = sys.argv[3:]
     compiled: list[str] = []
+    generated: dict[str, int] = {}
     opened: dict[str, int] = {}
     if mode == "check":
         roots = tuple(sys.argv[3:])
@@ -103,6 +109,10 @@ def main() -> None:
             # a module compiled from source by the import system (not a library's own parse of some text)
             if event == "compile" and sys._getframe(2).f_code.co_name == "source_to_code":
                 compiled.append(args[1])
+            # code compiled from text as modules run (dataclasses' methods, typing's forward references, ...)
+            elif event == "compile":
+                caller = sys._getframe(1).f_globals.get("__name__", "?")  # what called compile/exec/eval
+                generated[caller] = generated.get(caller, 0) + 1
             # a file of the artefacts opened (the import system reads each .pyc once through open_code)
             elif event == "open" and isinstance(args[0], str) and args[0].startswith(roots):
                 opened[args[0]] = opened.get(args[0], 0) + 1
@@ -126,13 +136,30 @@ def main() -> None:
         profiler.stop()
         report({"profile": profiler.output_text(unicode=False, color=False, show_all=False)})
         return
+    if mode == "count":  # under callgrind: up to the first answer, nothing after (no warm turn, no shutdown)
+        turns.one()
+        importlib.import_module("chatloop.tools.javascript.sandbox").close_all()
+        report({"answered": True})
+        os._exit(0)
     if mode in ("cold", "check"):
         first = turns.one()
         answered, cpu = time.monotonic(), cpu_ms()
         out = {"answered": answered, "cpu_ms": cpu, "import_ms": import_ms, "first_turn_ms": first}
         twice = sorted(path for path, count in opened.items() if count > 1)
+        codecache = sys.modules.get("chatloop.codecache")
+        cache = (
+            codecache.installed() if codecache is not None else None
+        )  # this tree's table (absent in older ones)
         report(
-            {**out, **turns.warm_turns(), "compiled": compiled, "opened": len(opened), "read_twice": twice}
+            {
+                **out,
+                **turns.warm_turns(),
+                "compiled": compiled,
+                "generated": generated,
+                "codecache": None if cache is None else {"hits": cache.hits, "misses": cache.misses},
+                "opened": len(opened),
+                "read_twice": twice,
+            }
         )
         return
     snapstart = importlib.import_module("chatloop.snapstart")

@@ -19,9 +19,13 @@ Per size and tree:
   CPU share, it is what that CPU costs in wall time, were none of it hidden behind the model's time;
 - ``warm_overhead_ms``: a later turn less the model's time (``warm_cpu_ms``: the handler's CPU in it);
   ``import_ms``; ``peak_rss_mb`` (cold runs, the cgroup's anonymous memory: the handler and every Deno process);
+- ``instructions_m``: the millions of instructions from the handler's start to its first answer (callgrind; not in
+  the smoke run): what no other load on the machine changes;
 - ``compiled`` / ``read_twice``: the ``.py`` files a cold start compiled and the files of the artefacts it opened more
   than once (an audit hook, in a separate, untimed run): none, when the artefacts ship bytecode for every module they
-  import and nothing is read again.
+  import and nothing is read again; ``generated``: the texts compiled as modules ran, by the module that compiled
+  them, and ``codecache``: the hits and misses of the shipped table (``chatloop.codecache``) that serves dataclasses',
+  typing's and re's.
 
 The two trees alternate, sample by sample, with which goes first alternating too: whatever else the machine is doing
 (this is a shared 2-core machine) falls on both alike. Medians are reported, with this tree / main.
@@ -29,6 +33,7 @@ The two trees alternate, sample by sample, with which goes first alternating too
 Usage::
 
     .venv/bin/python -m bench.lambda_size --runs 5            # prints JSON; make bench reports it (section 13)
+    .venv/bin/python -m bench.lambda_size --write bench/RESULTS.md   # this section alone (make bench SECTION=lambda_size)
     .venv/bin/python -m bench.lambda_size --profile 512       # a cold start's pyinstrument profile at 512 MB
 """
 
@@ -38,6 +43,7 @@ import argparse
 import contextlib
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -243,6 +249,34 @@ def primed(tree: Tree, group: LambdaCgroup, env: dict[str, str]) -> Iterator[Any
                 process.wait()
 
 
+def instructions(tree: Tree, env: dict[str, str]) -> float | None:
+    """Millions of instructions the handler's process runs from its start to the first turn's answer (all its
+    threads), counted by callgrind: the same on a busy machine as on an idle one, at any CPU share. None without
+    valgrind."""
+    valgrind = shutil.which("valgrind")
+    if valgrind is None:
+        return None
+    counted = tree.home / f"{tree.label}.callgrind"
+    slow = {
+        "MODEL_FIRST_CHUNK_TIMEOUT_SECONDS": "600"
+    }  # valgrind runs it ~50 times slower: no model is "silent"
+    done = subprocess.run(
+        [valgrind, "--tool=callgrind", f"--callgrind-out-file={counted}", *tree.command("count", 0)],
+        env={**env, **slow},
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        text=True,
+        cwd=tree.home,
+        timeout=900,
+        check=False,
+    )
+    counted.unlink(missing_ok=True)
+    found = re.search(r"Collected : (\d+)", done.stderr)
+    if done.returncode != 0 or found is None or PREFIX not in done.stdout:
+        raise RuntimeError(f"the counted run failed: {done.stderr[-3000:]}")
+    return int(found.group(1)) / 1e6
+
+
 def _model_ms() -> float:
     return MODEL_CALLS_PER_TURN * MODEL_SECONDS * 1000
 
@@ -313,12 +347,26 @@ def measure(runs: int, turns: int, sizes: tuple[int, ...] = SIZES, base: str | N
                         )
                         samples[label].setdefault("restored_cpu_ms", []).append(restored["cpu_ms"])
                         samples[label].setdefault("restore_hooks_ms", []).append(restored["hooks_ms"])
+                if size == sizes[0] and runs > 1:  # not in the smoke run: a minute or two under valgrind
+                    for label, tree in trees.items():
+                        try:
+                            counted = instructions(tree, env)
+                        except (
+                            RuntimeError,
+                            subprocess.TimeoutExpired,
+                        ) as exc:  # a figure less, not the section
+                            out.setdefault("instructions_failed", {})[label] = str(exc)[-300:]
+                            continue
+                        if counted is not None:
+                            out.setdefault("instructions_m", {})[label] = counted
                 if size == sizes[0]:  # what a cold start compiles: once per tree, untimed
                     for label, tree in trees.items():
                         checked = run_cold(tree, groups[label, "cold"], env, mode="check", turns=0)
                         out.setdefault("compiled", {})[label] = checked["compiled"]
                         out.setdefault("read_twice", {})[label] = checked["read_twice"]
                         out.setdefault("files_opened", {})[label] = checked["opened"]
+                        out.setdefault("generated", {})[label] = checked.get("generated", {})
+                        out.setdefault("codecache", {})[label] = checked.get("codecache")
             row_out: dict[str, Any] = {"cpu_share": cpu_share(size)}
             for label, values in samples.items():
                 row_out[label] = {key: {"median": median(v), "samples": v} for key, v in values.items()}
@@ -367,13 +415,52 @@ def main() -> int:
     parser.add_argument(
         "--base", default=None, help="the commit to measure against (default: the previous main)"
     )
+    parser.add_argument(
+        "--write",
+        type=Path,
+        metavar="RESULTS_MD",
+        help="put the section into this RESULTS.md (and the results into results.json beside it)",
+    )
     args = parser.parse_args()
     if args.profile:
         print(profile(args.profile))
         return 0
     sizes = tuple(int(s) for s in args.sizes.split(","))
-    print(json.dumps(measure(args.runs, args.turns, sizes, args.base), indent=2))
+    results = measure(args.runs, args.turns, sizes, args.base)
+    if args.write:
+        write_section(args.write, results)
+        print(f"bench: wrote section 13 of {args.write}", file=sys.stderr)
+    else:
+        print(json.dumps(results, indent=2))
     return 0
+
+
+def write_section(results_md: Path, results: dict[str, Any]) -> None:
+    """Section 13 of ``results_md`` replaced by ``results``' (``make bench SECTION=lambda_size``: this step alone;
+    the other sections stay as the last full run wrote them), and ``results.json`` beside it updated."""
+    from datetime import UTC, datetime
+
+    from bench.report import lambda_size_section
+
+    section = lambda_size_section(results)
+    section[2:2] = [
+        f"(Measured on its own, {datetime.now(UTC):%Y-%m-%d %H:%M UTC}: `make bench SECTION=lambda_size`.)",
+        "",
+    ]
+    lines = results_md.read_text().splitlines() if results_md.exists() else []
+    start = next(
+        (i for i, line in enumerate(lines) if line.startswith("## ") and "Lambda-sized" in line), None
+    )
+    if start is None:  # before the section that follows it, else at the end
+        start = end = next((i for i, line in enumerate(lines) if line.startswith("## 14.")), len(lines))
+    else:
+        end = next((i for i in range(start + 1, len(lines)) if lines[i].startswith("## ")), len(lines))
+    lines[start:end] = section
+    results_md.write_text("\n".join(lines).rstrip("\n") + "\n")
+    saved = results_md.with_name("results.json")
+    everything = json.loads(saved.read_text()) if saved.exists() else {}
+    everything["lambda_size"] = results
+    saved.write_text(json.dumps(everything, indent=2, default=str) + "\n")
 
 
 if __name__ == "__main__":

@@ -454,6 +454,17 @@ def lambda_size_section(x: dict) -> list[str]:
                 verdict += f" ({alone:,.0f} ms by its CPU: {'met' if alone <= target else 'MISSED'})"
             verdicts.append(verdict)
         lines += [f"Targets at 512 MB (issue #34): {'; '.join(verdicts)}.", ""]
+    counted = x.get("instructions_m", {})
+    if "here" in counted:
+        base = counted.get("base")
+        lines += [
+            "Instructions from the handler process's start to the first answer (all its threads; callgrind, which "
+            "no other load on the machine moves): "
+            f"**{counted['here']:,.0f} M**"
+            + (f" (main {base:,.0f} M; ×{counted['here'] / base:.2f})" if base else "")
+            + ".",
+            "",
+        ]
     compiled, twice, opened = x.get("compiled", {}), x.get("read_twice", {}), x.get("files_opened", {})
     if compiled:
         lines += [
@@ -465,6 +476,26 @@ def lambda_size_section(x: dict) -> list[str]:
                 f"{label} {len(twice.get(label, []))} (of {opened.get(label, '?')})" for label in compiled
             )
             + ".",
+            "",
+        ]
+    generated, tables = x.get("generated", {}), x.get("codecache", {})
+    if generated:
+        parts = []
+        for label, by_module in generated.items():
+            table = tables.get(label)
+            top = sorted(by_module.items(), key=lambda kv: -kv[1])[:3]
+            parts.append(
+                f"{label} {sum(by_module.values()):,}"
+                + (f" ({', '.join(f'{m} {n}' for m, n in top)})" if top else "")
+                + (
+                    f", the shipped table serving {table['hits']:,} (missing {table['misses']})"
+                    if table
+                    else ", no shipped table"
+                )
+            )
+        lines += [
+            "Texts compiled as modules ran (dataclasses' methods, typing's forward references; regular expressions "
+            "are parsed without such an event) in that cold start: " + "; ".join(parts) + ".",
             "",
         ]
     return lines

@@ -8,6 +8,10 @@ the same hooks through the Web Adapter's routes), and makes a stop by SIGTERM/SI
 the JavaScript sandboxes: no Deno process and no work directory outlive the process.
 """
 
+# First, before any other import: it sets what the imports below read as they build (chatloop/coldstart.py).
+from chatloop import coldstart
+
+# isort: split
 import asyncio
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -18,10 +22,7 @@ from aws_lambda_powertools.metrics import MetricUnit
 from mangum import Mangum
 from mangum.types import LambdaContext
 
-from chatloop import (
-    coldstart,  # noqa: F401  # first: it sets what the imports below read as they build
-    snapstart,
-)
+from chatloop import snapstart
 from chatloop.api import create_app
 from chatloop.api.http.request_limits import fit_lambda_response
 from chatloop.config import Settings
@@ -75,3 +76,6 @@ def _ensure_event_loop() -> None:
         asyncio.get_event_loop()
     except RuntimeError:
         asyncio.set_event_loop(asyncio.new_event_loop())
+
+
+coldstart.imported()  # last: what the imports built is frozen out of the collector's walks

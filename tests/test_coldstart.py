@@ -22,11 +22,12 @@ import time
 
 import pytest
 
+from chatloop import coldstart
 from chatloop.api.runtime import Runtime
 from chatloop.config import Settings
 from chatloop.deadline import Deadline
 from chatloop.providers import warmup
-from chatloop.providers.base import ModelRequest
+from chatloop.providers.base import ModelRequest, ModelResponse, TextDelta
 from tests.support.adapter import MODEL, ROOT
 from tests.support.wire_models import realistic
 
@@ -54,6 +55,57 @@ def test_import_app_turns_off_pydantic_plugin_discovery_and_httpx_cli_unless_the
         )
         assert done.returncode == 0, done.stderr[-2000:]
         assert json.loads(done.stdout.strip().splitlines()[-1]) == expected
+
+
+GC_PROBE = """
+import gc, json, sys
+sys.path[:0] = [sys.argv[1] + "/src", sys.argv[1]]
+START = gc.get_freeze_count()  # the interpreter's own (375 in 3.12)
+import app
+from chatloop import coldstart
+from tests.support.events import FakeContext, rest_event
+
+def state():
+    return [coldstart.phase(), gc.isenabled(), gc.get_freeze_count() - START, gc.get_threshold()[0]]
+
+states = [state()]
+body = {"messages": [{"role": "user", "content": "hi"}], "stream": False}
+response = app.handler(rest_event("POST", "/chat", body), FakeContext())
+states.append(state())
+print(json.dumps([response["statusCode"], states]))
+"""
+
+
+@pytest.mark.slow
+def test_on_lambda_the_imports_are_frozen_out_of_the_collector_until_the_first_model_call(fake_llm):
+    """``import app`` runs with the collector off and freezes what it built; the first turn's imports run with a
+    larger first generation; once its model call is on the wire the usual thresholds are back. Off Lambda (tests,
+    make run) nothing changes."""
+    fake_llm.default = realistic
+    base = {
+        "PATH": "/usr/bin:/bin",
+        "POWERTOOLS_SERVICE_NAME": "t",
+        "POWERTOOLS_LOG_LEVEL": "ERROR",
+        "POWERTOOLS_METRICS_NAMESPACE": "t",
+        "GROQ_API_KEY": "gsk_test",
+        "GROQ_BASE_URL": fake_llm.groq_base_url,
+        "MODEL_CHAIN": f"groq:{MODEL}",
+    }
+    results = {}
+    for where, env in (("lambda", {**base, "AWS_LAMBDA_FUNCTION_NAME": "chatloop-test"}), ("local", base)):
+        done = subprocess.run(
+            [sys.executable, "-c", GC_PROBE, str(ROOT)], env=env, capture_output=True, text=True, timeout=120
+        )
+        assert done.returncode == 0, done.stderr[-3000:]
+        results[where] = json.loads(done.stdout.strip().splitlines()[-1])
+    status, (imported, answered) = results["lambda"]
+    assert status == 200
+    phase, enabled, frozen, threshold = imported
+    assert (phase, enabled, threshold) == ("first turn", True, coldstart.FIRST_TURN_THRESHOLD)
+    assert frozen > 20_000  # what import app built: not walked by the collector again
+    assert answered[0] == "settled" and answered[1] is True and answered[3] == 700  # Python's default again
+    status, (imported, answered) = results["local"]
+    assert status == 200 and imported == answered == ["off", True, 0, 700]
 
 
 @pytest.mark.slow
@@ -110,6 +162,35 @@ def test_the_chunk_schema_is_built_while_the_first_call_waits(fake_llm, monkeypa
     for thread in [t for t in threading.enumerate() if t.name == "sdk-prime"]:
         thread.join(10)
     assert built == ["groq"]  # once per process (and no second HTTP client: the call has its own)
+
+
+def test_a_first_answer_that_comes_before_the_chunk_schema_is_built_waits_for_it_not_builds_it_again(
+    fake_llm, monkeypatch
+):
+    """A fast model (or a small CPU share) answers while the priming thread still builds the chunk schema: the
+    chunks are read once it is done, so the SDK does not build the same schema a second time on the turn's path."""
+    fake_llm.default = realistic  # answers at once
+    monkeypatch.setattr(warmup, "_PRIMED", set())
+    monkeypatch.setattr(warmup, "_PRIMING", {})
+    order: list[str] = []
+
+    def slow_prime(sdk_module: str) -> None:
+        time.sleep(0.4)  # still building when the answer starts
+        order.append("primed")
+
+    monkeypatch.setattr(warmup, "prime_modules", slow_prime)
+    runtime = Runtime(Settings(model_chain=f"groq:{MODEL}"), keys_loader=lambda s: {"groq": "gsk_test"})
+    turn = ModelRequest(messages=[{"role": "user", "content": "hi"}], deadline=Deadline.after(20))
+
+    async def one_call() -> None:
+        async for item in runtime.chain().stream(turn):
+            # what the model's chunks made (the chain also says which model it tries, before any chunk)
+            if isinstance(item, (TextDelta, ModelResponse)) and (not order or order[-1] != "chunk"):
+                order.append("chunk")
+
+    asyncio.run(one_call())
+    assert order[0] == "primed" and "chunk" in order  # no chunk was read before the schema was ready
+    assert warmup._PRIMING == {}  # done with: a later call does not look for it
 
 
 def test_every_client_shares_one_tls_context_and_the_primed_http_client_is_used_once(monkeypatch):

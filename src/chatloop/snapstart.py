@@ -74,6 +74,10 @@ def before_snapshot(runtime: Runtime) -> None:
         parameters.clear_caches()  # Powertools' cached secret
     gc.collect()
     gc.freeze()
+    # The snapshot keeps the collector's usual thresholds (chatloop.coldstart's schedule, when the entry point has it)
+    coldstart = sys.modules.get("chatloop.coldstart")
+    if coldstart is not None:
+        coldstart.settled()
 
 
 def after_restore(runtime: Runtime) -> None:

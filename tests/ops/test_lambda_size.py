@@ -65,6 +65,9 @@ def test_the_built_artefacts_answer_cold_and_after_a_restore_at_512_mb(tree):
             restored = [restore(), restore()]  # two copies of one snapshot
     assert cold["compiled"] == []  # every module the cold start imported came with its bytecode
     assert cold["opened"] > 100 and cold["read_twice"] == []  # and no file of the artefacts was read twice
+    # what dataclasses, typing and re compile as modules load came from the built function's table (chatloop.codecache)
+    assert cold["codecache"]["misses"] == 0 and cold["codecache"]["hits"] > 1000
+    assert "dataclasses" not in cold["generated"] and "typing" not in cold["generated"]
     assert 0 < cold["peak_rss_mb"] < 512 and cold["process_ms"] > cold["import_ms"] > 0
     for copy in restored:
         assert copy["restored_ms"] > 0 and len(copy["warm_ms"]) == 1
@@ -84,3 +87,30 @@ def test_a_module_without_bytecode_fails_the_build_check(tmp_path):
     cached = Path(tmp_path / "pkg" / "__pycache__" / "mod.cpython-312.pyc")
     cached.write_bytes(cached.read_bytes()[:4] + (3).to_bytes(4, "little") + cached.read_bytes()[8:])
     assert missing_bytecode(tmp_path) == ["pkg/mod.py"]  # a checked-hash .pyc: checked on every start
+
+
+def test_the_section_alone_replaces_its_own_part_of_results_md_and_results_json(tmp_path):
+    """``make bench SECTION=lambda_size``: the section measured alone goes where the full run put it; the other
+    sections and results stay as the last full run wrote them."""
+    import json
+
+    lambda_size = bench_module("lambda_size")
+    results_md, saved = tmp_path / "RESULTS.md", tmp_path / "results.json"
+    results_md.write_text(
+        "# Benchmark results\n\n## 11. The chat page\n\npage\n\n"
+        "## 12. Lambda-sized: the built artefacts at 512 / 1,024 / 1,769 MB\n\nold numbers\n\n"
+        "## 14. Time to first token\n\nttft\n"
+    )
+    saved.write_text(json.dumps({"page": {"kept": True}, "lambda_size": {"old": True}}))
+    lambda_size.write_section(results_md, {"skipped": "no cgroups here"})
+    text = results_md.read_text()
+    assert "old numbers" not in text and "Skipped: no cgroups here." in text
+    assert text.index("## 11.") < text.index("## 13. Lambda-sized") < text.index("## 14.") and "ttft" in text
+    assert text.count("Lambda-sized") == 1
+    assert json.loads(saved.read_text()) == {
+        "page": {"kept": True},
+        "lambda_size": {"skipped": "no cgroups here"},
+    }
+    results_md.write_text("# Benchmark results\n\n## 14. Time to first token\n")  # no section yet: before 14
+    lambda_size.write_section(results_md, {"skipped": "again"})
+    assert results_md.read_text().index("## 13.") < results_md.read_text().index("## 14.")
