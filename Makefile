@@ -33,7 +33,7 @@ PARAMS ?=
 export AWS_REGION FILTER
 AWS = $(BIN)/aws --region $(AWS_REGION) $(if $(AWS_ENDPOINT_URL),--endpoint-url $(AWS_ENDPOINT_URL))
 
-.PHONY: help install test lint build deploy deploy-lambda-fast logs logs-decisions insights secret budget invoke run bench clean
+.PHONY: help install test lint build deploy deploy-lambda-fast logs logs-decisions insights secret budget invoke run bench docs layout clean
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-20s %s\n", $$1, $$2}'
@@ -52,8 +52,13 @@ $(NODE_CLIENTS): package.json package-lock.json
 	  npm ci --no-audit --no-fund --loglevel=error && touch $@; \
 	else echo "npm not found: the Vercel AI SDK client tests will be skipped"; fi
 
-test: install ## run the whole test suite (installs first if needed); FAST=1 skips the slow suites (CI runs all)
-	$(BIN)/python -m pytest $(if $(FAST),-m "not slow")
+# The suite runs in JOBS pytest-xdist workers (4 on 2 cores: most tests wait on servers, subprocesses and sockets
+# rather than compute); JOBS=1 or SERIAL=1 runs it in one process, one test at a time. --dist loadfile keeps each
+# file on one worker, so its module fixtures (servers, browsers, fleets) start once; the files go out longest first
+# (tests/support/schedule.py), not in xdist's order by number of tests.
+JOBS ?= $(if $(SERIAL),1,4)
+test: install ## run the whole test suite (installs first if needed); FAST=1 skips the slow suites (CI runs all); SERIAL=1 one at a time
+	$(BIN)/python -m pytest --durations=20 $(if $(filter-out 1,$(JOBS)),-n $(JOBS) --dist loadfile --no-loadscope-reorder) $(if $(FAST),-m "not slow")
 
 lint: install ## ruff (lint + format), mypy (--strict on src/), cfn-lint on the SAM template and its translation
 	$(BIN)/ruff check src tests scripts bench
@@ -123,6 +128,12 @@ run: install ## serve the app on 127.0.0.1:PORT (8000); the offline demo model w
 
 bench: install ## measure the loop, sandbox, cold start and fallback; writes bench/RESULTS.md; SECTION=lambda_size: that one only
 	$(if $(filter lambda_size,$(SECTION)),$(BIN)/python -m bench.lambda_size --write bench/RESULTS.md,$(if $(SECTION),@echo "SECTION: only lambda_size runs alone"; exit 1,$(BIN)/python -m bench))
+
+docs: install ## build the documentation site (docs/, mkdocs-material) into build/site; --strict: a broken link fails it
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict
+
+layout: ## rewrite the source map in docs/architecture.md from the packages (tests/docs/test_layout_tree.py checks it)
+	$(BIN)/python -m scripts.layout --write
 
 clean: ## remove build outputs and caches (keeps .venv)
 	rm -rf build .pytest_cache .ruff_cache

@@ -15,6 +15,7 @@ Usage::
 
 from __future__ import annotations
 
+import fcntl
 import hashlib
 import os
 import platform
@@ -53,8 +54,6 @@ def unpack(archive: Path, into: Path) -> Path:
 def layer(requirements: Path) -> Path:
     """The layer built from ``requirements`` and unpacked read-only (its ``python/`` is what Lambda puts on
     ``sys.path`` from /opt); from the cache when one with the same key was built before."""
-    from scripts.package import build_layer
-
     key = hashlib.sha256(
         b"\0".join(
             [
@@ -69,6 +68,17 @@ def layer(requirements: Path) -> Path:
     if target.is_dir():
         return target
     CACHE.mkdir(parents=True, exist_ok=True)
+    # Test workers (pytest-xdist) and the bench smoke run may all want it at once: one builds, the others wait.
+    with (CACHE / f"lock-{key}").open("w") as lock:  # not "layer-*": _prune counts those
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not target.is_dir():
+            _build(target, requirements)
+    return target
+
+
+def _build(target: Path, requirements: Path) -> None:
+    from scripts.package import build_layer
+
     with tempfile.TemporaryDirectory(dir=CACHE, prefix="build-") as tmp:
         staged = Path(tmp) / "opt"
         unpack(build_layer(arch(), Path(tmp) / "build", requirements=requirements), staged)
@@ -81,7 +91,6 @@ def layer(requirements: Path) -> Path:
         shutil.rmtree(Path(tmp) / "build", ignore_errors=True)
     target.chmod(0o555)
     _prune(keep=target)
-    return target
 
 
 def _layer_build_source() -> str:

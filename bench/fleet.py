@@ -149,7 +149,11 @@ def _follower_delays(a: httpx.Client, b: httpx.Client, b_counted: Counting) -> d
     thread = threading.Thread(target=run)
     thread.start()
     created.wait(10)
-    time.sleep(0.02)  # the record exists once the first batch is written
+    # The record exists once the first batch is written: wait for it (a fixed pause lost that race on a busy
+    # machine, and the follower read a 404 with no events).
+    waited = time.perf_counter() + 10
+    while b.get(f"/v1/responses/{rid[0]}").status_code == 404 and time.perf_counter() < waited:
+        time.sleep(0.01)
     b_counted.calls.clear()
     started = time.perf_counter()
     with b.stream("GET", f"/v1/responses/{rid[0]}?stream=true&starting_after=0") as response:
@@ -265,12 +269,14 @@ def _on_dynamodb(tmp: Path, runs: int) -> dict[str, Any]:
     import os
 
     import boto3
-    from moto.server import ThreadedMotoServer
+    from tests.support.moto_server import AtomicMotoServer
 
     from chatloop.store.dynamodb import create_table
 
     logging.getLogger("werkzeug").setLevel(logging.ERROR)  # moto's server logs every request
-    moto = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
+    # One request at a time, as DynamoDB applies each: moto's backend is not thread-safe, and two copies writing at
+    # once could fail one write with a 500.
+    moto = AtomicMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
     moto.start()
     host, port = moto.get_host_and_port()
     env = {

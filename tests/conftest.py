@@ -28,6 +28,8 @@ for _var in (
 
 import pytest  # noqa: E402
 
+pytest_plugins = ["tests.support.schedule"]  # the order files reach pytest-xdist's workers in: longest first
+
 from chatloop.tools.javascript import JavaScriptSandbox  # noqa: E402
 
 

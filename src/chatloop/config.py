@@ -1,6 +1,6 @@
 """Every setting of the handler, read once from the environment, and the one door to the environment.
 
-Each field of ``Settings`` documents its environment variable; the README's configuration table lists the same
+Each field of ``Settings`` documents its environment variable; docs/configuration.md's table lists the same
 names. Nothing else in the package reads ``os.environ``: what is read later than start-up, by name, goes through
 ``from_environment`` here — the provider keys (which may also come from a secret, and are registered for redaction
 when read), the providers' base URLs, ``DENO_BIN``, the values of MCP header placeholders, and the Powertools

@@ -57,8 +57,9 @@ def with_key(event: dict[str, Any], key: str = "retry-1") -> dict[str, Any]:
 
 # --- 1. the idempotency store inside the request's deadline -------------------------------------------
 @contextlib.contextmanager
-def hanging_endpoint() -> Iterator[str]:
-    """A 'DynamoDB' that accepts every connection and never answers."""
+def hanging_endpoint(holds: list[float] | None = None) -> Iterator[str]:
+    """A 'DynamoDB' that accepts every connection and never answers. With ``holds``, each connection's seconds
+    from accept to the client giving up on it (closing it) go there: the store's own time, as this server saw it."""
     listener = socket.socket()
     listener.bind(("127.0.0.1", 0))
     listener.listen(64)
@@ -66,14 +67,24 @@ def hanging_endpoint() -> Iterator[str]:
     held: list[socket.socket] = []
     stop = threading.Event()
 
+    def hold(conn: socket.socket, since: float) -> None:
+        with contextlib.suppress(OSError):
+            while conn.recv(65536):  # the request, then nothing until the client closes its end
+                pass
+            if holds is not None:
+                holds.append(time.monotonic() - since)
+
     def accept() -> None:
         while not stop.is_set():
             try:
-                held.append(listener.accept()[0])
+                conn = listener.accept()[0]
             except TimeoutError:
                 continue
             except OSError:
                 return
+            held.append(conn)
+            if holds is not None:
+                threading.Thread(target=hold, args=(conn, time.monotonic()), daemon=True).start()
 
     thread = threading.Thread(target=accept, daemon=True)
     thread.start()
@@ -98,9 +109,10 @@ def refusing_endpoint() -> Iterator[str]:
         closed.close()
 
 
-def invoke_within(remaining_ms: float) -> tuple[tuple[int, str, dict[str, str]], float]:
+def invoke_within(remaining_ms: float, grace: float = 0.0) -> tuple[tuple[int, str, dict[str, str]], float]:
     """A keyed chat through the handler with ``remaining_ms`` of Lambda time, in a thread the test gives up on
-    after that time (today a hanging store holds it ~240 s): the response and the seconds it took."""
+    after that time and ``grace`` seconds more (today a hanging store holds it ~240 s): the response and the
+    seconds it took."""
     result: dict[str, Any] = {}
 
     def run() -> None:
@@ -111,7 +123,7 @@ def invoke_within(remaining_ms: float) -> tuple[tuple[int, str, dict[str, str]],
     started = time.monotonic()
     worker = threading.Thread(target=run, daemon=True)
     worker.start()
-    worker.join(remaining_ms / 1000)
+    worker.join(remaining_ms / 1000 + grace)
     elapsed = time.monotonic() - started
     assert not worker.is_alive(), f"the request was still running after {elapsed:.1f} s"
     return result["response"], elapsed
@@ -125,24 +137,34 @@ def test_a_dynamodb_that_hangs_or_refuses_degrades_within_the_deadline(
         for name, value in {**FAKE_CREDENTIALS, "AWS_ENDPOINT_URL": url}.items():
             monkeypatch.setenv(name, value)
         model = serve()
+        began = time.time()
         (status, body, _), elapsed = invoke_within(10_000)
     assert status == 200 and "Answer number 1." in body and model.calls == 1
-    # The store took no more than IDEMPOTENCY_TIMEOUT_SECONDS (2 s) of the request's 10 s.
-    assert elapsed < 2 + 1.0, elapsed
+    # The store took no more than IDEMPOTENCY_TIMEOUT_SECONDS (2 s) of the request's 10 s: the app logged its
+    # failure within that (and a second's slack) of the request's start, whatever the model's turn took after it.
+    failed = [r.created for r in caplog.records if "idempotency store failed" in r.getMessage()]
+    assert failed and failed[0] - began < 2 + 1.0, (failed, began, elapsed)
     assert "idempotency store failed" in caplog.text
     assert '"IdempotencyErrors":[1.0]' in capsys.readouterr().out
 
 
 def test_a_store_call_never_gets_more_than_a_fifth_of_the_time_left(monkeypatch, serve):
-    """With 3 s left, the store has 0.5 s (its smallest budget): the turn keeps the rest."""
-    with hanging_endpoint() as url:
+    """With 5 s left, the store has 1 s (a fifth, not its 2 s IDEMPOTENCY_TIMEOUT_SECONDS): the turn keeps the rest.
+
+    Judged by the handler's own clock and the store's, not the test's: on a loaded machine the whole invoke may
+    take longer than 5 s of wall time, but the turn ends "stop" only if its own deadline left it time to answer,
+    and the hanging endpoint sees how long the store held on before giving up."""
+    holds: list[float] = []
+    with hanging_endpoint(holds) as url:
         for name, value in {**FAKE_CREDENTIALS, "AWS_ENDPOINT_URL": url}.items():
             monkeypatch.setenv(name, value)
         model = serve()
-        (status, body, _), elapsed = invoke_within(3_000)
-    # 0.5 s for the store, 1 s of safety margin: the turn still has 1.5 s (a 2 s store call would leave it none).
+        (status, body, _), elapsed = invoke_within(5_000, grace=30)
+    # 1 s for the store, 1 s of safety margin: the turn still has 3 s (a 2 s store call would leave it 2).
     assert status == 200 and json.loads(body)["stop_reason"] == "stop" and model.calls == 1
-    assert "Answer number 1." in body and elapsed < 3, elapsed
+    assert "Answer number 1." in body
+    # The store gave up on the endpoint well before IDEMPOTENCY_TIMEOUT_SECONDS (2 s), its budget without the rule.
+    assert holds and sum(holds) < 2.0, (holds, elapsed)
 
 
 @pytest.mark.slow
@@ -150,7 +172,8 @@ def test_a_secrets_manager_that_hangs_is_a_503_within_seconds(monkeypatch, app_r
     """The provider keys' secret, read on the first request, is bounded too (SECRET_READ_SECONDS, 4 s)."""
     import chatloop.secrets as secrets
 
-    with hanging_endpoint() as url:
+    holds: list[float] = []
+    with hanging_endpoint(holds) as url:
         for name, value in {**FAKE_CREDENTIALS, "AWS_ENDPOINT_URL": url}.items():
             monkeypatch.setenv(name, value)
         monkeypatch.setattr(secrets, "_provider", None, raising=False)  # built anew, at this endpoint
@@ -170,7 +193,9 @@ def test_a_secrets_manager_that_hangs_is_a_503_within_seconds(monkeypatch, app_r
         assert not worker.is_alive(), f"the request was still running after {elapsed:.1f} s"
     status, body, _ = result["response"]
     assert status == 503 and json.loads(body)["error"]["code"] == "keys_unavailable"
-    assert elapsed < secrets.SECRET_READ_SECONDS + 1.5, elapsed
+    # Bounded by SECRET_READ_SECONDS as the hanging endpoint saw the read hold on (a busy machine may add to the
+    # whole request's wall time, not to the read's budget).
+    assert holds and sum(holds) < secrets.SECRET_READ_SECONDS + 1.5, (holds, elapsed)
 
 
 # --- 2. a client that goes away releases its key --------------------------------------------------------

@@ -15,6 +15,7 @@ developer does, so the project's own files install it.
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import subprocess
@@ -76,6 +77,7 @@ def assert_streams_passed(found: dict[str, Any], major: str) -> None:
     assert found["events"][-1] == "AgentRunResultEvent"
 
 
+@pytest.mark.slow  # pydantic-ai in a process of its own
 def test_pydantic_ai_2_streams_a_server_code_run(server: Server):
     assert_streams_passed(run_client(server), "2.")
 
@@ -84,13 +86,17 @@ def test_pydantic_ai_2_streams_a_server_code_run(server: Server):
 def pydantic_ai_1(request: pytest.FixtureRequest) -> Iterator[str]:
     """A folder holding pydantic-ai 1.x, installed from PyPI with pip on first use and kept in pytest's cache."""
     folder = Path(request.config.cache.mkdir("pydantic-ai-1.107.10"))
-    if not (folder / "pydantic_ai" / "__init__.py").exists():
-        install = [sys.executable, "-m", "pip", "install", "--quiet", "--no-deps", "--target", str(folder)]
-        done = subprocess.run(
-            [*install, *PYDANTIC_AI_1], capture_output=True, text=True, timeout=300, check=False
-        )
-        if done.returncode != 0:
-            pytest.fail(f"could not install pydantic-ai 1.x: {done.stderr[-2000:]}")
+    # Under pytest-xdist every worker may ask at once (and two runs may share a checkout): the first to take the
+    # lock installs, the others wait for it and find the package there.
+    install = [sys.executable, "-m", "pip", "install", "--quiet", "--no-deps", "--target", str(folder)]
+    with (folder.parent / f"{folder.name}.lock").open("w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not (folder / "pydantic_ai" / "__init__.py").exists():
+            done = subprocess.run(
+                [*install, *PYDANTIC_AI_1], capture_output=True, text=True, timeout=300, check=False
+            )
+            if done.returncode != 0:
+                pytest.fail(f"could not install pydantic-ai 1.x: {done.stderr[-2000:]}")
     yield str(folder)
 
 

@@ -5,12 +5,18 @@ The contract: the role chunk and ``response.created`` go out at once; each conte
 it, also for the answer that follows a server tool run; text a model writes before calling a server tool is part of
 the answer, separated from the next model call's text by a ``"\\n\\n"`` seam; the concatenated deltas equal the final
 content the same stream reports and a non-streamed request's content; a model failing mid-stream keeps what was sent,
-then the seam, then the fallback's answer. Timing bounds are generous: they tell "as it comes" from "all at the end".
+then the seam, then the fallback's answer.
+
+"As it comes" is proved by the order things happen in, not by wall-clock bounds (which a loaded machine breaks): the
+scripted model writes in lockstep with the client (``paced``), waiting before each piece until the client has seen
+the pieces before the last two. A server that held the turn's opening for the model's first byte, or held the deltas
+until the end, never lets the model go on: the wait runs out and the test fails, however fast or slow the machine.
 """
 
 from __future__ import annotations
 
 import json
+import threading
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -25,7 +31,7 @@ from chatloop.config import Settings
 from tests.support.fake_llm import FakeLLM, Reply, text, tool_calls
 from tests.support.server import Server
 
-pytestmark = pytest.mark.slow  # each test waits for a model that writes over ~2 s
+pytestmark = pytest.mark.slow  # ~30 turns of the app under uvicorn with the sandbox, each with its own server
 
 GROQ_MODEL = "llama-3.3-70b-versatile"
 OPENAI_MODEL = "gpt-4.1-mini"
@@ -33,8 +39,11 @@ CHAIN = f"groq:{GROQ_MODEL},openai:{OPENAI_MODEL}"  # the groq SDK first, the op
 # Shaped as real keys are (gsk_ and 52 letters and digits): what the redaction patterns know.
 KEYS = {"groq": "gsk_" + "StReAm0CoNtRaCt1" * 3 + "0000", "openai": "sk-stream-contract-0000000000"}
 
-FIRST_TOKEN_AFTER = 1.5  # the model's first byte comes this late: the role chunk must not wait for it
-PIECE_DELAY = 0.1  # 20 pieces over ~2 s
+PACE_WAIT = 30.0
+"""Seconds the paced model waits for the client to catch up before it gives up and the test fails (a server that
+streams lets it go on within milliseconds; this only bounds how long a broken one takes to fail)."""
+LAG = 2
+"""Pieces a paced model may be ahead of its client: room for a delta held back until the next piece."""
 ANSWER = (
     "One thousand at five percent compounded yearly for fifteen years grows to 2078.93, "
     "which is a little more than double the principal."
@@ -44,10 +53,30 @@ CODE = "Math.round(1000 * 1.05 ** 15 * 100) / 100"
 SEAM = "\n\n"
 
 
-def slow(model: str, content: str = ANSWER, delay: float = FIRST_TOKEN_AFTER, groq: bool = True) -> Reply:
-    """``content`` in 20 pieces, ``PIECE_DELAY`` apart, the first byte after ``delay``."""
+def paced(model: str, timed: Timed, content: str = ANSWER, groq: bool = True, seen_first: str = "") -> Reply:
+    """``content`` in 20 pieces, written in lockstep with the client ``timed`` follows: the model's first byte only
+    once the client has seen the turn open (and ``seen_first`` in the text so far); content piece n only once the
+    client has seen the pieces before n - ``LAG`` (chunk 0 is the role chunk, 1 the first piece). Each wait is noted in ``timed.written`` (when the model wrote
+    what) and one that runs out in ``timed.missed``."""
     chunks = text(model, content, pieces=20, groq=groq).chunks
-    return Reply(chunks=chunks, chunk_delay=PIECE_DELAY, delay=delay)
+    sizes = [
+        len(chunk["choices"][0]["delta"].get("content") or "") if chunk["choices"] else 0 for chunk in chunks
+    ]
+    base = [0]
+
+    def before(n: int) -> None:
+        if n == 0:
+            timed.wait_for(
+                lambda: timed.opened_at is not None and seen_first in timed.text, "the turn to open"
+            )
+            base[0] = len(timed.text)
+        else:
+            owed = sum(sizes[: max(0, n - LAG)])
+            timed.wait_for(lambda: len(timed.text) - base[0] >= owed, f"{owed} characters before chunk {n}")
+        if n == 0 or sizes[n]:  # its first byte and its content pieces (not the finish chunk after them)
+            timed.written.append((n, timed.now()))
+
+    return Reply(chunks=chunks, before=before)
 
 
 def narrated_call(model: str, prose: str = PROSE, code: str = CODE) -> Reply:
@@ -95,13 +124,36 @@ class Timed:
         self.deltas: list[tuple[float, str]] = []
         self.final: str | None = None
         self.raw: list[Any] = []
+        self.written: list[tuple[int, float]] = []
+        """When a paced model wrote each chunk (its index, on this clock)."""
+        self.missed: list[str] = []
+        """What a paced model waited for in vain."""
+        self._changed = threading.Condition()
 
     def now(self) -> float:
         return time.monotonic() - self.start
 
     def opened(self) -> None:
-        if self.opened_at is None:
-            self.opened_at = self.now()
+        with self._changed:
+            if self.opened_at is None:
+                self.opened_at = self.now()
+            self._changed.notify_all()
+
+    def delta(self, piece: str) -> None:
+        with self._changed:
+            self.deltas.append((self.now(), piece))
+            self._changed.notify_all()
+
+    def wait_for(self, seen: Any, what: str) -> None:
+        """Block the paced model until ``seen()`` holds; after one wait ran out, never again (fail fast)."""
+        with self._changed:
+            if not self.missed and not self._changed.wait_for(seen, PACE_WAIT):
+                self.missed.append(what)
+
+    def written_at(self, n: int) -> float:
+        """When the paced model wrote its n-th chunk (0: its first byte), on this clock (the last such chunk, when
+        two models were paced)."""
+        return [at for index, at in self.written if index == n][-1]
 
     @property
     def text(self) -> str:
@@ -117,9 +169,9 @@ class Timed:
         raise AssertionError(f"no delta past {chars} characters: {self.text!r}")
 
 
-def stream_chat_completions(server: Server, question: str, **extra: Any) -> Timed:
+def stream_chat_completions(server: Server, question: str, timed: Timed | None = None, **extra: Any) -> Timed:
     client = client_of(server)
-    timed = Timed()
+    timed = timed or Timed()
     stream = client.chat.completions.create(
         model="chatloop", messages=[{"role": "user", "content": question}], stream=True, **extra
     )
@@ -130,30 +182,30 @@ def stream_chat_completions(server: Server, question: str, **extra: Any) -> Time
             timed.opened()
         piece = chunk.choices[0].delta.content if chunk.choices else None
         if piece:
-            timed.deltas.append((timed.now(), piece))
+            timed.delta(piece)
             content.append(piece)
     timed.final = "".join(content)  # chat completions' final content is the client's accumulation
     return timed
 
 
-def stream_responses(server: Server, question: str, **extra: Any) -> Timed:
+def stream_responses(server: Server, question: str, timed: Timed | None = None, **extra: Any) -> Timed:
     client = client_of(server)
-    timed = Timed()
+    timed = timed or Timed()
     stream = client.responses.create(model="chatloop", input=question, stream=True, **extra)
     for event in stream:
         timed.raw.append(event)
         if event.type == "response.created":
             timed.opened()
         elif event.type == "response.output_text.delta":
-            timed.deltas.append((timed.now(), event.delta))
+            timed.delta(event.delta)
         elif event.type in ("response.completed", "response.incomplete", "response.failed"):
             timed.final = message_text(event.response.output)
     return timed
 
 
-def stream_chat(server: Server, question: str) -> Timed:
+def stream_chat(server: Server, question: str, timed: Timed | None = None) -> Timed:
     """/chat's own SSE, read line by line as a browser's EventSource would."""
-    timed = Timed()
+    timed = timed or Timed()
     body = {"messages": [{"role": "user", "content": question}], "stream": True}
     with httpx.stream("POST", f"{server.root}/chat", json=body, timeout=60) as response:
         kind = None
@@ -165,7 +217,7 @@ def stream_chat(server: Server, question: str) -> Timed:
                 data = json.loads(line.removeprefix("data: "))
                 timed.raw.append((kind, data))
                 if kind == "delta":
-                    timed.deltas.append((timed.now(), data["content"] if isinstance(data, dict) else data))
+                    timed.delta(data["content"] if isinstance(data, dict) else data)
                 elif kind == "done":
                     timed.final = data["message"]["content"]
     return timed
@@ -199,31 +251,32 @@ STREAMS = {"chat_completions": stream_chat_completions, "responses": stream_resp
 
 
 def assert_streamed_as_written(timed: Timed, answer_from: int = 0) -> None:
-    """The answer's deltas arrive spread over the ~2 s the model writes them in, not together at the end."""
+    """The answer's deltas reached the client while the paced model was still writing, not together at the end."""
+    assert not timed.missed, f"the model waited in vain for {timed.missed[0]}: {timed.deltas}"
     first = timed.first_delta_after(answer_from)
-    last = timed.deltas[-1][0]
     answer_deltas = [at for at, _ in timed.deltas if at >= first]
     assert len(answer_deltas) >= 5, timed.deltas  # more than one lump
-    assert last - first >= 1.0, (
-        first,
-        last,
-        timed.deltas,
-    )  # the model wrote for ~1.9 s after its first token
-    assert first <= last - 1.0  # the first delta came well before the last, not within a few ms of it
+    last_piece = max(n for n, _ in timed.written)
+    # The first answer delta came before the model wrote its last content piece, and the last delta after it.
+    assert first < timed.written_at(last_piece) <= timed.deltas[-1][0], (timed.written, timed.deltas)
 
 
 # --- plain answers --------------------------------------------------------------------------------
 @pytest.mark.parametrize("route", ["chat_completions", "responses", "chat"])
 def test_the_first_byte_goes_out_at_once_and_tokens_as_the_model_writes_them(server, upstream, route):
-    upstream.script(GROQ_MODEL, slow(GROQ_MODEL))
-    timed = STREAMS[route](server, "How much is 1000 at 5% for 15 years?")
-    # The role chunk / response.created does not wait for the model's first byte (1.5 s; a loaded machine may take
-    # a few hundred ms to get the turn going).
-    assert timed.opened_at is not None and timed.opened_at < FIRST_TOKEN_AFTER - 0.6, timed.opened_at
+    timed = Timed()
+    upstream.script(GROQ_MODEL, paced(GROQ_MODEL, timed))
+    STREAMS[route](server, "How much is 1000 at 5% for 15 years?", timed)
+    # The role chunk / response.created does not wait for the model's first byte: the model only writes it once
+    # the client has seen the turn open.
+    assert not timed.missed, f"the model waited in vain for {timed.missed[0]}"
+    assert timed.opened_at is not None and timed.opened_at <= timed.written_at(0), (
+        timed.opened_at,
+        timed.written,
+    )
     first = timed.first_delta_after(0)
-    assert FIRST_TOKEN_AFTER <= first < FIRST_TOKEN_AFTER + 0.8, (
-        first
-    )  # the first token, passed on within bounds
+    # The first token, passed on at once: after the model wrote it, before it wrote the piece LAG + 1 after it.
+    assert timed.written_at(1) <= first < timed.written_at(1 + LAG + 1), (first, timed.written)
     assert_streamed_as_written(timed)
     assert timed.text == ANSWER == timed.final
 
@@ -240,12 +293,15 @@ def test_concatenated_deltas_equal_the_final_and_the_non_streamed_content(server
 # --- after a server tool run ----------------------------------------------------------------------
 @pytest.mark.parametrize("route", ["chat_completions", "responses", "chat"])
 def test_the_answer_after_a_server_tool_run_streams_as_it_comes(server, upstream, route):
-    upstream.script(GROQ_MODEL, narrated_call(GROQ_MODEL), slow(GROQ_MODEL, delay=0.5))
-    timed = STREAMS[route](server, "What is 1000 at 5% compounded yearly for 15 years?")
+    timed = Timed()
+    # The answering model writes its first byte only once the client has seen the prose of the call before it.
+    upstream.script(GROQ_MODEL, narrated_call(GROQ_MODEL), paced(GROQ_MODEL, timed, seen_first=PROSE))
+    STREAMS[route](server, "What is 1000 at 5% compounded yearly for 15 years?", timed)
     prefix = PROSE + SEAM
     assert timed.text == prefix + ANSWER == timed.final
     assert_streamed_as_written(timed, answer_from=len(prefix))
-    assert timed.first_delta_after(0) < timed.first_delta_after(len(prefix)) - 0.4  # the prose came first
+    # The prose came first: before the answering model wrote its first byte.
+    assert timed.first_delta_after(0) <= timed.written_at(0) < timed.first_delta_after(len(prefix))
     bodies = upstream.requests_for(GROQ_MODEL)
     assert len(bodies) == 2 and any(m["role"] == "tool" for m in bodies[1]["body"]["messages"])
 

@@ -16,16 +16,13 @@ import os
 import socket
 import subprocess
 import sys
-import threading
 import time
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any
 
 import boto3
 import httpx
 import pytest
-from moto.server import ThreadedMotoServer
 
 from chatloop.engine.messages import normalize_conversation
 from chatloop.providers.budgeted import Meter
@@ -33,6 +30,7 @@ from chatloop.providers.catalog import Catalog
 from chatloop.store.dynamodb_layout import create_table
 from tests.support.aws import FAKE_CREDENTIALS
 from tests.support.fake_llm import FakeLLM, text
+from tests.support.moto_server import AtomicMotoServer
 from tests.support.repo import ROOT
 
 MODEL = "gpt-4.1-mini"
@@ -42,34 +40,6 @@ TURNS, ALLOWED = 50, 10
 TABLE = "chatloop-budget-fleet"
 
 pytestmark = pytest.mark.slow
-
-
-class AtomicMotoServer(ThreadedMotoServer):
-    """A moto server that handles one request at a time, as DynamoDB applies each request to an item atomically (a
-    condition and its update one step). moto's backend is not thread-safe (tests/store/test_conversation_store.py's
-    ``one_request_at_a_time`` does the same in-process), so a threaded server could let two requests pass a
-    condition only one would pass in DynamoDB: a moto artefact the test must not depend on."""
-
-    def _server_entry(self) -> None:
-        from moto.moto_server.werkzeug_app import (
-            DomainDispatcherApplication,
-            MotoRequestHandler,
-            create_backend_app,
-        )
-        from werkzeug.serving import make_server
-
-        app = DomainDispatcherApplication(create_backend_app)
-        lock = threading.Lock()
-
-        def one_at_a_time(environ: Any, start_response: Any) -> Any:
-            with lock:
-                return list(app(environ, start_response))
-
-        self._server = make_server(
-            self._ip_address, self._port, one_at_a_time, True, request_handler=MotoRequestHandler
-        )
-        self._server_ready_event.set()
-        self._server.serve_forever()
 
 
 def estimate() -> int:

@@ -245,6 +245,7 @@ def test_the_saved_query_answers_from_real_decision_lines(translated, sandbox, c
     assert "no_tool_calls" in rows  # the model answered
 
 
+@pytest.mark.slow  # make, the AWS CLI and a moto server
 def test_make_insights_runs_the_query_against_a_moto_server(tmp_path):
     import boto3
     from moto.server import ThreadedMotoServer

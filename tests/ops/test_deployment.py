@@ -19,6 +19,7 @@ from moto.server import ThreadedMotoServer
 from scripts.package import code_sha256, unzipped_size
 
 from tests.support.cfn import TRANSLATION_WARNINGS, integrations, resolve, the_function
+from tests.support.cfn_lint import lint_each
 from tests.support.repo import BIN, ROOT, run
 
 
@@ -36,6 +37,7 @@ def template() -> dict:
     return cfn_yaml.load(str(ROOT / "template.yaml"))
 
 
+@pytest.mark.slow  # two cfn-lint runs
 def test_template_and_its_translation_pass_cfn_lint(translated, tmp_path):
     assert run(str(BIN / "cfn-lint"), "template.yaml", check=False).returncode == 0
     path = tmp_path / "t.json"
@@ -46,6 +48,7 @@ def test_template_and_its_translation_pass_cfn_lint(translated, tmp_path):
     assert result.returncode == 0, result.stdout
 
 
+@pytest.mark.slow  # the SAM translation and a cfn-lint run
 def test_translate_then_lint_catches_what_cfn_lint_alone_misses(tmp_path):
     broken = (ROOT / "template.yaml").read_text().replace("Runtime: python3.12", "Runtime: python3.99")
     (tmp_path / "template.yaml").write_text(broken)
@@ -171,18 +174,22 @@ def test_the_function_url_matches_the_mode(translated, mode):
     assert "ChatFunctionUrl" not in resolve(translated, {"ResponseMode": mode})["Resources"]
 
 
-@pytest.mark.parametrize(("mode", "arch"), MODES)
-def test_each_mode_as_deployed_passes_cfn_lint(translated, tmp_path, mode, arch):
-    path = tmp_path / f"{mode}-{arch}.json"
-    path.write_text(
-        json.dumps(
-            resolve(translated, {"ResponseMode": mode, "Architecture": arch, "EnableFunctionUrl": "true"})
+@pytest.fixture(scope="module")
+def modes_linted(translated, tmp_path_factory) -> dict[tuple[str, str], list[str]]:
+    """cfn-lint's findings for each mode as deployed, from one cfn-lint run over the four."""
+    templates = {
+        (mode, arch): resolve(
+            translated, {"ResponseMode": mode, "Architecture": arch, "EnableFunctionUrl": "true"}
         )
-    )
-    result = run(
-        str(BIN / "cfn-lint"), "--ignore-checks", *TRANSLATION_WARNINGS, "--", str(path), check=False
-    )
-    assert result.returncode == 0, result.stdout
+        for mode, arch in MODES
+    }
+    return lint_each(templates, tmp_path_factory.mktemp("modes"), TRANSLATION_WARNINGS)
+
+
+@pytest.mark.slow  # a cfn-lint run over the four
+@pytest.mark.parametrize(("mode", "arch"), MODES)
+def test_each_mode_as_deployed_passes_cfn_lint(modes_linted, mode, arch):
+    assert modes_linted[(mode, arch)] == []
 
 
 def test_the_resolver_drops_what_a_false_condition_guards(translated):
@@ -338,7 +345,7 @@ def test_no_secret_value_in_template_or_samconfig(translated):
 def test_every_environment_variable_is_documented():
     from chatloop.config import Settings
 
-    readme = (ROOT / "README.md").read_text()
+    table = (ROOT / "docs" / "configuration.md").read_text()  # the configuration table
     from chatloop.config import env_name
     from chatloop.providers.catalog import Catalog
 
@@ -356,7 +363,7 @@ def test_every_environment_variable_is_documented():
         "DENO_BIN",
         "PORT",
     ]
-    missing = [n for n in names if f"`{n}`" not in readme]
+    missing = [n for n in names if f"`{n}`" not in table]
     assert not missing
 
 
@@ -389,6 +396,7 @@ def client(env: dict, service: str):
     )
 
 
+@pytest.mark.slow  # make: the function's zip and five AWS CLI calls against a moto server
 @pytest.mark.parametrize(
     ("mode", "function"), [("stream", "chatloop-ops-chat"), ("buffered", "chatloop-ops-chat-buffered")]
 )
@@ -458,6 +466,7 @@ DECISION = (
 )
 
 
+@pytest.mark.slow  # make, the AWS CLI and a moto server
 def test_make_logs_prints_one_event_per_line_and_greps_work(moto):
     logs = client(moto, "logs")
     group = "/aws/lambda/chatloop-logs-chat"
@@ -513,7 +522,7 @@ def test_make_logs_prints_one_event_per_line_and_greps_work(moto):
 
 
 # --- the build -------------------------------------------------------------------------------------
-@pytest.mark.slow
+@pytest.mark.slow(seconds=60)  # pip and the bytecode of an arm64 layer: handed out early in a parallel run
 def test_make_build_fits_lambdas_limits():
     result = run("make", "--no-print-directory", "build", "ARCH=arm64")
     layer, function = ROOT / "build" / "layer.zip", ROOT / "build" / "function.zip"
@@ -532,11 +541,19 @@ def test_make_build_fits_lambdas_limits():
 
 
 @pytest.mark.slow
-def test_the_layer_finds_its_own_deno_as_on_lambda(tmp_path):
+def test_the_layer_finds_its_own_deno_as_on_lambda():
     """Lambda puts the layer's packages on sys.path from /opt/python; deno.find_deno_bin() must then find the
-    layer's binary (python/bin/deno). Built for this machine's architecture so the binary can run here."""
-    run(sys.executable, "scripts/package.py", "layer", "--arch", "x86_64", "--build-dir", str(tmp_path))
-    layer = tmp_path / "layer" / "python"
+    layer's binary (python/bin/deno). Built for this machine's architecture so the binary can run here, by
+    ``scripts/package.py`` as bench/artefacts.py builds it once for every test and bench run that needs it
+    (unpacked read-only, as Lambda mounts /opt)."""
+    saved = dict(os.environ)  # importing the bench package sets its own Powertools variables
+    try:
+        from bench import artefacts
+
+        layer = artefacts.layer(ROOT / "requirements.txt") / "python"
+    finally:
+        os.environ.clear()
+        os.environ.update(saved)
     base_python = Path(sys.base_prefix) / "bin" / f"python{sys.version_info.major}.{sys.version_info.minor}"
     assert not (Path(sys.base_prefix) / "bin" / "deno").exists()  # only the layer has one
     code = (

@@ -13,7 +13,7 @@ from chatloop.api.app import route_paths, routes
 from chatloop.config import Settings
 from chatloop.snapstart import check_hook_paths
 from tests.support.cfn import TRANSLATION_WARNINGS, integrations, resolve, the_function
-from tests.support.repo import BIN, run
+from tests.support.cfn_lint import lint_each
 
 CASES = [(mode, snap) for mode in ("stream", "buffered") for snap in ("true", "false")]
 
@@ -27,14 +27,17 @@ def of_type(resources: dict, kind: str) -> dict[str, dict]:
     return {name: r for name, r in resources.items() if r["Type"] == kind}
 
 
+@pytest.fixture(scope="module")
+def cases_linted(translated, tmp_path_factory) -> dict[tuple[str, str], list[str]]:
+    """cfn-lint's findings for each case, from one cfn-lint run over the four."""
+    templates = {(mode, snap): deployed(translated, mode, snap) for mode, snap in CASES}
+    return lint_each(templates, tmp_path_factory.mktemp("snapstart"), TRANSLATION_WARNINGS)
+
+
+@pytest.mark.slow  # a cfn-lint run over the four
 @pytest.mark.parametrize(("mode", "snapstart"), CASES)
-def test_each_mode_with_snapstart_on_and_off_passes_cfn_lint(translated, tmp_path, mode, snapstart):
-    path = tmp_path / f"{mode}-{snapstart}.json"
-    path.write_text(json.dumps(deployed(translated, mode, snapstart)))
-    result = run(
-        str(BIN / "cfn-lint"), "--ignore-checks", *TRANSLATION_WARNINGS, "--", str(path), check=False
-    )
-    assert result.returncode == 0, result.stdout + result.stderr
+def test_each_mode_with_snapstart_on_and_off_passes_cfn_lint(cases_linted, mode, snapstart):
+    assert cases_linted[(mode, snapstart)] == []
 
 
 @pytest.mark.parametrize(("mode", "snapstart"), CASES)

@@ -36,6 +36,10 @@ class Reply:
     delay: float = 0.0
     chunk_delay: float = 0.0
     """Seconds between streamed chunks: a model that is slow to finish, not slow to start."""
+    before: Callable[[int], None] | None = None
+    """Called before the n-th chunk is written (n = 0: before the status line, after ``delay``): a test blocks
+    there until its client has seen what must reach it before the model writes more. Streaming is then proved by
+    the order things happen in, which a loaded machine cannot change, rather than by wall-clock bounds."""
 
 
 def error(
@@ -151,6 +155,8 @@ class FakeLLM:
                 if reply is None:
                     reply = fake.default(body) if fake.default else error(404, "model_not_found", "no script")
                 time.sleep(reply.delay)
+                if reply.before is not None:
+                    reply.before(0)
                 if reply.status != 200:
                     payload = json.dumps(reply.body).encode()
                     self.send_response(reply.status)
@@ -175,6 +181,8 @@ class FakeLLM:
                         self.close_connection = True
                         self.connection.shutdown(2)
                         return
+                    if reply.before is not None and n > 0:
+                        reply.before(n)
                     self._write(f"data: {json.dumps(chunk)}\n\n".encode())
                     time.sleep(reply.chunk_delay)
                 self._write(b"data: [DONE]\n\n")

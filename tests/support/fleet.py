@@ -158,11 +158,13 @@ class Fleet:
         if self.store == "sqlite":
             return {"CONVERSATION_STORE_PATH": str(self.tmp_path / "fleet.sqlite3")}
         import boto3
-        from moto.server import ThreadedMotoServer
 
         from chatloop.store.dynamodb import create_table
+        from tests.support.moto_server import AtomicMotoServer
 
-        moto = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
+        moto = AtomicMotoServer(
+            ip_address="127.0.0.1", port=0, verbose=False
+        )  # one request at a time, as DynamoDB
         moto.start()
         self._stack.callback(moto.stop)
         host, port = moto.get_host_and_port()

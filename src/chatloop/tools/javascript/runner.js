@@ -14,7 +14,7 @@
 // line "<token><json>\n", then "R\n" once the next run's worker is ready. It exits when stdin closes.
 //
 // Result JSON: {"result": <json-safe value>, "output": "<console text>"} or {"error": "<Type>: <message>",
-// "output": "..."}. JSON-safe mapping of values (also documented in the README):
+// "output": "..."}. JSON-safe mapping of values (also in docs/tools.md):
 //   undefined -> null (inside objects: key omitted), NaN / Infinity / -Infinity -> "NaN" / "Infinity" /
 //   "-Infinity", BigInt -> decimal string, Map -> object of String(key) -> value, Set -> array,
 //   Date -> ISO string, typed arrays -> arrays, Error -> "Type: message", function -> "[Function: name]",
