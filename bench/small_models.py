@@ -96,7 +96,10 @@ from chatloop.engine import run_turn
 from chatloop.engine.request import TurnRequest
 from chatloop.providers.base import ModelResponse, TextDelta
 from chatloop.providers.chain import FallbackChain
-from chatloop.providers.failures import Transient
+try:
+    from chatloop.providers.failures import Transient
+except ImportError:  # the tree before #32 named the module by its old name
+    from chatloop.providers.errors import Transient
 from chatloop.tools.base import ToolRegistry
 from chatloop.tools.javascript import ExecuteJavaScriptTool, JavaScriptSandbox
 

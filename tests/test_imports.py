@@ -74,10 +74,6 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("entry", ("app",)),
 )
 
-PENDING_API_CYCLE: frozenset[str] = frozenset()
-"""Empty since graph-api (#32) landed: the API's circle is gone (``tests/api/test_layers.py`` keeps api/'s direction)."""
-
-
 LEAVES = ("chatloop.redaction", "chatloop.lazy", "chatloop.tools.javascript.lifecycle")
 """Modules that import nothing of the package, so that anything may use them: redaction (every layer redacts, the
 logger first), the table of what is lazy (the app and the snapshot read it), and the sandboxes' lifecycle (it
@@ -185,10 +181,6 @@ def layer_of(module: str) -> int:
     return level
 
 
-def pending(edge: Import) -> bool:
-    return edge.importer in PENDING_API_CYCLE and edge.target in PENDING_API_CYCLE
-
-
 def lazy_routes() -> list[Import]:
     """The app's lazy routes: ``chatloop.api.app`` imports each on its route's first request (``importlib``)."""
     return [Import("chatloop.api.app", module, 0, True, False) for module in lazy.ROUTES]
@@ -255,7 +247,7 @@ def test_the_graph_sees_every_kind_of_import(graph: list[Import]) -> None:
 
 
 def test_there_is_no_import_circle(graph: list[Import]) -> None:
-    found = cycles([e for e in graph + lazy_routes() if not pending(e)])
+    found = cycles(graph + lazy_routes())
     assert not found, "import circles:\n" + "\n".join(" <-> ".join(c) for c in found)
 
 
@@ -264,7 +256,7 @@ def test_no_module_imports_a_layer_above_its_own(graph: list[Import]) -> None:
         {
             f"{e.where()} ({LAYERS[layer_of(e.importer)][0]} imports {LAYERS[layer_of(e.target)][0]})"
             for e in graph
-            if layer_of(e.target) > layer_of(e.importer) and not pending(e)
+            if layer_of(e.target) > layer_of(e.importer)
         }
     )
     assert not upward, "imports up between layers:\n" + "\n".join(upward)
@@ -298,11 +290,7 @@ def test_function_local_imports_are_the_listed_lazy_ones(graph: list[Import]) ->
     on purpose (cold start), listed in ``chatloop.lazy.FIRST_USE`` or ``chatloop.lazy.ROUTES``; and each listed
     module is imported that way somewhere (listed <=> present)."""
     listed = {**lazy.FIRST_USE, **dict.fromkeys(lazy.ROUTES, "a lazy route")}
-    local = [
-        e
-        for e in graph
-        if e.local and not e.typing_only and not e.package and e.importer not in PENDING_API_CYCLE
-    ]
+    local = [e for e in graph if e.local and not e.typing_only and not e.package]
     unlisted = sorted({e.where() for e in local if e.target not in listed})
     assert not unlisted, "function-local imports not in chatloop.lazy:\n" + "\n".join(unlisted)
     present = {e.target for e in graph if e.local} | set(lazy.ROUTES)
@@ -330,8 +318,6 @@ def test_no_module_imports_another_modules_private_names() -> None:
     known = modules()
     private = []
     for name, path in known.items():
-        if name in PENDING_API_CYCLE:
-            continue
         package = name if path.name == "__init__.py" else name.rpartition(".")[0]
         for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
             if not isinstance(node, ast.ImportFrom):

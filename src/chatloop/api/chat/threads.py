@@ -102,7 +102,7 @@ async def compacted(
     ctx: RequestContext, thread: ChatThread, messages: list[Message], new: list[object], model: str | None
 ) -> list[Message]:
     """The thread's conversation, compacted instead of trimmed when it is estimated past
-    COMPACTION_THRESHOLD_TOKENS (README): the summary, then the request's new messages; the compaction item is
+    COMPACTION_THRESHOLD_TOKENS (docs/conversations.md): the summary, then the request's new messages; the compaction item is
     appended to the conversation with the turn. A budget that refuses the summary's call is a 429 before anything
     ran: the thread's approval answers are not used up."""
     threshold = ctx.runtime.settings.compaction_threshold_tokens
