@@ -103,7 +103,9 @@ async def chat(request: Request) -> Response:
         approvals=thread.answers if thread else (),
     )
     registry = await runtime.tools_for_turn(ctx.deadline) if tool_names != [] else ToolRegistry()
-    if runtime.settings.approval_required_tools:  # the operator's tools that wait for a person (docs/tools.md)
+    if (
+        runtime.settings.approval_required_tools
+    ):  # the operator's tools that wait for a person (docs/tools.md)
         from chatloop.api.turns import approvals
 
         await approvals.ask_for(ctx, turn, registry, [], {})

@@ -169,7 +169,9 @@ async def chat_completions(request: Request) -> Response:
         model_params=params,
     )
     registry = await runtime.tools_for_turn(ctx.deadline)
-    if runtime.settings.approval_required_tools:  # no way to ask here: such tools are not offered (docs/tools.md)
+    if (
+        runtime.settings.approval_required_tools
+    ):  # no way to ask here: such tools are not offered (docs/tools.md)
         from chatloop.api.turns.approvals import without_approval
 
         turn.tool_names = without_approval(runtime.settings, registry, turn.tool_names)
