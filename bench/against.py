@@ -21,8 +21,8 @@ from typing import Any
 from bench import ROOT
 from bench.common import child_values, median, tree_at
 
-BASE_COMMIT = "cb0a5d3"
-"""main before the re-cut of issue #22 (one module per wire API, typed turn results, the engine's own limits)."""
+BASE_COMMIT = "4ebb52b"
+"""main before the house's round 2 (issue #32: api/ in sub-packages, no import circles, tests by layer)."""
 
 # Runs in a fresh interpreter inside one tree (the tree's src/ and root on sys.path): argv = [reps].
 CHILD = r"""
