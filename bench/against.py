@@ -6,7 +6,7 @@ machine does falls on both alike; the medians and their ratio are reported.
 
 Usage::
 
-    .venv/bin/python -m bench.against --base cb0a5d3 --rounds 5     # prints JSON; make bench reports it
+    .venv/bin/python -m bench.against --base 4ebb52b --rounds 25    # prints JSON; make bench reports it
 """
 
 from __future__ import annotations
