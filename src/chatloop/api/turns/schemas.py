@@ -30,11 +30,12 @@ from chatloop.jsontypes import JSONObject
 
 # Each endpoint validates with one schema: build it on first use (cold start), not at import.
 LAZY = ConfigDict(defer_build=True)
-TOOL_NAME = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
+CLIENT_TOOL_NAME = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
+"""What a client's function tool may be called (OpenAI's rule); ``TOOL_NAME`` is the built-in tool's own name."""
 
 
 def _tool_name(value: str) -> str:
-    if not TOOL_NAME.match(value):
+    if not CLIENT_TOOL_NAME.match(value):
         raise ValueError("must be 1-64 letters, digits, '_' or '-'")
     return value
 
