@@ -11,9 +11,24 @@ Usage (in the app)::
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 HEADER = (b"x-content-type-options", b"nosniff")
+
+
+def headers_added(message: Message, extra: Iterable[tuple[bytes, bytes]]) -> Message:
+    """``message`` (an ``http.response.start``) with each of ``extra``'s headers the response does not set itself:
+    what a route set wins. The middlewares here (``NoSniff``, ``RateLimitHeaders``) put their headers on with it.
+
+    >>> headers_added({"type": "http.response.start", "headers": [(b"X-A", b"1")]}, [(b"x-a", b"2"), (b"x-b", b"3")])
+    {'type': 'http.response.start', 'headers': [(b'X-A', b'1'), (b'x-b', b'3')]}
+    """
+    headers = list(message.get("headers") or [])
+    present = {name.lower() for name, _ in headers}
+    headers += [(name, value) for name, value in extra if name not in present]
+    return {**message, "headers": headers}
 
 
 class NoSniff:
@@ -27,10 +42,7 @@ class NoSniff:
 
         async def with_header(message: Message) -> None:
             if message["type"] == "http.response.start":
-                headers = list(message.get("headers") or [])
-                if not any(name.lower() == HEADER[0] for name, _ in headers):
-                    headers.append(HEADER)
-                message = {**message, "headers": headers}
+                message = headers_added(message, [HEADER])
             await send(message)
 
         await self.app(scope, receive, with_header)

@@ -18,6 +18,8 @@ from typing import Any, Protocol, TypeVar, runtime_checkable
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from chatloop.api.http.nosniff import headers_added
+
 TURN_KEY = "chatloop.budget"
 """The admitted turn's budget in the ASGI scope (``budgets.TurnBudget``)."""
 STARTED = "chatloop.budget.started"
@@ -58,12 +60,7 @@ class RateLimitHeaders:
         async def with_headers(message: Message) -> None:
             turn = scope.get(TURN_KEY)
             if message["type"] == "http.response.start" and isinstance(turn, AdmittedTurn):
-                headers = list(message.get("headers") or [])
-                present = {name.lower() for name, _ in headers}
-                headers += [
-                    (k.encode(), v.encode()) for k, v in turn.headers.items() if k.encode() not in present
-                ]
-                message = {**message, "headers": headers}
+                message = headers_added(message, [(k.encode(), v.encode()) for k, v in turn.headers.items()])
             await send(message)
 
         try:
