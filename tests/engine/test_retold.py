@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from hypothesis import given
+from hypothesis import example, given
 from hypothesis import strategies as st
 
 from chatloop.engine.retold import Retold
@@ -88,6 +88,9 @@ def test_a_continuation_does_not_repeat_the_space_already_shown():
     st.text(alphabet="ab. \n", max_size=40),
     st.integers(1, 7),
 )
+# found by hypothesis: the last call's "." was matched whole before both calls' ".\n\n." could be, and a newline
+# of the repeat went out when the text came in pieces of one or two
+@example(said=[".", "."], new=".\n.", piece=1)
 def test_what_is_shown_does_not_depend_on_how_the_text_was_cut_into_pieces(said, new, piece):
     whole, _ = run(said, new, piece=max(1, len(new)))
     pieces, _ = run(said, new, piece=piece)

@@ -53,6 +53,8 @@ class _Match:
         """Where in the new text the last whole sentence that matched ends."""
         self.failed = False
         self.last = ""
+        self.done: int | None = None
+        """Where in the new text all of ``said`` had been matched, once it has."""
 
     @property
     def whole(self) -> bool:
@@ -121,13 +123,16 @@ class Retold:
         offset = len(self.held)
         self.held += text
         for match in self.matches:
-            done = match.read(text, offset) if not match.failed else None
-            if done is not None:
-                return self._decide(cut=done, continues=True)
-        if all(m.failed for m in self.matches):
-            best = max(m.boundary for m in self.matches)
-            return self._decide(cut=best, continues=False)
-        return ""
+            if not match.failed and match.done is None:
+                match.done = match.read(text, offset)
+        # Longest first: while a longer text said before may still be repeated whole, the last call's text alone
+        # is not the end of the repeat (else how the text was cut into pieces would decide what is shown).
+        for match in self.matches:
+            if match.done is not None:
+                return self._decide(cut=match.done, continues=True)
+            if not match.failed:
+                return ""
+        return self._decide(cut=max(m.boundary for m in self.matches), continues=False)
 
     def finish(self) -> str:
         """The call ended: what was held only repeated what was said (a prefix of it, or all of it)."""
