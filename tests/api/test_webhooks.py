@@ -226,6 +226,7 @@ def test_a_private_receiver_is_not_sent_to_without_the_opt_in(caplog):
 
 # --- one policy for MCP and webhooks ------------------------------------------------------------------------
 def _spellings() -> Any:
+    """(the IPv4 address, one way a URL may spell it)."""
     from hypothesis import strategies as st
 
     addresses = st.one_of(
@@ -238,10 +239,10 @@ def _spellings() -> Any:
         st.tuples(*[st.integers(0, 255)] * 4).map(lambda t: ".".join(map(str, t))),
     )
 
-    def spelled(address: str, form: str) -> str:
+    def spelled(address: str, form: str) -> tuple[str, str]:
         octets = [int(o) for o in address.split(".")]
         number = int.from_bytes(bytes(octets), "big")
-        return {
+        return address, {
             "dotted": address,
             "decimal": str(number),
             "octal": ".".join(f"0{o:o}" for o in octets),
@@ -256,27 +257,40 @@ def _spellings() -> Any:
 
 
 def test_mcp_and_webhooks_refuse_the_same_spellings():
+    """Each spelling of an address is judged as the address: MCP's request check and WEBHOOK_URL's start-up check
+    (private receivers allowed, as MCP_ALLOWED_URLS allows them) refuse exactly the link-local and metadata ones,
+    and WEBHOOK_URL without the opt-in refuses exactly those and every address that is not public."""
+    import ipaddress
+
     from hypothesis import HealthCheck, given
     from hypothesis import settings as hypothesis_settings
 
-    from chatloop import netpolicy
+    metadata = {"169.254.169.254", "169.254.170.2", "100.100.100.200"}
+
+    async def mcp_refuses(url: str) -> bool:
+        try:
+            await checked_addresses(url, "tools[0].server_url")
+        except RequestError:
+            return True
+        return False
+
+    def webhook_refuses(url: str, allow_private: bool) -> bool:
+        env = {"WEBHOOK_URL": url, "WEBHOOK_SECRET": SECRET, "WEBHOOK_ALLOW_PRIVATE": str(allow_private)}
+        try:
+            Settings.from_env(env)
+        except ConfigError:
+            return True
+        return False
 
     @hypothesis_settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
     @given(_spellings())
-    def agree(host: str) -> None:
+    def agree(spelling: tuple[str, str]) -> None:
+        address, host = spelling
         url = f"http://{host}:8080/hooks"
-
-        async def mcp_refuses() -> bool:
-            try:
-                await checked_addresses(url, "tools[0].server_url")
-            except RequestError:
-                return True
-            return False
-
-        mcp = asyncio.run(mcp_refuses())
-        webhook = asyncio.run(netpolicy.url_refusal(url, allow_private=True)) is not None
-        assert mcp == webhook, host
-        # Without the opt-in webhooks refuse more (loopback, private), never less.
-        assert not webhook or asyncio.run(netpolicy.url_refusal(url, allow_private=False)) is not None
+        never = address.startswith("169.254.") or address in metadata
+        public = ipaddress.IPv4Address(address).is_global and not ipaddress.IPv4Address(address).is_multicast
+        assert asyncio.run(mcp_refuses(url)) is never, host
+        assert webhook_refuses(url, allow_private=True) is never, host
+        assert webhook_refuses(url, allow_private=False) is (never or not public), host
 
     agree()
