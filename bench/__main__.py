@@ -39,6 +39,7 @@ from bench import (
     throughput,
     tracing,
     ttft,
+    webhooks,
 )
 from chatloop.tools.javascript import ExecuteJavaScriptTool, JavaScriptSandbox
 
@@ -87,6 +88,7 @@ def main() -> int:
         ("budgets", lambda: budgets.measure(2 if quick else 50)),
         ("tracing", lambda: tracing.measure(2 if quick else 30)),
         ("small_models", lambda: small_models.measure(2 if quick else 50)),
+        ("webhooks", lambda: webhooks.measure(2 if quick else 30)),
     ]
     results: dict[str, Any] = {}
     for name, step in steps:

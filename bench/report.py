@@ -297,6 +297,10 @@ def report(results: dict, quick: bool) -> str:
 
         lines += budgets.section(results["budgets"])
     lines += small_models.section(results["small_models"]) if "small_models" in results else []
+    if "webhooks" in results:  # bench/webhooks.py (#41)
+        from bench import webhooks
+
+        lines += webhooks.section(results["webhooks"])
     return "\n".join(lines)
 
 

@@ -55,6 +55,8 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
             "chatloop.secrets",
             "chatloop.coldstart",
             "chatloop.lazy",
+            "chatloop.netpolicy",
+            "chatloop.pinning",
         ),
     ),
     ("store", ("chatloop.store",)),

@@ -23,6 +23,9 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
 from typing import Any
+from urllib.parse import urlsplit
+
+from chatloop import netpolicy
 
 DEFAULT_MODEL_CHAIN = (
     "groq:openai/gpt-oss-120b,groq:llama-3.3-70b-versatile,groq:llama-3.1-8b-instant,openai:gpt-4.1-mini"
@@ -247,6 +250,9 @@ class Settings:
     / ``incomplete``, signed with WEBHOOK_SECRET as OpenAI signs its webhooks). Empty: no webhooks."""
     webhook_secret: str = ""
     """WEBHOOK_SECRET: the signing secret of those webhooks (``whsec_`` + base64, as OpenAI's)."""
+    webhook_allow_private: bool = False
+    """WEBHOOK_ALLOW_PRIVATE: let WEBHOOK_URL be a loopback or private address (local development, tests). A
+    link-local or cloud-metadata address is refused whatever it says (``chatloop.netpolicy``)."""
     background_timeout_seconds: float = 900.0
     """BACKGROUND_TIMEOUT_SECONDS: the longest a background response's turn runs (set it to the function's Timeout;
     on Lambda the invocation's own time left bounds it too). A stored turn still running this long after its last
@@ -445,8 +451,8 @@ class Settings:
             raise ConfigError("BUDGET_* limits must not be negative (0: no limit)")
         if self.background_timeout_seconds <= 0:
             raise ConfigError("BACKGROUND_TIMEOUT_SECONDS must be positive")
-        if self.webhook_url and not (re.match(r"^https?://", self.webhook_url) and self.webhook_secret):
-            raise ConfigError("WEBHOOK_URL must be an http(s) URL, and WEBHOOK_SECRET set with it")
+        if self.webhook_url:
+            self._validate_webhook()
         if self.otel_traces_exporter.lower() not in {"", "otlp", "none"}:
             raise ConfigError(
                 "OTEL_TRACES_EXPORTER must be otlp or none (OTLP/HTTP is the exporter supported)"
@@ -455,6 +461,28 @@ class Settings:
             raise ConfigError(
                 "REQUEST_TIMEOUT_SECONDS must be positive and DEADLINE_RESERVE_SECONDS not negative"
             )
+
+    def _validate_webhook(self) -> None:
+        """WEBHOOK_URL: http(s), with its secret, and an address webhooks may be sent to (``netpolicy``: never
+        link-local or metadata, private or loopback only with WEBHOOK_ALLOW_PRIVATE), a name judged by what it
+        resolves to now (one lookup, 1 s at most; a name that does not resolve yet is checked at every send)."""
+        if not (re.match(r"^https?://[^/?#]", self.webhook_url) and self.webhook_secret):
+            raise ConfigError("WEBHOOK_URL must be an http(s) URL, and WEBHOOK_SECRET set with it")
+        try:
+            parts = urlsplit(self.webhook_url)
+            host = parts.hostname or ""
+            parts.port  # noqa: B018 - raises on a port that is not a number
+        except ValueError:
+            host = ""
+        if not host:
+            raise ConfigError("WEBHOOK_URL must name a host (and a port that is a number, if any)")
+        reason = netpolicy.first_refusal(host, netpolicy.resolved_now(host), self.webhook_allow_private)
+        if reason == netpolicy.PRIVATE:
+            raise ConfigError(
+                f"WEBHOOK_URL's host {host!r} is {reason}: set WEBHOOK_ALLOW_PRIVATE=true to send webhooks there"
+            )
+        if reason:
+            raise ConfigError(f"WEBHOOK_URL's host {host!r} is {reason}, where webhooks are never sent")
 
 
 _ENV_NAMES = {

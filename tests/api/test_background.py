@@ -220,6 +220,7 @@ def test_a_background_responses_end_is_a_webhook_the_openai_sdk_verifies(tmp_pat
     settings = Settings(
         conversation_store_path=str(tmp_path / "hooks.sqlite3"),
         webhook_url=f"http://127.0.0.1:{receiver.server_address[1]}/hooks",
+        webhook_allow_private=True,
         webhook_secret=secret,
     )
     try:
@@ -254,11 +255,17 @@ def test_a_background_turn_refused_when_its_worker_runs_it_fails_with_its_webhoo
     from chatloop.api.runs import webhooks
 
     sent: list[bytes] = []
-    monkeypatch.setattr(webhooks, "_send", lambda request: sent.append(request.data) or 200)
+
+    async def post(url: str, body: bytes, *args: Any) -> int:
+        sent.append(body)
+        return 200
+
+    monkeypatch.setattr(webhooks, "_post", post)
     settings = Settings(
         conversation_store_path=str(tmp_path / "refused.sqlite3"),
         budget_tokens_per_day=1,
         webhook_url="http://127.0.0.1:9/hooks",
+        webhook_allow_private=True,
         webhook_secret="whsec_" + base64.b64encode(b"a webhook secret of 32 bytes....").decode(),
     )
     model = Writer()
@@ -279,10 +286,16 @@ def test_a_background_turn_whose_worker_breaks_is_ended_failed_not_left_running(
     from chatloop.api.runs import webhooks
 
     sent: list[bytes] = []
-    monkeypatch.setattr(webhooks, "_send", lambda request: sent.append(request.data) or 200)
+
+    async def post(url: str, body: bytes, *args: Any) -> int:
+        sent.append(body)
+        return 200
+
+    monkeypatch.setattr(webhooks, "_post", post)
     settings = Settings(
         conversation_store_path=str(tmp_path / "broken.sqlite3"),
         webhook_url="http://127.0.0.1:9/hooks",
+        webhook_allow_private=True,
         webhook_secret="a webhook secret",
     )
     with app_server(settings, model=Writer(), registry=ToolRegistry()) as server:

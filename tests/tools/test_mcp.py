@@ -488,7 +488,8 @@ def test_a_client_label_may_not_take_an_operator_label(docs, llm, sandbox, handl
 
 
 def test_prefixes_match_at_a_boundary_only():
-    from chatloop.api.openai.responses.mcp_servers import allowed_prefix, internal_address
+    from chatloop.api.openai.responses.mcp_servers import allowed_prefix
+    from chatloop.netpolicy import never_allowed as internal_address
 
     assert (
         allowed_prefix("https://mcp.example.com/v1/mcp", ["https://mcp.example.com"])

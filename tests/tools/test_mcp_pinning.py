@@ -121,7 +121,7 @@ def test_every_address_a_name_has_is_checked(ask: Ask, fake_llm) -> None:
 def test_the_pinned_transport_connects_to_the_checked_host_only():
     import httpx2
 
-    from chatloop.tools.mcp.pinning import pinned_transport
+    from chatloop.pinning import pinned_transport
 
     async def fetch(url: str, addresses: tuple[str, ...]) -> int:
         async with httpx2.AsyncClient(transport=pinned_transport(NAME, addresses)) as http:
@@ -155,7 +155,7 @@ def test_over_tls_the_pinned_connection_names_the_checked_host_for_sni_and_the_c
     from cryptography.hazmat.primitives.asymmetric import ec
     from cryptography.x509.oid import NameOID
 
-    from chatloop.tools.mcp.pinning import pinned_transport
+    from chatloop.pinning import pinned_transport
 
     def certificate(subject: str, key: Any, issuer: str, signer: Any, ca: bool) -> Any:
         now = datetime.datetime.now(datetime.UTC)

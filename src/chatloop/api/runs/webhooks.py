@@ -7,6 +7,12 @@ as OpenAI signs its webhooks (Standard Webhooks): ``webhook-id``, ``webhook-time
 One attempt, bounded by ``TIMEOUT_SECONDS``; a failure is logged (the response itself is stored either way, and a
 receiver can always ``GET`` it). Nothing is sent when WEBHOOK_URL is unset.
 
+The receiver cannot steer the request elsewhere (issue #41): a redirect is never followed (a 3xx is a failed
+delivery, logged with its status, not retried), and the URL's host is resolved once at every send, each address
+checked against ``chatloop.netpolicy`` (never link-local or metadata; private or loopback only with
+WEBHOOK_ALLOW_PRIVATE), and the connection made to those addresses only (``chatloop.pinning``), the name kept for the
+``Host`` header and TLS. ``config`` checks the same at start.
+
 Usage::
 
     await notify(settings, "resp_1", "completed")
@@ -16,16 +22,20 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import functools
 import hashlib
 import hmac
 import json
 import secrets
+import ssl
 import time
-import urllib.request
 from typing import TYPE_CHECKING
+from urllib.parse import urlsplit
 
+from chatloop import netpolicy
 from chatloop.jsontypes import JSONObject
 from chatloop.observability import logger
+from chatloop.pinning import pinned_transport
 
 if TYPE_CHECKING:
     from chatloop.config import Settings
@@ -64,16 +74,50 @@ async def notify(settings: Settings, response_id: str, status: str) -> None:
     """POST the signed event for a background response that ended with ``status`` (no-op without WEBHOOK_URL)."""
     if not settings.webhook_url or status not in ENDINGS:
         return
-    body, headers = signed(event_for(response_id, status), settings.webhook_secret)
-    request = urllib.request.Request(settings.webhook_url, data=body, headers=headers, method="POST")  # noqa: S310 - an operator's URL
-    try:
-        status_code = await asyncio.to_thread(_send, request)
-    except Exception as error:
-        logger.warning(f"webhook for {response_id} ({status}) not delivered: {type(error).__name__}")
+    what = f"webhook for {response_id} ({status})"
+    host = urlsplit(settings.webhook_url).hostname or ""
+    addresses = await netpolicy.resolved(host)
+    reason = netpolicy.first_refusal(host, addresses, settings.webhook_allow_private)
+    if reason or not addresses:
+        why = reason or "its host did not resolve"
+        hint = " (WEBHOOK_ALLOW_PRIVATE is off)" if reason == netpolicy.PRIVATE else ""
+        logger.warning(f"{what} not sent: WEBHOOK_URL's host is {why}{hint}")
         return
-    logger.info(f"webhook for {response_id} ({status}) delivered: {status_code}")
+    body, headers = signed(event_for(response_id, status), settings.webhook_secret)
+    try:
+        posted = _post(settings.webhook_url, body, headers, host, addresses)
+        status_code = await asyncio.wait_for(posted, TIMEOUT_SECONDS)  # the whole delivery, however it drips
+    except Exception as error:
+        logger.warning(f"{what} not delivered: {type(error).__name__}")
+        return
+    if 200 <= status_code < 300:
+        logger.info(f"{what} delivered: {status_code}")
+    elif 300 <= status_code < 400:
+        logger.warning(
+            f"{what} not delivered: the receiver answered {status_code}, a redirect (never followed)"
+        )
+    else:
+        logger.warning(f"{what} not delivered: the receiver answered {status_code}")
 
 
-def _send(request: urllib.request.Request) -> int:
-    with urllib.request.urlopen(request, timeout=TIMEOUT_SECONDS) as answer:  # noqa: S310 - an operator's URL
-        return int(answer.status)
+async def _post(url: str, body: bytes, headers: dict[str, str], host: str, addresses: tuple[str, ...]) -> int:
+    """The receiver's status for one POST to ``url``, connected to ``addresses`` only, following no redirect and
+    reading no answer body (the status is all that counts)."""
+    import httpx2  # the first webhook pays for it, not cold start
+
+    # A transport of its own also keeps the environment's proxies out of the way (``chatloop.pinning``).
+    client = httpx2.AsyncClient(
+        transport=pinned_transport(host, addresses, _tls()),
+        follow_redirects=False,
+        timeout=TIMEOUT_SECONDS,
+    )
+    async with client, client.stream("POST", url, content=body, headers=headers) as answer:
+        return answer.status_code
+
+
+@functools.cache
+def _tls() -> ssl.SSLContext:
+    """The trust store, loaded once per container (20-50 ms a load), for every webhook's connection."""
+    import httpx2
+
+    return httpx2.create_ssl_context()

@@ -13,10 +13,10 @@ from typing import TYPE_CHECKING, TypeVar, cast
 
 from chatloop.config import MCPServerConfig, under_prefix
 from chatloop.observability import logger
+from chatloop.pinning import pinned_transport
 from chatloop.redaction import redact
 from chatloop.textsafe import text_safe, text_safe_value
 from chatloop.tools.base import ToolResult, fit_tool_message
-from chatloop.tools.mcp.pinning import pinned_transport
 from chatloop.tools.mcp.results import describe_result
 
 if TYPE_CHECKING:
@@ -85,7 +85,7 @@ class MCPServer:
     @asynccontextmanager
     async def session(self, timeout: float, statuses: list[int]) -> AsyncIterator[Client]:
         """A connected client for one listing or call. A client-supplied server's requests (redirects included)
-        never leave its allowed URL prefix and connect only to the addresses checked for it (``pinning``); the HTTP status of every response is appended to ``statuses`` (the
+        never leave its allowed URL prefix and connect only to the addresses checked for it (``chatloop.pinning``); the HTTP status of every response is appended to ``statuses`` (the
         SDK reports a refusal without it)."""
         import httpx2
         from mcp import Client

@@ -15,7 +15,6 @@ Usage::
 
 from __future__ import annotations
 
-import asyncio
 import re
 from collections.abc import Iterable, Sequence
 from typing import Literal
@@ -26,15 +25,9 @@ from pydantic import BaseModel, ConfigDict, Field, StrictStr
 from chatloop.api.http.errors import RequestError
 from chatloop.api.turns.approvals import ApprovalRule, approval_rule
 from chatloop.config import MCP_LABEL, MCPServerConfig, Settings, under_prefix
+from chatloop.netpolicy import NEVER, first_refusal, resolved
 
 DEFAULT_TIMEOUT_SECONDS = 10.0
-RESOLVE_TIMEOUT_SECONDS = 1.0
-METADATA_ADDRESSES = (
-    "169.254.169.254",  # AWS, GCP, Azure, ...
-    "169.254.170.2",  # ECS task metadata
-    "fd00:ec2::254",  # AWS IMDS over IPv6
-    "100.100.100.200",  # Alibaba Cloud
-)
 
 
 class ResponsesMcpTool(BaseModel):
@@ -169,51 +162,21 @@ def allowed_prefix(url: str, prefixes: Sequence[str]) -> str | None:
 
 async def checked_addresses(url: str, param: str) -> tuple[str, ...]:
     """Every address ``url``'s host resolves to, resolved once, each checked: a 400 when one is link-local or a
-    cloud-metadata address (MCP_ALLOWED_URLS cannot allow them). The server's connections go to these addresses
-    only (``tools.mcp.pinning``), so a name that answers differently later (DNS rebinding) reaches nothing that
-    was not checked. A host that does not resolve gives no address: the server is skipped when it is listed."""
-    import ipaddress
-    import socket
-
+    cloud-metadata address (MCP_ALLOWED_URLS cannot allow them; the policy is ``chatloop.netpolicy``'s, which
+    webhooks share). The server's connections go to these addresses only (``chatloop.pinning``), so a name that
+    answers differently later (DNS rebinding) reaches nothing that was not checked. A host that does not resolve
+    gives no address: the server is skipped when it is listed."""
     host = urlsplit(url).hostname or ""
-    addresses: list[str] = []
-    try:
-        addresses.append(str(ipaddress.ip_address(host)))
-    except ValueError:
-        loop = asyncio.get_running_loop()
-        try:
-            infos = await asyncio.wait_for(
-                loop.getaddrinfo(host, None, type=socket.SOCK_STREAM), RESOLVE_TIMEOUT_SECONDS
-            )
-        except (OSError, TimeoutError):
-            infos = []
-        addresses += dict.fromkeys(str(info[4][0]) for info in infos)  # in the resolver's order, once each
-    for address in [host, *addresses]:
-        if internal_address(address):
-            raise RequestError(
-                400,
-                "invalid_request",
-                f"{param} {url!r} points at a link-local or metadata address, which is never allowed",
-                param,
-            )
-    return tuple(addresses)
-
-
-def internal_address(text: str) -> bool:
-    """Link-local (169.254.0.0/16, fe80::/10, IPv4-mapped too) or a cloud metadata address.
-
-    >>> internal_address("169.254.169.254"), internal_address("127.0.0.1"), internal_address("::ffff:169.254.1.1")
-    (True, False, True)
-    """
-    import ipaddress  # only when a request names an MCP server
-
-    try:
-        address = ipaddress.ip_address(text.split("%")[0])
-    except ValueError:
-        return False
-    if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped is not None:
-        address = address.ipv4_mapped
-    return address.is_link_local or address in {ipaddress.ip_address(a) for a in METADATA_ADDRESSES}
+    addresses = await resolved(host)
+    # Loopback and private addresses are MCP_ALLOWED_URLS's to admit (an operator lists them on purpose).
+    if first_refusal(host, addresses, allow_private=True) == NEVER:
+        raise RequestError(
+            400,
+            "invalid_request",
+            f"{param} {url!r} points at a link-local or metadata address, which is never allowed",
+            param,
+        )
+    return addresses
 
 
 def allowed_tool_names(value: object, param: str) -> tuple[str, ...] | None:

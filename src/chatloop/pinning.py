@@ -1,12 +1,12 @@
-"""Connections to a client-supplied MCP server go to the addresses that were checked, and nowhere else.
+"""Connections to a host that was checked go to the addresses that were checked, and nowhere else: client-supplied
+MCP servers (``tools.mcp.client``) and webhooks (``api.runs.webhooks``).
 
-A request's server is checked when the request is read: its host is resolved once and every address it has is
-checked (``api.openai.responses.mcp_servers``). If the connection resolved the name again, a name that answers differently the
-second time (DNS rebinding) would reach an address that was never checked: a cloud metadata endpoint, say. So the
-HTTP client of such a server never resolves anything: its network backend connects to the checked addresses
-(tried in order) for the checked host, whatever port a request of the connection names (an in-origin redirect
-from http to https keeps the host), and refuses any other host. TLS keeps the original host for SNI and
-certificate checks, and the ``Host`` header is the URL's own, since only the socket's peer changes.
+The host is resolved once and every address it has is checked (``chatloop.netpolicy``). If the connection resolved
+the name again, a name that answers differently the second time (DNS rebinding) would reach an address that was never
+checked: a cloud metadata endpoint, say. So the HTTP client never resolves anything: its network backend connects to
+the checked addresses (tried in order) for the checked host, whatever port a request of the connection names (an
+in-origin redirect from http to https keeps the host), and refuses any other host. TLS keeps the original host for
+SNI and certificate checks, and the ``Host`` header is the URL's own, since only the socket's peer changes.
 
 Usage::
 
@@ -20,14 +20,19 @@ from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
+    import ssl
+
     import httpx2
     from httpcore2 import AsyncNetworkStream
     from httpcore2._types import SOCKET_OPTION
 
 
-def pinned_transport(host: str, addresses: Sequence[str]) -> httpx2.AsyncHTTPTransport:
+def pinned_transport(
+    host: str, addresses: Sequence[str], ssl_context: ssl.SSLContext | None = None
+) -> httpx2.AsyncHTTPTransport:
     """An httpx2 transport whose every connection goes to one of ``addresses`` for ``host`` (refused for any
     other host, and for ``host`` when ``addresses`` is empty: it did not resolve when it was checked).
+    ``ssl_context``: one a caller keeps (loading the trust store takes ~20-50 ms); None: a new default one.
 
     Given to an ``AsyncClient`` explicitly, it also keeps proxies from the environment out of the way (a client
     with its own transport reads none), so nothing else decides where the bytes go."""
@@ -73,10 +78,10 @@ def pinned_transport(host: str, addresses: Sequence[str]) -> httpx2.AsyncHTTPTra
     # ``server_hostname=self._origin.host`` (httpcore2/_async/connection.py, ``_connect``), the URL's host, so SNI
     # and the certificate check name the checked host, never the address (tests/tools/test_mcp_pinning.py checks both).
     pinned_host = host.lower().strip("[]")
-    transport = httpx2.AsyncHTTPTransport()
+    # One SSL context for both: the transport's own pool is replaced anyway.
+    context = ssl_context or httpx2.create_ssl_context()
+    transport = httpx2.AsyncHTTPTransport(verify=context)
     # httpx2's transport takes no network backend of its own: its connection pool is replaced by one that has the
     # pinned backend, built as the transport builds its own (tests/tools/test_mcp_pinning.py fails if this stops working).
-    transport._pool = httpcore2.AsyncConnectionPool(
-        ssl_context=httpx2.create_ssl_context(), network_backend=PinnedBackend()
-    )
+    transport._pool = httpcore2.AsyncConnectionPool(ssl_context=context, network_backend=PinnedBackend())
     return transport
