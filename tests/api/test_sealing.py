@@ -8,7 +8,7 @@ servers (tests/support/mcp_servers.py) that record every request they receive.""
 from __future__ import annotations
 
 import asyncio
-import base64
+import contextlib
 import json
 import time
 import zlib
@@ -159,11 +159,204 @@ def table_text(dynamodb: Any) -> str:
         for value in item.values():
             if "B" in value:
                 data = value["B"]
-                try:
+                with contextlib.suppress(
+                    zlib.error
+                ):  # every value the store writes is zlib; others as they are
                     data = zlib.decompress(data)
-                except zlib.error:
-                    pass
                 texts.append(data.decode("utf-8", "replace"))
             else:
                 texts.append(json.dumps(value))
     return "\n".join(texts)
+
+
+# --- 3. an approval is bound to the server it was asked for ------------------------------------------------
+@pytest.fixture(scope="module")
+def pair(tmp_path_factory) -> Iterator[tuple[Server, MCPTestServer, MCPTestServer]]:
+    """The app, and two MCP servers it may reach (x and y), each recording the searches it ran."""
+    with MCPTestServer(tools_server(calls=[])) as x, MCPTestServer(tools_server(calls=[])) as y:
+        path = str(tmp_path_factory.mktemp("sealing") / "store.sqlite3")
+        settings = Settings(conversation_store_path=path, mcp_allowed_urls=f"{x.root}/,{y.root}/")
+        with app_server(settings, model=ScriptedModel(searcher), registry=ToolRegistry(), keys=KEYS) as app:
+            yield app, x, y
+
+
+def approval_asked(app: Server, at: MCPTestServer, **extra: Any) -> tuple[str, str]:
+    """A response that waits for a person to approve a search at ``at``: its id, and the approval request's id."""
+    tool = {
+        "type": "mcp",
+        "server_label": "client",
+        "server_url": at.url,
+        "require_approval": "always",
+        **extra,
+    }
+    asked = client(app).responses.create(model="chatloop", input="search", tools=[tool])
+    request = next(o for o in asked.output if o.type == "mcp_approval_request")
+    return asked.id, request.id
+
+
+def approve(app: Server, previous: str, request_id: str, at: MCPTestServer, **extra: Any) -> Any:
+    tool = {"type": "mcp", "server_label": "client", "server_url": at.url, **extra}
+    return client(app).responses.create(
+        model="chatloop",
+        previous_response_id=previous,
+        input=[{"type": "mcp_approval_response", "approval_request_id": request_id, "approve": True}],
+        tools=[tool],
+    )
+
+
+def test_an_approval_for_one_server_never_runs_at_another_under_the_same_label(pair):
+    app, x, y = pair
+    previous, request_id = approval_asked(app, x)
+    y_seen = len(y.requests)
+    with pytest.raises(openai.BadRequestError, match="server_url") as refused:
+        approve(app, previous, request_id, y)
+    assert "approval_request_id" in str(refused.value.body)
+    assert len(y.requests) == y_seen  # refused before anything reached it: not even a tools/list
+    # At the server it was asked for, the same approval still runs (it was not used up by the refusal).
+    done = approve(app, previous, request_id, x)
+    assert [o.type for o in done.output if o.type == "mcp_call"] == ["mcp_call"]
+
+
+def test_an_approval_is_bound_to_its_servers_headers_without_keeping_their_values(pair):
+    app, x, _ = pair
+    previous, request_id = approval_asked(app, x, headers={"X-Tenant": "tenant-a"}, authorization="tok-a")
+    for changed in [
+        {"headers": {"X-Tenant": "tenant-b"}, "authorization": "tok-a"},
+        {"headers": {"X-Tenant": "tenant-a"}, "authorization": "tok-b"},
+        {"headers": {"X-Other": "tenant-a"}, "authorization": "tok-a"},
+        {"authorization": "tok-a"},
+    ]:
+        seen = len(x.requests)
+        with pytest.raises(openai.BadRequestError, match="server_url"):
+            approve(app, previous, request_id, x, **changed)
+        assert len(x.requests) == seen
+    assert "tenant-a" not in request_id and "tok-a" not in request_id
+    done = approve(app, previous, request_id, x, headers={"X-Tenant": "tenant-a"}, authorization="tok-a")
+    assert [o.type for o in done.output if o.type == "mcp_call"] == ["mcp_call"]
+
+
+# --- 2. a caller with no identity gets no shared scope -------------------------------------------------------
+def chatter(turns: int) -> list[dict[str, Any]]:
+    said = ["Please remember that the code word is PELICAN.", *(f"Turn {i}: fine." for i in range(1, turns))]
+    return [
+        m for s in said for m in ({"role": "user", "content": s}, {"role": "assistant", "content": "Noted."})
+    ]
+
+
+def unidentified(path: str, body: dict[str, Any]) -> tuple[int, dict[str, Any]]:
+    """``body`` POSTed through an HTTP API with no authorizer (no identity at all) to the Lambda handler."""
+    response = handle(http_event("POST", path, json.dumps(body)))
+    return response["statusCode"], json.loads(response_body(response))
+
+
+def test_callers_with_no_identity_get_no_compaction_item_nor_open_one_sealed_to_no_one(app_runtime, pair):
+    from chatloop.api.turns.compaction import PURPOSE, seal
+    from chatloop.api.turns.statekey import state_key
+
+    _, x, _ = pair
+    model = ScriptedModel(searcher)
+    runtime = app_runtime(
+        Settings(mcp_allowed_urls=f"{x.root}/"), model=model, registry=ToolRegistry(), keys=KEYS
+    )
+    status, body = unidentified("/v1/responses/compact", {"model": "chatloop", "input": chatter(3)})
+    assert status == 400 and "identity" in body["error"]["message"] and model.calls == 0
+    automatic = [{"type": "compaction", "compact_threshold": 1000}]
+    status, body = unidentified("/v1/responses", {"input": "hi", "context_management": automatic})
+    assert (status, body["error"]["param"]) == (400, "context_management") and model.calls == 0
+    # An item sealed to no one (as every unidentified caller's item was before): no unidentified caller opens it.
+    key = asyncio.run(state_key(runtime, PURPOSE))
+    item = {"type": "compaction", "encrypted_content": seal(key, "", {"summary": "the code word is PELICAN"})}
+    status, body = unidentified(
+        "/v1/responses", {"input": [item, {"role": "user", "content": "The code word?"}]}
+    )
+    assert (status, body["error"]["param"]) == (400, "input") and model.calls == 0
+    # Approvals: a server that asks is refused up front; with none asked for, the turn runs as before.
+    tool = {"type": "mcp", "server_label": "client", "server_url": x.url}
+    seen = len(x.requests)
+    status, body = unidentified("/v1/responses", {"input": "search", "tools": [tool]})
+    assert (status, body["error"]["param"]) == (400, "tools[0].require_approval") and len(x.requests) == seen
+    status, body = unidentified(
+        "/v1/responses", {"input": "search", "tools": [{**tool, "require_approval": "never"}]}
+    )
+    assert status == 200 and "3 pages mention 'seals'" in json.dumps(body)
+
+
+# --- 4. one spelling for every sealed item ----------------------------------------------------------------
+def respellings(sealed: str) -> dict[str, str]:
+    """Other spellings of the same bytes (or of bytes with data after them) that a lenient decoder accepts."""
+    standard = sealed.replace("-", "+").replace("_", "/")
+    padded = sealed if sealed.endswith("=") else sealed + "="
+    return {
+        "a newline inside": sealed[:16] + "\n" + sealed[16:],
+        "a trailing newline": sealed + "\n",
+        "a stray character": sealed[:10] + "!" + sealed[10:],
+        "spaces": " ".join([sealed[:8], sealed[8:]]),
+        "the standard alphabet": standard,
+        "data after the padding": padded + "AAAA",
+        "a second padding": sealed + "==" if sealed.endswith("=") else sealed + "====",
+    }
+
+
+def test_a_compaction_item_has_one_spelling_and_every_other_is_a_400(pair):
+    app, _, _ = pair
+    sdk = client(app)
+    item = None
+    for _ in range(8):  # an item whose text has both URL-safe characters, so the other alphabet differs
+        item = (
+            sdk.responses.compact(model="chatloop", input=chatter(2)).output[-1].model_dump(exclude_none=True)
+        )
+        if "-" in item["encrypted_content"] and "_" in item["encrypted_content"]:
+            break
+    assert item is not None
+    question = {"role": "user", "content": "The code word?"}
+    for name, spelled in respellings(item["encrypted_content"]).items():
+        assert spelled != item["encrypted_content"]
+        with pytest.raises(openai.BadRequestError, match="compaction item") as refused:
+            sdk.responses.create(model="chatloop", input=[{**item, "encrypted_content": spelled}, question])
+        assert refused.value.status_code == 400, name
+    assert sdk.responses.create(model="chatloop", input=[item, question]).status == "completed"
+
+
+def test_an_approval_request_item_has_one_spelling_and_every_other_is_a_400(pair):
+    app, x, _ = pair
+    previous, request_id = approval_asked(app, x)
+    for spelled in [
+        request_id.upper(),
+        request_id + "\n",
+        " " + request_id,
+        request_id[:-1] + "=",
+        request_id + "0",
+    ]:
+        seen = len(x.requests)
+        with pytest.raises(openai.BadRequestError):
+            approve(app, previous, spelled, x)
+        assert len(x.requests) == seen
+    assert [o.type for o in approve(app, previous, request_id, x).output if o.type == "mcp_call"] == [
+        "mcp_call"
+    ]
+
+
+def test_any_change_to_a_sealed_text_is_refused():
+    from hypothesis import given, settings
+    from hypothesis import strategies as st
+
+    from chatloop.api.turns.compaction import seal, unseal
+
+    key, owner = b"k" * 32, "apikey:k1"
+    genuine = seal(key, owner, {"summary": "the code word is PELICAN"})
+    assert unseal(key, owner, genuine) == {"summary": "the code word is PELICAN"}
+
+    @settings(max_examples=300, deadline=None)
+    @given(
+        at=st.integers(0, len(genuine)),
+        cut=st.integers(0, 3),
+        insert=st.text(alphabet="\n\r\t =+/-_!.AQgw\x00é", max_size=4),
+    )
+    def check(at: int, cut: int, insert: str) -> None:
+        mutated = genuine[:at] + insert + genuine[at + cut :]
+        if mutated == genuine:
+            return
+        with pytest.raises(ValueError):
+            unseal(key, owner, mutated)
+
+    check()
