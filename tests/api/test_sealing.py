@@ -128,19 +128,20 @@ def test_a_queued_requests_mcp_secrets_are_nowhere_in_the_dynamodb_table(
             "provide-client-params.lambda.Invoke", lambda params, **_: sent.append(dict(params))
         )
         stubber = Stubber(lambda_client)
-        stubber.add_response(
-            "invoke", {"StatusCode": 202}, {"FunctionName": ANY, "InvocationType": ANY, "Payload": ANY}
-        )
+        for _ in range(2):
+            stubber.add_response(
+                "invoke", {"StatusCode": 202}, {"FunctionName": ANY, "InvocationType": ANY, "Payload": ANY}
+            )
         stubber.activate()
         monkeypatch.setitem(worker._CLIENTS, 5.0, lambda_client)
 
-        event = rest_event(
-            "POST",
-            "/v1/responses",
-            json.dumps({"input": "search", "background": True, "tools": [secret_tool(guarded)]}),
-        )
-        event["requestContext"]["identity"]["apiKeyId"] = "key-a"
-        queued = handle(event)
+        def as_caller(method: str, path: str, body: Any = None) -> dict[str, Any]:
+            event = rest_event(method, path, None if body is None else json.dumps(body))
+            event["requestContext"]["identity"]["apiKeyId"] = "key-a"
+            return handle(event)
+
+        asked = {"input": "search", "background": True, "tools": [secret_tool(guarded)]}
+        queued = as_caller("POST", "/v1/responses", asked)
         assert queued["statusCode"] == 200, response_body(queued)
         stored = table_text(dynamodb)
         assert TOKEN not in stored and HEADER_SECRET not in stored and "X-Tenant" not in stored
@@ -150,6 +151,18 @@ def test_a_queued_requests_mcp_secrets_are_nowhere_in_the_dynamodb_table(
         assert len(guarded.requests) > before and all(ok for _, _, ok in guarded.requests)
         stored = table_text(dynamodb)
         assert TOKEN not in stored and HEADER_SECRET not in stored
+
+        # Queued, then run by a container whose state key is another (STATE_KEY rotated meanwhile): the turn
+        # fails, saying why; it never runs without its credentials.
+        assert as_caller("POST", "/v1/responses", asked)["statusCode"] == 200
+        other = {**KEYS, "groq": "gsk_another_key_0123456789"}
+        app_runtime(settings, model=ScriptedModel(searcher), registry=ToolRegistry(), keys=other)
+        before = len(guarded.requests)
+        assert handle(json.loads(sent[1]["Payload"])) == {"ran": True, "status": "failed"}
+        rid = json.loads(sent[1]["Payload"])["chatloop_background"]["response_id"]
+        failed = as_caller("GET", f"/v1/responses/{rid}")
+        assert "sealed secrets cannot be opened" in response_body(failed)
+        assert len(guarded.requests) == before
 
 
 def table_text(dynamodb: Any) -> str:

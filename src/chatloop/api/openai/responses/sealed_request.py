@@ -75,13 +75,25 @@ def opened_body(key: bytes, owner: str, rid: str, kept: JSONObject) -> JSONObjec
     return {**body, "tools": restored}
 
 
+def has_secrets(body: JSONObject) -> bool:
+    """Whether ``body`` carries a secret to seal (most requests do not, and need no key)."""
+    tools = body.get("tools")
+    return isinstance(tools, list) and any(
+        isinstance(t, dict) and t.get("type") == "mcp" and any(f in t for f in SECRET_FIELDS) for t in tools
+    )
+
+
 async def seal_secrets(runtime: Runtime, owner: str, rid: str, body: JSONObject) -> JSONObject:
-    """``sealed_body`` under this deployment's key for queued requests."""
+    """``sealed_body`` under this deployment's key for queued requests (the key is read only when needed)."""
+    if not has_secrets(body):
+        return body
     return sealed_body(await state_key(runtime, PURPOSE), owner, rid, body)
 
 
 async def open_secrets(runtime: Runtime, owner: str, rid: str, kept: JSONObject) -> JSONObject:
     """``opened_body`` under the same key; a ``RequestError`` (the turn fails with it) when it does not open."""
+    if SEALED_FIELD not in kept:
+        return kept
     try:
         return opened_body(await state_key(runtime, PURPOSE), owner, rid, kept)
     except Unsealable as exc:
