@@ -7,9 +7,12 @@ the call, and the answers a request gives, each checked before anything runs.
   ``label__tool`` or ``label__*``). In the filter form a tool named under ``never`` runs unasked, one named under
   ``always`` waits, and any other waits too unless only ``always`` was given.
 - **Sealed ids.** An approval request's id is ``mcpr_`` + a nonce + an HMAC (a key from ``statekey``) of the nonce,
-  the caller, the tool's offered name and the arguments: an approval request item a client made up, or another
-  caller's, or one whose arguments were changed, does not verify, wherever the item comes from (a stored chain, a
-  conversation, or the client's own input, as the Agents SDK sends it back).
+  the caller, the tool's offered name, the arguments and the MCP server's identity (``server_identity``: its URL,
+  header names and a keyed hash of each value): an approval request item a client made up, or another caller's, or
+  one whose arguments were changed, or answered by a request that names its label at another server (or with other
+  headers), does not verify, wherever the item comes from (a stored chain, a conversation, or the client's own
+  input, as the Agents SDK sends it back). A caller with no identity is asked nothing: an id sealed to no one would
+  be anyone's (``ask_for``; a client server that would ask is a 400 in ``client_servers``).
 - **Answers.** An ``mcp_approval_response`` in the request's input is a new answer unless the items already show
   it acted upon (an ``mcp_call`` carrying its id, or the sandbox run of it). Each new answer must name a sealed
   request among the items (else a 400: never requested, or not this caller's), appear once, and be claimed in the

@@ -5,7 +5,9 @@ of the chain as the earlier context.
 - **The item.** ``{"type": "compaction", "id": "cmp_…", "encrypted_content": "…", "created_by": "<model>"}``. Its
   content is AES-256-GCM (``cryptography``, imported on first use) under a key from ``statekey`` (purpose
   ``compaction``), with the caller as associated data: a changed byte, or an item made for another caller, fails to
-  open, which is a 400 naming the item; an item always reads the same in every copy of the function.
+  open, which is a 400 naming the item; an item always reads the same in every copy of the function, and has one
+  spelling (``api.turns.sealing``). A caller with no identity gets no item and opens none (a 400 saying why): one
+  sealed to no one would open for every other such caller.
 - **Read back.** In a request's input, a stored chain or a conversation, a compaction item stands for everything
   before it: those items are dropped and the model gets one system message with the summary in their place (the
   items after it follow as they are).
