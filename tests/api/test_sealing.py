@@ -115,7 +115,7 @@ def test_a_queued_requests_mcp_secrets_are_nowhere_in_the_dynamodb_table(
     monkeypatch.delenv("AWS_ENDPOINT_URL", raising=False)
     with mock_aws():
         dynamodb = boto3.client("dynamodb", region_name="us-east-1")
-        create_table(dynamodb, "conversations")  # type: ignore[arg-type]
+        create_table(dynamodb, "conversations")
         settings = Settings(
             conversation_table_name="conversations",
             lambda_function_name="chatloop-chat",
@@ -195,7 +195,7 @@ def pair(tmp_path_factory) -> Iterator[tuple[Server, MCPTestServer, MCPTestServe
 
 def approval_asked(app: Server, at: MCPTestServer, **extra: Any) -> tuple[str, str]:
     """A response that waits for a person to approve a search at ``at``: its id, and the approval request's id."""
-    tool = {
+    tool: Any = {
         "type": "mcp",
         "server_label": "client",
         "server_url": at.url,
@@ -208,7 +208,7 @@ def approval_asked(app: Server, at: MCPTestServer, **extra: Any) -> tuple[str, s
 
 
 def approve(app: Server, previous: str, request_id: str, at: MCPTestServer, **extra: Any) -> Any:
-    tool = {"type": "mcp", "server_label": "client", "server_url": at.url, **extra}
+    tool: Any = {"type": "mcp", "server_label": "client", "server_url": at.url, **extra}
     return client(app).responses.create(
         model="chatloop",
         previous_response_id=previous,
@@ -292,6 +292,14 @@ def test_callers_with_no_identity_get_no_compaction_item_nor_open_one_sealed_to_
         "/v1/responses", {"input": "search", "tools": [{**tool, "require_approval": "never"}]}
     )
     assert status == 200 and "3 pages mention 'seals'" in json.dumps(body)
+    # The operator's approval-required tools are not offered to such a caller: nothing to ask, nothing sealed.
+    settings = Settings(mcp_allowed_urls=f"{x.root}/", approval_required_tools="client__search")
+    app_runtime(settings, model=model, registry=ToolRegistry(), keys=KEYS)
+    status, body = unidentified(
+        "/v1/responses", {"input": "search", "tools": [{**tool, "require_approval": "never"}]}
+    )
+    assert status == 200 and "client__search" not in offered(model.requests[-1])
+    assert not [o for o in body["output"] if o["type"] in ("mcp_approval_request", "mcp_call")]
 
 
 # --- 4. one spelling for every sealed item ----------------------------------------------------------------
@@ -359,7 +367,7 @@ def test_any_change_to_a_sealed_text_is_refused():
     genuine = seal(key, owner, {"summary": "the code word is PELICAN"})
     assert unseal(key, owner, genuine) == {"summary": "the code word is PELICAN"}
 
-    @settings(max_examples=300, deadline=None)
+    @settings(max_examples=100, deadline=None)
     @given(
         at=st.integers(0, len(genuine)),
         cut=st.integers(0, 3),
