@@ -367,7 +367,7 @@ def test_any_change_to_a_sealed_text_is_refused():
     genuine = seal(key, owner, {"summary": "the code word is PELICAN"})
     assert unseal(key, owner, genuine) == {"summary": "the code word is PELICAN"}
 
-    @settings(max_examples=100, deadline=None)
+    @settings(max_examples=50, deadline=None)
     @given(
         at=st.integers(0, len(genuine)),
         cut=st.integers(0, 3),
