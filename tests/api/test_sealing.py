@@ -146,6 +146,8 @@ def test_a_queued_requests_mcp_secrets_are_nowhere_in_the_dynamodb_table(
         stored = table_text(dynamodb)
         assert TOKEN not in stored and HEADER_SECRET not in stored and "X-Tenant" not in stored
         assert TOKEN not in sent[0]["Payload"].decode()
+        # Another container (its own runtime, the same deployment's keys) runs it, as Lambda delivers the event.
+        app_runtime(settings, model=ScriptedModel(searcher), registry=ToolRegistry(), keys=KEYS)
         before = len(guarded.requests)
         assert handle(json.loads(sent[0]["Payload"])) == {"ran": True, "status": "completed"}
         assert len(guarded.requests) > before and all(ok for _, _, ok in guarded.requests)
