@@ -1,8 +1,8 @@
 """The Responses API's remaining state (issue 37): what compaction costs the server (the summary call's request, the
 item sealed, the bytes before and after, at 100 and 1,000 messages; an instant scripted summarizer, so the model's
-own time, which dominates with a real model, is left out), and the latency an approval round trip adds to a turn
+own time, which dominates with a real model, is left out), the latency an approval round trip adds to a turn
 (the asking request and the answering one, against the same call run unasked), through the real handler with
-REST events, a SQLite store and an instant model.
+REST events, a SQLite store and an instant model, and what sealing a queued background request's secrets costs.
 """
 
 from __future__ import annotations
@@ -150,8 +150,59 @@ def approvals(reps: int) -> dict[str, Any]:
     }
 
 
+def queued_secrets(reps: int) -> dict[str, Any]:
+    """A background request's secrets sealed when it is queued and opened by its worker (issue 41), per request,
+    with the key as a warm container holds it: a body with two client MCP servers (authorization and headers)."""
+    from chatloop.api.openai.responses.sealed_request import open_secrets, seal_secrets
+    from chatloop.api.runtime import Runtime
+    from chatloop.config import Settings
+    from chatloop.providers.chain import FallbackChain
+    from chatloop.tools.base import ToolRegistry
+
+    runtime = Runtime(
+        Settings(),
+        chain=FallbackChain([InstantModel(1)]),
+        registry=ToolRegistry(),
+        keys_loader=lambda s: {"groq": "gsk_bench_key"},
+    )
+    tools = [
+        {
+            "type": "mcp",
+            "server_label": f"s{i}",
+            "server_url": f"https://mcp{i}.example/mcp",
+            "authorization": "tok_" + "x" * 40,
+            "headers": {"X-Tenant": "tenant-" + "y" * 24},
+        }
+        for i in range(2)
+    ]
+    body: dict[str, Any] = {"model": "chatloop", "input": "go", "background": True, "tools": tools}
+
+    async def run() -> tuple[list[float], list[float]]:
+        sealing: list[float] = []
+        opening: list[float] = []
+        await open_secrets(runtime, "o", "resp_0", await seal_secrets(runtime, "o", "resp_0", body))  # warm
+        for i in range(reps * 50):
+            rid = f"resp_{i}"
+            start = time.perf_counter()
+            kept = await seal_secrets(runtime, "apikey:bench", rid, body)
+            sealing.append((time.perf_counter() - start) * 1000)
+            start = time.perf_counter()
+            opened = await open_secrets(runtime, "apikey:bench", rid, kept)
+            opening.append((time.perf_counter() - start) * 1000)
+            assert opened == body
+        return sealing, opening
+
+    sealing, opening = asyncio.run(run())
+    return {"seal_ms": median(sealing), "open_ms": median(opening), "reps": reps * 50}
+
+
 def measure(reps: int) -> dict[str, Any]:
-    return {"compaction": compaction(reps), "approvals": approvals(reps), "reps": reps}
+    return {
+        "compaction": compaction(reps),
+        "approvals": approvals(reps),
+        "queued_secrets": queued_secrets(reps),
+        "reps": reps,
+    }
 
 
 def section(results: dict[str, Any]) -> list[str]:
@@ -178,4 +229,12 @@ def section(results: dict[str, Any]) -> list[str]:
         "own time aside).",
         "",
     ]
+    q = results.get("queued_secrets")
+    if q is not None:
+        lines += [
+            f"A background request's secrets (two client MCP servers' authorization and headers) sealed when it is "
+            f"queued, medians over {q['reps']}: **{q['seal_ms'] * 1000:.0f} µs** (target ≤ 1 ms), opened by its "
+            f"worker {q['open_ms'] * 1000:.0f} µs.",
+            "",
+        ]
     return lines

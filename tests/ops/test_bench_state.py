@@ -27,3 +27,6 @@ def test_compaction_shrinks_a_conversation_and_an_approval_round_trip_is_measure
     approvals = results["approvals"]
     assert approvals["reps"] == 5 and approvals["ask_ms"] > 0 and approvals["answer_ms"] > 0
     assert any(line.startswith("| 1000 |") for line in state.section(results))
+    # A queued request's secrets: sealed and opened back whole (the bench asserts the round trip), and reported.
+    assert results["queued_secrets"]["reps"] == 50 and results["queued_secrets"]["seal_ms"] > 0
+    assert any("sealed when it is queued" in line for line in state.section(results))

@@ -7,9 +7,12 @@ the call, and the answers a request gives, each checked before anything runs.
   ``label__tool`` or ``label__*``). In the filter form a tool named under ``never`` runs unasked, one named under
   ``always`` waits, and any other waits too unless only ``always`` was given.
 - **Sealed ids.** An approval request's id is ``mcpr_`` + a nonce + an HMAC (a key from ``statekey``) of the nonce,
-  the caller, the tool's offered name and the arguments: an approval request item a client made up, or another
-  caller's, or one whose arguments were changed, does not verify, wherever the item comes from (a stored chain, a
-  conversation, or the client's own input, as the Agents SDK sends it back).
+  the caller, the tool's offered name, the arguments and the MCP server's identity (``server_identity``: its URL,
+  header names and a keyed hash of each value): an approval request item a client made up, or another caller's, or
+  one whose arguments were changed, or answered by a request that names its label at another server (or with other
+  headers), does not verify, wherever the item comes from (a stored chain, a conversation, or the client's own
+  input, as the Agents SDK sends it back). A caller with no identity is asked nothing: an id sealed to no one would
+  be anyone's (``ask_for``; a client server that would ask is a 400 in ``client_servers``).
 - **Answers.** An ``mcp_approval_response`` in the request's input is a new answer unless the items already show
   it acted upon (an ``mcp_call`` carrying its id, or the sandbox run of it). Each new answer must name a sealed
   request among the items (else a 400: never requested, or not this caller's), appear once, and be claimed in the
@@ -26,24 +29,27 @@ from __future__ import annotations
 
 import hashlib
 import hmac
+import json
 import secrets
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from chatloop.api.http.errors import RequestError
-from chatloop.api.items.approvals import McpApprovalRequestInput, McpApprovalResponseInput
+from chatloop.api.items.approvals import BUILTIN_LABEL, McpApprovalRequestInput, McpApprovalResponseInput
 from chatloop.api.items.inputs import CodeInterpreterCallItem, InputItem
 from chatloop.api.items.mcp import McpCallInput
 from chatloop.api.items.store import store_errors
 from chatloop.api.turns.statekey import state_key
 from chatloop.api.turns.worker import is_worker
 from chatloop.engine.approvals import APPROVAL_ID_PREFIX, ApprovalAnswer
+from chatloop.observability import logger
 from chatloop.providers.base import ToolCall
+from chatloop.tools.mcp.naming import NAME_SEPARATOR
 
 if TYPE_CHECKING:
     from chatloop.api.http.context import RequestContext
-    from chatloop.config import Settings
+    from chatloop.config import MCPServerConfig, Settings
     from chatloop.engine.request import TurnRequest
     from chatloop.tools.base import ToolRegistry
     from chatloop.tools.mcp import MCPTool
@@ -66,6 +72,10 @@ class ApprovalRule:
         if tool in self.never:
             return False
         return tool in self.always or self.others
+
+    def asks(self) -> bool:
+        """Whether any tool of the server may wait for a person."""
+        return self.others or bool(self.always)
 
 
 def approval_rule(value: object, param: str) -> ApprovalRule:
@@ -119,11 +129,22 @@ async def ask_for(
     registry: ToolRegistry,
     mcp_tools: Sequence[MCPTool],
     rules: Mapping[str, ApprovalRule],
+    servers: Sequence[MCPServerConfig] = (),
 ) -> None:
-    """Set which of the turn's tools wait for a person, and seal the ids it asks with to this caller."""
+    """Set which of the turn's tools wait for a person, and seal the ids it asks with to this caller and the
+    server each tool is at (``servers``: the request's own; the operator's are known)."""
+    if ctx.caller is None:
+        # No identity: an approval could not be answered (its claim needs a caller), and one sealed to no one
+        # would be anyone's. A client server that asks was refused (``client_servers``); the operator's tools
+        # that wait are not offered, as on a route with no way to ask.
+        kept = without_approval(ctx.runtime.settings, registry, turn.tool_names)
+        if kept is not turn.tool_names:
+            logger.info("approval-required tools are not offered: the caller has no identity to approve with")
+            turn.tool_names = kept
+        return
     turn.approval_required = approval_required(ctx.runtime.settings, registry, mcp_tools, rules)
     if turn.approval_required:
-        turn.approval_id = (await sealer_for(ctx)).approval_id
+        turn.approval_id = (await sealer_for(ctx, servers)).approval_id
 
 
 def without_approval(settings: Settings, registry: ToolRegistry, names: list[str] | None) -> list[str] | None:
@@ -136,31 +157,48 @@ def without_approval(settings: Settings, registry: ToolRegistry, names: list[str
 
 # --- sealed ids ---------------------------------------------------------------------------------------------
 class Sealer:
-    """Seals approval ids to a caller and a call (``approval_id``) and checks them (``verifies``)."""
+    """Seals approval ids to a caller, a call and the server it runs at (``approval_id``) and checks them
+    (``verifies``). ``servers``: each MCP server's identity by label (``server_identity``); a built-in tool has
+    none."""
 
-    def __init__(self, key: bytes, owner: str):
-        self._key, self._owner = key, owner
+    def __init__(self, key: bytes, owner: str, servers: Mapping[str, str] | None = None):
+        self._key, self._owner, self._servers = key, owner, dict(servers or {})
 
     def approval_id(self, call: ToolCall) -> str:
         nonce = secrets.token_hex(_NONCE_HEX // 2)
-        return f"{APPROVAL_ID_PREFIX}{nonce}{self._mac(nonce, call.name, call.arguments)}"
+        label, sep, _ = call.name.partition(NAME_SEPARATOR)
+        server = self._servers.get(label, "") if sep else ""
+        return f"{APPROVAL_ID_PREFIX}{nonce}{self._mac(nonce, call.name, call.arguments, server)}"
 
     def verifies(self, request: McpApprovalRequestInput) -> bool:
         sealed = request.id.removeprefix(APPROVAL_ID_PREFIX)
         if not request.id.startswith(APPROVAL_ID_PREFIX) or len(sealed) != _NONCE_HEX + _MAC_HEX:
             return False
         nonce, mac = sealed[:_NONCE_HEX], sealed[_NONCE_HEX:]
-        expected = self._mac(nonce, request.offered_name(), request.arguments)
+        server = "" if request.server_label == BUILTIN_LABEL else self._servers.get(request.server_label, "")
+        expected = self._mac(nonce, request.offered_name(), request.arguments, server)
         return hmac.compare_digest(mac, expected)
 
-    def _mac(self, nonce: str, name: str, arguments: str) -> str:
-        message = "\x00".join([nonce, self._owner, name, arguments]).encode("utf-8", "surrogatepass")
+    def _mac(self, nonce: str, name: str, arguments: str, server: str) -> str:
+        message = "\x00".join([nonce, self._owner, name, arguments, server]).encode("utf-8", "surrogatepass")
         return hmac.new(self._key, message, hashlib.sha256).hexdigest()[:_MAC_HEX]
 
 
-async def sealer_for(ctx: RequestContext) -> Sealer:
-    """This caller's sealer (the key is read once per container)."""
-    return Sealer(await state_key(ctx.runtime, PURPOSE), ctx.caller or "")
+def server_identity(key: bytes, server: MCPServerConfig) -> str:
+    """What an approval for one of ``server``'s tools is bound to: its URL, and its headers' names with a keyed
+    hash of each value (the credentials themselves are in no id, and a changed one is another server)."""
+    headers = sorted((name.lower(), value) for name, value in server.headers.items())
+    named = [[name, hmac.new(key, value.encode(), hashlib.sha256).hexdigest()] for name, value in headers]
+    canonical = json.dumps([server.url, named], separators=(",", ":"))
+    return hmac.new(key, canonical.encode(), hashlib.sha256).hexdigest()
+
+
+async def sealer_for(ctx: RequestContext, servers: Sequence[MCPServerConfig] = ()) -> Sealer:
+    """This caller's sealer, over the operator's MCP servers and the request's own ``servers`` (the key is read
+    once per container)."""
+    key = await state_key(ctx.runtime, PURPOSE)
+    every = [*ctx.runtime.settings.mcp_servers, *servers]
+    return Sealer(key, ctx.caller or "", {s.label: server_identity(key, s) for s in every})
 
 
 # --- answers ----------------------------------------------------------------------------------------------
@@ -176,16 +214,19 @@ class Answers:
         return frozenset(a.call.id for a in self.answers)
 
 
-async def answers_of(ctx: RequestContext, items: Sequence[InputItem], start: int) -> Answers:
+async def answers_of(
+    ctx: RequestContext, items: Sequence[InputItem], start: int, servers: Sequence[MCPServerConfig] = ()
+) -> Answers:
     """The new answers among ``items[start:]`` (the request's input; ``items[:start]`` is the history it
-    continues), every one checked; a 400 (or 401 with no caller) before anything runs otherwise."""
+    continues), every one checked against the MCP servers the request names (``servers``: an approval runs only
+    at the server it was asked for); a 400 (or 401 with no caller) before anything runs otherwise."""
     given = [
         (i, item) for i, item in enumerate(items) if i >= start and isinstance(item, McpApprovalResponseInput)
     ]
     if not given:
         return Answers()
     requests = {item.id: item for item in items if isinstance(item, McpApprovalRequestInput)}
-    sealer = await sealer_for(ctx)
+    sealer = await sealer_for(ctx, servers)
     fresh: list[tuple[McpApprovalRequestInput, McpApprovalResponseInput]] = []
     for index, answer in given:
         rid = answer.approval_request_id
@@ -195,7 +236,8 @@ async def answers_of(ctx: RequestContext, items: Sequence[InputItem], start: int
             raise RequestError(
                 400,
                 "invalid_request",
-                f"{param}: {rid!r} names no approval request this server made for this caller",
+                f"{param}: {rid!r} names no approval request this server made for this caller at this MCP "
+                "server (the server_url and headers it was asked with)",
                 param,
             )
         later = items[index + 1 :]

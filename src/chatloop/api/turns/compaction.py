@@ -5,7 +5,9 @@ of the chain as the earlier context.
 - **The item.** ``{"type": "compaction", "id": "cmp_…", "encrypted_content": "…", "created_by": "<model>"}``. Its
   content is AES-256-GCM (``cryptography``, imported on first use) under a key from ``statekey`` (purpose
   ``compaction``), with the caller as associated data: a changed byte, or an item made for another caller, fails to
-  open, which is a 400 naming the item; an item always reads the same in every copy of the function.
+  open, which is a 400 naming the item; an item always reads the same in every copy of the function, and has one
+  spelling (``api.turns.sealing``). A caller with no identity gets no item and opens none (a 400 saying why): one
+  sealed to no one would open for every other such caller.
 - **Read back.** In a request's input, a stored chain or a conversation, a compaction item stands for everything
   before it: those items are dropped and the model gets one system message with the summary in their place (the
   items after it follow as they are).
@@ -24,9 +26,7 @@ Usage::
 
 from __future__ import annotations
 
-import base64
 import json
-import os
 import time
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Annotated, Literal
@@ -36,6 +36,7 @@ from pydantic import BaseModel, ConfigDict, Field, StrictInt
 from chatloop.api.http.errors import RequestError
 from chatloop.api.http.ratelimit_headers import TURN_KEY, AdmittedTurn
 from chatloop.api.items.compaction import CompactionInput
+from chatloop.api.turns import sealing
 from chatloop.api.turns.build import summary_turn
 from chatloop.api.turns.checks import model_for
 from chatloop.api.turns.serve import budgeted
@@ -54,7 +55,6 @@ if TYPE_CHECKING:
     from chatloop.api.items.objects import CompactionItem
 
 PURPOSE = "compaction"
-FORMAT = 1
 MAX_SUMMARY_CHARS = 16_000
 MAX_TRANSCRIPT_CHARS = 400_000
 """What the summarizing call is given at most (the newest part of a longer transcript; a model's window is the
@@ -77,33 +77,36 @@ class CompactionSetting(BaseModel):
 
 # --- sealing --------------------------------------------------------------------------------------------------
 def seal(key: bytes, owner: str, payload: JSONObject) -> str:
-    """``payload`` as ``encrypted_content``: AES-256-GCM, a random 96-bit nonce, the caller as associated data."""
-    from cryptography.hazmat.primitives.ciphers.aead import AESGCM
-
-    nonce = os.urandom(12)
-    sealed = AESGCM(key).encrypt(nonce, json.dumps(payload).encode(), _aad(owner))
-    return base64.urlsafe_b64encode(bytes([FORMAT]) + nonce + sealed).decode()
+    """``payload`` as ``encrypted_content``: AES-256-GCM, a random 96-bit nonce, the caller as associated data, in
+    its one spelling (``api.turns.sealing``)."""
+    return sealing.seal(key, _aad(owner), payload)
 
 
 def unseal(key: bytes, owner: str, content: str) -> JSONObject:
-    """What ``seal`` sealed for ``owner``; ``ValueError`` for anything changed, foreign or malformed."""
-    from cryptography.exceptions import InvalidTag
-    from cryptography.hazmat.primitives.ciphers.aead import AESGCM
-
-    try:
-        raw = base64.urlsafe_b64decode(content.encode())
-        if len(raw) < 1 + 12 + 16 or raw[0] != FORMAT:
-            raise ValueError("not a compaction item of this server")
-        opened = json.loads(AESGCM(key).decrypt(raw[1:13], raw[13:], _aad(owner)))
-    except (InvalidTag, ValueError, UnicodeDecodeError) as exc:
-        raise ValueError("the item cannot be read: changed, or not made for this caller") from exc
-    if not isinstance(opened, dict) or not isinstance(opened.get("summary"), str):
-        raise ValueError("the item holds no summary")
+    """What ``seal`` sealed for ``owner``; ``ValueError`` for anything changed, re-spelled, foreign or malformed."""
+    opened = sealing.unseal(key, _aad(owner), content)
+    if not isinstance(opened.get("summary"), str):
+        raise sealing.Unsealable("the item holds no summary")
     return opened
 
 
 def _aad(owner: str) -> bytes:
     return b"chatloop-compaction\x00" + owner.encode("utf-8", "surrogatepass")
+
+
+def identified(ctx: RequestContext, param: str | None) -> str:
+    """The caller a compaction item is sealed to; a 400 naming ``param`` for a caller with no identity (a Function
+    URL without auth, an HTTP API without an authorizer): sealed to nobody in particular, an item would open for
+    every other such caller, so they get none."""
+    if ctx.caller is None:
+        raise RequestError(
+            400,
+            "invalid_request",
+            f"{param or 'compaction'}: compaction items need a caller identity (an API key, IAM or an authorizer); "
+            "this request has none, and an item sealed to no one would open for anyone",
+            param,
+        )
+    return ctx.caller
 
 
 async def _key(ctx: RequestContext) -> bytes:
@@ -115,7 +118,8 @@ async def open_items(ctx: RequestContext, items: Sequence[object]) -> None:
     compactions = [i for i in items if isinstance(i, CompactionInput)]
     if not compactions:
         return
-    key, owner = await _key(ctx), ctx.caller or ""
+    owner = identified(ctx, "input")
+    key = await _key(ctx)
     for item in compactions:
         try:
             item.open(str(unseal(key, owner, item.encrypted_content)["summary"]))
@@ -173,6 +177,7 @@ async def compaction_item(
     ctx: RequestContext, model: ChatModel, messages: Sequence[Message]
 ) -> tuple[CompactionItem, Usage, CompactionInput]:
     """A sealed ``compaction`` item summarizing ``messages``, what the summary cost, and the item as input (open)."""
+    owner = identified(ctx, None)  # before the summary's model call
     started = time.perf_counter()
     response = await summarize(ctx, model, messages)
     summary = response.content.strip()[:MAX_SUMMARY_CHARS]
@@ -180,7 +185,7 @@ async def compaction_item(
     item: CompactionItem = {
         "id": new_id("cmp"),
         "type": "compaction",
-        "encrypted_content": seal(await _key(ctx), ctx.caller or "", payload),
+        "encrypted_content": seal(await _key(ctx), owner, payload),
         "created_by": response.model,
     }
     logger.info(

@@ -42,6 +42,7 @@ from chatloop.api.http.wire import JSONBody
 from chatloop.api.items.store import checked_id, not_found, store_context, store_errors
 from chatloop.api.openai.responses.render import skeleton
 from chatloop.api.openai.responses.schemas import ResponsesBody
+from chatloop.api.openai.responses.sealed_request import seal_secrets
 from chatloop.api.openai.responses.stored import Keeping, input_items
 from chatloop.api.openai.responses.worker import EVENT_KEY, invoke_self, run_worker
 from chatloop.api.runs.follow import end_response, follow_response, longest_turn, replay, settled
@@ -79,7 +80,8 @@ async def queue(request: Request, body: ResponsesBody, keeping: Keeping, echo: R
     store, owner, deadline = keeping.store, keeping.owner, ctx.store_deadline()
     rid = f"resp_{ctx.request_id}"
     queued = _queued(rid, echo)
-    raw = json.loads(await request.body())
+    # Kept until its worker runs it: its MCP servers' credentials sealed, never at rest in the clear.
+    raw = await seal_secrets(ctx.runtime, owner, rid, json_object(json.loads(await request.body())))
     runs = runs_of(store)
     if runs is None:
         raise RequestError(400, "invalid_request", "background: this store keeps no runs", param="background")
@@ -87,7 +89,7 @@ async def queue(request: Request, body: ResponsesBody, keeping: Keeping, echo: R
     with store_errors():
         await store.create_response(owner, queued, input_items(body), deadline)
         await store.append_events(owner, rid, [stored_event(first)], deadline)
-        await runs.begin(owner, rid, rid, "queued", deadline, json_object(raw), background=True)
+        await runs.begin(owner, rid, rid, "queued", deadline, raw, background=True)
     await _start_worker(request, owner, rid)
     logger.info(f"background response {rid} queued")
     if not body.stream:

@@ -49,11 +49,16 @@ class ResponsesMcpTool(BaseModel):
 
 # --- the request's mcp tools ------------------------------------------------------------------------
 async def client_servers(
-    tools: Sequence[object] | None, settings: Settings, reserved: Iterable[str] = ()
+    tools: Sequence[object] | None,
+    settings: Settings,
+    reserved: Iterable[str] = (),
+    *,
+    identified: bool = True,
 ) -> list[MCPServerConfig]:
     """The request's ``mcp`` tools as servers to list for this turn, each checked (a ``RequestError`` 400 naming
     what is wrong; no connection is made before every check passed). ``reserved``: labels taken by the
-    operator's servers."""
+    operator's servers; ``identified``: whether the caller has an identity (with none, no server may ask for
+    approval: an approval is sealed to its caller, and one sealed to no one would be anyone's)."""
     # Each with its index in the request's whole ``tools`` list, which is what a 400 names.
     requested = [(i, t) for i, t in enumerate(tools or []) if isinstance(t, ResponsesMcpTool)]
     if not requested:
@@ -62,6 +67,14 @@ async def client_servers(
     taken = set(reserved)
     servers: list[MCPServerConfig] = []
     for i, tool in requested:
+        if not identified and approval_rule(tool.require_approval, f"tools[{i}].require_approval").asks():
+            raise RequestError(
+                400,
+                "invalid_request",
+                f"tools[{i}].require_approval: approvals need a caller identity (an API key, IAM or an "
+                'authorizer) and this request has none; set require_approval to "never", or call with one',
+                f"tools[{i}].require_approval",
+            )
         servers.append(await _checked_server(tool, f"tools[{i}]", prefixes, taken))
         taken.add(tool.server_label)
     return servers

@@ -69,7 +69,7 @@ async def respond(request: Request, asked: Asked) -> Response:
     rid, echo = ctx.request_id, asked.echo
     mcp = await runtime.mcp_for_turn(ctx.deadline, asked.servers)
     registry = runtime.registry().with_tools(mcp.tools, mcp.skipped)
-    await approvals.ask_for(ctx, turn, registry, mcp.tools, client_rules(body.tools))
+    await approvals.ask_for(ctx, turn, registry, mcp.tools, client_rules(body.tools), asked.servers)
     # The output opens with these: the compaction the turn starts with, then what each request server offered.
     listed: list[McpListTools | CompactionItem] = [*asked.compacted, *listed_items(asked.servers, mcp)]
     metered = await budgeted(ctx, turn, model, registry)

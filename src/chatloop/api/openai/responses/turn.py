@@ -94,8 +94,15 @@ async def turn_of(
     conversation was past the threshold), every check passed (a 4xx before any model call otherwise)."""
     runtime = ctx.runtime
     items = [*history, *current_items(body)]
+    if body.context_management:  # a summary would be sealed to its caller: a 400 when there is none
+        compaction.identified(ctx, "context_management")
     await compaction.open_items(ctx, items)
-    answers = await answers_of(ctx, items, len(history))
+    # The request's own MCP servers, checked before its approval answers are: an answer is sealed to the server
+    # it was asked for (its URL and headers), and is claimed only once every check passed.
+    servers = await client_servers(
+        body.tools, runtime.settings, runtime.mcp_servers_labels(), identified=ctx.caller is not None
+    )
+    answers = await answers_of(ctx, items, len(history), servers)
     messages = conversation(conversation_of(body, history, answers.ids), runtime.settings.max_messages)
     try:
         compacted = await when_past_threshold(ctx, body, messages, bool(history))
@@ -111,7 +118,6 @@ async def turn_of(
         chat_choice = {"type": "function", "function": {"name": body.tool_choice.name}}
     functions = [t.as_chat_tool() for t in body.tools or [] if isinstance(t, ResponsesFunctionTool)]
     client_tools = checked_client_tools(runtime, functions, chat_choice)
-    servers = await client_servers(body.tools, runtime.settings, runtime.mcp_servers_labels())
     model = model_for(runtime, body.model, openai=True)
     trimming = body.truncation == "auto"  # OpenAI's default is "disabled": refuse what does not fit
     check_context(model, messages, body.max_output_tokens, whole=not trimming)

@@ -21,6 +21,7 @@ from starlette.responses import StreamingResponse
 from chatloop.api.http.context import RequestContext
 from chatloop.api.http.errors import RequestError
 from chatloop.api.openai.responses.run import checked, respond
+from chatloop.api.openai.responses.sealed_request import open_secrets
 from chatloop.api.runs.follow import end_response
 from chatloop.api.runs.record import call_deadline, runs_of
 from chatloop.api.runs.webhooks import notify
@@ -85,9 +86,10 @@ async def run_worker(app: Starlette, event: Mapping[str, Any], seconds_left: flo
     await store.update_response(owner, rid, {**stored.body, "status": "in_progress"}, [], call_deadline())
     margin = runtime.settings.lambda_safety_margin_seconds
     seconds = min(runtime.settings.background_timeout_seconds, seconds_left - margin)
-    request = _worker_request(app, {**raw, "stream": True}, owner, rid, Deadline.after(seconds))
     logger.info(f"background response {rid}: running ({seconds:.0f} s at most)")
     try:
+        body = await open_secrets(runtime, owner, rid, raw)  # sealed when it was queued
+        request = _worker_request(app, {**body, "stream": True}, owner, rid, Deadline.after(seconds))
         response = await respond(request, await checked(request))
     except Exception as error:  # its history went away meanwhile, say: the response fails, with the reason
         failure: JSONObject = {"code": "server_error", "message": "the turn failed before it started"}
