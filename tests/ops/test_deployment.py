@@ -74,7 +74,9 @@ SECRET_ARN = "arn:aws:secretsmanager:us-east-1:123456789012:secret:chatloop-keys
 
 def deployed(translated: dict, mode: str, arch: str = "arm64") -> dict:
     """The stack as deployed with a provider keys secret (a stack without one: tests/ops/test_template_bedrock.py)."""
-    return resolve(translated, {"ResponseMode": mode, "Architecture": arch, "ProviderKeysSecretArn": SECRET_ARN})
+    return resolve(
+        translated, {"ResponseMode": mode, "Architecture": arch, "ProviderKeysSecretArn": SECRET_ARN}
+    )
 
 
 def test_function_shape(translated):

@@ -98,7 +98,11 @@ ANY_ID = st.one_of(MODEL_ID, st.builds("{}.{}".format, st.sampled_from(GEOGRAPHI
     ids=st.lists(ANY_ID, min_size=1, max_size=8),
     mode=st.sampled_from(MODES),
     where=st.sampled_from(
-        [("aws", "eu-west-1", "111122223333"), ("aws-cn", "cn-north-1", "210987654321"), ("aws-us-gov", "us-gov-west-1", "123456789012")]
+        [
+            ("aws", "eu-west-1", "111122223333"),
+            ("aws-cn", "cn-north-1", "210987654321"),
+            ("aws-us-gov", "us-gov-west-1", "123456789012"),
+        ]
     ),
 )
 def test_any_list_of_up_to_eight_ids_grants_exactly_its_models(translated, ids, mode, where):
