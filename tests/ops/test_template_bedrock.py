@@ -6,13 +6,18 @@ ChatFunctionPolicy)."""
 
 from __future__ import annotations
 
+import json
 import re
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from chatloop.config import Settings
 from tests.support.cfn import evaluate, parameter_values, resolve, the_function
+from tests.support.events import rest_event
+from tests.support.fake_llm import text
+from tests.support.handler import build_runtime, invoke, serving
 
 MODES = ("stream", "buffered")
 INVOKE = ["bedrock:InvokeModel", "bedrock:InvokeModelWithResponseStream"]
@@ -169,3 +174,38 @@ def test_the_secret_parameter_takes_a_secret_arn_or_nothing(translated, value, a
 def test_the_model_chain_parameter_documents_bedrock_entries(translated):
     described = translated["Parameters"]["ModelChain"]["Description"]
     assert "bedrock:" in described and "BedrockModelIds" in described
+
+
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("blank", [None, ""], ids=["unset", "empty"])
+def test_a_stack_without_a_secret_starts_and_answers(translated, fake_llm, monkeypatch, mode, blank):
+    """The function configured from the environment the template gives a stack without a secret (each variable a
+    parameter decides; the tables' names are known only once deployed) starts and answers through the handler,
+    reading no secret: PROVIDER_KEYS_SECRET_ARN unset, or set empty by hand. The chain's one model needs no key
+    (``local:``, a self-hosted endpoint: what the role-signed ``bedrock:`` provider is to the deployed stack)."""
+    parameters = {"ResponseMode": mode, "ModelChain": "local:served-model"}
+    variables = the_function(resolve(translated, parameters)["Resources"])["Environment"]["Variables"]
+    values = parameter_values(translated, parameters)
+    environ = {}
+    for name, node in variables.items():
+        try:
+            environ[name] = evaluate(node, values)
+        except (KeyError, ValueError):  # a resource's name or attribute
+            continue
+    assert "PROVIDER_KEYS_SECRET_ARN" not in environ and environ["MODEL_CHAIN"] == "local:served-model"
+    if blank is not None:
+        environ["PROVIDER_KEYS_SECRET_ARN"] = blank
+    # a secret read would fail at once: a 503 keys_unavailable (a secret ARN here makes it so)
+    monkeypatch.setenv("AWS_ENDPOINT_URL_SECRETS_MANAGER", "http://127.0.0.1:9")
+    fake_llm.script("served-model", text("served-model", "Hello from the endpoint."))
+    with serving(build_runtime(Settings.from_env(environ))):
+        status, body, _ = invoke(rest_event("GET", "/health"))
+        assert status == 200, body
+        status, body, _ = invoke(
+            rest_event("POST", "/chat", {"messages": [{"role": "user", "content": "hi"}], "stream": False})
+        )
+    assert status == 200, body
+    answer = json.loads(body)
+    assert (
+        answer["message"]["content"] == "Hello from the endpoint." and answer["model"] == "local:served-model"
+    )
