@@ -6,6 +6,7 @@ ChatFunctionPolicy)."""
 
 from __future__ import annotations
 
+import copy
 import json
 import re
 
@@ -14,7 +15,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from chatloop.config import Settings
-from tests.support.cfn import evaluate, parameter_values, resolve, the_function
+from tests.support.cfn import TRANSLATION_WARNINGS, evaluate, parameter_values, resolve, the_function
+from tests.support.cfn_lint import lint_each
 from tests.support.events import rest_event
 from tests.support.fake_llm import text
 from tests.support.handler import build_runtime, invoke, serving
@@ -88,6 +90,38 @@ def test_no_bedrock_model_named_no_bedrock_statement(translated, mode):
 )
 def test_the_role_invokes_exactly_the_named_models_and_profiles(translated, mode, ids, arns):
     assert bedrock_grants(translated, {"ResponseMode": mode, "BedrockModelIds": ids}) == [arns]
+
+
+EIGHT = ",".join(
+    [
+        "amazon.nova-lite-v1:0",
+        "us.anthropic.claude-haiku-4-5-20251001-v1:0",
+        "eu.amazon.nova-micro-v1:0",
+        "apac.amazon.nova-pro-v1:0",
+        "global.anthropic.claude-sonnet-4-5-20250929-v1:0",
+        "meta.llama3-3-70b-instruct-v1:0",
+        "us-gov.anthropic.claude-3-haiku-20240307-v1:0",
+        "openai.gpt-oss-120b-1:0",
+    ]
+)
+
+
+@pytest.mark.slow  # one cfn-lint run over four templates
+def test_the_stack_as_deployed_with_and_without_bedrock_passes_cfn_lint(translated, tmp_path):
+    """Every slot filled (models and profiles of each kind) with no secret, and no Bedrock model with a secret;
+    the values given become the parameters' defaults, so cfn-lint checks what they resolve to."""
+    cases = {}
+    for mode in MODES:
+        for ids in (EIGHT, ""):
+            given = {
+                "ResponseMode": mode,
+                "BedrockModelIds": ids,
+                "ProviderKeysSecretArn": "" if ids else SECRET,
+            }
+            cases[(mode, ids)] = copy.deepcopy(resolve(translated, given))  # the fixture is shared
+            for name, value in given.items():
+                cases[(mode, ids)]["Parameters"][name]["Default"] = value
+    assert lint_each(cases, tmp_path, TRANSLATION_WARNINGS) == {case: [] for case in cases}
 
 
 MODEL_ID = st.builds(
