@@ -130,7 +130,7 @@ budget: install ## set or show one caller's budget overrides: CALLER=... TOKENS_
 invoke: install ## run the handler locally on EVENT=events/<file>.json (no Docker) and print the response
 	@$(BIN)/python scripts/invoke_local.py $(EVENT)
 
-run: install ## serve the app on 127.0.0.1:PORT (8000); the offline demo model when no key is set
+run: install ## serve the app on 127.0.0.1:PORT (8000); the offline demo model when no key is set; bedrock: models sign with your AWS credentials (docs/development.md)
 	$(BIN)/python -m uvicorn app:app --app-dir src --host 127.0.0.1 --port $(PORT)
 
 bench: install ## measure the loop, sandbox, cold start and fallback; writes bench/RESULTS.md; SECTION=lambda_size: that one only
