@@ -87,7 +87,9 @@ deploy: build ## deploy the whole stack (needs DEPLOY_BUCKET; SECRET_ARN, MODEL_
 	  --model-chain "$(DEPLOY_CHAIN)" --bedrock-models "$(BEDROCK_MODELS)" -- $(PARAMS) > build/.parameter-overrides
 	$(AWS) cloudformation package --template-file template.yaml --s3-bucket $(DEPLOY_BUCKET) \
 	  --s3-prefix $(STACK) --output-template-file build/packaged.yaml
+	@# The template goes to the bucket too: sent inline, CloudFormation takes at most 51,200 bytes (this one is near).
 	$(AWS) cloudformation deploy --template-file build/packaged.yaml --stack-name $(STACK) \
+	  --s3-bucket $(DEPLOY_BUCKET) --s3-prefix $(STACK) \
 	  --capabilities CAPABILITY_IAM CAPABILITY_AUTO_EXPAND --no-fail-on-empty-changeset \
 	  --parameter-overrides $$(cat build/.parameter-overrides) $(PARAMS)
 	$(AWS) cloudformation describe-stacks --stack-name $(STACK) --query 'Stacks[0].Outputs' --output table
