@@ -34,9 +34,12 @@ class Refused(ValueError):
 
 
 def keyed_providers() -> set[str]:
-    """The catalog's providers that need a key from the environment or the provider keys secret."""
+    """The catalog's providers that need a key from the environment or the provider keys secret (never Bedrock's,
+    whatever its catalog entry says of an optional API key: on Lambda the role signs)."""
     providers = json.loads(CATALOG.read_text())["providers"]
-    return {n for n, p in providers.items() if p.get("key_env") and p.get("key_required", True)}
+    return {n for n, p in providers.items() if p.get("key_env") and p.get("key_required", True)} - {
+        ROLE_SIGNED
+    }
 
 
 def allowed_pattern(parameter: str) -> str:
