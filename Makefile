@@ -29,6 +29,7 @@ EVENT ?= events/rest-chat.json
 PORT ?= 8000
 DEPLOY_BUCKET ?=
 SECRET_ARN ?=
+BEDROCK_MODELS ?=
 PARAMS ?=
 export AWS_REGION FILTER
 AWS = $(BIN)/aws --region $(AWS_REGION) $(if $(AWS_ENDPOINT_URL),--endpoint-url $(AWS_ENDPOINT_URL))
@@ -74,15 +75,23 @@ lint: install ## ruff (lint + format), mypy (--strict on src/), cfn-lint on the 
 build: install ## build/layer.zip (packages + Deno for ARCH) and build/function.zip (src/), no Docker
 	$(BIN)/python scripts/package.py all --arch $(ARCH)
 
-deploy: build ## deploy the whole stack (needs DEPLOY_BUCKET and SECRET_ARN; MODE=stream|buffered; PARAMS for more)
+# SECRET_ARN, MODEL_CHAIN and BEDROCK_MODELS are optional: a chain of bedrock: models needs no secret, and the role
+# is granted the chain's bedrock: models unless BEDROCK_MODELS names them (scripts/deploy_params.py, which prints
+# what the stack will use and stops a deploy whose chain names a Bedrock model the role would not be granted).
+# MODEL_CHAIN counts only on make's command line: the one in your environment is for make run, not for the stack.
+DEPLOY_CHAIN = $(if $(filter command line,$(origin MODEL_CHAIN)),$(MODEL_CHAIN))
+deploy: build ## deploy the whole stack (needs DEPLOY_BUCKET; SECRET_ARN, MODEL_CHAIN, BEDROCK_MODELS, MODE, PARAMS optional)
 	@test -n "$(DEPLOY_BUCKET)" || { echo "set DEPLOY_BUCKET=<an S3 bucket for the build artefacts>"; exit 1; }
 	@case "$(MODE)" in stream|buffered) ;; *) echo "MODE must be stream or buffered, not '$(MODE)'"; exit 1;; esac
-	@test -n "$(SECRET_ARN)" || { echo "set SECRET_ARN=<the provider keys secret's ARN> (see make secret)"; exit 1; }
+	@$(BIN)/python scripts/deploy_params.py --mode $(MODE) --arch $(ARCH) --secret-arn "$(SECRET_ARN)" \
+	  --model-chain "$(DEPLOY_CHAIN)" --bedrock-models "$(BEDROCK_MODELS)" -- $(PARAMS) > build/.parameter-overrides
 	$(AWS) cloudformation package --template-file template.yaml --s3-bucket $(DEPLOY_BUCKET) \
 	  --s3-prefix $(STACK) --output-template-file build/packaged.yaml
+	@# The template goes to the bucket too: sent inline, CloudFormation takes at most 51,200 bytes (this one is near).
 	$(AWS) cloudformation deploy --template-file build/packaged.yaml --stack-name $(STACK) \
+	  --s3-bucket $(DEPLOY_BUCKET) --s3-prefix $(STACK) \
 	  --capabilities CAPABILITY_IAM CAPABILITY_AUTO_EXPAND --no-fail-on-empty-changeset \
-	  --parameter-overrides ProviderKeysSecretArn=$(SECRET_ARN) Architecture=$(ARCH) ResponseMode=$(MODE) $(PARAMS)
+	  --parameter-overrides $$(cat build/.parameter-overrides) $(PARAMS)
 	$(AWS) cloudformation describe-stacks --stack-name $(STACK) --query 'Stacks[0].Outputs' --output table
 
 deploy-lambda-fast: install ## zip src/, update MODE's function, publish a version, move the ALIAS (live) to it
@@ -123,7 +132,7 @@ budget: install ## set or show one caller's budget overrides: CALLER=... TOKENS_
 invoke: install ## run the handler locally on EVENT=events/<file>.json (no Docker) and print the response
 	@$(BIN)/python scripts/invoke_local.py $(EVENT)
 
-run: install ## serve the app on 127.0.0.1:PORT (8000); the offline demo model when no key is set
+run: install ## serve the app on 127.0.0.1:PORT (8000); the offline demo model when no key is set; bedrock: models sign with your AWS credentials (docs/development.md)
 	$(BIN)/python -m uvicorn app:app --app-dir src --host 127.0.0.1 --port $(PORT)
 
 bench: install ## measure the loop, sandbox, cold start and fallback; writes bench/RESULTS.md; SECTION=lambda_size: that one only

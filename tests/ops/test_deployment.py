@@ -69,8 +69,14 @@ def test_translate_then_lint_catches_what_cfn_lint_alone_misses(tmp_path):
     assert result.returncode != 0 and "python3.99" in result.stdout
 
 
+SECRET_ARN = "arn:aws:secretsmanager:us-east-1:123456789012:secret:chatloop-keys-AbCdEf"
+
+
 def deployed(translated: dict, mode: str, arch: str = "arm64") -> dict:
-    return resolve(translated, {"ResponseMode": mode, "Architecture": arch})
+    """The stack as deployed with a provider keys secret (a stack without one: tests/ops/test_template_bedrock.py)."""
+    return resolve(
+        translated, {"ResponseMode": mode, "Architecture": arch, "ProviderKeysSecretArn": SECRET_ARN}
+    )
 
 
 def test_function_shape(translated):

@@ -12,10 +12,12 @@ Usage::
 
     deployed = resolve(translated, {"ResponseMode": "stream", "Architecture": "x86_64"})
     function = the_function(deployed["Resources"])
+    evaluate({"Fn::Sub": "arn:${AWS::Partition}:x:${Name}"}, parameter_values(translated, {"Name": "y"}))
 """
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 # What SAM's own output trips (the Makefile's lint target ignores the same): W2001/W3005, SAM resolves the usage
@@ -42,10 +44,51 @@ def integrations(resources: dict) -> list[dict]:
 
 _GONE = object()  # AWS::NoValue, or a branch of a false condition
 
+PSEUDO = {
+    "AWS::Partition": "aws",
+    "AWS::Region": "us-east-1",
+    "AWS::AccountId": "123456789012",
+    "AWS::URLSuffix": "amazonaws.com",
+    "AWS::StackName": "chatloop",
+}
+"""The pseudo parameters' values :func:`parameter_values` starts from (a test may pass others)."""
+
+
+def parameter_values(template: dict[str, Any], parameters: dict[str, str]) -> dict[str, str]:
+    """Every parameter's value as CloudFormation would take it (its default unless given), and the pseudo
+    parameters (:data:`PSEUDO`, overridable through ``parameters``)."""
+    values = {name: str(spec.get("Default", "")) for name, spec in template.get("Parameters", {}).items()}
+    return {**PSEUDO, **values, **parameters}
+
+
+def evaluate(node: Any, values: dict[str, str]) -> Any:
+    """What CloudFormation makes of ``node`` given parameter ``values``: Ref (to a parameter), Fn::Sub,
+    Fn::Join, Fn::Split and Fn::Select evaluated, lists and plain strings as they are. Anything else (a
+    resource's Ref or attribute) raises: a test asks only about what parameters decide."""
+    if isinstance(node, list):
+        return [evaluate(item, values) for item in node]
+    if isinstance(node, str | int):
+        return str(node)
+    (function, argument), *rest = node.items()
+    if rest:
+        raise ValueError(f"cannot evaluate {node!r}")
+    if function == "Ref":
+        return values[argument]
+    if function == "Fn::Select":
+        return evaluate(argument[1], values)[int(evaluate(argument[0], values))]
+    if function == "Fn::Split":
+        return evaluate(argument[1], values).split(argument[0])
+    if function == "Fn::Join":
+        return argument[0].join(evaluate(argument[1], values))
+    if function == "Fn::Sub":
+        text, names = (argument, {}) if isinstance(argument, str) else argument
+        known = {**values, **{k: evaluate(v, values) for k, v in names.items()}}
+        return re.sub(r"\$\{([^}!]+)\}", lambda m: known[m.group(1)], text)
+    raise ValueError(f"cannot evaluate {function}")
+
 
 def resolve(template: dict[str, Any], parameters: dict[str, str]) -> dict[str, Any]:
-    values = {name: str(spec.get("Default", "")) for name, spec in template.get("Parameters", {}).items()}
-    values.update(parameters)
+    values = parameter_values(template, parameters)
     definitions = template.get("Conditions", {})
     known: dict[str, bool] = {}
 
@@ -55,11 +98,10 @@ def resolve(template: dict[str, Any], parameters: dict[str, str]) -> dict[str, A
         return known[name]
 
     def scalar(node: Any) -> str:
-        if isinstance(node, dict) and set(node) == {"Ref"} and node["Ref"] in values:
-            return values[node["Ref"]]
-        if isinstance(node, str):
-            return node
-        raise ValueError(f"cannot evaluate {node!r} in a condition")
+        value = evaluate(node, values)
+        if not isinstance(value, str):
+            raise ValueError(f"{node!r} is not a string in a condition")
+        return value
 
     def test(node: dict[str, Any]) -> bool:
         (function, argument), *_ = node.items()
