@@ -27,6 +27,7 @@ from chatloop.tools.base import ToolRegistry
 from tests.support.events import http_event, parse_sse
 from tests.support.handler import build_runtime, invoke, serving
 from tests.support.idempotency import counting_model
+from tests.support.repo import ROOT
 from tests.support.store import TABLE
 
 CALLER = {"iam": {"userArn": "arn:aws:iam::123456789012:user/alice"}}
@@ -243,10 +244,30 @@ def test_follow_refuses_a_bad_conversation(seeded):
         check_refused(*get("/chat/follow", f"conversation={value}"), "/chat", "conversation")
 
 
+def test_an_unknown_parameter_is_ignored_and_its_name_logged(seeded, caplog):
+    """As before, a parameter the route does not take changes nothing; its name is logged, never its value."""
+    caplog.set_level("INFO")
+    path = f"/v1/conversations/{seeded.conversation}/items"
+    status, text = get(path, "limt=5&note=sk-proj-" + "a" * 40)
+    assert status == 200 and len(json.loads(text)["data"]) == 1
+    logged = [r.getMessage() for r in caplog.records if r.getMessage().startswith("query: ignoring")]
+    assert logged and "'limt'" in logged[0] and "'note'" in logged[0] and "sk-proj" not in logged[0]
+
+
+def test_only_the_parser_reads_query_strings():
+    """Every route reads its query through ``api.http.query``: no other module touches ``query_params``."""
+    readers = [
+        path.relative_to(ROOT).as_posix()
+        for path in (ROOT / "src").rglob("*.py")
+        if "query_params" in path.read_text() and path.name != "query.py"
+    ]
+    assert readers == []
+
+
 # --- the fuzz: any query string on any route -------------------------------------------------------------------
 def route_table() -> list[tuple[str, str]]:
     """(method, path template) of every route of the app, as its route table lists them."""
-    found = []
+    found: list[tuple[str, str]] = []
     for route in lambda_app.app.routes:
         if isinstance(route, Route):
             found.extend((method, route.path) for method in sorted(route.methods or ()) if method != "HEAD")
@@ -258,7 +279,7 @@ NAMES = ["limit", "order", "after", "include", "include[]", "stream", "starting_
 NAMES += ["include_obfuscation", "before", "v"]
 RAW = st.binary(max_size=12).map(lambda b: quote_from_bytes(b, safe=""))
 VALUE = (
-    st.sampled_from(list(HOSTILE.values()) + ["-1", "0", "1", "20", "100", "true", "false", "asc", "desc"])
+    st.sampled_from([*HOSTILE.values(), "-1", "0", "1", "20", "100", "true", "false", "asc", "desc"])
     | st.integers(min_value=-(10**30), max_value=10**30).map(str)
     | RAW
 )

@@ -94,7 +94,9 @@ class Query:
 
     def boolean(self, name: str, *, default: bool) -> bool:
         """``name`` as ``true`` or ``false``, as the OpenAI SDKs write a boolean (``default`` when absent)."""
-        return {"true": True, "false": False}[self.choice(name, ("true", "false"), default=str(default).lower())]
+        return {"true": True, "false": False}[
+            self.choice(name, ("true", "false"), default=str(default).lower())
+        ]
 
     def identifier(self, name: str, pattern: re.Pattern[str], what: str) -> str | None:
         """``name`` when it is an id matching ``pattern`` whole (None when absent); ``what`` names the kind."""

@@ -1,7 +1,7 @@
 """The conversation store from a request: the caller's store (``store_context``), its failures as a 503
-(``store_errors``), the one 404 for what is missing or another caller's (``not_found``), and OpenAI's list
-parameters (``page_query``, ``starting_after``), read through ``api.http.query``. Shared by every route that reads or writes kept state: conversations, stored
-responses, background responses, ``/chat`` threads and approvals.
+(``store_errors``), the one 404 for what is missing or another caller's (``not_found``), and OpenAI's list and
+resume parameters (``page_query``, ``starting_after``, read through ``api.http.query``). Shared by every route that
+reads or writes kept state: conversations, stored responses, background responses, ``/chat`` threads and approvals.
 
 Usage::
 
@@ -25,7 +25,7 @@ from chatloop.api.http.context import RequestContext
 from chatloop.api.http.errors import RequestError
 from chatloop.api.http.query import Query
 from chatloop.observability import logger
-from chatloop.store.model import PageQuery, StoreUnavailable
+from chatloop.store.model import Order, PageQuery, StoreUnavailable
 
 if TYPE_CHECKING:
     from chatloop.deadline import Deadline
@@ -50,6 +50,7 @@ def store_context(request: Request) -> tuple[ConversationStore, str, Deadline]:
 
 LIST_PARAMETERS = ("order", "limit", "after", "include")
 """The query parameters of OpenAI's list endpoints (``include`` as the SDKs send it, ``include[]``, too)."""
+ORDERS: tuple[Order, ...] = ("asc", "desc")
 LIMIT_DEFAULT, LIMIT_MAX = 20, 100
 STARTING_AFTER_MAX = 2**31 - 1
 """``starting_after``'s highest value: past any journal's length, within every store's integers."""
@@ -59,7 +60,7 @@ def page_query(request: Request, ids: re.Pattern[str] = ITEM_ID, what: str = "an
     """``order`` (asc/desc, default desc), ``limit`` (1-100, default 20) and ``after`` (an id matching ``ids``,
     ``what`` names it): OpenAI's list parameters, each checked (a 400 naming it; ``api.http.query``)."""
     query = Query(request, known=LIST_PARAMETERS)
-    order = query.choice("order", ("asc", "desc"), default="desc")
+    order = query.choice("order", ORDERS, default="desc")
     limit = query.integer("limit", default=LIMIT_DEFAULT, low=1, high=LIMIT_MAX)
     after = query.identifier("after", ids, what)
     _no_include(query)
