@@ -7,8 +7,8 @@ parameter before any store or model call; ``int()`` never sees a value that is n
 length (``str.isdigit`` accepts ``²`` and ``٣``, which ``int()`` refuses or reads as a digit; a 5,000-digit number
 is past Python's conversion limit; ``10**23`` is past SQLite's and DynamoDB's integers).
 
-A parameter a route does not know is ignored, as it always was here and as OpenAI's list endpoints ignore one; the
-names are logged (a typo shows up in the logs, a cache-buster does no harm).
+A parameter a route does not know is ignored, as it always was here (a cache-buster or an SDK's ``extra_query``
+does no harm); its name is logged, never its value, so that a misspelt one shows up.
 
 Usage::
 

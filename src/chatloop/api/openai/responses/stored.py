@@ -220,7 +220,7 @@ def _refuse_retrieve_options(query: Query) -> None:
     """``include`` beyond what is always included, and ``include_obfuscation=true``: this server cannot honour
     them (a 400 naming each, as ``POST /v1/responses`` refuses them)."""
     for value in query.values("include"):
-        if value not in ALWAYS_INCLUDED:
+        if value and value not in ALWAYS_INCLUDED:  # an empty one asks for nothing, as on the item lists
             raise invalid("include", "only 'code_interpreter_call.outputs' can be included (always included)")
     if query.boolean("include_obfuscation", default=False):
         raise invalid("include_obfuscation", "stream obfuscation is not offered; send false or leave it out")
