@@ -29,6 +29,7 @@ from tests.support.events import http_event, parse_sse
 from tests.support.handler import build_runtime, invoke, serving
 from tests.support.idempotency import counting_model
 from tests.support.repo import ROOT
+from tests.support.server import app_server, client
 from tests.support.store import TABLE
 
 SCALE = 10 if os.environ.get("HYPOTHESIS_PROFILE") == "deep" else 1
@@ -264,6 +265,35 @@ def test_only_the_parser_reads_query_strings():
         if "query_params" in path.read_text() and path.name != "query.py"
     ]
     assert readers == []
+
+
+def test_the_openai_sdk_lists_and_includes_as_it_sends_them(tmp_path):
+    """The real ``openai`` SDK under uvicorn: it writes lists as ``include[]=…`` and booleans as ``true``; what the
+    server can honour is served, what it cannot is a ``BadRequestError`` whose ``param`` names it."""
+    import openai
+
+    settings = Settings(conversation_store_path=str(tmp_path / "sdk.sqlite3"))
+    with app_server(settings, model=counting_model(), registry=ToolRegistry()) as server:
+        alice = client(server)
+        created = alice.responses.create(model="chatloop", input="hi", stream=True)
+        rid = next(event.response.id for event in created if event.type == "response.completed")
+        kept = alice.responses.retrieve(rid, include=["code_interpreter_call.outputs"])
+        assert kept.id == rid
+        resumed = list(
+            alice.responses.retrieve(rid, stream=True, starting_after=0, include_obfuscation=False)
+        )
+        assert resumed and resumed[0].sequence_number == 1
+        refused = [
+            lambda: alice.responses.retrieve(rid, include=["reasoning.encrypted_content"]),
+            lambda: alice.responses.input_items.list(rid, include=["message.input_image.image_url"]),
+            lambda: alice.responses.retrieve(rid, stream=True, include_obfuscation=True),
+            lambda: alice.responses.input_items.list(rid, limit=0),
+        ]
+        for call, param in zip(refused, ["include", "include", "include_obfuscation", "limit"], strict=True):
+            with pytest.raises(openai.BadRequestError) as error:
+                result = call()
+                list(result) if isinstance(result, openai.Stream) else None
+            assert error.value.body["param"] == param  # type: ignore[index]
 
 
 # --- the fuzz: any query string on any route -------------------------------------------------------------------
