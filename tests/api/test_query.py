@@ -25,7 +25,7 @@ from starlette.routing import Route
 import app as lambda_app
 from chatloop.config import Settings
 from chatloop.tools.base import ToolRegistry
-from tests.support.events import http_event, parse_sse
+from tests.support.events import http_event, parse_sse, rest_event
 from tests.support.handler import build_runtime, invoke, serving
 from tests.support.idempotency import counting_model
 from tests.support.repo import ROOT
@@ -357,6 +357,18 @@ def test_any_query_on_any_route_is_never_a_5xx(seeded, route, query):
         assert isinstance(error["message"], str) and error["message"]
         if path.startswith("/v1/"):
             assert set(error) == {"message", "type", "param", "code"}
+
+
+@pytest.mark.parametrize("value", ["\ud800", "5\udfff", "\x00"], ids=["lone high", "lone low", "NUL"])
+def test_a_rest_event_with_a_lone_surrogate_in_its_query_is_a_400(seeded, value):
+    """A REST API event carries its query decoded (``multiValueQueryStringParameters``), where JSON can hold a lone
+    surrogate (``"\\ud800"``): the handler answers a 400 naming the parameter, it does not fail the invocation."""
+    event = rest_event("GET", f"/v1/conversations/{seeded.conversation}/items")
+    event["requestContext"]["identity"]["apiKeyId"] = "key-a"
+    event["queryStringParameters"] = {"limit": value}
+    event["multiValueQueryStringParameters"] = {"limit": [value]}
+    status, text, _ = invoke(event)
+    check_refused(status, text, "/v1/", "limit")
 
 
 # --- the same digits in a header: a declared Content-Length ---------------------------------------------------

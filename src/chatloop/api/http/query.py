@@ -24,13 +24,14 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable, Sequence
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from starlette.requests import HTTPConnection
 
 from chatloop.api.http.errors import RequestError
 from chatloop.observability import logger
 from chatloop.redaction import redact
+from chatloop.textsafe import text_safe_value
 
 INTEGER = re.compile(r"-?[0-9]{1,20}")
 """A plain integer: ASCII digits only (``[0-9]``, not ``\\d``, which matches every script's digits), an optional
@@ -112,3 +113,16 @@ def invalid(name: str, problem: str) -> RequestError:
     """The 400 for a query parameter: ``param`` names it, and so does the message (``/chat``'s errors have no
     ``param``)."""
     return RequestError(400, "invalid_request", f"{name}: {problem}", param=name)
+
+
+EVENT_QUERY_KEYS = ("queryStringParameters", "multiValueQueryStringParameters", "rawQueryString")
+"""Where an API Gateway / Function URL event carries its query string."""
+
+
+def text_safe_query(event: dict[str, Any]) -> dict[str, Any]:
+    """``event`` with its query string text-safe (a lone surrogate becomes U+FFFD): Mangum encodes a REST event's
+    decoded parameters as UTF-8 before the app sees them, and a lone surrogate there (JSON can hold ``"\\ud800"``)
+    would fail the invocation instead of reaching ``Query``, which answers a 400. The same event when nothing changes.
+    """
+    changed = {key: text_safe_value(event[key]) for key in EVENT_QUERY_KEYS if event.get(key)}
+    return {**event, **changed} if changed else event
