@@ -267,6 +267,7 @@ def test_only_the_parser_reads_query_strings():
     assert readers == []
 
 
+@pytest.mark.slow  # a server, the SDK's import and a first turn: a few seconds on a busy machine
 def test_the_openai_sdk_lists_and_includes_as_it_sends_them(tmp_path):
     """The real ``openai`` SDK under uvicorn: it writes lists as ``include[]=…`` and booleans as ``true``; what the
     server can honour is served, what it cannot is a ``BadRequestError`` whose ``param`` names it."""
