@@ -24,6 +24,7 @@ from mangum.types import LambdaContext
 
 from chatloop import snapstart
 from chatloop.api import create_app
+from chatloop.api.http.query import text_safe_query
 from chatloop.api.http.request_limits import fit_lambda_response
 from chatloop.config import Settings
 from chatloop.observability import logger, metrics
@@ -62,7 +63,10 @@ def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
 
         return handle_event(app, event, context.get_remaining_time_in_millis())
     metrics.add_metric(name="Requests", unit=MetricUnit.Count, value=1)
-    response = fit_lambda_response(_mangum(event, context))  # Lambda refuses a payload over 6 MB outright
+    # a lone surrogate in a REST event's query would fail Mangum's encoding of it, before the app answers a 400
+    response = fit_lambda_response(
+        _mangum(text_safe_query(event), context)
+    )  # Lambda refuses over 6 MB outright
     status = response.get("statusCode", 500)
     if status >= 400:
         metrics.add_metric(name=f"Status{status // 100}xx", unit=MetricUnit.Count, value=1)

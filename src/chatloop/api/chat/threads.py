@@ -25,12 +25,13 @@ from starlette.responses import Response, StreamingResponse
 
 from chatloop.api.http.context import RequestContext
 from chatloop.api.http.errors import RequestError
+from chatloop.api.http.query import Query
 from chatloop.api.http.wire import JSONBody, sse_frame
 from chatloop.api.items.approvals import McpApprovalResponseInput
 from chatloop.api.items.inputs import InputMessage
 from chatloop.api.items.messages import messages_of
 from chatloop.api.items.output import ResponseEvents, ResponseOutput
-from chatloop.api.items.store import conversation_id_of, store_context, store_errors
+from chatloop.api.items.store import conversation_id_of, starting_after, store_context, store_errors
 from chatloop.api.items.stored import conversation_history, stored_items
 from chatloop.api.runs.follow import follow
 from chatloop.api.runs.journal import Journal
@@ -178,17 +179,14 @@ async def follow_chat(request: Request) -> Response:
     wherever it runs: its events (``/chat``'s, ``id:`` their number) from the journal, then live until ``done``. A
     404 when none runs (the page then reads the stored answer)."""
     store, owner, deadline = store_context(request)
-    conversation_id = conversation_id_of(request.query_params.get("conversation", ""))
-    after = request.query_params.get("starting_after", "-1")
-    if not after.lstrip("-").isdigit():
-        raise RequestError(
-            400, "invalid_request", "starting_after: must be an integer", param="starting_after"
-        )
+    query = Query(request, known=("conversation", "starting_after"))
+    conversation_id = conversation_id_of(query.one("conversation") or "")
+    after = starting_after(query)
     runs = runs_of(store)
     settings = RequestContext.of(request).settings
     with store_errors():
         run = await runs.get(owner, conversation_id, deadline) if runs is not None else None
-        first = await runs.events_after(owner, run.turn, int(after), deadline) if run and runs else None
+        first = await runs.events_after(owner, run.turn, after, deadline) if run and runs else None
     if runs is None or run is None or not run.active or run.stale(settings.request_timeout_seconds):
         raise RequestError(404, "not_found", f"no turn is running in conversation {conversation_id}")
     turn, follow_runs = run.turn, runs
@@ -205,7 +203,7 @@ async def follow_chat(request: Request) -> Response:
     events = follow(
         read,
         first or [],
-        int(after),
+        after,
         RequestContext.of(request).deadline,
         terminal=CHAT_TERMINAL,
         ended=ended,

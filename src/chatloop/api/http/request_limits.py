@@ -29,8 +29,10 @@ async def read_within(request: Request, limit: int) -> bytes:
     """The request's body, read no further than ``limit`` bytes: a declared or a streamed (chunked) body past it is
     a 413 before the rest arrives, so no client can make the server hold more than ``limit`` bytes of its body.
     Read once per request; ``request.body()`` returns it afterwards."""
-    declared = request.headers.get("content-length")
-    if declared and declared.isdigit() and int(declared) > limit:
+    declared = request.headers.get("content-length", "")
+    # Plain ASCII digits only (``str.isdigit`` takes ``²``, which ``int()`` refuses), and no ``int()`` of thousands
+    # of digits (past its conversion limit): a longer number is past any limit. Anything else: the read counts.
+    if declared.isascii() and declared.isdigit() and (len(declared) > 18 or int(declared) > limit):
         raise _too_large(limit)
     if getattr(request, "_body", None) is None:
         chunks: list[bytes] = []

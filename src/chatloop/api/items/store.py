@@ -1,7 +1,7 @@
 """The conversation store from a request: the caller's store (``store_context``), its failures as a 503
-(``store_errors``), the one 404 for what is missing or another caller's (``not_found``), and OpenAI's list
-parameters (``page_query``). Shared by every route that reads or writes kept state: conversations, stored
-responses, background responses, ``/chat`` threads and approvals.
+(``store_errors``), the one 404 for what is missing or another caller's (``not_found``), and OpenAI's list and
+resume parameters (``page_query``, ``starting_after``, read through ``api.http.query``). Shared by every route that
+reads or writes kept state: conversations, stored responses, background responses, ``/chat`` threads and approvals.
 
 Usage::
 
@@ -23,8 +23,9 @@ from starlette.requests import Request
 
 from chatloop.api.http.context import RequestContext
 from chatloop.api.http.errors import RequestError
+from chatloop.api.http.query import Query
 from chatloop.observability import logger
-from chatloop.store.model import PageQuery, StoreUnavailable
+from chatloop.store.model import Order, PageQuery, StoreUnavailable
 
 if TYPE_CHECKING:
     from chatloop.deadline import Deadline
@@ -47,29 +48,42 @@ def store_context(request: Request) -> tuple[ConversationStore, str, Deadline]:
     return ctx.runtime.conversations(), owner, ctx.store_deadline()
 
 
-def page_query(request: Request, ids: re.Pattern[str] | None = None) -> PageQuery:
-    """``order`` (asc/desc, default desc), ``limit`` (1-100, default 20) and ``after`` (an item id): OpenAI's list
-    parameters, each checked (a 400 naming it)."""
-    params = request.query_params
-    order = params.get("order", "desc")
-    if order not in ("asc", "desc"):
-        raise RequestError(400, "invalid_request", "order: must be 'asc' or 'desc'", param="order")
-    raw_limit = params.get("limit", "20")
-    if not raw_limit.isdigit() or not 1 <= int(raw_limit) <= 100:
-        raise RequestError(400, "invalid_request", "limit: must be an integer from 1 to 100", param="limit")
-    after = params.get("after")
-    if after is not None and not (ids or ITEM_ID).match(after):
-        raise RequestError(400, "invalid_request", "after: not an item id", param="after")
-    refuse_include(request)
-    return PageQuery(order="asc" if order == "asc" else "desc", limit=int(raw_limit), after=after)
+LIST_PARAMETERS = ("order", "limit", "after", "include")
+"""The query parameters of OpenAI's list endpoints (``include`` as the SDKs send it, ``include[]``, too)."""
+ORDERS: tuple[Order, ...] = ("asc", "desc")
+LIMIT_DEFAULT, LIMIT_MAX = 20, 100
+STARTING_AFTER_MAX = 2**31 - 1
+"""``starting_after``'s highest value: past any journal's length, within every store's integers."""
+
+
+def page_query(request: Request, ids: re.Pattern[str] = ITEM_ID, what: str = "an item id") -> PageQuery:
+    """``order`` (asc/desc, default desc), ``limit`` (1-100, default 20) and ``after`` (an id matching ``ids``,
+    ``what`` names it): OpenAI's list parameters, each checked (a 400 naming it; ``api.http.query``)."""
+    query = Query(request, known=LIST_PARAMETERS)
+    order = query.choice("order", ORDERS, default="desc")
+    limit = query.integer("limit", default=LIMIT_DEFAULT, low=1, high=LIMIT_MAX)
+    after = query.identifier("after", ids, what)
+    _no_include(query)
+    return PageQuery(order=order, limit=limit, after=after)
 
 
 def refuse_include(request: Request) -> None:
-    """``include``: OpenAI's extra output data, which no kept item has (a 400 naming it)."""
-    if [value for value in request.query_params.getlist("include") if value]:
+    """``include``: OpenAI's extra output data, which no kept item has (a 400 naming it). The route's only query
+    parameter."""
+    _no_include(Query(request, known=("include",)))
+
+
+def _no_include(query: Query) -> None:
+    if [value for value in query.values("include") if value]:
         raise RequestError(
             400, "invalid_request", "include: no additional output data is kept for items", param="include"
         )
+
+
+def starting_after(query: Query) -> int:
+    """``starting_after``: the sequence number of the event a stream resumes after, from -1 (the default: before
+    the first event) to ``STARTING_AFTER_MAX`` (a 400 naming it otherwise)."""
+    return query.integer("starting_after", default=-1, low=-1, high=STARTING_AFTER_MAX)
 
 
 def not_found(what: str, identifier: str, param: str | None = None) -> RequestError:
@@ -93,7 +107,7 @@ def store_errors() -> Iterator[None]:
 def conversation_id_of(value: str | dict[str, object]) -> str:
     """A request's ``conversation`` (an id, or ``{"id": …}``) checked: a 400 naming it when it is not one."""
     conversation_id = value.get("id") if isinstance(value, dict) else value
-    if not isinstance(conversation_id, str) or not CONVERSATION_ID.match(conversation_id):
+    if not isinstance(conversation_id, str) or not CONVERSATION_ID.fullmatch(conversation_id):
         raise RequestError(
             400, "invalid_request", "conversation: not a conversation id (conv_…)", param="conversation"
         )
@@ -102,7 +116,7 @@ def conversation_id_of(value: str | dict[str, object]) -> str:
 
 def checked_id(response_id: str) -> str:
     """A response id from a path checked: a 400 naming it when it is not one (``resp_…``)."""
-    if not RESPONSE_ID.match(response_id):
+    if not RESPONSE_ID.fullmatch(response_id):
         raise RequestError(
             400, "invalid_request", "response_id: not a response id (resp_…)", param="response_id"
         )

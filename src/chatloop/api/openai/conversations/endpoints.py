@@ -50,7 +50,7 @@ async def list_conversations(request: Request) -> Response:
     """The caller's conversations, newest first (``order``, ``limit``, ``after`` a conversation id): not part of
     OpenAI's API, which lists none; the chat page lists them."""
     store, owner, deadline = store_context(request)
-    query = page_query(request, CONVERSATION_ID)
+    query = page_query(request, CONVERSATION_ID, "a conversation id (conv_…)")
     with store_errors():
         page = await store.list_conversations(owner, query, deadline)
     return JSONBody(page.as_object())
@@ -150,7 +150,7 @@ async def delete_item(request: Request) -> Response:
 # --- path parameters ---------------------------------------------------------------------------
 def _conversation_id(request: Request) -> str:
     value = str(request.path_params["conversation_id"])
-    if not CONVERSATION_ID.match(value):
+    if not CONVERSATION_ID.fullmatch(value):
         raise RequestError(
             400, "invalid_request", "conversation_id: not a conversation id (conv_…)", param="conversation_id"
         )
@@ -159,6 +159,6 @@ def _conversation_id(request: Request) -> str:
 
 def _item_id(request: Request) -> str:
     value = str(request.path_params["item_id"])
-    if not ITEM_ID.match(value):
+    if not ITEM_ID.fullmatch(value):
         raise RequestError(400, "invalid_request", "item_id: not an item id (msg_…)", param="item_id")
     return value

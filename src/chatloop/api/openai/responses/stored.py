@@ -35,6 +35,7 @@ from starlette.responses import Response, StreamingResponse
 
 from chatloop.api.http.context import RequestContext
 from chatloop.api.http.errors import RequestError
+from chatloop.api.http.query import Query, invalid
 from chatloop.api.http.wire import JSONBody
 from chatloop.api.items.inputs import InputItem, InputMessage, ReasoningItem
 from chatloop.api.items.store import (
@@ -42,6 +43,7 @@ from chatloop.api.items.store import (
     conversation_id_of,
     not_found,
     page_query,
+    starting_after,
     store_context,
     store_errors,
 )
@@ -186,20 +188,17 @@ async def retrieve_response(request: Request) -> Response:
     events after ``starting_after``, followed live until its terminal event (``api.runs.follow``)."""
     store, owner, deadline = store_context(request)
     response_id = checked_id(str(request.path_params["response_id"]))
-    params = request.query_params
+    query = Query(request, known=RETRIEVE_PARAMETERS)
+    stream, after = query.boolean("stream", default=False), starting_after(query)
+    _refuse_retrieve_options(query)
     longest = longest_turn(request)
-    if params.get("stream") == "true":
-        after = params.get("starting_after", "-1")
-        if not after.lstrip("-").isdigit():
-            raise RequestError(
-                400, "invalid_request", "starting_after: must be an integer", param="starting_after"
-            )
+    if stream:
         with store_errors():
-            events = await store.events_after(owner, response_id, int(after), deadline)
+            events = await store.events_after(owner, response_id, after, deadline)
         if events is None:
             raise not_found("response", response_id)
         ctx = RequestContext.of(request)
-        followed = follow_response(store, owner, response_id, events, int(after), ctx.deadline, longest)
+        followed = follow_response(store, owner, response_id, events, after, ctx.deadline, longest)
         return StreamingResponse(
             replay(followed), media_type="text/event-stream", headers={"cache-control": "no-cache"}
         )
@@ -208,6 +207,23 @@ async def retrieve_response(request: Request) -> Response:
     if stored is None:
         raise not_found("response", response_id)
     return JSONBody(stored.body)
+
+
+RETRIEVE_PARAMETERS = ("stream", "starting_after", "include", "include_obfuscation")
+"""``responses.retrieve``'s query parameters. ``starting_after`` is used only with ``stream=true``, and checked
+either way: a bad value is a 400 whatever else the request says."""
+ALWAYS_INCLUDED = frozenset({"code_interpreter_call.outputs"})
+"""``include`` values a stored response always has (sandbox runs' outputs), as ``POST /v1/responses`` takes them."""
+
+
+def _refuse_retrieve_options(query: Query) -> None:
+    """``include`` beyond what is always included, and ``include_obfuscation=true``: this server cannot honour
+    them (a 400 naming each, as ``POST /v1/responses`` refuses them)."""
+    for value in query.values("include"):
+        if value and value not in ALWAYS_INCLUDED:  # an empty one asks for nothing, as on the item lists
+            raise invalid("include", "only 'code_interpreter_call.outputs' can be included (always included)")
+    if query.boolean("include_obfuscation", default=False):
+        raise invalid("include_obfuscation", "stream obfuscation is not offered; send false or leave it out")
 
 
 async def delete_response(request: Request) -> Response:
