@@ -24,6 +24,7 @@ from chatloop.api.openai.responses.run import checked, respond
 from chatloop.api.runs.follow import end_response
 from chatloop.api.runs.record import call_deadline, runs_of
 from chatloop.api.runs.webhooks import notify
+from chatloop.api.turns.serve import queued_slot
 from chatloop.api.turns.worker import WORKER_SCOPE
 from chatloop.aws import bounded_config
 from chatloop.deadline import Deadline
@@ -34,6 +35,9 @@ if TYPE_CHECKING:
     from starlette.applications import Starlette
 
     from chatloop.config import Settings
+    from chatloop.store.model import StoredResponse
+    from chatloop.store.runs import Runs
+    from chatloop.store.protocol import ConversationStore
 
 EVENT_KEY = "chatloop_background"
 """The asynchronous invocation's payload: ``{"chatloop_background": {"response_id": …, "owner": …}}``."""
@@ -87,6 +91,20 @@ async def run_worker(app: Starlette, event: Mapping[str, Any], seconds_left: flo
     seconds = min(runtime.settings.background_timeout_seconds, seconds_left - margin)
     request = _worker_request(app, {**raw, "stream": True}, owner, rid, Deadline.after(seconds))
     logger.info(f"background response {rid}: running ({seconds:.0f} s at most)")
+    async with queued_slot(RequestContext.of(request)):  # the caller's slot, taken when queued, until it ends
+        return await _run(request, runtime.settings, store, runs, owner, rid, stored)
+
+
+async def _run(
+    request: Request,
+    settings: Settings,
+    store: ConversationStore,
+    runs: Runs,
+    owner: str,
+    rid: str,
+    stored: StoredResponse,
+) -> JSONObject:
+    """The claimed turn run to its end: ``{"ran": true, "status": …}``."""
     try:
         response = await respond(request, await checked(request))
     except Exception as error:  # its history went away meanwhile, say: the response fails, with the reason
@@ -97,7 +115,7 @@ async def run_worker(app: Starlette, event: Mapping[str, Any], seconds_left: flo
             logger.exception(f"background response {rid}: the turn could not start")
         await end_response(store, owner, rid, stored, "failed", call_deadline(), error=failure)
         await runs.move(owner, rid, rid, {"in_progress"}, "failed", call_deadline())
-        await notify(runtime.settings, rid, "failed")  # an ending like any other: its webhook is sent
+        await notify(settings, rid, "failed")  # an ending like any other: its webhook is sent
         return {"ran": True, "status": "failed"}
     if isinstance(response, StreamingResponse):
         async for _ in response.body_iterator:  # the journal, not this stream, is what clients read
