@@ -88,7 +88,9 @@ def test_a_spent_caller_queues_no_background_turn(tmp_path, app_runtime, monkeyp
     Stubber(lambda_client).activate()  # no answer stubbed: any invocation would fail the request (a 503)
     monkeypatch.setitem(worker._CLIENTS, 5.0, lambda_client)
 
-    status, _ = call("POST", "/v1/responses", {"input": "spend the day", "store": False, "max_output_tokens": 50})
+    status, _ = call(
+        "POST", "/v1/responses", {"input": "spend the day", "store": False, "max_output_tokens": 50}
+    )
     assert status == 200 and model.calls == 1  # 2,005 tokens used of 1,500: the day is spent
     plain_status, plain = call("POST", "/v1/responses", {"input": "and more", "max_output_tokens": 50})
     assert plain_status == 429 and plain["error"]["code"] == "insufficient_quota"
@@ -100,7 +102,10 @@ def test_a_spent_caller_queues_no_background_turn(tmp_path, app_runtime, monkeyp
         body["context_management"] = [{"type": "compaction", "compact_threshold": 1000}]
     status, refused = call("POST", "/v1/responses", body)
     assert status == 429, refused
-    assert refused["error"]["code"] == plain["error"]["code"] and refused["error"]["type"] == "insufficient_quota"
+    assert (
+        refused["error"]["code"] == plain["error"]["code"]
+        and refused["error"]["type"] == "insufficient_quota"
+    )
     assert invoked == [] and model.calls == 1 and kept_records(path) == records
     status, usage = call("GET", "/v1/usage")
     assert usage["usage"]["tokens_reserved_today"] == 0 and usage["usage"]["running_turns"] == 0
@@ -134,11 +139,15 @@ def test_a_background_turns_lease_outlives_900_seconds_and_ends_with_the_turn(tm
         assert second.status_code == 429 and "concurrent turns" in second.json()["error"]["message"]
         assert model.calls == 1
         model.hold.clear()  # the first turn ends
-        while httpx.get(f"{server.base_url}/responses/{rid}", headers=headers).json()["status"] != "completed":
+        while (
+            httpx.get(f"{server.base_url}/responses/{rid}", headers=headers).json()["status"] != "completed"
+        ):
             assert time.monotonic() < deadline
             time.sleep(0.05)
         deadline = time.monotonic() + 10
         while (again := post({"input": "now", "store": False})).status_code == 429:
-            assert time.monotonic() < deadline, "the first turn's slot was not given back"  # its end, just after
+            assert time.monotonic() < deadline, (
+                "the first turn's slot was not given back"
+            )  # its end, just after
             time.sleep(0.05)
         assert again.status_code == 200 and again.json()["status"] == "completed" and model.calls == 2

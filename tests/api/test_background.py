@@ -282,14 +282,18 @@ def test_a_background_turn_refused_when_its_worker_runs_it_fails_with_its_webhoo
         "provide-client-params.lambda.Invoke", lambda params, **_: invoked.append(dict(params))
     )
     stubber = Stubber(lambda_client)
-    stubber.add_response("invoke", {"StatusCode": 202}, {"FunctionName": ANY, "InvocationType": ANY, "Payload": ANY})
+    stubber.add_response(
+        "invoke", {"StatusCode": 202}, {"FunctionName": ANY, "InvocationType": ANY, "Payload": ANY}
+    )
     stubber.activate()
     monkeypatch.setitem(worker._CLIENTS, 5.0, lambda_client)
     event = rest_event("POST", "/v1/responses", json.dumps({"input": "over budget", "background": True}))
     event["requestContext"]["identity"]["apiKeyId"] = "key-a"
     queued = handle(event)
     assert queued["statusCode"] == 200
-    lowered = runtime.budgets().ledger.set_limits("apikey:key-a", Limits(tokens_per_day=1), Deadline.after(10))
+    lowered = runtime.budgets().ledger.set_limits(
+        "apikey:key-a", Limits(tokens_per_day=1), Deadline.after(10)
+    )
     with ThreadPoolExecutor(1) as pool:  # the operator lowers the caller's day (`make budget`) meanwhile
         pool.submit(asyncio.run, lowered).result()
     assert handle(json.loads(invoked[0]["Payload"])) == {"ran": True, "status": "failed"}

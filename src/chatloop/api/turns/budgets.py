@@ -184,7 +184,9 @@ async def admit_queued(
     kept. The admission returned gives its slot back (``finish``) when the turn is not queued after all; once queued,
     the worker holds it (``renew_queued``) and gives it back as the turn ends (``end_queued``). None: unmetered."""
     await admit(ctx, turn, model, registry, longest=ctx.settings.background_timeout_seconds)
-    admitted = ctx.request.scope.pop(TURN_KEY, None)  # its slot outlives this response: not given back with it
+    admitted = ctx.request.scope.pop(
+        TURN_KEY, None
+    )  # its slot outlives this response: not given back with it
     if not isinstance(admitted, TurnBudget):
         return None
     unused = admitted.model.take_prepaid()
@@ -193,7 +195,9 @@ async def admit_queued(
             await admitted.account.book.ledger.settle(
                 admitted.account.caller, unused, Charge(), ctx.write_deadline()
             )
-        except StoreUnavailable as exc:  # the reservation stays counted for the day: logged, as a settle's miss
+        except (
+            StoreUnavailable
+        ) as exc:  # the reservation stays counted for the day: logged, as a settle's miss
             logger.warning("Budget release failed", extra={"budget": {"error": str(exc)}})
     logger.info(f"Budget decision: admitted background turn lease={admitted.lease is not None}")
     return admitted

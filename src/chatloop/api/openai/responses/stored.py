@@ -168,7 +168,9 @@ async def _journaled(
     await keeping.journal.began.wait()
     if not keeping.journal.made:
         return False
-    if not await store.update_response(keeping.owner, response["id"], json_object(response), outputs, deadline):
+    if not await store.update_response(
+        keeping.owner, response["id"], json_object(response), outputs, deadline
+    ):
         logger.info(f"response {response['id']} was deleted while its turn ran: its end is not stored")
     return True
 

@@ -36,8 +36,8 @@ if TYPE_CHECKING:
 
     from chatloop.config import Settings
     from chatloop.store.model import StoredResponse
-    from chatloop.store.runs import Runs
     from chatloop.store.protocol import ConversationStore
+    from chatloop.store.runs import Runs
 
 EVENT_KEY = "chatloop_background"
 """The asynchronous invocation's payload: ``{"chatloop_background": {"response_id": …, "owner": …}}``."""
