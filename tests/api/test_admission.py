@@ -109,6 +109,10 @@ def test_a_spent_caller_queues_no_background_turn(tmp_path, app_runtime, monkeyp
     assert invoked == [] and model.calls == 1 and kept_records(path) == records
     status, usage = call("GET", "/v1/usage")
     assert usage["usage"]["tokens_reserved_today"] == 0 and usage["usage"]["running_turns"] == 0
+    status, unstored = call(
+        "POST", "/v1/responses", {**body, "store": False}
+    )  # bad input: its 400 comes first
+    assert status == 400 and unstored["error"]["param"] == "background"
 
 
 @pytest.mark.slow

@@ -15,7 +15,7 @@ from starlette.responses import Response
 
 from chatloop.api.http.context import RequestContext
 from chatloop.api.http.errors import RequestError
-from chatloop.api.openai.responses.background import queue
+from chatloop.api.openai.responses.background import queue, queueable
 from chatloop.api.openai.responses.run import checked, respond
 from chatloop.api.turns.approvals import release
 from chatloop.api.turns.serve import admitted_to_queue
@@ -28,6 +28,7 @@ async def responses(request: Request) -> Response:
     asked = await checked(request)
     if asked.body.background and not is_worker(request):  # queued: a worker runs it
         ctx = RequestContext.of(request)
+        queueable(asked.keeping)  # a 400 first: bad input is not counted
         # Admitted as a plain turn is, before anything is queued: a 429 now, not a record that fails later.
         admitted = await admitted_to_queue(ctx, asked.turn, asked.model, ctx.runtime.registry())
         try:
