@@ -155,3 +155,22 @@ def test_a_background_turns_lease_outlives_900_seconds_and_ends_with_the_turn(tm
             )  # its end, just after
             time.sleep(0.05)
         assert again.status_code == 200 and again.json()["status"] == "completed" and model.calls == 2
+
+
+def test_a_caller_past_its_request_rate_gets_no_summary_written_before_the_429(tmp_path, app_runtime):
+    """A turn past its compaction threshold starts with the summary's call: that call is admitted as the turn is
+    (its request counted, its concurrent-turn slot taken, then handed to the turn), so a caller over its request
+    rate gets the 429 before any model call, not a free summary first."""
+    settings = Settings(conversation_store_path=str(tmp_path / "store.sqlite3"), budget_requests_per_minute=1)
+    model = Spender()
+    app_runtime(settings, model=model, registry=ToolRegistry())
+    status, _ = call("POST", "/v1/responses", {"input": "first", "store": False})
+    assert status == 200 and model.calls == 1
+    body = {
+        "input": "word " * 1500 + "and now?",
+        "store": False,
+        "context_management": [{"type": "compaction", "compact_threshold": 1000}],
+    }
+    status, refused = call("POST", "/v1/responses", body)
+    assert status == 429 and refused["error"]["code"] == "rate_limit_exceeded"
+    assert model.calls == 1

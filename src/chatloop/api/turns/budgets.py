@@ -107,15 +107,27 @@ class TurnBudget:
 
     async def finish(self) -> None:
         """Once: at the end of the turn's events, or of its response when the events never ran (whichever first)."""
-        unused = self.model.take_prepaid()
+        await self.give_back_unused()
         lease, self.lease = self.lease, None
-        ledger, caller = self.account.book.ledger, self.account.caller
+        if lease is None:
+            return
         try:
-            if unused is not None:
-                await ledger.settle(caller, unused, Charge(), self.account.ctx.write_deadline())
-            if lease is not None:
-                await ledger.end_turn(caller, lease, self.account.ctx.write_deadline())
+            await self.account.book.ledger.end_turn(
+                self.account.caller, lease, self.account.ctx.write_deadline()
+            )
         except StoreUnavailable as exc:  # the lease runs out by itself
+            logger.warning("Budget release failed", extra={"budget": {"error": str(exc)}})
+
+    async def give_back_unused(self) -> None:
+        """The first call's reservation, when no call used it, given back (the turn's slot stays held)."""
+        unused = self.model.take_prepaid()
+        if unused is None:
+            return
+        try:
+            await self.account.book.ledger.settle(
+                self.account.caller, unused, Charge(), self.account.ctx.write_deadline()
+            )
+        except StoreUnavailable as exc:  # counted until the period ends: logged, as a settle's miss
             logger.warning("Budget release failed", extra={"budget": {"error": str(exc)}})
 
 
@@ -125,16 +137,17 @@ async def admit(
     model: FallbackChain,
     registry: ToolRegistry,
     *,
-    counted: bool = True,
     longest: float | None = None,
 ) -> ChatModel:
     """``model`` metered by the caller's budget, its first call reserved now (see the module docstring): the
     client's messages, the tools the turn offers and the answer's reserve (the engine's guidance note and any
-    excess of the real usage are settled after the call). ``counted=False``: a call made for a request that is
-    counted (a request and a concurrent turn) by its own turn's admission, such as the compaction before it, or a
-    background worker's turn, counted when it was queued (``admit_queued``). ``longest``: the longest the turn may
-    run, which its concurrent-turn lease lasts (and ``LEASE_MARGIN_SECONDS``); the request's deadline by default."""
-    counted = counted and not is_worker(ctx.request)
+    excess of the real usage are settled after the call). A request is counted (a request, a concurrent turn) once:
+    a background worker's turn was when it was queued (``admit_queued``); a turn that starts with a summary takes
+    over the summary's admission (``compaction.past``: its slot). ``longest``: the longest the turn may run, which
+    its concurrent-turn lease lasts (and ``LEASE_MARGIN_SECONDS``); the request's deadline by default."""
+    earlier = ctx.request.scope.get(TURN_KEY)
+    taken = earlier if isinstance(earlier, TurnBudget) else None
+    counted = not is_worker(ctx.request) and taken is None
     book = book_of(ctx.runtime)
     caller = caller_for_budget(ctx) if book is not None else None
     if book is None or caller is None:
@@ -168,6 +181,8 @@ async def admit(
                 503, "budget_unavailable", "the budget store is unavailable; try again"
             ) from None
         return model
+    if taken is not None:
+        lease, taken.lease = taken.lease, None
     account = CallerAccount(ctx, book, caller, limits)
     budgeted = BudgetedModel(model, account, meter, prepaid=held)
     ctx.request.scope[TURN_KEY] = TurnBudget(account, budgeted, rate_limit_headers(limits, held.usage), lease)
@@ -189,16 +204,7 @@ async def admit_queued(
     )  # its slot outlives this response: not given back with it
     if not isinstance(admitted, TurnBudget):
         return None
-    unused = admitted.model.take_prepaid()
-    if unused is not None:
-        try:
-            await admitted.account.book.ledger.settle(
-                admitted.account.caller, unused, Charge(), ctx.write_deadline()
-            )
-        except (
-            StoreUnavailable
-        ) as exc:  # the reservation stays counted for the day: logged, as a settle's miss
-            logger.warning("Budget release failed", extra={"budget": {"error": str(exc)}})
+    await admitted.give_back_unused()
     logger.info(f"Budget decision: admitted background turn lease={admitted.lease is not None}")
     return admitted
 

@@ -66,8 +66,6 @@ async def budgeted(
     turn: TurnRequest,
     model: FallbackChain,
     registry: ToolRegistry,
-    *,
-    counted: bool = True,
 ) -> ChatModel:
     """The turn's model metered by the caller's budget (``api/turns/budgets.py``): a 429 or 503 now, before the response
     starts, when the budget refuses it. The chain itself, with no store call, when no BUDGET_* limit is set."""
@@ -76,7 +74,7 @@ async def budgeted(
     from chatloop.api.turns.budgets import admit
 
     try:
-        return await admit(ctx, turn, model, registry, counted=counted)
+        return await admit(ctx, turn, model, registry)
     except RequestError:  # refused before anything ran: the approvals it answers are not used up
         from chatloop.api.turns.approvals import release
 
