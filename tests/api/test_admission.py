@@ -174,3 +174,47 @@ def test_a_caller_past_its_request_rate_gets_no_summary_written_before_the_429(t
     status, refused = call("POST", "/v1/responses", body)
     assert status == 429 and refused["error"]["code"] == "rate_limit_exceeded"
     assert model.calls == 1
+
+
+def test_a_queued_turn_that_never_runs_gives_its_slot_back(tmp_path, app_runtime, monkeypatch):
+    """Cancelled while queued, or deleted before its worker starts: the slot its queueing took is given back then,
+    not when its lease (BACKGROUND_TIMEOUT_SECONDS) expires. The Lambda path: invocations recorded, one delivered."""
+    import boto3
+    from botocore.stub import ANY, Stubber
+
+    from chatloop.api.openai.responses import worker
+
+    settings = Settings(
+        conversation_store_path=str(tmp_path / "store.sqlite3"),
+        lambda_function_name="chatloop-chat",
+        budget_concurrent_turns=1,
+    )
+    model = Spender()
+    app_runtime(settings, model=model, registry=ToolRegistry())
+    lambda_client = boto3.client(
+        "lambda", region_name="us-east-1", aws_access_key_id="testing", aws_secret_access_key="testing"
+    )
+    invoked: list[dict[str, Any]] = []
+    lambda_client.meta.events.register(
+        "provide-client-params.lambda.Invoke", lambda params, **_: invoked.append(dict(params))
+    )
+    stubber = Stubber(lambda_client)
+    for _ in range(2):
+        stubber.add_response(
+            "invoke", {"StatusCode": 202}, {"FunctionName": ANY, "InvocationType": ANY, "Payload": ANY}
+        )
+    stubber.activate()
+    monkeypatch.setitem(worker._CLIENTS, 5.0, lambda_client)
+    plain = {"input": "a plain turn", "store": False}
+
+    status, queued = call("POST", "/v1/responses", {"input": "later", "background": True})
+    assert status == 200 and call("POST", "/v1/responses", plain)[0] == 429  # its slot is taken
+    status, cancelled = call("POST", f"/v1/responses/{queued['id']}/cancel")
+    assert status == 200 and cancelled["status"] == "cancelled"
+    assert call("POST", "/v1/responses", plain)[0] == 200
+
+    status, queued = call("POST", "/v1/responses", {"input": "later", "background": True})
+    assert status == 200 and call("DELETE", f"/v1/responses/{queued['id']}")[0] == 200
+    assert handle(json.loads(invoked[-1]["Payload"]))["ran"] is False  # its worker finds it gone
+    assert call("POST", "/v1/responses", plain)[0] == 200
+    assert model.calls == 2

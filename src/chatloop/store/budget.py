@@ -240,7 +240,7 @@ def lease_of(turn_id: str, now: float, longest: float) -> str:
     """A concurrent-turn slot for ``turn_id``, held from ``now`` until ``longest`` seconds (the longest the turn may
     run: its deadline, or BACKGROUND_TIMEOUT_SECONDS for a queued one) and ``LEASE_MARGIN_SECONDS`` have passed:
     never shorter than the turn, however long a setting lets it run."""
-    return f"{turn_id}@{math.ceil(now + max(0.0, longest) + LEASE_MARGIN_SECONDS)}"
+    return f"{turn_id}@{math.ceil(now + longest + LEASE_MARGIN_SECONDS)}"
 
 
 def turn_of_lease(lease: str) -> str:

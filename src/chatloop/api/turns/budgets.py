@@ -39,7 +39,15 @@ from chatloop.observability import NAMESPACE, SERVICE, logger
 from chatloop.providers.base import ChatModel
 from chatloop.providers.budgeted import Book, BudgetedModel, BudgetExhausted, BudgetUnavailable
 from chatloop.providers.chain import FallbackChain
-from chatloop.store.budget import BudgetRefused, Charge, Counters, Held, Limits, lease_of
+from chatloop.store.budget import (
+    LEASE_MARGIN_SECONDS,
+    BudgetRefused,
+    Charge,
+    Counters,
+    Held,
+    Limits,
+    lease_of,
+)
 from chatloop.store.model import StoreUnavailable
 from chatloop.tools.base import ToolRegistry
 
@@ -227,6 +235,22 @@ async def renew_queued(ctx: RequestContext) -> str | None:
         logger.warning("Budget lease renewal failed", extra={"budget": {"error": str(exc)}})
         return None
     return lease
+
+
+async def release_queued(ctx: RequestContext, turn_id: str) -> None:
+    """A queued turn that will not run (cancelled while queued, or gone before its worker started): the slot its
+    queueing took given back now, not when it expires. Its lease is replaced by one that has already ended, then
+    ended (the queued lease's exact expiry is not known here)."""
+    book = book_of(ctx.runtime)
+    caller = caller_for_budget(ctx) if book is not None else None
+    if book is None or caller is None:
+        return
+    lease = lease_of(turn_id, book.ledger.clock(), -LEASE_MARGIN_SECONDS)
+    try:
+        await book.ledger.renew_turn(caller, lease, ctx.write_deadline())
+        await book.ledger.end_turn(caller, lease, ctx.write_deadline())
+    except StoreUnavailable as exc:  # the lease runs out by itself
+        logger.warning("Budget release failed", extra={"budget": {"error": str(exc)}})
 
 
 async def end_queued(ctx: RequestContext, lease: str | None) -> None:

@@ -117,6 +117,15 @@ async def queued_slot(ctx: RequestContext) -> AsyncIterator[None]:
         await end_queued(ctx, lease)
 
 
+async def released_from_queue(ctx: RequestContext, turn_id: str) -> None:
+    """A queued turn that will not run: its concurrent-turn slot given back now (``budgets.release_queued``)."""
+    if not ctx.settings.budgets_on():
+        return
+    from chatloop.api.turns.budgets import release_queued
+
+    await release_queued(ctx, turn_id)
+
+
 def turn_events(
     ctx: RequestContext,
     turn: TurnRequest,

@@ -49,6 +49,7 @@ from chatloop.api.runs.journal import stored_event
 from chatloop.api.runs.record import call_deadline, runs_of
 from chatloop.api.runs.running import keep_task, stop_here
 from chatloop.api.runs.webhooks import notify
+from chatloop.api.turns.serve import released_from_queue
 from chatloop.deadline import Deadline
 from chatloop.jsontypes import JSONObject, json_object
 from chatloop.observability import logger
@@ -214,6 +215,7 @@ async def cancel_response(request: Request) -> Response:
             and await runs.move(owner, rid, rid, {"queued"}, "cancelled", deadline)
         ):
             stored = await end_response(store, owner, rid, stored, "cancelled", deadline)
+            await released_from_queue(RequestContext.of(request), rid.removeprefix("resp_"))
             await notify(RequestContext.of(request).settings, rid, "cancelled")
             return JSONBody(stored.body)
         stop_here((owner, rid))

@@ -24,7 +24,7 @@ from chatloop.api.openai.responses.run import checked, respond
 from chatloop.api.runs.follow import end_response
 from chatloop.api.runs.record import call_deadline, runs_of
 from chatloop.api.runs.webhooks import notify
-from chatloop.api.turns.serve import queued_slot
+from chatloop.api.turns.serve import queued_slot, released_from_queue
 from chatloop.api.turns.worker import WORKER_SCOPE
 from chatloop.aws import bounded_config
 from chatloop.deadline import Deadline
@@ -85,6 +85,10 @@ async def run_worker(app: Starlette, event: Mapping[str, Any], seconds_left: flo
     stored = await store.get_response(owner, rid, call_deadline())
     if raw is None or stored is None:
         await runs.move(owner, rid, rid, {"in_progress"}, "failed", call_deadline())
+        gone = _worker_request(app, {}, owner, rid, call_deadline())
+        await released_from_queue(
+            RequestContext.of(gone), rid.removeprefix("resp_")
+        )  # its slot, taken when queued
         return {"ran": False, "reason": "gone"}
     await store.update_response(owner, rid, {**stored.body, "status": "in_progress"}, [], call_deadline())
     margin = runtime.settings.lambda_safety_margin_seconds
