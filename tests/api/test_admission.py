@@ -115,7 +115,6 @@ def test_a_spent_caller_queues_no_background_turn(tmp_path, app_runtime, monkeyp
     assert status == 400 and unstored["error"]["param"] == "background"
 
 
-@pytest.mark.slow
 def test_a_background_turns_lease_outlives_900_seconds_and_ends_with_the_turn(tmp_path):
     path = tmp_path / "store.sqlite3"
     settings = Settings(
