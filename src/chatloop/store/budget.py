@@ -243,6 +243,12 @@ def lease_of(turn_id: str, now: float, longest: float) -> str:
     return f"{turn_id}@{math.ceil(now + longest + LEASE_MARGIN_SECONDS)}"
 
 
+def ended_lease(turn_id: str, now: float) -> str:
+    """A lease of ``turn_id`` that has run out already: renewed in place of the turn's own, then ended, it gives
+    the turn's slot back without knowing when its lease would have run out."""
+    return f"{turn_id}@{math.floor(now)}"
+
+
 def turn_of_lease(lease: str) -> str:
     """The turn a lease holds a slot for (``lease_of``'s ``turn_id``)."""
     return lease.rpartition("@")[0]

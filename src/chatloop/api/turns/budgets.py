@@ -39,15 +39,7 @@ from chatloop.observability import NAMESPACE, SERVICE, logger
 from chatloop.providers.base import ChatModel
 from chatloop.providers.budgeted import Book, BudgetedModel, BudgetExhausted, BudgetUnavailable
 from chatloop.providers.chain import FallbackChain
-from chatloop.store.budget import (
-    LEASE_MARGIN_SECONDS,
-    BudgetRefused,
-    Charge,
-    Counters,
-    Held,
-    Limits,
-    lease_of,
-)
+from chatloop.store.budget import BudgetRefused, Charge, Counters, Held, Limits, ended_lease, lease_of
 from chatloop.store.model import StoreUnavailable
 from chatloop.tools.base import ToolRegistry
 
@@ -207,9 +199,8 @@ async def admit_queued(
     kept. The admission returned gives its slot back (``finish``) when the turn is not queued after all; once queued,
     the worker holds it (``renew_queued``) and gives it back as the turn ends (``end_queued``). None: unmetered."""
     await admit(ctx, turn, model, registry, longest=ctx.settings.background_timeout_seconds)
-    admitted = ctx.request.scope.pop(
-        TURN_KEY, None
-    )  # its slot outlives this response: not given back with it
+    # Its slot outlives this response: not given back with it (``RateLimitHeaders``).
+    admitted = ctx.request.scope.pop(TURN_KEY, None)
     if not isinstance(admitted, TurnBudget):
         return None
     await admitted.give_back_unused()
@@ -245,7 +236,7 @@ async def release_queued(ctx: RequestContext, turn_id: str) -> None:
     caller = caller_for_budget(ctx) if book is not None else None
     if book is None or caller is None:
         return
-    lease = lease_of(turn_id, book.ledger.clock(), -LEASE_MARGIN_SECONDS)
+    lease = ended_lease(turn_id, book.ledger.clock())
     try:
         await book.ledger.renew_turn(caller, lease, ctx.write_deadline())
         await book.ledger.end_turn(caller, lease, ctx.write_deadline())
