@@ -506,14 +506,22 @@ def test_an_approval_answered_in_a_background_response_runs_once_in_its_worker(c
     assert docs.calls == [*before, "approvals"]  # claimed when queued, run once by the worker
 
 
-@pytest.mark.parametrize("compacted", [False, True])
+@pytest.mark.parametrize(("compacted", "background"), [(False, False), (True, False), (False, True)])
 def test_an_approval_refused_by_the_budget_is_not_used_up_and_runs_once_the_budget_renews(
-    tmp_path, docs, compacted
+    tmp_path, docs, compacted, background
 ):
     """The answer's turn refused (429, nothing run) leaves the approval unused: sent again once the budget allows,
     it runs, once. ``compacted``: the answer's turn is past its compact_threshold, so the refusal comes at the
-    summary's call, and the summary and the turn together are one request."""
+    summary's call, and the summary and the turn together are one request. ``background``: the answer's turn is
+    queued, so the refusal comes at the door (issue 41): no record is kept, no worker started."""
+    import sqlite3
+    import time
+
     from chatloop.store.budget_sqlite import SQLiteLedger
+
+    def kept() -> int:
+        with sqlite3.connect(path) as db:
+            return int(db.execute("SELECT count(*) FROM records WHERE kind = 'response'").fetchone()[0])
 
     path = tmp_path / "store.sqlite3"
     settings = Settings(
@@ -534,12 +542,17 @@ def test_an_approval_refused_by_the_budget_is_not_used_up_and_runs_once_the_budg
         }
         if compacted:
             body["context_management"] = [{"type": "compaction", "compact_threshold": 1000}]
-        before = list(docs.calls)
+        before, responses = list(docs.calls), kept()
         with pytest.raises(openai.RateLimitError):
-            sdk.responses.create(model="chatloop", **body)
-        assert docs.calls == before
+            sdk.responses.create(model="chatloop", background=background, **body)
+        assert docs.calls == before and kept() == responses
         now[0] += 61
-        done = sdk.responses.create(model="chatloop", **body)
+        done = sdk.responses.create(model="chatloop", background=background, **body)
+        for _ in range(200):  # a background one: its worker (a task of this process) runs it
+            if done.status not in ("queued", "in_progress"):
+                break
+            time.sleep(0.05)
+            done = sdk.responses.retrieve(done.id)
         assert next(o for o in done.output if o.type == "mcp_call").approval_request_id == request.id
         assert docs.calls == [*before, "approvals"]
         now[0] += 61

@@ -247,12 +247,22 @@ def test_a_background_responses_end_is_a_webhook_the_openai_sdk_verifies(tmp_pat
         ).webhooks.unwrap(body, headers)
 
 
-def test_a_background_turn_refused_when_its_worker_runs_it_fails_with_its_webhook(tmp_path, monkeypatch):
-    """The worker's turn can be refused before it starts (here the caller's budget; or its history deleted
-    meanwhile): the response fails, and a client that waits for webhooks hears so, as for any other ending."""
+def test_a_background_turn_refused_when_its_worker_runs_it_fails_with_its_webhook(
+    tmp_path, app_runtime, monkeypatch
+):
+    """The worker's turn can be refused before it starts although it was admitted when queued (here the caller's
+    budget, lowered meanwhile; or its history deleted): the response fails, and a client that waits for webhooks
+    hears so, as for any other ending. The Lambda path: queued through the handler, the event delivered to it."""
     import base64
+    from concurrent.futures import ThreadPoolExecutor
 
+    import boto3
+    from botocore.stub import ANY, Stubber
+
+    from chatloop.api.openai.responses import worker
     from chatloop.api.runs import webhooks
+    from chatloop.deadline import Deadline
+    from chatloop.store.budget import Limits
 
     sent: list[bytes] = []
 
@@ -263,20 +273,37 @@ def test_a_background_turn_refused_when_its_worker_runs_it_fails_with_its_webhoo
     monkeypatch.setattr(webhooks, "_post", post)
     settings = Settings(
         conversation_store_path=str(tmp_path / "refused.sqlite3"),
-        budget_tokens_per_day=1,
+        lambda_function_name="chatloop-chat",
+        budget_tokens_per_day=100_000,
         webhook_url="http://127.0.0.1:9/hooks",
         webhook_allow_private=True,
         webhook_secret="whsec_" + base64.b64encode(b"a webhook secret of 32 bytes....").decode(),
     )
     model = Writer()
-    with app_server(settings, model=model, registry=ToolRegistry()) as server:
-        sdk = client(server)
-        created = sdk.responses.create(model="chatloop", input="over budget", background=True)
-        assert poll(sdk, created.id, {"completed", "failed", "cancelled", "incomplete"}).status == "failed"
-        deadline = time.monotonic() + 10
-        while not sent:
-            assert time.monotonic() < deadline, "no webhook for the failed response"
-            time.sleep(0.05)
+    runtime = app_runtime(settings, model=model, registry=ToolRegistry())
+    lambda_client = boto3.client(
+        "lambda", region_name="us-east-1", aws_access_key_id="testing", aws_secret_access_key="testing"
+    )
+    invoked: list[dict[str, Any]] = []
+    lambda_client.meta.events.register(
+        "provide-client-params.lambda.Invoke", lambda params, **_: invoked.append(dict(params))
+    )
+    stubber = Stubber(lambda_client)
+    stubber.add_response(
+        "invoke", {"StatusCode": 202}, {"FunctionName": ANY, "InvocationType": ANY, "Payload": ANY}
+    )
+    stubber.activate()
+    monkeypatch.setitem(worker._CLIENTS, 5.0, lambda_client)
+    event = rest_event("POST", "/v1/responses", json.dumps({"input": "over budget", "background": True}))
+    event["requestContext"]["identity"]["apiKeyId"] = "key-a"
+    queued = handle(event)
+    assert queued["statusCode"] == 200
+    lowered = runtime.budgets().ledger.set_limits(
+        "apikey:key-a", Limits(tokens_per_day=1), Deadline.after(10)
+    )
+    with ThreadPoolExecutor(1) as pool:  # the operator lowers the caller's day (`make budget`) meanwhile
+        pool.submit(asyncio.run, lowered).result()
+    assert handle(json.loads(invoked[0]["Payload"])) == {"ran": True, "status": "failed"}
     assert json.loads(sent[0])["type"] == "response.failed" and model.calls == []
 
 

@@ -295,3 +295,22 @@ def test_a_background_turn_whose_copy_died_is_ended_failed_when_read(llm, tmp_pa
         with fleet.stream("GET", f"/v1/responses/{rid}?stream=true", avoid=worker) as (_, replayed):
             events = list(sse_events(replayed.iter_lines()))
         assert events[-1]["type"] == "response.failed"
+
+
+def test_a_background_response_deleted_while_it_runs_stays_deleted(fleet, llm):
+    """Deletion wins (issue 41): deleted on the copy that does not run it, the response is not stored again when its
+    turn ends on the other copy: it reads 404 afterwards, on both copies."""
+    words = f"run slowly then vanish ({fleet.store})"
+    before = len(fleet.deliveries)
+    _, queued = background(fleet, words)
+    rid = queued["id"]
+    wait_for(lambda: model_calls(llm, words) == 1, every=0.05)
+    worker = fleet.delivered_to[-1]
+    _, deleted = fleet.request("DELETE", f"/v1/responses/{rid}", avoid=worker)
+    assert deleted.status_code == 200 and deleted.json()["deleted"] is True
+    fleet.wait_deliveries(before + 1)  # the worker's turn has ended
+    for copy in fleet.copies:
+        _, read = fleet.request("GET", f"/v1/responses/{rid}", on=copy)
+        assert read.status_code == 404, read.text
+    _, events = fleet.request("GET", f"/v1/responses/{rid}?stream=true", avoid=worker)
+    assert events.status_code == 404

@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 from moto import mock_aws
 
 from chatloop.deadline import Deadline
-from chatloop.store.budget import UNLIMITED, BudgetRefused, Charge, Ledger, Limits, Periods
+from chatloop.store.budget import UNLIMITED, BudgetRefused, Charge, Ledger, Limits, Periods, lease_of
 from chatloop.store.budget_dynamodb import DynamoDBLedger
 from chatloop.store.budget_sqlite import SQLiteLedger
 from chatloop.store.dynamodb_layout import create_table
@@ -146,6 +146,26 @@ async def test_concurrent_turn_leases_hold_a_slot_until_the_turn_ends_or_the_lea
     clock.now += 61  # t2's container died: its lease runs out
     await book.reserve("alice", Charge(requests=1, lease=f"t3@{int(clock.now) + 60}"), limits, soon())
     assert (await book.usage("alice", soon())).running() == 1
+
+
+async def test_a_renewed_lease_replaces_its_turns_earlier_one_and_outlives_it(ledger):
+    """A queued turn's worker renews the slot its queueing took (issue 41): the renewed lease holds past the first
+    one's expiry, the turn holds one slot, not two, and ending the renewed lease frees it."""
+    book, clock = ledger
+    limits = Limits(concurrent_turns=2)
+    queued = lease_of("t1", clock.now, 100)
+    await book.reserve("alice", Charge(requests=1, lease=queued), limits, soon())
+    await book.reserve("alice", Charge(requests=1, lease=lease_of("other", clock.now, 1000)), limits, soon())
+    clock.now += 50
+    renewed = lease_of("t1", clock.now, 1000)
+    await book.renew_turn("alice", renewed, soon())
+    held = (await book.usage("alice", soon())).leases
+    assert renewed in held and queued not in held and len(held) == 2
+    clock.now += 200  # past the queued lease's expiry: the renewed one still holds the slot
+    with pytest.raises(BudgetRefused):
+        await book.reserve("alice", Charge(requests=1, lease=lease_of("t2", clock.now, 10)), limits, soon())
+    await book.end_turn("alice", renewed, soon())
+    await book.reserve("alice", Charge(requests=1, lease=lease_of("t2", clock.now, 10)), limits, soon())
 
 
 async def test_overrides_are_per_caller_and_can_lift_a_default(ledger):

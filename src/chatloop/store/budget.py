@@ -52,9 +52,10 @@ Clock = Callable[[], float]
 T = TypeVar("T")
 KEPT_SECONDS = 40 * 24 * 3600
 """How long a caller's usage record outlives its last write (TTL): past the longest period, a month."""
-LEASE_SECONDS = 15 * 60
-"""A running turn's lease: the longest a Lambda invocation lives. A container that died mid-turn frees its slot
-when the lease expires."""
+LEASE_MARGIN_SECONDS = 60
+"""What a turn's lease adds to the longest the turn may run (``lease_of``): a background turn's wait in Lambda's
+queue before its worker starts (the worker renews the lease then: ``Ledger.renew_turn``), and clocks that differ
+between containers. The lease ends with the turn; a container that died mid-turn frees its slot when it expires."""
 UNLIMITED = -1
 """An override that lifts a limit the defaults set (``make budget CALLER=... TOKENS_PER_DAY=unlimited``)."""
 
@@ -235,8 +236,22 @@ def _lease_expiry(lease: str) -> float:
         return 0.0
 
 
-def lease_of(turn_id: str, now: float) -> str:
-    return f"{turn_id}@{int(now + LEASE_SECONDS)}"
+def lease_of(turn_id: str, now: float, longest: float) -> str:
+    """A concurrent-turn slot for ``turn_id``, held from ``now`` until ``longest`` seconds (the longest the turn may
+    run: its deadline, or BACKGROUND_TIMEOUT_SECONDS for a queued one) and ``LEASE_MARGIN_SECONDS`` have passed:
+    never shorter than the turn, however long a setting lets it run."""
+    return f"{turn_id}@{math.ceil(now + longest + LEASE_MARGIN_SECONDS)}"
+
+
+def ended_lease(turn_id: str, now: float) -> str:
+    """A lease of ``turn_id`` that has run out already: renewed in place of the turn's own, then ended, it gives
+    the turn's slot back without knowing when its lease would have run out."""
+    return f"{turn_id}@{math.floor(now)}"
+
+
+def turn_of_lease(lease: str) -> str:
+    """The turn a lease holds a slot for (``lease_of``'s ``turn_id``)."""
+    return lease.rpartition("@")[0]
 
 
 def added(charge: Charge, p: Periods) -> dict[str, int]:
@@ -297,6 +312,12 @@ class Ledger:
         """Free a concurrent-turn slot."""
         await in_thread(deadline, lambda timeout: self._end_turn(caller, lease, timeout))
 
+    async def renew_turn(self, caller: str, lease: str, deadline: Deadline) -> None:
+        """Hold ``lease`` in place of its turn's earlier leases: the worker of a queued turn extends the slot its
+        queueing took, from when it starts. Taken even when the earlier one has expired (the turn was admitted; it is
+        not refused for the time it waited)."""
+        await in_thread(deadline, lambda timeout: self._renew_turn(caller, lease, timeout))
+
     async def usage(self, caller: str, deadline: Deadline) -> Counters:
         return await in_thread(deadline, lambda timeout: self._usage(caller, timeout))
 
@@ -314,6 +335,9 @@ class Ledger:
         raise NotImplementedError
 
     def _end_turn(self, caller: str, lease: str, timeout: float) -> None:
+        raise NotImplementedError
+
+    def _renew_turn(self, caller: str, lease: str, timeout: float) -> None:
         raise NotImplementedError
 
     def _usage(self, caller: str, timeout: float) -> Counters:

@@ -39,6 +39,7 @@ from chatloop.store.budget import (
     refusal,
     settled,
     stale,
+    turn_of_lease,
 )
 from chatloop.store.dynamodb_client import CONDITION_FAILED, ClientPool, error_code, store_errors
 from chatloop.store.dynamodb_layout import DynamoDBClient
@@ -134,6 +135,26 @@ class DynamoDBLedger(Ledger):
     def _end_turn(self, caller: str, lease: str, timeout: float) -> None:
         with store_errors():
             self._forget(self._client(timeout), caller, {lease})
+
+    def _renew_turn(self, caller: str, lease: str, timeout: float) -> None:
+        # ADD and DELETE of one set cannot share an UpdateExpression: the new lease first, then the old ones go,
+        # so the slot is never free in between.
+        turn = turn_of_lease(lease)
+        with store_errors():
+            client = self._client(timeout)
+            client.update_item(
+                TableName=self.table_name,
+                Key=_key(caller, "#usage"),
+                UpdateExpression="SET expires_at = if_not_exists(expires_at, :exp) ADD leases :lease",
+                ExpressionAttributeValues={
+                    ":lease": {"SS": [lease]},
+                    ":exp": {"N": str(int(self.clock()) + KEPT_SECONDS)},
+                },
+            )
+            held = self._usage(caller, timeout).leases
+            earlier = {old for old in held if turn_of_lease(old) == turn and old != lease}
+            if earlier:
+                self._forget(client, caller, earlier)
 
     def _usage(self, caller: str, timeout: float) -> Counters:
         with store_errors():

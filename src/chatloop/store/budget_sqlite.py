@@ -35,6 +35,7 @@ from chatloop.store.budget import (
     refusal,
     settled,
     stale,
+    turn_of_lease,
 )
 from chatloop.store.sqlite import SQLiteBackend
 
@@ -88,6 +89,14 @@ class SQLiteLedger(Ledger):
             counters, leases = _state(_read(db, _row(caller, "usage"), now))
             if counters or leases:
                 _save(db, caller, counters, {}, live_leases(leases, now) - {lease}, now)
+
+    def _renew_turn(self, caller: str, lease: str, timeout: float) -> None:
+        with self._file._db(timeout, write=True) as db:
+            now = self.clock()
+            counters, leases = _state(_read(db, _row(caller, "usage"), now))
+            turn = turn_of_lease(lease)
+            others = {held for held in live_leases(leases, now) if turn_of_lease(held) != turn}
+            _save(db, caller, counters, {}, others | {lease}, now)
 
     def _usage(self, caller: str, timeout: float) -> Counters:
         with self._file._db(timeout) as db:

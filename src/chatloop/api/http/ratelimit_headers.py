@@ -32,6 +32,10 @@ class AdmittedTurn(Protocol):
 
     async def finish(self) -> None: ...
 
+    async def give_back_unused(self) -> None:
+        """What its first call's reservation left unused, given back now (its slot stays held)."""
+        ...
+
 
 T = TypeVar("T")
 

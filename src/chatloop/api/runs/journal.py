@@ -79,6 +79,9 @@ class Journal:
         self.began = asyncio.Event()
         """Set once the response record exists (or could not be made): what is stored after the turn waits for
         it."""
+        self.made = begin is None
+        """Whether the response record was made before the turn's end (by ``begin``, or before the journal, as a
+        background response's is when queued): if it is gone at the end, it was deleted, and deletion wins."""
         self.terminal: dict[str, object] | None = None
         """The terminal event, once the renderer framed it."""
         self._pending: list[StoredEvent] = []
@@ -120,6 +123,7 @@ class Journal:
         if self.begin is not None and self._first is not None:
             try:
                 await self.begin(self._first)
+                self.made = True
             except StoreUnavailable as error:
                 logger.warning(f"response {self.response_id}: not journaled, the store failed: {error}")
                 self._closed = True

@@ -33,12 +33,13 @@ from chatloop.api.http.context import RequestContext
 from chatloop.api.http.errors import RequestError
 from chatloop.api.http.ratelimit_headers import TURN_KEY
 from chatloop.api.http.wire import JSONBody
+from chatloop.api.turns.worker import is_worker
 from chatloop.engine import TurnRequest
 from chatloop.observability import NAMESPACE, SERVICE, logger
 from chatloop.providers.base import ChatModel
 from chatloop.providers.budgeted import Book, BudgetedModel, BudgetExhausted, BudgetUnavailable
 from chatloop.providers.chain import FallbackChain
-from chatloop.store.budget import BudgetRefused, Charge, Counters, Held, Limits, lease_of
+from chatloop.store.budget import BudgetRefused, Charge, Counters, Held, Limits, ended_lease, lease_of
 from chatloop.store.model import StoreUnavailable
 from chatloop.tools.base import ToolRegistry
 
@@ -106,15 +107,27 @@ class TurnBudget:
 
     async def finish(self) -> None:
         """Once: at the end of the turn's events, or of its response when the events never ran (whichever first)."""
-        unused = self.model.take_prepaid()
+        await self.give_back_unused()
         lease, self.lease = self.lease, None
-        ledger, caller = self.account.book.ledger, self.account.caller
+        if lease is None:
+            return
         try:
-            if unused is not None:
-                await ledger.settle(caller, unused, Charge(), self.account.ctx.write_deadline())
-            if lease is not None:
-                await ledger.end_turn(caller, lease, self.account.ctx.write_deadline())
+            await self.account.book.ledger.end_turn(
+                self.account.caller, lease, self.account.ctx.write_deadline()
+            )
         except StoreUnavailable as exc:  # the lease runs out by itself
+            logger.warning("Budget release failed", extra={"budget": {"error": str(exc)}})
+
+    async def give_back_unused(self) -> None:
+        """The first call's reservation, when no call used it, given back (the turn's slot stays held)."""
+        unused = self.model.take_prepaid()
+        if unused is None:
+            return
+        try:
+            await self.account.book.ledger.settle(
+                self.account.caller, unused, Charge(), self.account.ctx.write_deadline()
+            )
+        except StoreUnavailable as exc:  # counted until the period ends: logged, as a settle's miss
             logger.warning("Budget release failed", extra={"budget": {"error": str(exc)}})
 
 
@@ -124,12 +137,17 @@ async def admit(
     model: FallbackChain,
     registry: ToolRegistry,
     *,
-    counted: bool = True,
+    longest: float | None = None,
 ) -> ChatModel:
     """``model`` metered by the caller's budget, its first call reserved now (see the module docstring): the
     client's messages, the tools the turn offers and the answer's reserve (the engine's guidance note and any
-    excess of the real usage are settled after the call). ``counted=False``: a call made for a request that is
-    counted (a request and a concurrent turn) by its own turn's admission, such as the compaction before it."""
+    excess of the real usage are settled after the call). A request is counted (a request, a concurrent turn) once:
+    a background worker's turn was when it was queued (``admit_queued``); a turn that starts with a summary takes
+    over the summary's admission (``compaction.past``: its slot). ``longest``: the longest the turn may run, which
+    its concurrent-turn lease lasts (and ``LEASE_MARGIN_SECONDS``); the request's deadline by default."""
+    earlier = ctx.request.scope.get(TURN_KEY)
+    taken = earlier if isinstance(earlier, TurnBudget) else None
+    counted = not is_worker(ctx.request) and taken is None
     book = book_of(ctx.runtime)
     caller = caller_for_budget(ctx) if book is not None else None
     if book is None or caller is None:
@@ -143,8 +161,9 @@ async def admit(
         tools = registry.schemas(offered) + list(turn.client_tools)
         meter = book.meter_for(model)
         first = meter.estimate_of(list(turn.messages), tools or None, turn.max_tokens, model.name)
+        lasts = ctx.deadline.remaining() if longest is None else longest
         lease = (
-            lease_of(ctx.request_id, book.ledger.clock())
+            lease_of(ctx.request_id, book.ledger.clock(), lasts)
             if limits.concurrent_turns is not None and counted
             else None
         )
@@ -162,10 +181,79 @@ async def admit(
                 503, "budget_unavailable", "the budget store is unavailable; try again"
             ) from None
         return model
+    if taken is not None:
+        lease, taken.lease = taken.lease, None
     account = CallerAccount(ctx, book, caller, limits)
     budgeted = BudgetedModel(model, account, meter, prepaid=held)
     ctx.request.scope[TURN_KEY] = TurnBudget(account, budgeted, rate_limit_headers(limits, held.usage), lease)
     return budgeted
+
+
+# --- background turns: admitted at the door, their slot held by the worker -----------------------------------
+async def admit_queued(
+    ctx: RequestContext, turn: TurnRequest, model: FallbackChain, registry: ToolRegistry
+) -> TurnBudget | None:
+    """A background turn admitted before anything is queued, as a plain turn is: the request counted, a concurrent
+    turn's slot taken for BACKGROUND_TIMEOUT_SECONDS, the first call's estimate checked (reserved, and given back at
+    once: the worker reserves its own calls). A refusal is the plain turn's 429, with nothing queued, invoked or
+    kept. The admission returned gives its slot back (``finish``) when the turn is not queued after all; once queued,
+    the worker holds it (``renew_queued``) and gives it back as the turn ends (``end_queued``). None: unmetered."""
+    await admit(ctx, turn, model, registry, longest=ctx.settings.background_timeout_seconds)
+    # Its slot outlives this response: not given back with it (``RateLimitHeaders``).
+    admitted = ctx.request.scope.pop(TURN_KEY, None)
+    if not isinstance(admitted, TurnBudget):
+        return None
+    await admitted.give_back_unused()
+    logger.info(f"Budget decision: admitted background turn lease={admitted.lease is not None}")
+    return admitted
+
+
+async def renew_queued(ctx: RequestContext) -> str | None:
+    """The worker's side of a queued turn's slot: renewed from now for as long as the worker may run it (the time it
+    waited in the queue is not taken from the turn). None when no concurrent-turn limit applies, or the store failed
+    (logged: the slot taken when it was queued holds until it expires)."""
+    book = book_of(ctx.runtime)
+    caller = caller_for_budget(ctx) if book is not None else None
+    if book is None or caller is None:
+        return None
+    try:
+        limits = (await book.ledger.limits(caller, ctx.store_deadline())).over(book.defaults)
+        if limits.concurrent_turns is None:
+            return None
+        lease = lease_of(ctx.request_id, book.ledger.clock(), ctx.deadline.remaining())
+        await book.ledger.renew_turn(caller, lease, ctx.store_deadline())
+    except StoreUnavailable as exc:
+        logger.warning("Budget lease renewal failed", extra={"budget": {"error": str(exc)}})
+        return None
+    return lease
+
+
+async def release_queued(ctx: RequestContext, turn_id: str) -> None:
+    """A queued turn that will not run (cancelled while queued, or gone before its worker started): the slot its
+    queueing took given back now, not when it expires. Its lease is replaced by one that has already ended, then
+    ended (the queued lease's exact expiry is not known here)."""
+    book = book_of(ctx.runtime)
+    caller = caller_for_budget(ctx) if book is not None else None
+    if book is None or caller is None:
+        return
+    lease = ended_lease(turn_id, book.ledger.clock())
+    try:
+        await book.ledger.renew_turn(caller, lease, ctx.write_deadline())
+        await book.ledger.end_turn(caller, lease, ctx.write_deadline())
+    except StoreUnavailable as exc:  # the lease runs out by itself
+        logger.warning("Budget release failed", extra={"budget": {"error": str(exc)}})
+
+
+async def end_queued(ctx: RequestContext, lease: str | None) -> None:
+    """The queued turn has ended (however it ended): its slot given back."""
+    book = book_of(ctx.runtime)
+    caller = caller_for_budget(ctx) if book is not None else None
+    if lease is None or book is None or caller is None:
+        return
+    try:
+        await book.ledger.end_turn(caller, lease, ctx.write_deadline())
+    except StoreUnavailable as exc:  # the lease runs out by itself
+        logger.warning("Budget release failed", extra={"budget": {"error": str(exc)}})
 
 
 # --- refusals and failures -------------------------------------------------------------------------------

@@ -208,13 +208,12 @@ async def past(
     if not threshold or raw_tokens(list(messages), None) <= threshold:
         return None
     model = model_for(ctx.runtime, ctx.runtime.settings.compaction_model or model_name, openai=openai)
-    # The summary is a model call: admitted by the caller's budget (a 429 before it) and metered, then its
-    # admission given back at once (the turn's own admission follows, on the compacted conversation).
+    # The summary is the turn's first model call: admitted as the turn is (a 429 before it: the request counted,
+    # its concurrent-turn slot taken) and metered. The turn's own admission, on the compacted conversation, takes
+    # that slot over; what the summary left unused of its reservation is given back at once.
     asked = summary_turn(summary_request(messages))
-    metered = await budgeted(
-        ctx, asked, model, ToolRegistry([]), counted=False
-    )  # the turn counts the request
-    admitted = ctx.request.scope.pop(TURN_KEY, None)
+    metered = await budgeted(ctx, asked, model, ToolRegistry([]))
+    admitted = ctx.request.scope.get(TURN_KEY)
     try:
         item, _, given = await compaction_item(ctx, metered, messages)
     except ModelError as exc:
@@ -222,5 +221,5 @@ async def past(
         return None
     finally:
         if isinstance(admitted, AdmittedTurn):
-            await admitted.finish()
+            await admitted.give_back_unused()
     return item, given

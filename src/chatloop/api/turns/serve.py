@@ -13,6 +13,7 @@ Usage (an endpoint)::
 
 from __future__ import annotations
 
+import contextlib
 import math
 from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import replace
@@ -22,7 +23,7 @@ from starlette.responses import Response, StreamingResponse
 
 from chatloop.api.http.context import RequestContext
 from chatloop.api.http.errors import RequestError
-from chatloop.api.http.ratelimit_headers import given_back
+from chatloop.api.http.ratelimit_headers import AdmittedTurn, given_back
 from chatloop.api.http.wire import JSONBody, with_heartbeats
 from chatloop.api.idempotency.idempotent import note_stop_reason
 from chatloop.api.turns.metrics import record_turn_metrics
@@ -65,8 +66,6 @@ async def budgeted(
     turn: TurnRequest,
     model: FallbackChain,
     registry: ToolRegistry,
-    *,
-    counted: bool = True,
 ) -> ChatModel:
     """The turn's model metered by the caller's budget (``api/turns/budgets.py``): a 429 or 503 now, before the response
     starts, when the budget refuses it. The chain itself, with no store call, when no BUDGET_* limit is set."""
@@ -75,12 +74,56 @@ async def budgeted(
     from chatloop.api.turns.budgets import admit
 
     try:
-        return await admit(ctx, turn, model, registry, counted=counted)
+        return await admit(ctx, turn, model, registry)
     except RequestError:  # refused before anything ran: the approvals it answers are not used up
         from chatloop.api.turns.approvals import release
 
         await release(ctx, turn.approvals)
         raise
+
+
+async def admitted_to_queue(
+    ctx: RequestContext, turn: TurnRequest, model: FallbackChain, registry: ToolRegistry
+) -> AdmittedTurn | None:
+    """A background turn admitted by the caller's budget before anything is queued (``budgets.admit_queued``): the
+    plain turn's 429 (or 503) now, the approvals it answers not used up. The admission's ``finish`` gives its slot
+    back when the turn is not queued after all. None when no BUDGET_* limit is set (no store call)."""
+    if not ctx.settings.budgets_on():
+        return None
+    from chatloop.api.turns.budgets import admit_queued
+
+    try:
+        return await admit_queued(ctx, turn, model, registry)
+    except RequestError:
+        from chatloop.api.turns.approvals import release
+
+        await release(ctx, turn.approvals)
+        raise
+
+
+@contextlib.asynccontextmanager
+async def queued_slot(ctx: RequestContext) -> AsyncIterator[None]:
+    """A background worker's turn, holding the concurrent-turn slot its queueing took: renewed for the worker's own
+    deadline as it starts, given back as it ends, however it ends (``budgets.renew_queued``, ``end_queued``)."""
+    if not ctx.settings.budgets_on():
+        yield
+        return
+    from chatloop.api.turns.budgets import end_queued, renew_queued
+
+    lease = await renew_queued(ctx)
+    try:
+        yield
+    finally:
+        await end_queued(ctx, lease)
+
+
+async def released_from_queue(ctx: RequestContext, turn_id: str) -> None:
+    """A queued turn that will not run: its concurrent-turn slot given back now (``budgets.release_queued``)."""
+    if not ctx.settings.budgets_on():
+        return
+    from chatloop.api.turns.budgets import release_queued
+
+    await release_queued(ctx, turn_id)
 
 
 def turn_events(

@@ -50,6 +50,7 @@ from chatloop.api.runs.journal import stored_event
 from chatloop.api.runs.record import call_deadline, runs_of
 from chatloop.api.runs.running import keep_task, stop_here
 from chatloop.api.runs.webhooks import notify
+from chatloop.api.turns.serve import released_from_queue
 from chatloop.deadline import Deadline
 from chatloop.jsontypes import JSONObject, json_object
 from chatloop.observability import logger
@@ -60,6 +61,7 @@ if TYPE_CHECKING:
 
     from chatloop.api.openai.responses.objects import ResponseEcho
     from chatloop.config import Settings
+    from chatloop.store.runs import Runs
 
 CANCEL_WAIT_SECONDS = 3.0
 """How long ``cancel`` waits for the running turn to end (it ends within ~1 s) before answering as it stands."""
@@ -75,16 +77,14 @@ async def queue(request: Request, body: ResponsesBody, keeping: Keeping, echo: R
     """Keep the response ``queued`` (its record, ``response.queued`` as event 0, the run with the request), start
     its worker, and answer: the response, or with ``stream`` its events followed from the journal."""
     ctx = RequestContext.of(request)
+    runs = queueable(keeping)
     if keeping.store is None or keeping.owner is None:
-        raise RequestError(400, "invalid_request", "background: requires store: true", param="background")
+        raise TypeError("a queueable response is stored for a caller")
     store, owner, deadline = keeping.store, keeping.owner, ctx.store_deadline()
     rid = f"resp_{ctx.request_id}"
     queued = _queued(rid, echo)
     # Kept until its worker runs it: its MCP servers' credentials sealed, never at rest in the clear.
     raw = await seal_secrets(ctx.runtime, owner, rid, json_object(json.loads(await request.body())))
-    runs = runs_of(store)
-    if runs is None:
-        raise RequestError(400, "invalid_request", "background: this store keeps no runs", param="background")
     first = {"type": "response.queued", "sequence_number": 0, "response": queued}
     with store_errors():
         await store.create_response(owner, queued, input_items(body), deadline)
@@ -101,6 +101,17 @@ async def queue(request: Request, body: ResponsesBody, keeping: Keeping, echo: R
         media_type="text/event-stream",
         headers={"cache-control": "no-cache", "x-request-id": ctx.request_id},
     )
+
+
+def queueable(keeping: Keeping) -> Runs:
+    """The runs a background response is queued in: a 400 naming ``background`` when it cannot be (checked before
+    its budget is: bad input is refused before anything is counted)."""
+    if keeping.store is None or keeping.owner is None:
+        raise RequestError(400, "invalid_request", "background: requires store: true", param="background")
+    runs = runs_of(keeping.store)
+    if runs is None:
+        raise RequestError(400, "invalid_request", "background: this store keeps no runs", param="background")
+    return runs
 
 
 def _queued(rid: str, echo: ResponseEcho) -> JSONObject:
@@ -206,6 +217,7 @@ async def cancel_response(request: Request) -> Response:
             and await runs.move(owner, rid, rid, {"queued"}, "cancelled", deadline)
         ):
             stored = await end_response(store, owner, rid, stored, "cancelled", deadline)
+            await released_from_queue(RequestContext.of(request), rid.removeprefix("resp_"))
             await notify(RequestContext.of(request).settings, rid, "cancelled")
             return JSONBody(stored.body)
         stop_here((owner, rid))

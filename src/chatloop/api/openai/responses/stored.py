@@ -163,13 +163,18 @@ async def _journaled(
     deadline: Deadline,
 ) -> bool:
     """The finished response in the record its journal made (its input items are there already); False when the
-    journal made none."""
+    journal made none. A record that was made but is gone now was deleted while its turn ran: deletion wins, and
+    nothing is stored (it is not made again)."""
     if keeping.journal is None or keeping.owner is None:
         return False
     await keeping.journal.began.wait()
-    return await store.update_response(
+    if not keeping.journal.made:
+        return False
+    if not await store.update_response(
         keeping.owner, response["id"], json_object(response), outputs, deadline
-    )
+    ):
+        logger.info(f"response {response['id']} was deleted while its turn ran: its end is not stored")
+    return True
 
 
 def input_items(body: ResponsesBody) -> list[Item]:

@@ -25,6 +25,7 @@ from chatloop.api.openai.responses.sealed_request import open_secrets
 from chatloop.api.runs.follow import end_response
 from chatloop.api.runs.record import call_deadline, runs_of
 from chatloop.api.runs.webhooks import notify
+from chatloop.api.turns.serve import queued_slot, released_from_queue
 from chatloop.api.turns.worker import WORKER_SCOPE
 from chatloop.aws import bounded_config
 from chatloop.deadline import Deadline
@@ -35,6 +36,9 @@ if TYPE_CHECKING:
     from starlette.applications import Starlette
 
     from chatloop.config import Settings
+    from chatloop.store.model import StoredResponse
+    from chatloop.store.protocol import ConversationStore
+    from chatloop.store.runs import Runs
 
 EVENT_KEY = "chatloop_background"
 """The asynchronous invocation's payload: ``{"chatloop_background": {"response_id": …, "owner": …}}``."""
@@ -82,14 +86,36 @@ async def run_worker(app: Starlette, event: Mapping[str, Any], seconds_left: flo
     stored = await store.get_response(owner, rid, call_deadline())
     if raw is None or stored is None:
         await runs.move(owner, rid, rid, {"in_progress"}, "failed", call_deadline())
+        gone = _worker_request(app, {}, owner, rid, call_deadline())
+        await released_from_queue(
+            RequestContext.of(gone), rid.removeprefix("resp_")
+        )  # its slot, taken when queued
         return {"ran": False, "reason": "gone"}
     await store.update_response(owner, rid, {**stored.body, "status": "in_progress"}, [], call_deadline())
     margin = runtime.settings.lambda_safety_margin_seconds
     seconds = min(runtime.settings.background_timeout_seconds, seconds_left - margin)
+    deadline = Deadline.after(seconds)
     logger.info(f"background response {rid}: running ({seconds:.0f} s at most)")
+    slot = RequestContext.of(_worker_request(app, {}, owner, rid, deadline))
+    async with queued_slot(slot):  # the caller's slot, taken when queued, until it ends
+        return await _run(app, raw, deadline, store, runs, owner, rid, stored)
+
+
+async def _run(
+    app: Starlette,
+    raw: JSONObject,
+    deadline: Deadline,
+    store: ConversationStore,
+    runs: Runs,
+    owner: str,
+    rid: str,
+    stored: StoredResponse,
+) -> JSONObject:
+    """The claimed turn run to its end: ``{"ran": true, "status": …}``."""
+    runtime = app.state.runtime
     try:
         body = await open_secrets(runtime, owner, rid, raw)  # sealed when it was queued
-        request = _worker_request(app, {**body, "stream": True}, owner, rid, Deadline.after(seconds))
+        request = _worker_request(app, {**body, "stream": True}, owner, rid, deadline)
         response = await respond(request, await checked(request))
     except Exception as error:  # its history went away meanwhile, say: the response fails, with the reason
         failure: JSONObject = {"code": "server_error", "message": "the turn failed before it started"}
