@@ -186,7 +186,8 @@ class Settings:
     # --- models ---------------------------------------------------------------------------
     model_chain: str = ""
     """MODEL_CHAIN: comma-separated ``provider:model`` entries tried in order. Empty: the default chain
-    when a provider key is configured, else the offline demo model."""
+    when a provider key is configured, else the offline demo model. A chain that cannot be built as written (a
+    malformed entry, an unknown provider, no usable member) makes every turn a 503 naming it (docs/models.md)."""
     model_first_chunk_timeout_seconds: float = 10.0
     """MODEL_FIRST_CHUNK_TIMEOUT_SECONDS: a model that sends nothing for this long is skipped for the next one."""
     rate_limit_max_wait_seconds: float = 2.0
@@ -413,10 +414,8 @@ class Settings:
             raise ConfigError("MAX_ITERATIONS must be between 1 and 100")
         if any(not isinstance(v, int) or v < 1 for v in self.tool_budgets.values()):
             raise ConfigError("TOOL_BUDGETS values must be positive integers")
-        for entry in filter(None, (e.strip() for e in self.model_chain.split(","))):
-            provider, sep, model = entry.partition(":")
-            if not (sep and provider and model):
-                raise ConfigError(f"MODEL_CHAIN entry {entry!r} is not of the form provider:model")
+        # MODEL_CHAIN is checked where the chain is built (providers.factory): a chain that cannot be built is a 503
+        # naming it on every turn and an unhealthy /health, not a failed init (retried, costly, and silent)
         if not 0 < self.sandbox_memory_share <= 1:
             raise ConfigError("SANDBOX_MEMORY_SHARE must be above 0 and at most 1")
         if self.js_memory_mb > self.function_memory_mb * self.sandbox_memory_share:
