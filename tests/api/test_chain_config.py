@@ -169,3 +169,23 @@ def test_the_function_starts_and_answers_503s_rather_than_fail_its_init(chain, t
     assert all("MODEL_CHAIN" in body for _, body in results)
     assert KEYS["groq"] not in done.stdout + done.stderr
     assert fake_llm.requests == []
+
+
+@pytest.mark.slow
+def test_stream_mode_becomes_ready_and_answers_503s(tmp_path, fake_llm):
+    """The Web Adapter waits for /health before it forwards anything (template.yaml's readiness statuses): an
+    unhealthy copy must still be ready, or its init never ends and no one is told why."""
+    import httpx
+
+    from tests.support.adapter import adapter_headers, run_sh
+
+    with run_sh(fake_llm, tmp_path, MODEL_CHAIN="grok:llama-3.3-70b-versatile") as served:
+        health = httpx.get(f"{served.url}/health", timeout=10)
+        turn = httpx.post(
+            f"{served.url}/chat", json={"messages": QUESTION}, headers=adapter_headers(30), timeout=30
+        )
+        log = served.log.read_text()
+    assert health.status_code == 503 and "unknown provider 'grok'" in health.json()["error"]["message"]
+    assert turn.status_code == 503 and turn.json()["error"]["code"] == "model_chain_misconfigured"
+    assert "unknown provider 'grok'" in log  # the line at start says what to fix
+    assert fake_llm.requests == []
