@@ -318,6 +318,11 @@ class Settings:
     redacted like the provider keys)."""
     otel_exporter_otlp_timeout: int = 3000
     """OTEL_EXPORTER_OTLP_TIMEOUT: milliseconds one export may take (each flush at the end of an invocation too)."""
+    otel_exporter_otlp_traces_timeout: int = 0
+    """OTEL_EXPORTER_OTLP_TRACES_TIMEOUT: milliseconds one span export may take. 0: OTEL_EXPORTER_OTLP_TIMEOUT. (Read
+    here, in milliseconds as the spec has it: the exporter would read the variables as seconds.)"""
+    otel_exporter_otlp_metrics_timeout: int = 0
+    """OTEL_EXPORTER_OTLP_METRICS_TIMEOUT: milliseconds one metrics export may take. 0: OTEL_EXPORTER_OTLP_TIMEOUT."""
     otel_service_name: str = ""
     """OTEL_SERVICE_NAME: the traces' ``service.name``. Empty: POWERTOOLS_SERVICE_NAME, else ``chatloop``."""
     otel_instrumentation_genai_capture_message_content: str = ""
@@ -341,6 +346,13 @@ class Settings:
         """A signal's own URL as it is, else the base endpoint with ``/v1/<signal>`` (the OTLP exporter spec)."""
         base = self.otel_exporter_otlp_endpoint.rstrip("/")
         return signal_url or (f"{base}/v1/{signal}" if base else "")
+
+    def otel_export_timeouts(self) -> tuple[float, float]:
+        """Seconds one span export and one metrics export may take (a signal's own timeout, else the general one)."""
+        general = self.otel_exporter_otlp_timeout
+        return (self.otel_exporter_otlp_traces_timeout or general) / 1000, (
+            self.otel_exporter_otlp_metrics_timeout or general
+        ) / 1000
 
     def otel_capture_content(self) -> bool:
         """Whether message content goes on spans (opted in, by the conventions' Python utilities' values)."""
@@ -446,6 +458,13 @@ class Settings:
             raise ConfigError("BACKGROUND_TIMEOUT_SECONDS must be positive")
         if self.webhook_url and not (re.match(r"^https?://", self.webhook_url) and self.webhook_secret):
             raise ConfigError("WEBHOOK_URL must be an http(s) URL, and WEBHOOK_SECRET set with it")
+        timeouts = (
+            self.otel_exporter_otlp_timeout,
+            self.otel_exporter_otlp_traces_timeout,
+            self.otel_exporter_otlp_metrics_timeout,
+        )
+        if min(timeouts) < 0:
+            raise ConfigError("OTEL_EXPORTER_OTLP_*TIMEOUT must not be negative (milliseconds)")
         if self.otel_traces_exporter.lower() not in {"", "otlp", "none"}:
             raise ConfigError(
                 "OTEL_TRACES_EXPORTER must be otlp or none (OTLP/HTTP is the exporter supported)"
