@@ -51,7 +51,9 @@ def wait_for(condition, seconds: float) -> bool:
 
 def test_metrics_leave_on_the_export_interval_set_and_on_the_sdks_default_without_it(otlp, monkeypatch):
     settings = Settings.from_env({"OTEL_EXPORTER_OTLP_ENDPOINT": otlp.url})
-    record_one(settings)  # no OTEL_METRIC_EXPORT_INTERVAL: the SDK's minute, so nothing leaves in the next second
+    record_one(
+        settings
+    )  # no OTEL_METRIC_EXPORT_INTERVAL: the SDK's minute, so nothing leaves in the next second
     assert not wait_for(lambda: otlp.metrics, 1.0)
     uninstall()  # (its shutdown exports what it held)
     exported_by_shutdown = len(otlp.metrics)
@@ -111,7 +113,9 @@ def test_the_per_signal_export_timeout_is_honoured_over_the_general_one(silent_l
 
 
 def test_the_resource_comes_from_otel_resource_attributes(otlp, monkeypatch):
-    monkeypatch.setenv("OTEL_RESOURCE_ATTRIBUTES", "service.name=from-attributes,deployment.environment=staging")
+    monkeypatch.setenv(
+        "OTEL_RESOURCE_ATTRIBUTES", "service.name=from-attributes,deployment.environment=staging"
+    )
     telemetry = telemetry_for(Settings.from_env({"OTEL_EXPORTER_OTLP_ENDPOINT": otlp.url}))
     telemetry.tracer.start_span("invoke_agent chatloop").end()
     telemetry.flush()
@@ -135,4 +139,6 @@ def test_otel_service_name_wins_and_without_any_the_powertools_name_is_used(otlp
     telemetry.tracer.start_span("two").end()
     telemetry.flush()
     assert otlp.resource_attributes()["service.name"] == SERVICE
-    assert [attributes_of(r.resource)["service.name"] for t in otlp.traces for r in t.resource_spans] == [SERVICE]
+    assert [attributes_of(r.resource)["service.name"] for t in otlp.traces for r in t.resource_spans] == [
+        SERVICE
+    ]

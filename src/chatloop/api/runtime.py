@@ -25,9 +25,9 @@ from typing import TYPE_CHECKING
 from chatloop.config import DEFAULT_MODEL_CHAIN, MCPServerConfig, Settings
 from chatloop.deadline import Deadline
 from chatloop.engine.limits import EngineLimits
+from chatloop.observability import logger
 from chatloop.providers.catalog import Catalog, split_entry
 from chatloop.providers.chain import FallbackChain
-from chatloop.observability import logger
 from chatloop.providers.factory import (
     ChainMisconfigured,
     build_chain,
