@@ -12,9 +12,13 @@ import subprocess
 import sys
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from chatloop.config import Settings
 from chatloop.observability import logger
+from chatloop.providers.catalog import Catalog
+from chatloop.providers.factory import ChainMisconfigured, build_chain, chain_problem
 from chatloop.tools.base import ToolRegistry
 from tests.support.events import parse_sse, rest_event
 from tests.support.handler import invoke
@@ -23,6 +27,7 @@ from tests.support.repo import ROOT
 GROQ = "groq:llama-3.3-70b-versatile"
 KEYS = {"groq": "gsk_chainConfig0123456789abcdef", "openai": None}
 QUESTION = [{"role": "user", "content": "What is 2+2?"}]
+CATALOG = Catalog.load()
 
 MISCONFIGURED = {
     # a provider no version will ever have, beside a member that is fine: the whole chain is refused
@@ -189,3 +194,31 @@ def test_stream_mode_becomes_ready_and_answers_503s(tmp_path, fake_llm):
     assert turn.status_code == 503 and turn.json()["error"]["code"] == "model_chain_misconfigured"
     assert "unknown provider 'grok'" in log  # the line at start says what to fix
     assert fake_llm.requests == []
+
+
+ENTRY = st.one_of(
+    st.sampled_from([GROQ, "openai:gpt-4.1-mini", "demo:offline", "groq:llama-3.1-70b-versatile", "local:m"]),
+    st.text(st.characters(min_codepoint=0, max_codepoint=0x10FFFF, exclude_categories=()), max_size=20),
+)
+
+
+@settings(max_examples=150, deadline=None)
+@given(entries=st.lists(ENTRY, max_size=4), groq_key=st.booleans())
+def test_any_model_chain_is_built_or_refused_naming_it_never_anything_else(entries, groq_key):
+    """Whatever MODEL_CHAIN holds, the start goes on and the chain is built, or refused with the setting named."""
+    spec = ",".join(entries)
+    settings_ = Settings.from_env({"MODEL_CHAIN": spec})  # never stops the start
+    keys = {"groq": KEYS["groq"] if groq_key else None, "openai": None}
+    problem = chain_problem(settings_.model_chain, CATALOG)
+    try:
+        chain = build_chain(settings_, keys, CATALOG)
+    except ChainMisconfigured as refused:
+        assert str(refused).startswith("MODEL_CHAIN")
+        assert problem is None or str(refused) == problem
+        return
+    assert problem is None and chain.entries()
+    assert (
+        "demo:offline" not in chain.entries()
+        or not settings_.model_chain.strip(", ")
+        or any(e.strip().lower().startswith("demo:") for e in spec.split(","))
+    )

@@ -147,6 +147,8 @@ def build_chain(
 
 def _nothing_usable(configured: str, skipped: list[str]) -> str:
     """The operator's line for a chain every member of which was skipped."""
+    if not skipped:
+        return f"{SETTING}={configured!r} lists no model; write provider:model entries, comma-separated"
     if configured:
         return (
             f"{SETTING} has no usable model: {'; '.join(skipped)}; configure the missing key or base URL, or list "
