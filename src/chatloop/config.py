@@ -316,6 +316,10 @@ class Settings:
     otel_exporter_otlp_headers: str = ""
     """OTEL_EXPORTER_OTLP_HEADERS: ``key=value`` pairs, comma-separated, sent with every export (a backend's key;
     redacted like the provider keys)."""
+    otel_exporter_otlp_traces_headers: str = ""
+    """OTEL_EXPORTER_OTLP_TRACES_HEADERS: the span exports' own headers, in place of OTEL_EXPORTER_OTLP_HEADERS."""
+    otel_exporter_otlp_metrics_headers: str = ""
+    """OTEL_EXPORTER_OTLP_METRICS_HEADERS: the metrics exports' own headers, in place of OTEL_EXPORTER_OTLP_HEADERS."""
     otel_exporter_otlp_timeout: int = 3000
     """OTEL_EXPORTER_OTLP_TIMEOUT: milliseconds one export may take (each flush at the end of an invocation too)."""
     otel_exporter_otlp_traces_timeout: int = 0

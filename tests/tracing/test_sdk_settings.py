@@ -142,3 +142,21 @@ def test_otel_service_name_wins_and_without_any_the_powertools_name_is_used(otlp
     assert [attributes_of(r.resource)["service.name"] for t in otlp.traces for r in t.resource_spans] == [
         SERVICE
     ]
+
+
+def test_a_signals_own_headers_replace_the_general_ones_and_are_redacted(otlp):
+    from chatloop.redaction import redact
+
+    settings = Settings.from_env(
+        {
+            "OTEL_EXPORTER_OTLP_ENDPOINT": otlp.url,
+            "OTEL_EXPORTER_OTLP_HEADERS": "x-general=general-value-123",
+            "OTEL_EXPORTER_OTLP_TRACES_HEADERS": "x-traces-key=traces-secret-4567",
+        }
+    )
+    telemetry = telemetry_for(settings)
+    telemetry.tracer.start_span("invoke_agent chatloop").end()
+    telemetry.flush()
+    sent = {k.lower(): v for k, v in otlp.headers[0].items()}
+    assert sent.get("x-traces-key") == "traces-secret-4567" and "x-general" not in sent
+    assert "traces-secret-4567" not in redact("the key traces-secret-4567 in a log line")

@@ -166,19 +166,22 @@ def _from_settings(settings: Settings) -> Telemetry:
     from opentelemetry.sdk.trace import TracerProvider as SDKTracerProvider
     from opentelemetry.sdk.trace.export import BatchSpanProcessor
 
-    headers = parse_headers(settings.otel_exporter_otlp_headers)
-    for value in headers.values():
+    general = settings.otel_exporter_otlp_headers
+    trace_headers = parse_headers(settings.otel_exporter_otlp_traces_headers or general)
+    metric_headers = parse_headers(settings.otel_exporter_otlp_metrics_headers or general)
+    for value in [*trace_headers.values(), *metric_headers.values()]:
         register_secret(value)  # a backend's key never appears in a log line or a span
-    # The timeouts are the project's (3 s by default, not the exporter's 10, and read in milliseconds as the spec has
-    # them); the batch processor (OTEL_BSP_*), the metric reader (OTEL_METRIC_EXPORT_INTERVAL, _TIMEOUT) and the
-    # compression (OTEL_EXPORTER_OTLP_COMPRESSION) are given nothing, so the SDK reads its own variables.
+    # The headers (registered for redaction) and the timeouts (3 s by default, not the exporter's 10, and read in
+    # milliseconds as the spec has them) are the project's, a signal's own before the general ones; the batch
+    # processor (OTEL_BSP_*), the metric reader (OTEL_METRIC_EXPORT_INTERVAL, _TIMEOUT) and the compression
+    # (OTEL_EXPORTER_OTLP_COMPRESSION) are given nothing, so the SDK reads its own variables.
     traces_timeout, metrics_timeout = settings.otel_export_timeouts()
     traces = settings.otel_traces_endpoint()
     tracer_provider = SDKTracerProvider(resource=resource_for(settings))
     tracer_provider.add_span_processor(
         BatchSpanProcessor(
             OTLPSpanExporter(
-                endpoint=traces, headers=headers, timeout=traces_timeout, session=_session_for(traces)
+                endpoint=traces, headers=trace_headers, timeout=traces_timeout, session=_session_for(traces)
             )
         )
     )
@@ -188,7 +191,10 @@ def _from_settings(settings: Settings) -> Telemetry:
         # Exported when flushed (each Lambda invocation) and otherwise every OTEL_METRIC_EXPORT_INTERVAL (a minute).
         reader = PeriodicExportingMetricReader(
             OTLPMetricExporter(
-                endpoint=metrics, headers=headers, timeout=metrics_timeout, session=_session_for(metrics)
+                endpoint=metrics,
+                headers=metric_headers,
+                timeout=metrics_timeout,
+                session=_session_for(metrics),
             )
         )
         meter_provider = SDKMeterProvider(resource=tracer_provider.resource, metric_readers=[reader])
