@@ -108,6 +108,23 @@ def test_the_log_says_exactly_what_to_fix_once(app_runtime, fake_llm):
     assert "'grok'" in message and "known providers:" in message and "groq" in message
 
 
+def test_a_key_pasted_into_the_chain_is_never_echoed(app_runtime, fake_llm):
+    pasted = "gsk_PastedIntoTheChain0123456789"
+    install(app_runtime, f"{GROQ},{pasted}")  # a malformed entry: the whole chain refused
+    stream = io.StringIO()
+    old = logger.registered_handler.setStream(stream)
+    try:
+        answers = [
+            invoke(rest_event("GET", "/health")),
+            invoke(rest_event("POST", "/chat", {"messages": QUESTION, "stream": False})),
+        ]
+    finally:
+        logger.registered_handler.setStream(old)
+    assert [status for status, _, _ in answers] == [503, 503]
+    assert all("MODEL_CHAIN" in body and pasted not in body for _, body, _ in answers)
+    assert pasted not in stream.getvalue()
+
+
 def test_a_decommissioned_member_is_skipped_while_another_remains(app_runtime, fake_llm):
     install(app_runtime, f"groq:llama-3.1-70b-versatile,{GROQ}")
     status, body, _ = invoke(rest_event("GET", "/health"))

@@ -31,6 +31,14 @@ from chatloop.providers.openai import OpenAIModel
 # SDK, beside OpenAI's own API in the same chain.
 ADAPTERS = {"groq": GroqModel, "openai": OpenAIModel, "local": OpenAIModel}
 
+
+def provider_usable(provider: ProviderInfo, keys: Mapping[str, str | None]) -> bool:
+    """A hosted provider needs its key; a self-hosted one (``key_required: false``) needs its base URL."""
+    if provider.key_required:
+        return bool(keys.get(provider.name))
+    return bool(provider.base_url_env and from_environment(provider.base_url_env))
+
+
 SETTING = "MODEL_CHAIN"
 
 
@@ -68,13 +76,6 @@ def chain_problem(spec: str, catalog: Catalog) -> str | None:
                 "correct or remove the entry (the whole chain is refused until then)"
             )
     return None
-
-
-def provider_usable(provider: ProviderInfo, keys: Mapping[str, str | None]) -> bool:
-    """A hosted provider needs its key; a self-hosted one (``key_required: false``) needs its base URL."""
-    if provider.key_required:
-        return bool(keys.get(provider.name))
-    return bool(provider.base_url_env and from_environment(provider.base_url_env))
 
 
 def build_model(
