@@ -38,10 +38,6 @@ def test_values_are_parsed_by_type():
         ({"LOG_CONTENT": "maybe"}, "LOG_CONTENT"),
         ({"TOOL_BUDGETS": "[3]"}, "TOOL_BUDGETS"),
         ({"TOOL_BUDGETS": '{"execute_javascript": 0}'}, "positive"),
-        (
-            {"MODEL_CHAIN": "groq:llama-3.3-70b-versatile,gpt-4o"},
-            "'gpt-4o' is not of the form provider:model",
-        ),
     ],
 )
 def test_unusable_values_fail_at_start(env, words):

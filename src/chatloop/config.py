@@ -189,7 +189,8 @@ class Settings:
     # --- models ---------------------------------------------------------------------------
     model_chain: str = ""
     """MODEL_CHAIN: comma-separated ``provider:model`` entries tried in order. Empty: the default chain
-    when a provider key is configured, else the offline demo model."""
+    when a provider key is configured, else the offline demo model. A chain that cannot be built as written (a
+    malformed entry, an unknown provider, no usable member) makes every turn a 503 naming it (docs/models.md)."""
     model_first_chunk_timeout_seconds: float = 10.0
     """MODEL_FIRST_CHUNK_TIMEOUT_SECONDS: a model that sends nothing for this long is skipped for the next one."""
     rate_limit_max_wait_seconds: float = 2.0
@@ -321,8 +322,17 @@ class Settings:
     otel_exporter_otlp_headers: str = ""
     """OTEL_EXPORTER_OTLP_HEADERS: ``key=value`` pairs, comma-separated, sent with every export (a backend's key;
     redacted like the provider keys)."""
+    otel_exporter_otlp_traces_headers: str = ""
+    """OTEL_EXPORTER_OTLP_TRACES_HEADERS: the span exports' own headers, in place of OTEL_EXPORTER_OTLP_HEADERS."""
+    otel_exporter_otlp_metrics_headers: str = ""
+    """OTEL_EXPORTER_OTLP_METRICS_HEADERS: the metrics exports' own headers, in place of OTEL_EXPORTER_OTLP_HEADERS."""
     otel_exporter_otlp_timeout: int = 3000
     """OTEL_EXPORTER_OTLP_TIMEOUT: milliseconds one export may take (each flush at the end of an invocation too)."""
+    otel_exporter_otlp_traces_timeout: int = 0
+    """OTEL_EXPORTER_OTLP_TRACES_TIMEOUT: milliseconds one span export may take. 0: OTEL_EXPORTER_OTLP_TIMEOUT. (Read
+    here, in milliseconds as the spec has it: the exporter would read the variables as seconds.)"""
+    otel_exporter_otlp_metrics_timeout: int = 0
+    """OTEL_EXPORTER_OTLP_METRICS_TIMEOUT: milliseconds one metrics export may take. 0: OTEL_EXPORTER_OTLP_TIMEOUT."""
     otel_service_name: str = ""
     """OTEL_SERVICE_NAME: the traces' ``service.name``. Empty: POWERTOOLS_SERVICE_NAME, else ``chatloop``."""
     otel_instrumentation_genai_capture_message_content: str = ""
@@ -346,6 +356,13 @@ class Settings:
         """A signal's own URL as it is, else the base endpoint with ``/v1/<signal>`` (the OTLP exporter spec)."""
         base = self.otel_exporter_otlp_endpoint.rstrip("/")
         return signal_url or (f"{base}/v1/{signal}" if base else "")
+
+    def otel_export_timeouts(self) -> tuple[float, float]:
+        """Seconds one span export and one metrics export may take (a signal's own timeout, else the general one)."""
+        general = self.otel_exporter_otlp_timeout
+        return (self.otel_exporter_otlp_traces_timeout or general) / 1000, (
+            self.otel_exporter_otlp_metrics_timeout or general
+        ) / 1000
 
     def otel_capture_content(self) -> bool:
         """Whether message content goes on spans (opted in, by the conventions' Python utilities' values)."""
@@ -419,10 +436,8 @@ class Settings:
             raise ConfigError("MAX_ITERATIONS must be between 1 and 100")
         if any(not isinstance(v, int) or v < 1 for v in self.tool_budgets.values()):
             raise ConfigError("TOOL_BUDGETS values must be positive integers")
-        for entry in filter(None, (e.strip() for e in self.model_chain.split(","))):
-            provider, sep, model = entry.partition(":")
-            if not (sep and provider and model):
-                raise ConfigError(f"MODEL_CHAIN entry {entry!r} is not of the form provider:model")
+        # MODEL_CHAIN is checked where the chain is built (providers.factory): a chain that cannot be built is a 503
+        # naming it on every turn and an unhealthy /health, not a failed init (retried, costly, and silent)
         if not 0 < self.sandbox_memory_share <= 1:
             raise ConfigError("SANDBOX_MEMORY_SHARE must be above 0 and at most 1")
         if self.js_memory_mb > self.function_memory_mb * self.sandbox_memory_share:
@@ -453,6 +468,13 @@ class Settings:
             raise ConfigError("BACKGROUND_TIMEOUT_SECONDS must be positive")
         if self.webhook_url:
             self._validate_webhook()
+        timeouts = (
+            self.otel_exporter_otlp_timeout,
+            self.otel_exporter_otlp_traces_timeout,
+            self.otel_exporter_otlp_metrics_timeout,
+        )
+        if min(timeouts) < 0:
+            raise ConfigError("OTEL_EXPORTER_OTLP_*TIMEOUT must not be negative (milliseconds)")
         if self.otel_traces_exporter.lower() not in {"", "otlp", "none"}:
             raise ConfigError(
                 "OTEL_TRACES_EXPORTER must be otlp or none (OTLP/HTTP is the exporter supported)"

@@ -18,6 +18,7 @@ from cfnlint.decode import cfn_yaml
 from moto.server import ThreadedMotoServer
 from scripts.package import code_sha256, unzipped_size
 
+from tests.support.adapter import READINESS_HEALTHY_STATUS
 from tests.support.cfn import TRANSLATION_WARNINGS, integrations, resolve, the_function
 from tests.support.cfn_lint import lint_each
 from tests.support.repo import BIN, ROOT, run
@@ -131,6 +132,8 @@ def test_stream_mode_serves_run_sh_under_the_web_adapter_and_streams_every_route
         env["AWS_LAMBDA_EXEC_WRAPPER"] == "/opt/bootstrap" and env["AWS_LWA_INVOKE_MODE"] == "response_stream"
     )
     assert env["AWS_LWA_READINESS_CHECK_PATH"] == "/health" and env["AWS_LWA_PORT"].isdigit()
+    # the stream-mode tests' adapter (tests/support/adapter.py) waits for the same statuses
+    assert env["AWS_LWA_READINESS_CHECK_HEALTHY_STATUS"] == READINESS_HEALTHY_STATUS
     layer = "LambdaAdapterLayerArm64" if arch == "arm64" else "LambdaAdapterLayerX86"
     adapter = json.dumps(fn["Layers"][1:])
     assert f"753240598075:layer:{layer}:${{WebAdapterLayerVersion}}" in adapter and len(fn["Layers"]) == 2

@@ -268,4 +268,5 @@ def test_the_local_provider_needs_a_base_url_not_a_key(upstream, sandbox, monkey
     monkeypatch.delenv("LOCAL_BASE_URL")
     use(PROVIDERS["local"][0], sandbox)
     code, body = post("/chat", {"messages": [{"role": "user", "content": "5!"}], "stream": False})
-    assert json.loads(body)["model"] == "demo:offline"  # skipped with a warning: nothing to call
+    # nothing left to call: refused naming the setting, never the offline demo in its place (#41)
+    assert code == 503 and "no LOCAL_BASE_URL configured" in json.loads(body)["error"]["message"]

@@ -30,6 +30,19 @@ from tests.support.fake_llm import FakeLLM
 from tests.support.repo import ROOT
 
 MODEL = "llama-3.3-70b-versatile"
+READINESS_HEALTHY_STATUS = "100-499,503"
+"""AWS_LWA_READINESS_CHECK_HEALTHY_STATUS as template.yaml sets it: the adapter's default (100-499) and the 503 of a
+copy whose MODEL_CHAIN cannot be built (it starts, and answers every turn with a 503 naming the setting)."""
+
+
+def healthy_statuses(spec: str) -> set[int]:
+    """The statuses an AWS_LWA_READINESS_CHECK_HEALTHY_STATUS value names (``200,201,301-399``), as the adapter
+    reads it."""
+    statuses: set[int] = set()
+    for part in spec.split(","):
+        low, _, high = part.strip().partition("-")
+        statuses.update(range(int(low), int(high or low) + 1))
+    return statuses
 
 
 def free_port() -> int:
@@ -43,7 +56,7 @@ class Served(NamedTuple):
     process: subprocess.Popen[str]
     log: Path
     ready_ms: float
-    """From starting run.sh to the readiness path's first 200, as the adapter waits for it."""
+    """From starting run.sh to the readiness path's first healthy answer, as the adapter waits for it."""
 
 
 @contextlib.contextmanager
@@ -61,6 +74,7 @@ def run_sh(
         "AWS_LWA_INVOKE_MODE": "response_stream",
         "AWS_LWA_PORT": str(port),
         "AWS_LWA_READINESS_CHECK_PATH": "/health",
+        "AWS_LWA_READINESS_CHECK_HEALTHY_STATUS": READINESS_HEALTHY_STATUS,
         "AWS_LAMBDA_FUNCTION_NAME": "chatloop-chat",
         "AWS_LAMBDA_FUNCTION_MEMORY_SIZE": "1024",
         "AWS_REGION": "us-east-1",
@@ -70,6 +84,7 @@ def run_sh(
         "MODEL_CHAIN": f"groq:{MODEL}",
         **env,
     }
+    healthy = healthy_statuses(environment["AWS_LWA_READINESS_CHECK_HEALTHY_STATUS"])
     started = time.perf_counter()
     with log.open("w") as out:
         server = subprocess.Popen(
@@ -84,7 +99,7 @@ def run_sh(
         deadline = time.monotonic() + 30
         while True:  # the adapter's readiness check
             with contextlib.suppress(httpx.HTTPError):
-                if httpx.get(f"http://127.0.0.1:{port}/health", timeout=1).status_code == 200:
+                if httpx.get(f"http://127.0.0.1:{port}/health", timeout=1).status_code in healthy:
                     break
             if server.poll() is not None or time.monotonic() > deadline:
                 raise RuntimeError(f"run.sh did not become ready:\n{log.read_text()}")

@@ -25,9 +25,16 @@ from typing import TYPE_CHECKING
 from chatloop.config import DEFAULT_MODEL_CHAIN, MCPServerConfig, Settings
 from chatloop.deadline import Deadline
 from chatloop.engine.limits import EngineLimits
+from chatloop.observability import logger
 from chatloop.providers.catalog import Catalog, split_entry
 from chatloop.providers.chain import FallbackChain
-from chatloop.providers.factory import build_chain, build_model, provider_usable
+from chatloop.providers.factory import (
+    ChainMisconfigured,
+    build_chain,
+    build_model,
+    chain_problem,
+    provider_usable,
+)
 from chatloop.providers.sdk import drop_clients
 from chatloop.providers.warmup import prime as prime_sdk
 from chatloop.providers.warmup import when_in_flight
@@ -101,6 +108,9 @@ class Runtime:
         self.settings = settings
         self.catalog = Catalog.load(overlay=settings.model_catalog_file or None)
         self._chain = chain
+        self._chain_error: ChainMisconfigured | None = None
+        """Why the chain cannot be built with the keys read (cached, like the chain, until they are read again)."""
+        self._config_error = None if chain else self._check_chain()
         self._registry = registry
         self._keys: dict[str, str | None] | None = None
         self._keys_loader = keys_loader
@@ -129,11 +139,43 @@ class Runtime:
             self._keys = self._keys_loader(self.settings)
         return self._keys
 
+    def _check_chain(self) -> ChainMisconfigured | None:
+        """MODEL_CHAIN checked at start, without a key: an entry that can never be built is logged now, once, with
+        what to fix, and refuses every turn (``chain`` raises it)."""
+        problem = chain_problem(self.settings.model_chain, self.catalog)
+        if problem is None:
+            return None
+        logger.error(problem)
+        return ChainMisconfigured(problem)
+
     def chain(self) -> FallbackChain:
+        """The container's chain, built on first use. Raises ``ChainMisconfigured`` when MODEL_CHAIN cannot be built
+        as written (checked at start, or once the keys are read: then once, not on every request)."""
         with self._lock:
+            if self._config_error is not None:
+                raise self._config_error
+            if self._chain_error is not None:
+                raise self._chain_error
             if self._chain is None:
-                self._chain = build_chain(self.settings, self.keys(), self.catalog)
+                try:
+                    self._chain = build_chain(self.settings, self.keys(), self.catalog)
+                except ChainMisconfigured as exc:
+                    self._chain_error = exc
+                    raise
             return self._chain
+
+    def chain_error(self) -> ChainMisconfigured | None:
+        """Why the chain cannot be built, for /health, reading no secret: known at start, or once the keys are read
+        (from the environment here and now; from PROVIDER_KEYS_SECRET_ARN's secret by the first turn), else None."""
+        if self._config_error is not None or self._chain is not None:
+            return self._config_error
+        if self.settings.provider_keys_secret_arn and self._keys is None:
+            return self._chain_error
+        try:
+            self.chain()
+        except ChainMisconfigured as exc:
+            return exc
+        return None
 
     def registry(self) -> ToolRegistry:
         with self._lock:
@@ -174,6 +216,7 @@ class Runtime:
         with self._lock:
             self._keys = None
             self._chain = None
+            self._chain_error = None
         drop_clients()
 
     def conversations(self) -> ConversationStore:

@@ -31,6 +31,7 @@ from chatloop.redaction import register_secret
 
 if TYPE_CHECKING:
     import requests
+    from opentelemetry.sdk.resources import Resource
 
 SCOPE = "chatloop"
 """The instrumentation scope of every span and metric."""
@@ -162,33 +163,41 @@ def _from_settings(settings: Settings) -> Telemetry:
     from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
     from opentelemetry.sdk.metrics import MeterProvider as SDKMeterProvider
     from opentelemetry.sdk.metrics.export import PeriodicExportingMetricReader
-    from opentelemetry.sdk.resources import Resource
     from opentelemetry.sdk.trace import TracerProvider as SDKTracerProvider
     from opentelemetry.sdk.trace.export import BatchSpanProcessor
 
-    headers = parse_headers(settings.otel_exporter_otlp_headers)
-    for value in headers.values():
+    general = settings.otel_exporter_otlp_headers
+    trace_headers = parse_headers(settings.otel_exporter_otlp_traces_headers or general)
+    metric_headers = parse_headers(settings.otel_exporter_otlp_metrics_headers or general)
+    for value in [*trace_headers.values(), *metric_headers.values()]:
         register_secret(value)  # a backend's key never appears in a log line or a span
-    timeout = settings.otel_exporter_otlp_timeout / 1000
-    resource = Resource.create({"service.name": settings.otel_service_name or SERVICE})
+    # The headers (registered for redaction) and the timeouts (3 s by default, not the exporter's 10, and read in
+    # milliseconds as the spec has them) are the project's, a signal's own before the general ones; the batch
+    # processor (OTEL_BSP_*), the metric reader (OTEL_METRIC_EXPORT_INTERVAL, _TIMEOUT) and the compression
+    # (OTEL_EXPORTER_OTLP_COMPRESSION) are given nothing, so the SDK reads its own variables.
+    traces_timeout, metrics_timeout = settings.otel_export_timeouts()
     traces = settings.otel_traces_endpoint()
-    tracer_provider = SDKTracerProvider(resource=resource)
+    tracer_provider = SDKTracerProvider(resource=resource_for(settings))
     tracer_provider.add_span_processor(
         BatchSpanProcessor(
-            OTLPSpanExporter(endpoint=traces, headers=headers, timeout=timeout, session=_session_for(traces))
+            OTLPSpanExporter(
+                endpoint=traces, headers=trace_headers, timeout=traces_timeout, session=_session_for(traces)
+            )
         )
     )
     meter_provider = None
     metrics = settings.otel_metrics_endpoint()
     if metrics:
-        # Exported when flushed (each Lambda invocation) and otherwise once a minute.
+        # Exported when flushed (each Lambda invocation) and otherwise every OTEL_METRIC_EXPORT_INTERVAL (a minute).
         reader = PeriodicExportingMetricReader(
             OTLPMetricExporter(
-                endpoint=metrics, headers=headers, timeout=timeout, session=_session_for(metrics)
-            ),
-            export_interval_millis=60_000,
+                endpoint=metrics,
+                headers=metric_headers,
+                timeout=metrics_timeout,
+                session=_session_for(metrics),
+            )
         )
-        meter_provider = SDKMeterProvider(resource=resource, metric_readers=[reader])
+        meter_provider = SDKMeterProvider(resource=tracer_provider.resource, metric_readers=[reader])
     return Telemetry.of(
         tracer_provider,
         meter_provider,
@@ -196,6 +205,20 @@ def _from_settings(settings: Settings) -> Telemetry:
         flush_timeout_ms=settings.otel_exporter_otlp_timeout,
         flush_does_io=True,
     )
+
+
+def resource_for(settings: Settings) -> Resource:
+    """The SDK's resource (OTEL_RESOURCE_ATTRIBUTES and OTEL_SERVICE_NAME, read by the SDK, the latter first) with the
+    service named OTEL_SERVICE_NAME, else as the attributes name it, else POWERTOOLS_SERVICE_NAME or ``chatloop``."""
+    from opentelemetry.sdk.resources import SERVICE_NAME, Resource
+
+    resource = Resource.create()
+    named = str(resource.attributes.get(SERVICE_NAME, ""))
+    if settings.otel_service_name:
+        named = settings.otel_service_name
+    elif named.startswith("unknown_service"):  # the SDK's stand-in: no variable named it
+        named = SERVICE
+    return resource.merge(Resource({SERVICE_NAME: named}))
 
 
 def parse_headers(raw: str) -> dict[str, str]:

@@ -14,6 +14,7 @@ from chatloop.api.http.context import RequestContext
 from chatloop.api.http.errors import RequestError
 from chatloop.api.http.wire import JSONBody
 from chatloop.api.runtime import CHAIN_ALIAS, Runtime
+from chatloop.providers.factory import ChainMisconfigured
 from chatloop.secrets import KeysUnavailable
 
 
@@ -27,6 +28,8 @@ def available_models(runtime: Runtime) -> list[str]:
         return runtime.available_models()
     except KeysUnavailable as exc:
         raise RequestError(503, "keys_unavailable", str(exc)) from None
+    except ChainMisconfigured as exc:
+        raise RequestError(503, exc.code, str(exc)) from None
 
 
 async def list_models(request: Request) -> Response:

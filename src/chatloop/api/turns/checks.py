@@ -27,6 +27,7 @@ from chatloop.engine.request import function_name
 from chatloop.jsontypes import JSONObject
 from chatloop.observability import logger
 from chatloop.providers.chain import FallbackChain
+from chatloop.providers.factory import ChainMisconfigured
 from chatloop.secrets import KeysUnavailable
 
 Body = TypeVar("Body", bound=BaseModel)
@@ -58,7 +59,7 @@ def conversation(messages: Sequence[object], max_messages: int) -> list[Message]
 def model_for(runtime: Runtime, requested: str | None, *, openai: bool = False) -> FallbackChain:
     """The turn's chain. A model this server cannot serve is a 400 ``unknown_model`` on /chat, and OpenAI's 404
     ``model_not_found`` on /v1 (listing what it can serve) unless the operator chose the default chain for it
-    there (UNKNOWN_MODEL_FALLBACK)."""
+    there (UNKNOWN_MODEL_FALLBACK). A MODEL_CHAIN that cannot be built is a 503 ``model_chain_misconfigured``."""
     try:
         return runtime.model_for(requested, strict=not (openai and runtime.settings.unknown_model_fallback))
     except UnknownModel as exc:
@@ -66,6 +67,8 @@ def model_for(runtime: Runtime, requested: str | None, *, openai: bool = False) 
         raise RequestError(status, code, str(exc), param="model") from None
     except KeysUnavailable as exc:
         raise RequestError(503, "keys_unavailable", str(exc)) from None
+    except ChainMisconfigured as exc:  # never the demo model in its place
+        raise RequestError(503, exc.code, str(exc)) from None
 
 
 def check_context(
