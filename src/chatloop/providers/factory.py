@@ -16,6 +16,7 @@ from collections.abc import Mapping
 
 from chatloop.config import DEFAULT_MODEL_CHAIN, ConfigError, Settings, from_environment
 from chatloop.observability import logger
+from chatloop.providers import bedrock
 from chatloop.providers.base import ChatModel
 from chatloop.providers.catalog import Catalog, ProviderInfo, split_entry
 from chatloop.providers.chain import FallbackChain
@@ -25,11 +26,14 @@ from chatloop.providers.openai import OpenAIModel
 
 # ``local:`` is any OpenAI-compatible server at LOCAL_BASE_URL (llama-server --jinja, Ollama, vLLM), through the openai
 # SDK, beside OpenAI's own API in the same chain.
-ADAPTERS = {"groq": GroqModel, "openai": OpenAIModel, "local": OpenAIModel}
+ADAPTERS = {"groq": GroqModel, "openai": OpenAIModel, "local": OpenAIModel, "bedrock": bedrock.BedrockModel}
 
 
 def provider_usable(provider: ProviderInfo, keys: Mapping[str, str | None]) -> bool:
-    """A hosted provider needs its key; a self-hosted one (``key_required: false``) needs its base URL."""
+    """A hosted provider needs its key; a self-hosted one (``key_required: false``) needs its base URL; Bedrock
+    needs a region (its credentials are the role's, found when it is called)."""
+    if provider.name == "bedrock":
+        return bedrock.region() is not None
     if provider.key_required:
         return bool(keys.get(provider.name))
     return bool(provider.base_url_env and from_environment(provider.base_url_env))
@@ -56,6 +60,7 @@ def build_model(
         return None
     if not provider_usable(provider_info, keys):
         missing = provider_info.key_env if provider_info.key_required else provider_info.base_url_env
+        missing = "AWS_REGION" if provider == "bedrock" else missing
         logger.warning(f"model chain: skipping {info.name}: no {missing} configured")
         return None
     if not info.known:

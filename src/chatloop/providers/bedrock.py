@@ -1,0 +1,249 @@
+"""``bedrock:`` models through Amazon Bedrock Runtime's ConverseStream API, with boto3 (imported on first use).
+
+Signed with SigV4 from the standard credential chain (the function's role deployed; ``AWS_*`` variables or a profile
+locally), or a Bedrock API key (``AWS_BEARER_TOKEN_BEDROCK``, which botocore reads). The region is ``AWS_REGION``
+and the endpoint botocore's own (``AWS_ENDPOINT_URL_BEDROCK_RUNTIME`` for a VPC endpoint or a test server): no
+setting of ours. Nothing hidden: botocore's retries are off (one attempt per chain step), and each failure is a
+typed ``ModelError`` the chain acts on as on Groq's and OpenAI's.
+
+boto3 is synchronous: each call runs on its own thread, which hands the stream's events to the event loop as they
+come; a turn cancelled or out of time closes the stream and leaves the thread to end.
+
+Usage::
+
+    model = BedrockModel(catalog.get("bedrock:amazon.nova-lite-v1:0"), catalog.provider("bedrock"))
+    async for item in model.stream(ModelRequest(messages=[...], deadline=Deadline.after(20))): ...
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import threading
+from collections.abc import AsyncIterator
+from typing import Any
+
+from chatloop.config import from_environment
+from chatloop.deadline import until
+from chatloop.observability import logger
+from chatloop.providers.base import ModelRequest, ModelResponse, StreamItem, TextDelta
+from chatloop.providers.catalog import ModelInfo, ProviderInfo
+from chatloop.providers.converse import ConverseFolder, converse_params
+from chatloop.providers.failures import (
+    AuthFailed,
+    BadRequest,
+    ContextTooLong,
+    DeadlineExceeded,
+    ModelError,
+    ModelGone,
+    RateLimited,
+    Transient,
+)
+
+SERVICE = "bedrock-runtime"
+READ_TIMEOUT_SECONDS = 60.0
+"""botocore's wait for the next bytes: a backstop only, for a thread whose turn has gone (the turn itself stops at
+its deadline, closing the stream)."""
+
+_CLIENTS: dict[tuple[str, str | None], Any] = {}
+_LOCK = threading.Lock()
+_END = object()
+
+RATE_LIMITED = {"ThrottlingException", "ModelNotReadyException", "ServiceQuotaExceededException"}
+TRANSIENT = {
+    "ServiceUnavailableException",
+    "ModelTimeoutException",
+    "InternalServerException",
+    "ModelErrorException",
+    "ModelStreamErrorException",
+    "RequestTimeout",
+    "RequestTimeoutException",
+}
+GONE = {"AccessDeniedException": "grant this model's access in the Bedrock console (Model access) and allow "
+        "bedrock:InvokeModelWithResponseStream on it (and its inference profile) in the function's role",
+        "ResourceNotFoundException": "check the model id (or use an inference profile id such as us.<model> "
+        "where the model is offered on demand only through one) and that it is offered in this region"}
+AUTH = {"UnrecognizedClientException", "InvalidSignatureException", "ExpiredTokenException", "ExpiredToken",
+        "InvalidClientTokenId", "SignatureDoesNotMatch"}
+_TOO_LONG = ("too long", "too many tokens", "context window", "context length", "maximum context", "exceeds the")
+
+
+def region() -> str | None:
+    """The region Bedrock is called in (``AWS_REGION``, as Lambda sets it, else ``AWS_DEFAULT_REGION``)."""
+    return from_environment("AWS_REGION") or from_environment("AWS_DEFAULT_REGION")
+
+
+def client(region_name: str) -> Any:
+    """The process's ``bedrock-runtime`` client for ``region_name`` (boto3's clients are thread-safe), built on first
+    use: boto3 is imported then, not by ``import app``."""
+    endpoint = from_environment("AWS_ENDPOINT_URL_BEDROCK_RUNTIME")  # part of the key only: botocore reads it
+    key = (region_name, endpoint)
+    with _LOCK:
+        built = _CLIENTS.get(key)
+        if built is None:
+            import boto3
+            from botocore.config import Config
+
+            config = Config(
+                retries={"total_max_attempts": 1, "mode": "standard"},
+                read_timeout=READ_TIMEOUT_SECONDS,
+                connect_timeout=5,
+                tcp_keepalive=True,
+            )
+            built = _CLIENTS[key] = boto3.session.Session().client(SERVICE, region_name=region_name, config=config)
+        return built
+
+
+def drop_clients() -> None:
+    """Forget the clients (and their connections and credentials): before a SnapStart snapshot."""
+    with _LOCK:
+        _CLIENTS.clear()
+
+
+class BedrockModel:
+    def __init__(
+        self,
+        info: ModelInfo,
+        provider: ProviderInfo,
+        api_key: str | None = None,
+        base_url: str | None = None,
+        first_chunk_timeout: float = 10.0,
+    ):
+        self.info = info
+        self.provider = provider
+        self.name = info.name
+        self.first_chunk_timeout = first_chunk_timeout
+
+    async def stream(self, request: ModelRequest) -> AsyncIterator[StreamItem]:
+        budget = request.deadline.remaining()
+        if budget <= 0:
+            raise DeadlineExceeded("no time left for a model call", model=self.name)
+        params = converse_params(self.info, request)
+        where = region()
+        if where is None:
+            raise AuthFailed(f"{self.name}: no AWS_REGION configured", model=self.name)
+        first = request.deadline.earliest(self.first_chunk_timeout)
+        folder = ConverseFolder()
+        pump = _Pump(lambda: client(where), params, asyncio.get_running_loop())
+        try:
+            async for event in until(request.deadline, pump, first=first):
+                for text in folder.add(event):
+                    yield TextDelta(text)
+        except TimeoutError:
+            if not request.deadline.expired() and first.expired() and not folder.text:
+                raise Transient(
+                    f"{self.name} sent nothing within {self.first_chunk_timeout:g} s", model=self.name
+                ) from None
+            raise DeadlineExceeded(f"{self.name} did not answer within {budget:.1f} s", model=self.name) from None
+        except ModelError:
+            raise
+        except Exception as exc:
+            raise self._error(exc, streamed=bool(folder.text)) from exc
+        finally:
+            pump.close()
+        calls = folder.tool_calls()
+        if folder.stop_reason is None and not folder.text and not calls:
+            raise Transient(f"{self.name}: the stream ended without a message", model=self.name)
+        yield ModelResponse(
+            model=self.name,
+            content="".join(folder.text),
+            tool_calls=calls,
+            finish_reason=folder.finish_reason() or ("tool_calls" if calls else "stop"),
+            usage=folder.usage(),
+        )
+
+    def _error(self, exc: Exception, streamed: bool) -> ModelError:
+        """A botocore failure as the chain's taxonomy (see module docstring of ``providers.failures``)."""
+        from botocore.exceptions import BotoCoreError, ClientError, EventStreamError, NoCredentialsError
+
+        if isinstance(exc, NoCredentialsError):
+            return AuthFailed(f"{self.name}: no AWS credentials found", model=self.name)
+        if isinstance(exc, EventStreamError):  # an exception event inside the stream: a cut stream
+            code, message, status = _details(exc)
+            if code.lower() == "validationexception":
+                return self._client_error(code[0].upper() + code[1:], message, status)
+            where = "mid-stream" if streamed else "before any output"
+            return Transient(f"{self.name}: the stream was cut {where} ({code}: {message})", model=self.name)
+        if isinstance(exc, ClientError):
+            return self._client_error(*_details(exc))
+        if isinstance(exc, BotoCoreError):  # connection refused or reset, a read timeout
+            return Transient(f"{self.name}: {type(exc).__name__}", model=self.name)
+        where = "mid-stream" if streamed else "before any output"
+        return Transient(f"{self.name}: the stream was cut {where} ({type(exc).__name__})", model=self.name)
+
+    def _client_error(self, code: str, message: str, status: int | None) -> ModelError:
+        text = f"{code}: {message}"
+        if code in RATE_LIMITED:
+            return RateLimited(text, model=self.name, status=status)
+        if code in TRANSIENT or (status is not None and status >= 500):
+            return Transient(text, model=self.name, status=status)
+        if code == "ValidationException" and any(m in message.lower() for m in _TOO_LONG):
+            return ContextTooLong(text, model=self.name, status=status)
+        if code in GONE:
+            # The chain disables the model for the container's life: this is said once, with what to fix.
+            logger.warning(f"{self.name} is unusable ({text}): {GONE[code]}")
+            return ModelGone(text, model=self.name, status=status)
+        if code in AUTH:
+            return AuthFailed(text, model=self.name, status=status)
+        return BadRequest(text, model=self.name, status=status)
+
+
+def _details(exc: Any) -> tuple[str, str, int | None]:
+    error = exc.response.get("Error") or {}
+    status = (exc.response.get("ResponseMetadata") or {}).get("HTTPStatusCode")
+    return str(error.get("Code") or "Unknown"), str(error.get("Message") or ""), status
+
+
+class _Pump:
+    """ConverseStream on a thread of its own, its events handed to the loop as they come (an async iterator).
+    ``close()`` (the turn ended, failed or ran out of time) closes the stream; the thread then ends by itself."""
+
+    def __init__(self, make_client: Any, params: dict[str, Any], loop: asyncio.AbstractEventLoop):
+        self._queue: asyncio.Queue[Any] = asyncio.Queue()
+        self._loop = loop
+        self._closed = False
+        self._stream: Any = None
+        self._make_client = make_client
+        self._params = params
+        threading.Thread(target=self._run, name="bedrock-stream", daemon=True).start()
+
+    def _run(self) -> None:
+        try:
+            response = self._make_client().converse_stream(**self._params)
+            self._stream = response["stream"]
+            for event in self._stream:
+                if self._closed:
+                    break
+                self._post(event)
+            self._post(_END)
+        except BaseException as exc:  # handed to the turn: a failure is the chain's to classify
+            self._post(exc)
+        finally:
+            if self._stream is not None:
+                with contextlib.suppress(Exception):
+                    self._stream.close()
+
+    def _post(self, item: object) -> None:
+        if self._closed:
+            return
+        with contextlib.suppress(RuntimeError):  # the loop is gone: nobody waits for this
+            self._loop.call_soon_threadsafe(self._queue.put_nowait, item)
+
+    def __aiter__(self) -> _Pump:
+        return self
+
+    async def __anext__(self) -> dict[str, Any]:
+        item = await self._queue.get()
+        if item is _END:
+            raise StopAsyncIteration
+        if isinstance(item, BaseException):
+            raise item
+        event: dict[str, Any] = item
+        return event
+
+    def close(self) -> None:
+        self._closed = True
+        stream = self._stream
+        if stream is not None:
+            with contextlib.suppress(Exception):
+                stream.close()
