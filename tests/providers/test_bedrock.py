@@ -5,6 +5,7 @@ real Deno sandbox."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 
@@ -257,3 +258,39 @@ def test_any_conversation_becomes_alternating_converse_messages_without_blank_bl
     assert all(a["role"] != b["role"] for a, b in zip(out, out[1:], strict=False))
     assert all(m["content"] for m in out)
     assert not any(b.get("text") == "" for m in out for b in m["content"])
+
+
+async def test_what_waits_for_a_call_in_flight_starts_when_a_bedrock_request_goes_out(fake_bedrock):
+    from chatloop.providers import warmup
+
+    started: list[int] = []
+    fake_bedrock.script(NOVA, text("hello"))
+    warmup.when_in_flight(lambda: started.append(-1))  # the sandbox's spare Deno process waits for this
+    await collect(chain(f"bedrock:{NOVA}"), request())
+    assert -1 in started
+
+
+async def test_a_turn_out_of_time_closes_the_bedrock_stream_and_a_silent_model_passes_the_turn_on(fake_bedrock):
+    slow = text("a long answer, word by word, " * 4, pieces=40)
+    slow.event_delay = 0.2
+    fake_bedrock.script(NOVA, slow)
+    with pytest.raises(Exception) as out_of_time:
+        async for _ in chain(f"bedrock:{NOVA}").for_turn().stream(ModelRequest(messages=[{"role": "user", "content": "hi"}], deadline=Deadline.after(1.0))):
+            pass
+    assert "deadline" in repr(out_of_time.value).lower()
+    for _ in range(50):  # the server sees its client go, well before the 40 events' 8 s
+        if fake_bedrock.aborted:
+            break
+        await asyncio.sleep(0.1)
+    assert fake_bedrock.aborted == [NOVA]
+
+    silent = text("too late")
+    silent.delay = 3.0
+    fake_bedrock.script(NOVA, silent)
+    fake_bedrock.script(HAIKU, text("from the next member"))
+    catalog = Catalog.load()
+    quick = Settings(model_first_chunk_timeout_seconds=0.5)
+    members = [build_model(f"bedrock:{m}", {}, catalog, quick) for m in (NOVA, HAIKU)]
+    items, response = await collect(FallbackChain([m for m in members if m], catalog=catalog), request())
+    assert next(i for i in items if isinstance(i, ModelFallback)).reason == "transient"
+    assert response.content == "from the next member"

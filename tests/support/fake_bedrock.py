@@ -183,6 +183,8 @@ class FakeBedrock:
         self.access_key, self.secret_key = access_key, secret_key
         self.queues: dict[str, deque[Reply]] = defaultdict(deque)
         self.requests: list[dict[str, Any]] = []
+        self.aborted: list[str] = []
+        """Models whose stream the client closed before it ended."""
         self.default: Callable[[dict[str, Any]], Reply] | None = None
         self._lock = threading.Lock()
         fake = self
@@ -223,7 +225,11 @@ class FakeBedrock:
                     return self._error(reply)
                 if operation == "converse":
                     return self._send(200, "application/json", json.dumps(converse_body(reply)).encode())
-                self._stream(reply)
+                try:
+                    self._stream(reply)
+                except (BrokenPipeError, ConnectionResetError):
+                    with fake._lock:
+                        fake.aborted.append(model)
 
             def _error(self, reply: Reply) -> None:
                 payload = json.dumps({"message": reply.message}).encode()

@@ -28,6 +28,7 @@ from chatloop.engine.limits import EngineLimits
 from chatloop.providers.catalog import Catalog, split_entry
 from chatloop.providers.chain import FallbackChain
 from chatloop.providers.factory import build_chain, build_model, provider_usable
+from chatloop.providers import bedrock
 from chatloop.providers.sdk import drop_clients
 from chatloop.providers.warmup import prime as prime_sdk
 from chatloop.providers.warmup import when_in_flight
@@ -175,6 +176,7 @@ class Runtime:
             self._keys = None
             self._chain = None
         drop_clients()
+        bedrock.drop_clients()
 
     def conversations(self) -> ConversationStore:
         """The conversation store (DynamoDB or the SQLite file), opened on first use: no I/O until it is needed."""

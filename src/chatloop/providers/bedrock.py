@@ -29,6 +29,7 @@ from chatloop.observability import logger
 from chatloop.providers.base import ModelRequest, ModelResponse, StreamItem, TextDelta
 from chatloop.providers.catalog import ModelInfo, ProviderInfo
 from chatloop.providers.converse import ConverseFolder, converse_params
+from chatloop.providers import warmup
 from chatloop.providers.failures import (
     AuthFailed,
     BadRequest,
@@ -41,11 +42,15 @@ from chatloop.providers.failures import (
 )
 
 SERVICE = "bedrock-runtime"
+SDK_MODULE = "boto3"
 READ_TIMEOUT_SECONDS = 60.0
 """botocore's wait for the next bytes: a backstop only, for a thread whose turn has gone (the turn itself stops at
 its deadline, closing the stream)."""
 
 _CLIENTS: dict[tuple[str, str | None], Any] = {}
+_PRIMED_SESSION: list[Any] = []
+"""A boto3 session with the service model loaded and no credentials resolved (``prime_modules``), for the first
+client."""
 _LOCK = threading.Lock()
 _END = object()
 
@@ -81,7 +86,6 @@ def client(region_name: str) -> Any:
     with _LOCK:
         built = _CLIENTS.get(key)
         if built is None:
-            import boto3
             from botocore.config import Config
 
             config = Config(
@@ -90,8 +94,38 @@ def client(region_name: str) -> Any:
                 connect_timeout=5,
                 tcp_keepalive=True,
             )
-            built = _CLIENTS[key] = boto3.session.Session().client(SERVICE, region_name=region_name, config=config)
+            session = _PRIMED_SESSION.pop() if _PRIMED_SESSION else _session()
+            built = _CLIENTS[key] = session.client(SERVICE, region_name=region_name, config=config)
         return built
+
+
+def _session() -> Any:
+    import boto3
+
+    return boto3.session.Session()
+
+
+def prime_modules() -> None:
+    """What the first call would import and load, made now (a SnapStart snapshot, or a thread while that call waits):
+    boto3 and botocore's client, signer and event-stream modules, and a session with the service model and endpoint
+    rules parsed. No client, no credentials (a session resolves them only when a client is made)."""
+    with _LOCK:
+        if _CLIENTS:  # a call made its client already (this is then the in-flight priming, too late to help)
+            return
+    import botocore.auth
+    import botocore.eventstream
+    import botocore.parsers  # noqa: F401  (imported for their import's sake)
+
+    session = _session()
+    core = session._session  # botocore's session: boto3's wraps it
+    core.get_service_model(SERVICE)
+    core.get_component("data_loader").load_service_model(SERVICE, "endpoint-rule-set-1")
+    with _LOCK:
+        if not _PRIMED_SESSION and not _CLIENTS:
+            _PRIMED_SESSION.append(session)
+
+
+warmup.PRIMERS[SDK_MODULE] = prime_modules
 
 
 def drop_clients() -> None:
@@ -209,7 +243,10 @@ class _Pump:
 
     def _run(self) -> None:
         try:
-            response = self._make_client().converse_stream(**self._params)
+            bedrock = self._make_client()
+            # The request goes out now: what waited for a call in flight (the sandbox's spare) starts while it waits.
+            self._loop.call_soon_threadsafe(warmup.call_in_flight, SDK_MODULE)
+            response = bedrock.converse_stream(**self._params)
             self._stream = response["stream"]
             for event in self._stream:
                 if self._closed:
