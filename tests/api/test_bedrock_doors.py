@@ -38,14 +38,20 @@ def telemetry() -> Iterator[InMemoryTelemetry]:
     uninstall()
 
 
-def test_a_calculation_turn_on_chat_is_traced_as_aws_bedrock(fake_bedrock, sandbox, app_runtime, telemetry, capsys):
+def test_a_calculation_turn_on_chat_is_traced_as_aws_bedrock(
+    fake_bedrock, sandbox, app_runtime, telemetry, capsys
+):
     fake_bedrock.script(
         NOVA,
-        tool_use([("tu_calc", "execute_javascript", json.dumps({"code": "(10000 * 1.05 ** 15).toFixed(2)"}))]),
+        tool_use(
+            [("tu_calc", "execute_javascript", json.dumps({"code": "(10000 * 1.05 ** 15).toFixed(2)"}))]
+        ),
         text("It grows to $20,789.28."),
     )
     app_runtime(SETTINGS, registry=ToolRegistry([ExecuteJavaScriptTool(sandbox)]), keys={})
-    status, body = post("/chat", {"messages": [{"role": "user", "content": "$10,000 at 5% for 15 years?"}], "stream": False})
+    status, body = post(
+        "/chat", {"messages": [{"role": "user", "content": "$10,000 at 5% for 15 years?"}], "stream": False}
+    )
     assert status == 200, body
     answer = json.loads(body)
     assert answer["message"]["content"] == "It grows to $20,789.28." and answer["model"] == f"bedrock:{NOVA}"
@@ -66,18 +72,33 @@ def test_a_client_tool_round_trip_with_a_named_tool_choice_on_chat_completions(f
     app_runtime(SETTINGS, registry=ToolRegistry([]), keys={})
     question = [{"role": "user", "content": "Weather in Paris?"}]
     named = {"type": "function", "function": {"name": "get_weather"}}
-    status, body = post("/v1/chat/completions", {"model": "chatloop", "messages": question, "tools": [WEATHER], "tool_choice": named})
+    status, body = post(
+        "/v1/chat/completions",
+        {"model": "chatloop", "messages": question, "tools": [WEATHER], "tool_choice": named},
+    )
     assert status == 200, body
     message = json.loads(body)["choices"][0]["message"]
     (call,) = message["tool_calls"]
-    assert (call["id"], call["function"]["name"], json.loads(call["function"]["arguments"])) == ("tu_w", "get_weather", {"city": "Paris"})
+    assert (call["id"], call["function"]["name"], json.loads(call["function"]["arguments"])) == (
+        "tu_w",
+        "get_weather",
+        {"city": "Paris"},
+    )
     assert json.loads(body)["choices"][0]["finish_reason"] == "tool_calls"
-    answered = [*question, message, {"role": "tool", "tool_call_id": "tu_w", "content": '{"sky": "sunny", "celsius": 21}'}]
-    status, body = post("/v1/chat/completions", {"model": "chatloop", "messages": answered, "tools": [WEATHER]})
+    answered = [
+        *question,
+        message,
+        {"role": "tool", "tool_call_id": "tu_w", "content": '{"sky": "sunny", "celsius": 21}'},
+    ]
+    status, body = post(
+        "/v1/chat/completions", {"model": "chatloop", "messages": answered, "tools": [WEATHER]}
+    )
     assert status == 200 and json.loads(body)["choices"][0]["message"]["content"] == "Sunny in Paris, 21 °C."
     first, second = (r["body"] for r in fake_bedrock.requests_for(NOVA))
     assert first["toolConfig"]["toolChoice"] == {"tool": {"name": "get_weather"}}
-    assert second["messages"][1]["content"] == [{"toolUse": {"toolUseId": "tu_w", "name": "get_weather", "input": {"city": "Paris"}}}]
+    assert second["messages"][1]["content"] == [
+        {"toolUse": {"toolUseId": "tu_w", "name": "get_weather", "input": {"city": "Paris"}}}
+    ]
     assert second["messages"][2]["content"] == [
         {"toolResult": {"toolUseId": "tu_w", "content": [{"json": {"sky": "sunny", "celsius": 21}}]}}
     ]
@@ -86,12 +107,19 @@ def test_a_client_tool_round_trip_with_a_named_tool_choice_on_chat_completions(f
 def test_responses_answers_from_bedrock(fake_bedrock, app_runtime):
     fake_bedrock.script(NOVA, text("Bonjour !", usage=(9, 3)))
     app_runtime(SETTINGS, registry=ToolRegistry([]), keys={})
-    status, body, _ = invoke(rest_event("POST", "/v1/responses", {"model": "chatloop", "input": "Say hello in French", "store": False}))
+    status, body, _ = invoke(
+        rest_event(
+            "POST", "/v1/responses", {"model": "chatloop", "input": "Say hello in French", "store": False}
+        )
+    )
     assert status == 200, body
     response = json.loads(body)
     said = [c["text"] for o in response["output"] if o["type"] == "message" for c in o["content"]]
     assert said == ["Bonjour !"] and response["usage"]["input_tokens"] == 9
-    assert fake_bedrock.requests_for(NOVA)[0]["body"]["messages"][-1] == {"role": "user", "content": [{"text": "Say hello in French"}]}
+    assert fake_bedrock.requests_for(NOVA)[0]["body"]["messages"][-1] == {
+        "role": "user",
+        "content": [{"text": "Say hello in French"}],
+    }
 
 
 def test_the_openai_sdk_streams_a_bedrock_answer_from_the_app_under_uvicorn(fake_bedrock):

@@ -6,6 +6,7 @@ real Deno sandbox."""
 from __future__ import annotations
 
 import asyncio
+import itertools
 import json
 import logging
 
@@ -13,6 +14,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from chatloop.config import Settings
 from chatloop.deadline import Deadline
 from chatloop.engine import EventType, TurnRequest, run_turn
 from chatloop.providers.base import ModelFallback, ModelRequest, ModelResponse, TextDelta
@@ -20,8 +22,7 @@ from chatloop.providers.catalog import Catalog
 from chatloop.providers.chain import FallbackChain
 from chatloop.providers.converse import converse_messages, converse_params
 from chatloop.providers.factory import build_chain, build_model
-from chatloop.providers.failures import BadRequest, ModelGone
-from chatloop.config import Settings
+from chatloop.providers.failures import AllModelsFailed, BadRequest
 from chatloop.tools.base import ToolRegistry
 from chatloop.tools.javascript import ExecuteJavaScriptTool
 from tests.support.fake_bedrock import ACCESS_KEY, REGION, SECRET_KEY, cut, error, text, tool_use
@@ -64,7 +65,8 @@ async def collect(model, req):
 async def test_a_streamed_answer_is_signed_shaped_for_converse_and_its_deltas_make_the_message(fake_bedrock):
     fake_bedrock.script(NOVA, text("The answer is 42.", pieces=4, usage=(20, 5), cache=(100, 7)))
     items, response = await collect(
-        chain(f"bedrock:{NOVA}"), request(max_tokens=300, temperature=0.2, top_p=0.9, params={"stop": ["END"]})
+        chain(f"bedrock:{NOVA}"),
+        request(max_tokens=300, temperature=0.2, top_p=0.9, params={"stop": ["END"]}),
     )
     deltas = [i.text for i in items if isinstance(i, TextDelta)]
     assert len(deltas) == 4 and "".join(deltas) == response.content == "The answer is 42."
@@ -84,35 +86,61 @@ async def test_a_streamed_answer_is_signed_shaped_for_converse_and_its_deltas_ma
 
 async def test_a_streamed_tool_call_is_assembled_from_its_input_deltas_and_tool_choice_holds(fake_bedrock):
     args = json.dumps({"code": "10000 * Math.pow(1.05, 15)"})
-    fake_bedrock.script(HAIKU, *[tool_use([("tooluse_a", "execute_javascript", args)], preface="Let me compute.")] * 3)
+    fake_bedrock.script(
+        HAIKU, *[tool_use([("tooluse_a", "execute_javascript", args)], preface="Let me compute.")] * 3
+    )
     choices = ({"type": "function", "function": {"name": "execute_javascript"}}, "required", "auto")
     for choice in choices:
-        items, response = await collect(chain(f"bedrock:{HAIKU}"), request(tools=JS_TOOL, tool_choice=choice))
-        assert [(c.id, c.name, c.arguments) for c in response.tool_calls] == [("tooluse_a", "execute_javascript", args)]
+        _items, response = await collect(
+            chain(f"bedrock:{HAIKU}"), request(tools=JS_TOOL, tool_choice=choice)
+        )
+        assert [(c.id, c.name, c.arguments) for c in response.tool_calls] == [
+            ("tooluse_a", "execute_javascript", args)
+        ]
         assert response.finish_reason == "tool_calls" and response.content == "Let me compute."
     configs = [r["body"]["toolConfig"] for r in fake_bedrock.requests_for(HAIKU)]
-    assert [c["toolChoice"] for c in configs] == [{"tool": {"name": "execute_javascript"}}, {"any": {}}, {"auto": {}}]
+    assert [c["toolChoice"] for c in configs] == [
+        {"tool": {"name": "execute_javascript"}},
+        {"any": {}},
+        {"auto": {}},
+    ]
     assert configs[0]["tools"] == [
-        {"toolSpec": {"name": "execute_javascript", "description": "run js", "inputSchema": {"json": JS_TOOL[0]["function"]["parameters"]}}}
+        {
+            "toolSpec": {
+                "name": "execute_javascript",
+                "description": "run js",
+                "inputSchema": {"json": JS_TOOL[0]["function"]["parameters"]},
+            }
+        }
     ]
 
 
 def test_tool_choice_none_sends_no_tools_and_tells_earlier_tool_exchanges_as_text():
     history = [
         {"role": "user", "content": "6*7?"},
-        {"role": "assistant", "content": None, "tool_calls": [{"id": "t1", "type": "function", "function": {"name": "js", "arguments": '{"code":"6*7"}'}}]},
+        {
+            "role": "assistant",
+            "content": None,
+            "tool_calls": [
+                {"id": "t1", "type": "function", "function": {"name": "js", "arguments": '{"code":"6*7"}'}}
+            ],
+        },
         {"role": "tool", "tool_call_id": "t1", "content": '{"result": 42}'},
         {"role": "user", "content": "and again, without tools"},
     ]
     info = Catalog.load().get(f"bedrock:{NOVA}")
-    params = converse_params(info, ModelRequest(messages=history, deadline=Deadline.after(5), tools=JS_TOOL, tool_choice="none"))
+    params = converse_params(
+        info, ModelRequest(messages=history, deadline=Deadline.after(5), tools=JS_TOOL, tool_choice="none")
+    )
     assert "toolConfig" not in params
     blocks = [b for m in params["messages"] for b in m["content"]]
     assert all(set(b) == {"text"} for b in blocks) and "42" in json.dumps(blocks)
     # With tools offered: the calls as toolUse, results and the next user text merged into one user message.
     params = converse_params(info, ModelRequest(messages=history, deadline=Deadline.after(5), tools=JS_TOOL))
     assert [m["role"] for m in params["messages"]] == ["user", "assistant", "user"]
-    assert params["messages"][1]["content"] == [{"toolUse": {"toolUseId": "t1", "name": "js", "input": {"code": "6*7"}}}]
+    assert params["messages"][1]["content"] == [
+        {"toolUse": {"toolUseId": "t1", "name": "js", "input": {"code": "6*7"}}}
+    ]
     assert params["messages"][2]["content"] == [
         {"toolResult": {"toolUseId": "t1", "content": [{"json": {"result": 42}}]}},
         {"text": "and again, without tools"},
@@ -124,7 +152,10 @@ def test_structured_output_goes_as_output_config_or_is_refused_by_name():
     schema = {"type": "object", "properties": {"n": {"type": "integer"}}}
     fmt = {"type": "json_schema", "json_schema": {"name": "answer", "schema": schema}}
     params = converse_params(catalog.get(f"bedrock:{HAIKU}"), request(response_format=fmt))
-    assert params["outputConfig"]["textFormat"]["structure"]["jsonSchema"] == {"schema": json.dumps(schema), "name": "answer"}
+    assert params["outputConfig"]["textFormat"]["structure"]["jsonSchema"] == {
+        "schema": json.dumps(schema),
+        "name": "answer",
+    }
     with pytest.raises(BadRequest, match="json_object"):
         converse_params(catalog.get(f"bedrock:{HAIKU}"), request(response_format={"type": "json_object"}))
     # The catalog says which Bedrock models serve it: the chain passes the others over, by name.
@@ -132,14 +163,24 @@ def test_structured_output_goes_as_output_config_or_is_refused_by_name():
     assert able == [f"bedrock:{HAIKU}"] and passed_over == [f"bedrock:{NOVA}"]
 
 
-async def test_throttling_falls_back_to_the_next_member_after_exactly_one_bedrock_request(fake_bedrock, fake_llm):
-    fake_bedrock.script(NOVA, error(429, "ThrottlingException", "Too many requests, please wait before trying again."))
+async def test_throttling_falls_back_to_the_next_member_after_exactly_one_bedrock_request(
+    fake_bedrock, fake_llm
+):
+    fake_bedrock.script(
+        NOVA, error(429, "ThrottlingException", "Too many requests, please wait before trying again.")
+    )
     fake_llm.script(G70, groq_text(G70, "from groq", groq=True))
     c = chain(f"bedrock:{NOVA}", f"groq:{G70}")
     items, response = await collect(c.for_turn(), request())
     fallback = next(i for i in items if isinstance(i, ModelFallback))
-    assert (fallback.from_model, fallback.to_model, fallback.reason) == (f"bedrock:{NOVA}", f"groq:{G70}", "rate_limited")
-    assert response.content == "from groq" and len(fake_bedrock.requests_for(NOVA)) == 1  # botocore retried nothing
+    assert (fallback.from_model, fallback.to_model, fallback.reason) == (
+        f"bedrock:{NOVA}",
+        f"groq:{G70}",
+        "rate_limited",
+    )
+    assert (
+        response.content == "from groq" and len(fake_bedrock.requests_for(NOVA)) == 1
+    )  # botocore retried nothing
     assert c.health.cooling(f"bedrock:{NOVA}") > 0  # cools down as after Groq's 429s
 
 
@@ -153,7 +194,12 @@ async def test_input_too_long_is_a_context_overflow_and_the_chain_moves_to_a_lar
 
 
 async def test_model_access_not_granted_disables_that_model_once_with_what_to_fix(fake_bedrock, caplog):
-    fake_bedrock.script(NOVA, error(403, "AccessDeniedException", "You don't have access to the model with the specified model ID."))
+    fake_bedrock.script(
+        NOVA,
+        error(
+            403, "AccessDeniedException", "You don't have access to the model with the specified model ID."
+        ),
+    )
     fake_bedrock.script(HAIKU, text("one"), text("two"))
     c = chain(f"bedrock:{NOVA}", f"bedrock:{HAIKU}")
     with caplog.at_level(logging.WARNING):
@@ -166,7 +212,9 @@ async def test_model_access_not_granted_disables_that_model_once_with_what_to_fi
 
 
 async def test_an_exception_event_mid_stream_is_a_cut_stream_and_the_next_member_answers(fake_bedrock):
-    fake_bedrock.script(NOVA, cut(text("partial answer that is void", pieces=4), after=3, exception="throttlingException"))
+    fake_bedrock.script(
+        NOVA, cut(text("partial answer that is void", pieces=4), after=3, exception="throttlingException")
+    )
     fake_bedrock.script(HAIKU, text("whole answer"))
     items, response = await collect(chain(f"bedrock:{NOVA}", f"bedrock:{HAIKU}").for_turn(), request())
     fallback = next(i for i in items if isinstance(i, ModelFallback))
@@ -174,19 +222,19 @@ async def test_an_exception_event_mid_stream_is_a_cut_stream_and_the_next_member
     assert response.content == "whole answer"
 
 
-async def test_a_request_signed_with_other_credentials_is_an_auth_failure_and_no_secret_is_shown(fake_bedrock, monkeypatch, caplog):
+async def test_a_request_signed_with_other_credentials_is_an_auth_failure_and_no_secret_is_shown(
+    fake_bedrock, monkeypatch, caplog
+):
     monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "wrong/secret/for/this/fake/0000000000000")
     from chatloop.providers import bedrock
 
     bedrock.drop_clients()
     fake_bedrock.script(NOVA, text("never"))
-    with caplog.at_level(logging.DEBUG):
-        items = []
-        with pytest.raises(Exception) as failed:
-            async for item in chain(f"bedrock:{NOVA}").for_turn().stream(request()):
-                items.append(item)
-    assert "auth" in str(failed.value)
-    said = " ".join(r.getMessage() for r in caplog.records) + str(failed.value) + repr(items)
+    with caplog.at_level(logging.DEBUG), pytest.raises(AllModelsFailed) as failed:
+        async for _ in chain(f"bedrock:{NOVA}").for_turn().stream(request()):
+            pass
+    assert [e.kind for e in failed.value.attempts] == ["auth"]  # InvalidSignatureException
+    said = " ".join(r.getMessage() for r in caplog.records) + str(failed.value) + repr(failed.value.attempts)
     assert "wrong/secret" not in said and SECRET_KEY not in said
 
 
@@ -201,7 +249,13 @@ def test_the_factory_takes_a_bedrock_entry_without_a_key_when_a_region_is_set(mo
 async def test_usage_is_summed_over_a_calculation_turn_in_the_real_sandbox(fake_bedrock, sandbox):
     fake_bedrock.script(
         NOVA,
-        tool_use([("tu_1", "execute_javascript", '{"code": "6*7"}'), ("tu_2", "execute_javascript", '{"code": "2**10"}')], usage=(100, 20)),
+        tool_use(
+            [
+                ("tu_1", "execute_javascript", '{"code": "6*7"}'),
+                ("tu_2", "execute_javascript", '{"code": "2**10"}'),
+            ],
+            usage=(100, 20),
+        ),
         text("6*7 is 42 and 2**10 is 1024.", usage=(150, 5)),
     )
     events = [
@@ -228,13 +282,26 @@ def test_a_failed_run_goes_back_as_a_tool_result_with_status_error():
     _, out = converse_messages(
         [
             {"role": "user", "content": "go"},
-            {"role": "assistant", "content": "", "tool_calls": [{"id": "a", "function": {"name": "js", "arguments": "{}"}}, {"id": "b", "function": {"name": "js", "arguments": "{}"}}]},
+            {
+                "role": "assistant",
+                "content": "",
+                "tool_calls": [
+                    {"id": "a", "function": {"name": "js", "arguments": "{}"}},
+                    {"id": "b", "function": {"name": "js", "arguments": "{}"}},
+                ],
+            },
             {"role": "tool", "tool_call_id": "a", "content": '{"error": "ReferenceError: x is not defined"}'},
             {"role": "tool", "tool_call_id": "b", "content": "plain words"},
         ]
     )
     assert out[2]["content"] == [
-        {"toolResult": {"toolUseId": "a", "content": [{"json": {"error": "ReferenceError: x is not defined"}}], "status": "error"}},
+        {
+            "toolResult": {
+                "toolUseId": "a",
+                "content": [{"json": {"error": "ReferenceError: x is not defined"}}],
+                "status": "error",
+            }
+        },
         {"toolResult": {"toolUseId": "b", "content": [{"text": "plain words"}]}},
     ]
 
@@ -245,9 +312,25 @@ def test_a_failed_run_goes_back_as_a_tool_result_with_status_error():
         st.fixed_dictionaries(
             {"role": st.sampled_from(["user", "assistant", "tool", "system", "developer"])},
             optional={
-                "content": st.one_of(st.none(), st.text(max_size=20), st.lists(st.dictionaries(st.sampled_from(["type", "text"]), st.text(max_size=8)), max_size=3)),
+                "content": st.one_of(
+                    st.none(),
+                    st.text(max_size=20),
+                    st.lists(
+                        st.dictionaries(st.sampled_from(["type", "text"]), st.text(max_size=8)), max_size=3
+                    ),
+                ),
                 "tool_call_id": st.text(max_size=5),
-                "tool_calls": st.lists(st.fixed_dictionaries({"id": st.text(max_size=4), "function": st.fixed_dictionaries({"name": st.text(max_size=4), "arguments": st.text(max_size=12)})}), max_size=2),
+                "tool_calls": st.lists(
+                    st.fixed_dictionaries(
+                        {
+                            "id": st.text(max_size=4),
+                            "function": st.fixed_dictionaries(
+                                {"name": st.text(max_size=4), "arguments": st.text(max_size=12)}
+                            ),
+                        }
+                    ),
+                    max_size=2,
+                ),
             },
         ),
         max_size=8,
@@ -255,7 +338,7 @@ def test_a_failed_run_goes_back_as_a_tool_result_with_status_error():
 )
 def test_any_conversation_becomes_alternating_converse_messages_without_blank_blocks(messages):
     _, out = converse_messages(messages)
-    assert all(a["role"] != b["role"] for a, b in zip(out, out[1:], strict=False))
+    assert all(a["role"] != b["role"] for a, b in itertools.pairwise(out))
     assert all(m["content"] for m in out)
     assert not any(b.get("text") == "" for m in out for b in m["content"])
 
@@ -270,12 +353,18 @@ async def test_what_waits_for_a_call_in_flight_starts_when_a_bedrock_request_goe
     assert -1 in started
 
 
-async def test_a_turn_out_of_time_closes_the_bedrock_stream_and_a_silent_model_passes_the_turn_on(fake_bedrock):
+async def test_a_turn_out_of_time_closes_the_bedrock_stream_and_a_silent_model_passes_the_turn_on(
+    fake_bedrock,
+):
     slow = text("a long answer, word by word, " * 4, pieces=40)
     slow.event_delay = 0.2
     fake_bedrock.script(NOVA, slow)
     with pytest.raises(Exception) as out_of_time:
-        async for _ in chain(f"bedrock:{NOVA}").for_turn().stream(ModelRequest(messages=[{"role": "user", "content": "hi"}], deadline=Deadline.after(1.0))):
+        async for _ in (
+            chain(f"bedrock:{NOVA}")
+            .for_turn()
+            .stream(ModelRequest(messages=[{"role": "user", "content": "hi"}], deadline=Deadline.after(1.0)))
+        ):
             pass
     assert "deadline" in repr(out_of_time.value).lower()
     for _ in range(50):  # the server sees its client go, well before the 40 events' 8 s

@@ -27,13 +27,22 @@ def test_boto3_reads_the_fakes_stream_answer_and_errors_and_the_fake_checks_the_
         error(429, "ThrottlingException", "Too many requests, please wait before trying again."),
     )
     client = plain_client()
-    events = list(client.converse_stream(modelId=NOVA, messages=[{"role": "user", "content": [{"text": "hi"}]}])["stream"])
-    assert "".join(e["contentBlockDelta"]["delta"]["text"] for e in events if "contentBlockDelta" in e) == "Hello there"
+    events = list(
+        client.converse_stream(modelId=NOVA, messages=[{"role": "user", "content": [{"text": "hi"}]}])[
+            "stream"
+        ]
+    )
+    assert (
+        "".join(e["contentBlockDelta"]["delta"]["text"] for e in events if "contentBlockDelta" in e)
+        == "Hello there"
+    )
     assert events[-1]["metadata"]["usage"]["inputTokens"] == 12
     answer = client.converse(modelId=NOVA, messages=[{"role": "user", "content": [{"text": "hi"}]}])
     assert answer["stopReason"] == "tool_use"
     assert answer["output"]["message"]["content"][0]["toolUse"]["input"] == {"code": "1+1"}
-    stream = client.converse_stream(modelId=NOVA, messages=[{"role": "user", "content": [{"text": "hi"}]}])["stream"]
+    stream = client.converse_stream(modelId=NOVA, messages=[{"role": "user", "content": [{"text": "hi"}]}])[
+        "stream"
+    ]
     with pytest.raises(EventStreamError) as cut_stream:
         list(stream)
     assert cut_stream.value.response["Error"]["Code"] == "throttlingException"

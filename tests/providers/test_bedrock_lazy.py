@@ -8,9 +8,8 @@ import json
 import subprocess
 import sys
 
-from chatloop.api.runtime import Runtime
 from chatloop.config import Settings
-from chatloop.providers import bedrock
+from chatloop.providers import bedrock, warmup
 from chatloop.snapstart import sdk_modules
 from tests.support.adapter import ROOT
 
@@ -62,10 +61,14 @@ def test_boto3_is_imported_when_a_bedrock_member_is_first_called_not_by_import_a
 
 
 def test_a_snapshot_primes_boto3_for_a_bedrock_chain_without_a_client_or_credentials():
-    settings = Settings(model_chain="bedrock:us.anthropic.claude-haiku-4-5-20251001-v1:0,groq:llama-3.3-70b-versatile")
+    settings = Settings(
+        model_chain="bedrock:us.anthropic.claude-haiku-4-5-20251001-v1:0,groq:llama-3.3-70b-versatile"
+    )
     assert sdk_modules(settings) == ["boto3", "groq"]
     bedrock.drop_clients()
     bedrock._PRIMED_SESSION.clear()
-    Runtime(settings).prime(["boto3"])
+    warmup.prime_modules(
+        "boto3"
+    )  # what Runtime.prime runs for it, once per process (an earlier test's call may have)
     (session,) = bedrock._PRIMED_SESSION
     assert not bedrock._CLIENTS and session._session._credentials is None

@@ -58,7 +58,10 @@ def _ending(stop: str, usage: tuple[int, int], cache: tuple[int, int] = (0, 0)) 
     numbers = {"inputTokens": usage[0], "outputTokens": usage[1], "totalTokens": sum(usage) + sum(cache)}
     if any(cache):
         numbers |= {"cacheReadInputTokens": cache[0], "cacheWriteInputTokens": cache[1]}
-    return [("messageStop", {"stopReason": stop}), ("metadata", {"usage": numbers, "metrics": {"latencyMs": 7}})]
+    return [
+        ("messageStop", {"stopReason": stop}),
+        ("metadata", {"usage": numbers, "metrics": {"latencyMs": 7}}),
+    ]
 
 
 def text(
@@ -75,7 +78,9 @@ def text(
     return Reply(events=events)
 
 
-def tool_use(calls: list[tuple[str, str, str]], preface: str = "", usage: tuple[int, int] = (30, 10)) -> Reply:
+def tool_use(
+    calls: list[tuple[str, str, str]], preface: str = "", usage: tuple[int, int] = (30, 10)
+) -> Reply:
     """Tool uses ``(toolUseId, name, input JSON)``, each input streamed in pieces, after an optional text block."""
     events: list[Event] = [("messageStart", {"role": "assistant"})]
     index = 0
@@ -86,10 +91,18 @@ def tool_use(calls: list[tuple[str, str, str]], preface: str = "", usage: tuple[
         ]
         index = 1
     for n, (call_id, name, arguments) in enumerate(calls, start=index):
-        events.append(("contentBlockStart", {"start": {"toolUse": {"toolUseId": call_id, "name": name}}, "contentBlockIndex": n}))
+        events.append(
+            (
+                "contentBlockStart",
+                {"start": {"toolUse": {"toolUseId": call_id, "name": name}}, "contentBlockIndex": n},
+            )
+        )
         size = max(1, -(-len(arguments) // 3))
         events += [
-            ("contentBlockDelta", {"delta": {"toolUse": {"input": arguments[i : i + size]}}, "contentBlockIndex": n})
+            (
+                "contentBlockDelta",
+                {"delta": {"toolUse": {"input": arguments[i : i + size]}}, "contentBlockIndex": n},
+            )
             for i in range(0, len(arguments), size)
         ]
         events.append(("contentBlockStop", {"contentBlockIndex": n}))
@@ -98,7 +111,7 @@ def tool_use(calls: list[tuple[str, str, str]], preface: str = "", usage: tuple[
 
 def cut(reply: Reply, after: int, exception: str = "modelStreamErrorException") -> Reply:
     """``reply`` cut after ``after`` events by an exception event (``throttlingException``, ...)."""
-    events = reply.events[:after] + [(f"!{exception}", {"message": f"{exception} in the stream"})]
+    events = [*reply.events[:after], (f"!{exception}", {"message": f"{exception} in the stream"})]
     return Reply(events=events)
 
 
@@ -118,7 +131,11 @@ def event_frame(event: Event) -> bytes:
     kind, payload = event
     body = json.dumps(payload).encode()
     if kind.startswith("!"):
-        headers = {":message-type": "exception", ":exception-type": kind[1:], ":content-type": "application/json"}
+        headers = {
+            ":message-type": "exception",
+            ":exception-type": kind[1:],
+            ":content-type": "application/json",
+        }
     else:
         headers = {":message-type": "event", ":event-type": kind, ":content-type": "application/json"}
     return frame(headers, body)
@@ -164,9 +181,13 @@ def signature_valid(method: str, path: str, headers: dict[str, str], body: bytes
     if match is None or match["service"] != "bedrock":
         return False
     signed = {name: headers.get(name, "") for name in match["signed"].split(";")}
-    request = AWSRequest(method=method, url=f"http://{headers.get('host', '')}{path}", data=body, headers=signed)
+    request = AWSRequest(
+        method=method, url=f"http://{headers.get('host', '')}{path}", data=body, headers=signed
+    )
     request.context["timestamp"] = headers.get("x-amz-date", "")
-    signer = SigV4Auth(Credentials(match["key"], secret, headers.get("x-amz-security-token")), "bedrock", match["region"])
+    signer = SigV4Auth(
+        Credentials(match["key"], secret, headers.get("x-amz-security-token")), "bedrock", match["region"]
+    )
     expected = signer.signature(signer.string_to_sign(request, signer.canonical_request(request)), request)
     return bool(expected == match["signature"])
 
@@ -210,14 +231,26 @@ class FakeBedrock:
                 body = json.loads(raw or b"{}")
                 with fake._lock:
                     fake.requests.append(
-                        {"model": model, "operation": operation, "body": body, "headers": headers, "signed": signed}
+                        {
+                            "model": model,
+                            "operation": operation,
+                            "body": body,
+                            "headers": headers,
+                            "signed": signed,
+                        }
                     )
                     queue = fake.queues[model]
                     reply = queue.popleft() if queue else None
                 if not signed:
-                    return self._error(error(403, "InvalidSignatureException", "The request signature is wrong"))
+                    return self._error(
+                        error(403, "InvalidSignatureException", "The request signature is wrong")
+                    )
                 if reply is None:
-                    reply = fake.default(body) if fake.default else error(404, "ResourceNotFoundException", "no script")
+                    reply = (
+                        fake.default(body)
+                        if fake.default
+                        else error(404, "ResourceNotFoundException", "no script")
+                    )
                 time.sleep(reply.delay)
                 if reply.before is not None:
                     reply.before(0)
@@ -233,11 +266,25 @@ class FakeBedrock:
 
             def _error(self, reply: Reply) -> None:
                 payload = json.dumps({"message": reply.message}).encode()
-                self._send(reply.status, "application/json", payload, {"x-amzn-ErrorType": f"{reply.error_code}:http://internal.amazon.com/coral/com.amazon.bedrock/"})
+                self._send(
+                    reply.status,
+                    "application/json",
+                    payload,
+                    {
+                        "x-amzn-ErrorType": f"{reply.error_code}:http://internal.amazon.com/coral/com.amazon.bedrock/"
+                    },
+                )
 
-            def _send(self, status: int, kind: str, payload: bytes, extra: dict[str, str] | None = None) -> None:
+            def _send(
+                self, status: int, kind: str, payload: bytes, extra: dict[str, str] | None = None
+            ) -> None:
                 self.send_response(status)
-                for k, v in {"content-type": kind, "content-length": str(len(payload)), "x-amzn-requestid": "req-1", **(extra or {})}.items():
+                for k, v in {
+                    "content-type": kind,
+                    "content-length": str(len(payload)),
+                    "x-amzn-requestid": "req-1",
+                    **(extra or {}),
+                }.items():
                     self.send_header(k, v)
                 self.end_headers()
                 self.wfile.write(payload)

@@ -25,10 +25,10 @@ from typing import TYPE_CHECKING
 from chatloop.config import DEFAULT_MODEL_CHAIN, MCPServerConfig, Settings
 from chatloop.deadline import Deadline
 from chatloop.engine.limits import EngineLimits
+from chatloop.providers import bedrock
 from chatloop.providers.catalog import Catalog, split_entry
 from chatloop.providers.chain import FallbackChain
 from chatloop.providers.factory import build_chain, build_model, provider_usable
-from chatloop.providers import bedrock
 from chatloop.providers.sdk import drop_clients
 from chatloop.providers.warmup import prime as prime_sdk
 from chatloop.providers.warmup import when_in_flight

@@ -26,10 +26,10 @@ from typing import Any
 from chatloop.config import from_environment
 from chatloop.deadline import until
 from chatloop.observability import logger
+from chatloop.providers import warmup
 from chatloop.providers.base import ModelRequest, ModelResponse, StreamItem, TextDelta
 from chatloop.providers.catalog import ModelInfo, ProviderInfo
 from chatloop.providers.converse import ConverseFolder, converse_params
-from chatloop.providers import warmup
 from chatloop.providers.failures import (
     AuthFailed,
     BadRequest,
@@ -64,13 +64,28 @@ TRANSIENT = {
     "RequestTimeout",
     "RequestTimeoutException",
 }
-GONE = {"AccessDeniedException": "grant this model's access in the Bedrock console (Model access) and allow "
-        "bedrock:InvokeModelWithResponseStream on it (and its inference profile) in the function's role",
-        "ResourceNotFoundException": "check the model id (or use an inference profile id such as us.<model> "
-        "where the model is offered on demand only through one) and that it is offered in this region"}
-AUTH = {"UnrecognizedClientException", "InvalidSignatureException", "ExpiredTokenException", "ExpiredToken",
-        "InvalidClientTokenId", "SignatureDoesNotMatch"}
-_TOO_LONG = ("too long", "too many tokens", "context window", "context length", "maximum context", "exceeds the")
+GONE = {
+    "AccessDeniedException": "grant this model's access in the Bedrock console (Model access) and allow "
+    "bedrock:InvokeModelWithResponseStream on it (and its inference profile) in the function's role",
+    "ResourceNotFoundException": "check the model id (or use an inference profile id such as us.<model> "
+    "where the model is offered on demand only through one) and that it is offered in this region",
+}
+AUTH = {
+    "UnrecognizedClientException",
+    "InvalidSignatureException",
+    "ExpiredTokenException",
+    "ExpiredToken",
+    "InvalidClientTokenId",
+    "SignatureDoesNotMatch",
+}
+_TOO_LONG = (
+    "too long",
+    "too many tokens",
+    "context window",
+    "context length",
+    "maximum context",
+    "exceeds the",
+)
 
 
 def region() -> str | None:
@@ -168,7 +183,9 @@ class BedrockModel:
                 raise Transient(
                     f"{self.name} sent nothing within {self.first_chunk_timeout:g} s", model=self.name
                 ) from None
-            raise DeadlineExceeded(f"{self.name} did not answer within {budget:.1f} s", model=self.name) from None
+            raise DeadlineExceeded(
+                f"{self.name} did not answer within {budget:.1f} s", model=self.name
+            ) from None
         except ModelError:
             raise
         except Exception as exc:

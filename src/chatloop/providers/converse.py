@@ -76,7 +76,9 @@ def _inference_config(request: ModelRequest) -> dict[str, Any]:
     elif isinstance(stop, list):
         config["stopSequences"] = [s for s in stop if isinstance(s, str)]
     refused = sorted(k for k in request.params if k != "stop")
-    if refused:  # the chain passes over models whose catalog entry refuses these: one that does not say lands here
+    if (
+        refused
+    ):  # the chain passes over models whose catalog entry refuses these: one that does not say lands here
         raise BadRequest(f"Converse does not take {', '.join(refused)}", status=400)
     return config
 
@@ -249,7 +251,7 @@ class ConverseFolder:
         if "contentBlockDelta" in event:
             body = event["contentBlockDelta"]
             delta = body.get("delta") or {}
-            if "text" in delta and delta["text"]:
+            if delta.get("text"):
                 piece = text_safe(str(delta["text"]))
                 self.text.append(piece)
                 return [piece]
@@ -275,7 +277,9 @@ class ConverseFolder:
 
     def tool_calls(self) -> list[ToolCall]:
         return [
-            ToolCall(id=text_safe(s["id"]), name=text_safe(s["name"]), arguments=text_safe(s["input"]) or "{}")
+            ToolCall(
+                id=text_safe(s["id"]), name=text_safe(s["name"]), arguments=text_safe(s["input"]) or "{}"
+            )
             for _, s in sorted(self._calls.items())
             if s["name"]
         ]
@@ -294,6 +298,8 @@ def usage_of(raw: object) -> Usage | None:
     leaves them out), so budgets and the context calibration see every token the model read."""
     if not isinstance(raw, dict):
         return None
-    prompt = sum(int(raw.get(k) or 0) for k in ("inputTokens", "cacheReadInputTokens", "cacheWriteInputTokens"))
+    prompt = sum(
+        int(raw.get(k) or 0) for k in ("inputTokens", "cacheReadInputTokens", "cacheWriteInputTokens")
+    )
     completion = int(raw.get("outputTokens") or 0)
     return Usage(prompt, completion, prompt + completion)

@@ -12,7 +12,7 @@ Usage::
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 
 from chatloop.config import DEFAULT_MODEL_CHAIN, ConfigError, Settings, from_environment
 from chatloop.observability import logger
@@ -26,7 +26,12 @@ from chatloop.providers.openai import OpenAIModel
 
 # ``local:`` is any OpenAI-compatible server at LOCAL_BASE_URL (llama-server --jinja, Ollama, vLLM), through the openai
 # SDK, beside OpenAI's own API in the same chain.
-ADAPTERS = {"groq": GroqModel, "openai": OpenAIModel, "local": OpenAIModel, "bedrock": bedrock.BedrockModel}
+ADAPTERS: dict[str, Callable[..., ChatModel]] = {
+    "groq": GroqModel,
+    "openai": OpenAIModel,
+    "local": OpenAIModel,
+    "bedrock": bedrock.BedrockModel,
+}
 
 
 def provider_usable(provider: ProviderInfo, keys: Mapping[str, str | None]) -> bool:
