@@ -130,3 +130,27 @@ def test_the_openai_sdk_streams_a_bedrock_answer_from_the_app_under_uvicorn(fake
         )
         pieces = [c.choices[0].delta.content for c in stream if c.choices and c.choices[0].delta.content]
     assert len(pieces) >= 5 and "".join(pieces) == "one two three four five"
+
+
+def test_bedrock_models_are_offered_only_where_the_chain_names_bedrock(fake_bedrock, app_runtime):
+    haiku = "bedrock:us.anthropic.claude-haiku-4-5-20251001-v1:0"
+    app_runtime(
+        Settings(model_chain="groq:llama-3.3-70b-versatile"),
+        registry=ToolRegistry([]),
+        keys={"groq": "gsk_x"},
+    )
+    status, body, _ = invoke(rest_event("GET", "/v1/models"))
+    assert status == 200 and not [m["id"] for m in json.loads(body)["data"] if m["id"].startswith("bedrock:")]
+    status, body = post(
+        "/v1/chat/completions", {"model": haiku, "messages": [{"role": "user", "content": "hi"}]}
+    )
+    assert status in (400, 404) and haiku in body and not fake_bedrock.requests
+
+    fake_bedrock.script(haiku.removeprefix("bedrock:"), text("from Haiku"))
+    app_runtime(SETTINGS, registry=ToolRegistry([]), keys={})
+    status, body, _ = invoke(rest_event("GET", "/v1/models"))
+    assert haiku in [m["id"] for m in json.loads(body)["data"]]
+    status, body = post(
+        "/v1/chat/completions", {"model": haiku, "messages": [{"role": "user", "content": "hi"}]}
+    )
+    assert status == 200 and json.loads(body)["choices"][0]["message"]["content"] == "from Haiku"

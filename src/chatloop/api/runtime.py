@@ -28,7 +28,7 @@ from chatloop.engine.limits import EngineLimits
 from chatloop.providers import bedrock
 from chatloop.providers.catalog import Catalog, split_entry
 from chatloop.providers.chain import FallbackChain
-from chatloop.providers.factory import build_chain, build_model, provider_usable
+from chatloop.providers.factory import build_chain, build_model, names_bedrock, provider_usable
 from chatloop.providers.sdk import drop_clients
 from chatloop.providers.warmup import prime as prime_sdk
 from chatloop.providers.warmup import when_in_flight
@@ -279,6 +279,7 @@ class Runtime:
             info = self.catalog.get(name)
             provider = self.catalog.provider(info.provider)
             usable = provider is not None and provider_usable(provider, keys)
+            usable = usable and (info.provider != "bedrock" or names_bedrock(self.settings))
             if name not in entries and usable and info.tools and not info.decommissioned:
                 others.append(name)
         return [CHAIN_ALIAS, *entries, *sorted(others)]

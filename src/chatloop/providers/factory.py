@@ -44,6 +44,12 @@ def provider_usable(provider: ProviderInfo, keys: Mapping[str, str | None]) -> b
     return bool(provider.base_url_env and from_environment(provider.base_url_env))
 
 
+def names_bedrock(settings: Settings) -> bool:
+    """Whether the operator chose Bedrock (a ``bedrock:`` entry in MODEL_CHAIN): only then are the catalog's other
+    Bedrock models offered to clients. A region is always set on Lambda; the role's access to a model is not."""
+    return any(e.strip().lower().startswith("bedrock:") for e in (settings.model_chain or "").split(","))
+
+
 def build_model(
     entry: str, keys: Mapping[str, str | None], catalog: Catalog, settings: Settings | None = None
 ) -> ChatModel | None:
@@ -62,6 +68,9 @@ def build_model(
     provider_info = catalog.provider(provider)
     if adapter is None or provider_info is None:
         logger.warning(f"model chain: skipping {info.name}: unknown provider {provider!r}")
+        return None
+    if provider == "bedrock" and settings is not None and not names_bedrock(settings):
+        logger.warning(f"model chain: skipping {info.name}: MODEL_CHAIN names no bedrock: model")
         return None
     if not provider_usable(provider_info, keys):
         missing = provider_info.key_env if provider_info.key_required else provider_info.base_url_env
