@@ -17,6 +17,7 @@ from typing import Any
 from bench import (
     ROOT,
     against,
+    bedrock,
     budgets,
     cold_start,
     context,
@@ -87,6 +88,7 @@ def main() -> int:
         ("budgets", lambda: budgets.measure(2 if quick else 50)),
         ("tracing", lambda: tracing.measure(2 if quick else 30)),
         ("small_models", lambda: small_models.measure(2 if quick else 50)),
+        ("bedrock", lambda: bedrock.measure(2 if quick else 30)),
     ]
     results: dict[str, Any] = {}
     for name, step in steps:

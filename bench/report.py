@@ -297,6 +297,10 @@ def report(results: dict, quick: bool) -> str:
 
         lines += budgets.section(results["budgets"])
     lines += small_models.section(results["small_models"]) if "small_models" in results else []
+    if "bedrock" in results:  # bench/bedrock.py (#43)
+        from bench import bedrock
+
+        lines += bedrock.section(results["bedrock"])
     return "\n".join(lines)
 
 
