@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 from collections.abc import Iterator
 
+import httpx
 import pytest
 
 from chatloop.config import Settings
@@ -154,3 +155,22 @@ def test_bedrock_models_are_offered_only_where_the_chain_names_bedrock(fake_bedr
         "/v1/chat/completions", {"model": haiku, "messages": [{"role": "user", "content": "hi"}]}
     )
     assert status == 200 and json.loads(body)["choices"][0]["message"]["content"] == "from Haiku"
+
+
+def test_a_bedrock_turn_is_charged_at_its_catalog_price(fake_bedrock, tmp_path):
+    haiku = (
+        "us.anthropic.claude-haiku-4-5-20251001-v1:0"  # $1.10 / $5.50 per million tokens (the us. profile)
+    )
+    fake_bedrock.script(haiku, text("Hi there!", usage=(2000, 1000)))
+    settings = Settings(
+        model_chain=f"bedrock:{haiku}",
+        budget_cost_per_day_usd=1.0,
+        conversation_store_path=str(tmp_path / "store.sqlite3"),
+    )
+    with app_server(settings, registry=ToolRegistry([]), keys={}) as server:
+        answer = client(server).chat.completions.create(
+            model="chatloop", messages=[{"role": "user", "content": "hello"}], max_tokens=50
+        )
+        assert answer.choices[0].message.content == "Hi there!"
+        usage = httpx.get(f"{server.base_url}/usage", headers={"x-api-key": "alice-key"}, timeout=10).json()
+    assert usage["usage"]["cost_today_usd"] == pytest.approx(2000 * 1.1e-6 + 1000 * 5.5e-6)

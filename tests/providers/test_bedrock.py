@@ -20,7 +20,7 @@ from chatloop.engine import EventType, TurnRequest, run_turn
 from chatloop.providers.base import ModelFallback, ModelRequest, ModelResponse, TextDelta
 from chatloop.providers.catalog import Catalog
 from chatloop.providers.chain import FallbackChain
-from chatloop.providers.converse import converse_messages, converse_params
+from chatloop.providers.converse import ConverseFolder, converse_messages, converse_params
 from chatloop.providers.factory import build_chain, build_model
 from chatloop.providers.failures import AllModelsFailed, BadRequest
 from chatloop.tools.base import ToolRegistry
@@ -378,8 +378,92 @@ async def test_a_turn_out_of_time_closes_the_bedrock_stream_and_a_silent_model_p
     fake_bedrock.script(NOVA, silent)
     fake_bedrock.script(HAIKU, text("from the next member"))
     catalog = Catalog.load()
-    quick = Settings(model_first_chunk_timeout_seconds=0.5)
+    quick = Settings(model_chain=f"bedrock:{NOVA},bedrock:{HAIKU}", model_first_chunk_timeout_seconds=0.5)
     members = [build_model(f"bedrock:{m}", {}, catalog, quick) for m in (NOVA, HAIKU)]
     items, response = await collect(FallbackChain([m for m in members if m], catalog=catalog), request())
     assert next(i for i in items if isinstance(i, ModelFallback)).reason == "transient"
     assert response.content == "from the next member"
+
+
+async def test_a_bedrock_api_key_is_sent_as_a_bearer_token_and_shown_nowhere(monkeypatch, caplog):
+    from chatloop.providers import bedrock
+    from tests.support.fake_bedrock import FakeBedrock
+
+    with FakeBedrock(tls=True) as keyed:  # botocore sends a bearer token over HTTPS only
+        for name in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_PROFILE"):
+            monkeypatch.delenv(name, raising=False)
+        for name, value in keyed.environment().items():
+            if not name.startswith("AWS_") or "KEY" not in name:
+                monkeypatch.setenv(name, value)
+        monkeypatch.setenv("AWS_BEARER_TOKEN_BEDROCK", keyed.bearer_token)
+        bedrock.drop_clients()
+        keyed.script(NOVA, text("keyed"))
+        try:
+            with caplog.at_level(logging.DEBUG):
+                items, response = await collect(chain(f"bedrock:{NOVA}"), request())
+        finally:
+            bedrock.drop_clients()
+    assert response.content == "keyed"
+    sent = keyed.requests_for(NOVA)[0]
+    assert sent["headers"]["authorization"] == f"Bearer {keyed.bearer_token}" and sent["signed"]
+    said = " ".join(r.getMessage() for r in caplog.records) + repr(items)
+    assert keyed.bearer_token not in said
+
+
+def test_images_go_as_image_blocks_from_data_urls_only():
+    png = "iVBORw0KGgo="  # the PNG signature, base64
+    part = {"type": "image_url", "image_url": {"url": f"data:image/png;base64,{png}"}}
+    _, out = converse_messages([{"role": "user", "content": [{"type": "text", "text": "what is it?"}, part]}])
+    assert out[0]["content"][1] == {"image": {"format": "png", "source": {"bytes": b"\x89PNG\r\n\x1a\n"}}}
+    for url in (
+        "https://example.com/cat.png",
+        "data:image/tiff;base64,AAAA",
+        "data:image/png;base64,not base64!",
+    ):
+        with pytest.raises(BadRequest, match="messages"):
+            converse_messages(
+                [{"role": "user", "content": [{"type": "image_url", "image_url": {"url": url}}]}]
+            )
+
+
+@settings(max_examples=80, deadline=None)
+@given(
+    st.lists(
+        st.dictionaries(
+            st.sampled_from(["contentBlockStart", "contentBlockDelta", "messageStop", "metadata", "other"]),
+            st.recursive(
+                st.none() | st.integers() | st.text(max_size=6),
+                lambda inner: st.dictionaries(
+                    st.sampled_from(
+                        [
+                            "delta",
+                            "text",
+                            "toolUse",
+                            "input",
+                            "start",
+                            "toolUseId",
+                            "name",
+                            "contentBlockIndex",
+                            "stopReason",
+                            "usage",
+                            "inputTokens",
+                        ]
+                    ),
+                    inner,
+                    max_size=3,
+                ),
+                max_leaves=6,
+            ),
+            max_size=1,
+        ),
+        max_size=8,
+    )
+)
+def test_the_stream_folder_survives_any_event_shape(events):
+    folder = ConverseFolder()
+    for event in events:
+        try:
+            folder.add(event)
+        except (AttributeError, TypeError, ValueError) as exc:  # a malformed event must not be a crash either
+            raise AssertionError(f"{event!r}: {exc!r}") from exc
+    folder.tool_calls(), folder.finish_reason(), folder.usage()

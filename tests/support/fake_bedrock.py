@@ -201,10 +201,16 @@ class _Server(ThreadingHTTPServer):
 
 class FakeBedrock:
     def __init__(
-        self, access_key: str = ACCESS_KEY, secret_key: str = SECRET_KEY, verify: bool = True
+        self,
+        access_key: str = ACCESS_KEY,
+        secret_key: str = SECRET_KEY,
+        verify: bool = True,
+        tls: bool = False,
     ) -> None:
         self.access_key, self.secret_key = access_key, secret_key
         self.verify = verify
+        self.bearer_token = "bedrock-api-key-fake-0000000000000000"
+        """A Bedrock API key it accepts (``Authorization: Bearer ...``), as botocore sends ``AWS_BEARER_TOKEN_BEDROCK``."""
         """Check each signature (off in the bench: the server's own work is not the client's overhead)."""
         self.queues: dict[str, deque[Reply]] = defaultdict(deque)
         self.requests: list[dict[str, Any]] = []
@@ -312,8 +318,27 @@ class FakeBedrock:
         self.server.daemon_threads = True
         self.port = self.server.server_address[1]
         self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+        self.ca_file: str | None = None
+        if tls:  # botocore sends a Bedrock API key over HTTPS only
+            self._serve_tls()
+
+    def _serve_tls(self) -> None:
+        import ssl
+        import tempfile
+
+        import trustme
+
+        ca = trustme.CA()
+        context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        ca.issue_cert("127.0.0.1").configure_cert(context)
+        self.server.socket = context.wrap_socket(self.server.socket, server_side=True)
+        with tempfile.NamedTemporaryFile("wb", suffix=".pem", delete=False) as bundle:
+            bundle.write(ca.cert_pem.bytes())
+        self.ca_file = bundle.name
 
     def _signed(self, path: str, headers: dict[str, str], body: bytes) -> bool:
+        if headers.get("authorization", "").startswith("Bearer "):
+            return headers["authorization"] == f"Bearer {self.bearer_token}"
         match = _AUTH.fullmatch(headers.get("authorization", ""))
         if match is None or match["key"] != self.access_key:
             return False
@@ -323,11 +348,13 @@ class FakeBedrock:
 
     @property
     def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
+        return f"{'https' if self.ca_file else 'http'}://127.0.0.1:{self.port}"
 
     def environment(self) -> dict[str, str]:
         """The variables that point botocore here, signing with this fake's credentials."""
+        trust = {"AWS_CA_BUNDLE": self.ca_file} if self.ca_file else {}
         return {
+            **trust,
             "AWS_ENDPOINT_URL_BEDROCK_RUNTIME": self.url,
             "AWS_REGION": REGION,
             "AWS_ACCESS_KEY_ID": self.access_key,
@@ -347,3 +374,7 @@ class FakeBedrock:
     def __exit__(self, *exc: Any) -> None:
         self.server.shutdown()
         self.server.server_close()
+        if self.ca_file:
+            import os
+
+            os.unlink(self.ca_file)

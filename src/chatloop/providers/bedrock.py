@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import threading
 from collections.abc import AsyncIterator
 from typing import Any
@@ -40,6 +41,7 @@ from chatloop.providers.failures import (
     RateLimited,
     Transient,
 )
+from chatloop.redaction import register_secret
 
 SERVICE = "bedrock-runtime"
 SDK_MODULE = "boto3"
@@ -109,9 +111,19 @@ def client(region_name: str) -> Any:
                 connect_timeout=5,
                 tcp_keepalive=True,
             )
+            quiet_botocore()
+            register_secret(
+                from_environment("AWS_BEARER_TOKEN_BEDROCK")
+            )  # botocore reads it; we never echo it
             session = _PRIMED_SESSION.pop() if _PRIMED_SESSION else _session()
             built = _CLIENTS[key] = session.client(SERVICE, region_name=region_name, config=config)
         return built
+
+
+def quiet_botocore() -> None:
+    """botocore's debug lines dump each request's headers (a Bedrock API key as ``Authorization: Bearer ...``, the
+    session token) and its signing steps: however the function's log level is set, they stay unwritten."""
+    logging.getLogger("botocore").setLevel(max(logging.INFO, logging.getLogger("botocore").level))
 
 
 def _session() -> Any:

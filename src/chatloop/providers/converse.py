@@ -247,32 +247,33 @@ class ConverseFolder:
         self.ended = False
 
     def add(self, event: dict[str, Any]) -> list[str]:
-        """Fold one event; returns the text it adds (empty for the others)."""
+        """Fold one event; returns the text it adds (empty for the others). An event of another shape than Converse's
+        (a field missing, a list where an object belongs) adds nothing rather than failing the turn."""
         if "contentBlockDelta" in event:
-            body = event["contentBlockDelta"]
-            delta = body.get("delta") or {}
-            if delta.get("text"):
-                piece = text_safe(str(delta["text"]))
+            body = _object(event["contentBlockDelta"])
+            delta = _object(body.get("delta"))
+            if isinstance(delta.get("text"), str) and delta["text"]:
+                piece = text_safe(delta["text"])
                 self.text.append(piece)
                 return [piece]
             if "toolUse" in delta:
-                slot = self._slot(body.get("contentBlockIndex", 0))
-                slot["input"] += str((delta["toolUse"] or {}).get("input") or "")
+                piece = _object(delta["toolUse"]).get("input")
+                self._slot(body.get("contentBlockIndex"))["input"] += piece if isinstance(piece, str) else ""
         elif "contentBlockStart" in event:
-            body = event["contentBlockStart"]
-            start = (body.get("start") or {}).get("toolUse")
+            body = _object(event["contentBlockStart"])
+            start = _object(body.get("start")).get("toolUse")
             if isinstance(start, dict):
-                slot = self._slot(body.get("contentBlockIndex", 0))
-                slot["id"], slot["name"] = str(start.get("toolUseId", "")), str(start.get("name", ""))
+                slot = self._slot(body.get("contentBlockIndex"))
+                slot["id"], slot["name"] = str(start.get("toolUseId") or ""), str(start.get("name") or "")
         elif "messageStop" in event:
-            self.stop_reason = str(event["messageStop"].get("stopReason") or "end_turn")
+            self.stop_reason = str(_object(event["messageStop"]).get("stopReason") or "end_turn")
         elif "metadata" in event:
-            self._usage = usage_of(event["metadata"].get("usage"))
+            self._usage = usage_of(_object(event["metadata"]).get("usage")) or self._usage
             self.ended = True
         return []
 
     def _slot(self, index: object) -> dict[str, Any]:
-        key = index if isinstance(index, int) else len(self._calls)
+        key = index if isinstance(index, int) and not isinstance(index, bool) else 0
         return self._calls.setdefault(key, {"id": "", "name": "", "input": ""})
 
     def tool_calls(self) -> list[ToolCall]:
@@ -293,6 +294,10 @@ class ConverseFolder:
         return self._usage
 
 
+def _object(value: object) -> dict[str, Any]:
+    return value if isinstance(value, dict) else {}
+
+
 def usage_of(raw: object) -> Usage | None:
     """Converse's ``usage`` as the turn's: the prompt counts cache reads and writes too (Bedrock's ``inputTokens``
     leaves them out), so budgets and the context calibration see every token the model read."""
@@ -303,3 +308,7 @@ def usage_of(raw: object) -> Usage | None:
     )
     completion = int(raw.get("outputTokens") or 0)
     return Usage(prompt, completion, prompt + completion)
+
+
+def _count(value: object) -> int:
+    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else 0
