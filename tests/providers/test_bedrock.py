@@ -467,3 +467,18 @@ def test_the_stream_folder_survives_any_event_shape(events):
         except (AttributeError, TypeError, ValueError) as exc:  # a malformed event must not be a crash either
             raise AssertionError(f"{event!r}: {exc!r}") from exc
     folder.tool_calls(), folder.finish_reason(), folder.usage()
+
+
+def test_a_named_tool_choice_holds_on_models_without_converses_tool_form():
+    catalog = Catalog.load()
+    weather = {"type": "function", "function": {"name": "get_weather", "parameters": {"type": "object"}}}
+    named = {"type": "function", "function": {"name": "get_weather"}}
+    asked = request(tools=[*JS_TOOL, weather], tool_choice=named)
+    llama = converse_params(catalog.get("bedrock:us.meta.llama3-3-70b-instruct-v1:0"), asked)["toolConfig"]
+    # Llama on Converse takes auto/any only: the named tool alone, with any, is the same obligation.
+    assert llama == {
+        "tools": [{"toolSpec": {"name": "get_weather", "inputSchema": {"json": {"type": "object"}}}}],
+        "toolChoice": {"any": {}},
+    }
+    claude = converse_params(catalog.get(f"bedrock:{HAIKU}"), asked)["toolConfig"]
+    assert claude["toolChoice"] == {"tool": {"name": "get_weather"}} and len(claude["tools"]) == 2

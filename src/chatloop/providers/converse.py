@@ -24,7 +24,7 @@ import json
 from typing import Any
 
 from chatloop.jsontypes import JSONObject, JSONValue
-from chatloop.providers.base import ModelRequest, ToolCall, Usage
+from chatloop.providers.base import ModelRequest, ToolCall, Usage, tool_name
 from chatloop.providers.catalog import ModelInfo
 from chatloop.providers.failures import BadRequest
 from chatloop.textsafe import text_safe
@@ -55,7 +55,7 @@ def converse_params(info: ModelInfo, request: ModelRequest) -> dict[str, Any]:
     if inference:
         params["inferenceConfig"] = inference
     if offered:
-        params["toolConfig"] = tool_config(request.tools or [], request.tool_choice)
+        params["toolConfig"] = tool_config(request.tools or [], request.tool_choice, info.tool_choices)
     output = _output_config(request.response_format)
     if output:
         params["outputConfig"] = output
@@ -97,32 +97,48 @@ def _output_config(response_format: JSONObject | None) -> dict[str, Any] | None:
     return {"textFormat": {"type": "json_schema", "structure": {"jsonSchema": schema}}}
 
 
-def tool_config(tools: list[JSONObject], tool_choice: str | JSONObject | None) -> dict[str, Any]:
-    """OpenAI tool definitions and ``tool_choice`` as Converse's ``toolConfig``."""
-    specs = []
-    for tool in tools:
-        function = tool.get("function")
-        if not isinstance(function, dict) or not isinstance(function.get("name"), str):
-            continue
-        parameters = function.get("parameters")
-        spec: dict[str, Any] = {
-            "name": function["name"],
-            "inputSchema": {"json": parameters if isinstance(parameters, dict) else {"type": "object"}},
-        }
-        if isinstance(function.get("description"), str) and function["description"]:
-            spec["description"] = function["description"]
-        specs.append({"toolSpec": spec})
-    config: dict[str, Any] = {"tools": specs}
+def tool_config(
+    tools: list[JSONObject], tool_choice: str | JSONObject | None, takes: tuple[str, ...] | None = None
+) -> dict[str, Any]:
+    """OpenAI tool definitions and ``tool_choice`` as Converse's ``toolConfig``. ``takes``: the ``toolChoice`` forms
+    the model takes (its catalog entry; None: any). A named tool for a model without the ``tool`` form is sent as
+    that tool alone with ``any`` (the same obligation); a choice the model cannot hold at all is refused by name."""
+    choice: dict[str, Any] | None = None
+    named = None
     if tool_choice == "required":
-        config["toolChoice"] = {"any": {}}
+        choice = {"any": {}}
     elif isinstance(tool_choice, dict):
         function = tool_choice.get("function")
         name = function.get("name") if isinstance(function, dict) else tool_choice.get("name")
         if isinstance(name, str):
-            config["toolChoice"] = {"tool": {"name": name}}
+            named, choice = name, {"tool": {"name": name}}
     elif tool_choice == "auto":
-        config["toolChoice"] = {"auto": {}}
+        choice = {"auto": {}}
+    if named is not None and takes is not None and "tool" not in takes and "any" in takes:
+        tools = [t for t in tools if tool_name(t) == named]
+        choice = {"any": {}}
+    if choice is not None and takes is not None and next(iter(choice)) not in takes and "auto" not in choice:
+        raise BadRequest(
+            f"tool_choice: this model takes no {next(iter(choice))!r} toolChoice on Converse", status=400
+        )
+    config: dict[str, Any] = {"tools": [spec for tool in tools if (spec := _tool_spec(tool))]}
+    if choice is not None and (takes is None or next(iter(choice)) in takes):
+        config["toolChoice"] = choice
     return config
+
+
+def _tool_spec(tool: JSONObject) -> dict[str, Any] | None:
+    function = tool.get("function")
+    if not isinstance(function, dict) or not isinstance(function.get("name"), str):
+        return None
+    parameters = function.get("parameters")
+    spec: dict[str, Any] = {
+        "name": function["name"],
+        "inputSchema": {"json": parameters if isinstance(parameters, dict) else {"type": "object"}},
+    }
+    if isinstance(function.get("description"), str) and function["description"]:
+        spec["description"] = function["description"]
+    return {"toolSpec": spec}
 
 
 def converse_messages(
