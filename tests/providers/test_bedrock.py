@@ -482,3 +482,11 @@ def test_a_named_tool_choice_holds_on_models_without_converses_tool_form():
     }
     claude = converse_params(catalog.get(f"bedrock:{HAIKU}"), asked)["toolConfig"]
     assert claude["toolChoice"] == {"tool": {"name": "get_weather"}} and len(claude["tools"]) == 2
+
+
+async def test_the_trace_context_goes_with_a_bedrock_request_inside_its_signature(fake_bedrock):
+    parent = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
+    fake_bedrock.script(NOVA, text("traced"))
+    await collect(chain(f"bedrock:{NOVA}"), request(headers={"traceparent": parent}))
+    sent = fake_bedrock.requests_for(NOVA)[0]
+    assert sent["headers"]["traceparent"] == parent and sent["signed"]

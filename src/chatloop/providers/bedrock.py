@@ -55,6 +55,8 @@ _PRIMED_SESSION: list[Any] = []
 client."""
 _LOCK = threading.Lock()
 _END = object()
+_CALL = threading.local()
+"""The headers of the call a pump thread is making (``ModelRequest.headers``: the trace context)."""
 
 RATE_LIMITED = {"ThrottlingException", "ModelNotReadyException", "ServiceQuotaExceededException"}
 TRANSIENT = {
@@ -117,7 +119,14 @@ def client(region_name: str) -> Any:
             )  # botocore reads it; we never echo it
             session = _PRIMED_SESSION.pop() if _PRIMED_SESSION else _session()
             built = _CLIENTS[key] = session.client(SERVICE, region_name=region_name, config=config)
+            built.meta.events.register(f"before-sign.{SERVICE}", _add_call_headers)
         return built
+
+
+def _add_call_headers(request: Any, **_: Any) -> None:
+    """Before signing (so they are signed too): the current call's own headers."""
+    for name, value in getattr(_CALL, "headers", {}).items():
+        request.headers[name] = value
 
 
 def quiet_botocore() -> None:
@@ -185,7 +194,7 @@ class BedrockModel:
             raise AuthFailed(f"{self.name}: no AWS_REGION configured", model=self.name)
         first = request.deadline.earliest(self.first_chunk_timeout)
         folder = ConverseFolder()
-        pump = _Pump(lambda: client(where), params, asyncio.get_running_loop())
+        pump = _Pump(lambda: client(where), params, asyncio.get_running_loop(), request.headers)
         try:
             async for event in until(request.deadline, pump, first=first):
                 for text in folder.add(event):
@@ -261,7 +270,14 @@ class _Pump:
     """ConverseStream on a thread of its own, its events handed to the loop as they come (an async iterator).
     ``close()`` (the turn ended, failed or ran out of time) closes the stream; the thread then ends by itself."""
 
-    def __init__(self, make_client: Any, params: dict[str, Any], loop: asyncio.AbstractEventLoop):
+    def __init__(
+        self,
+        make_client: Any,
+        params: dict[str, Any],
+        loop: asyncio.AbstractEventLoop,
+        headers: dict[str, str] | None = None,
+    ):
+        self._headers = dict(headers or {})
         self._queue: asyncio.Queue[Any] = asyncio.Queue()
         self._loop = loop
         self._closed = False
@@ -273,6 +289,7 @@ class _Pump:
     def _run(self) -> None:
         try:
             bedrock = self._make_client()
+            _CALL.headers = self._headers
             # The request goes out now: what waited for a call in flight (the sandbox's spare) starts while it waits.
             self._loop.call_soon_threadsafe(warmup.call_in_flight, SDK_MODULE)
             response = bedrock.converse_stream(**self._params)
