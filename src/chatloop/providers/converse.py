@@ -273,8 +273,8 @@ class ConverseFolder:
                 self.text.append(piece)
                 return [piece]
             if "toolUse" in delta:
-                piece = _object(delta["toolUse"]).get("input")
-                self._slot(body.get("contentBlockIndex"))["input"] += piece if isinstance(piece, str) else ""
+                given = _object(delta["toolUse"]).get("input")
+                self._slot(body.get("contentBlockIndex"))["input"] += given if isinstance(given, str) else ""
         elif "contentBlockStart" in event:
             body = _object(event["contentBlockStart"])
             start = _object(body.get("start")).get("toolUse")
