@@ -194,9 +194,101 @@ def signature_valid(method: str, path: str, headers: dict[str, str], body: bytes
 
 class _Server(ThreadingHTTPServer):
     daemon_threads = True
+    fake: FakeBedrock
 
     def handle_error(self, request: Any, client_address: Any) -> None:
         pass  # a client that closed its stream early (the turn moved on) is no failure of the fake
+
+
+class _Handler(BaseHTTPRequestHandler):
+    """One request to the fake: routed, its signature checked, recorded, answered from the script."""
+
+    server: _Server
+    protocol_version = "HTTP/1.1"
+
+    def log_message(self, *args: Any) -> None:
+        pass
+
+    def setup(self) -> None:
+        super().setup()
+        self.connection.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+
+    def do_POST(self) -> None:
+        fake = self.server.fake
+        raw = self.rfile.read(int(self.headers.get("content-length", 0)))
+        headers = {k.lower(): v for k, v in self.headers.items()}
+        match = re.fullmatch(r"/model/([^/]+)/(converse|converse-stream)", self.path)
+        if match is None:
+            return self._error(error(404, "UnknownOperationException", f"no route {self.path}"))
+        model, operation = unquote(match[1]), match[2]
+        signed = fake._signed(self.path, headers, raw)
+        body = json.loads(raw or b"{}")
+        with fake._lock:
+            fake.requests.append(
+                {
+                    "model": model,
+                    "operation": operation,
+                    "body": body,
+                    "headers": headers,
+                    "signed": signed,
+                }
+            )
+            queue = fake.queues[model]
+            reply = queue.popleft() if queue else None
+        if not signed:
+            return self._error(error(403, "InvalidSignatureException", "The request signature is wrong"))
+        if reply is None:
+            reply = (
+                fake.default(body) if fake.default else error(404, "ResourceNotFoundException", "no script")
+            )
+        time.sleep(reply.delay)
+        if reply.before is not None:
+            reply.before(0)
+        if reply.status != 200:
+            return self._error(reply)
+        if operation == "converse":
+            return self._send(200, "application/json", json.dumps(converse_body(reply)).encode())
+        try:
+            self._stream(reply)
+        except (BrokenPipeError, ConnectionResetError):
+            with fake._lock:
+                fake.aborted.append(model)
+
+    def _error(self, reply: Reply) -> None:
+        payload = json.dumps({"message": reply.message}).encode()
+        self._send(
+            reply.status,
+            "application/json",
+            payload,
+            {"x-amzn-ErrorType": f"{reply.error_code}:http://internal.amazon.com/coral/com.amazon.bedrock/"},
+        )
+
+    def _send(self, status: int, kind: str, payload: bytes, extra: dict[str, str] | None = None) -> None:
+        self.send_response(status)
+        for k, v in {
+            "content-type": kind,
+            "content-length": str(len(payload)),
+            "x-amzn-requestid": "req-1",
+            **(extra or {}),
+        }.items():
+            self.send_header(k, v)
+        self.end_headers()
+        self.wfile.write(payload)
+
+    def _stream(self, reply: Reply) -> None:
+        self.send_response(200)
+        self.send_header("content-type", "application/vnd.amazon.eventstream")
+        self.send_header("transfer-encoding", "chunked")
+        self.send_header("x-amzn-requestid", "req-1")
+        self.end_headers()
+        for n, event in enumerate(reply.events):
+            if reply.before is not None and n > 0:
+                reply.before(n)
+            data = event_frame(event)
+            self.wfile.write(f"{len(data):x}\r\n".encode() + data + b"\r\n")
+            self.wfile.flush()
+            time.sleep(reply.event_delay)
+        self.wfile.write(b"0\r\n\r\n")
 
 
 class FakeBedrock:
@@ -218,103 +310,8 @@ class FakeBedrock:
         """Models whose stream the client closed before it ended."""
         self.default: Callable[[dict[str, Any]], Reply] | None = None
         self._lock = threading.Lock()
-        fake = self
-
-        class Handler(BaseHTTPRequestHandler):
-            protocol_version = "HTTP/1.1"
-
-            def log_message(self, *args: Any) -> None:
-                pass
-
-            def setup(self) -> None:
-                super().setup()
-                self.connection.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-
-            def do_POST(self) -> None:
-                raw = self.rfile.read(int(self.headers.get("content-length", 0)))
-                headers = {k.lower(): v for k, v in self.headers.items()}
-                match = re.fullmatch(r"/model/([^/]+)/(converse|converse-stream)", self.path)
-                if match is None:
-                    return self._error(error(404, "UnknownOperationException", f"no route {self.path}"))
-                model, operation = unquote(match[1]), match[2]
-                signed = fake._signed(self.path, headers, raw)
-                body = json.loads(raw or b"{}")
-                with fake._lock:
-                    fake.requests.append(
-                        {
-                            "model": model,
-                            "operation": operation,
-                            "body": body,
-                            "headers": headers,
-                            "signed": signed,
-                        }
-                    )
-                    queue = fake.queues[model]
-                    reply = queue.popleft() if queue else None
-                if not signed:
-                    return self._error(
-                        error(403, "InvalidSignatureException", "The request signature is wrong")
-                    )
-                if reply is None:
-                    reply = (
-                        fake.default(body)
-                        if fake.default
-                        else error(404, "ResourceNotFoundException", "no script")
-                    )
-                time.sleep(reply.delay)
-                if reply.before is not None:
-                    reply.before(0)
-                if reply.status != 200:
-                    return self._error(reply)
-                if operation == "converse":
-                    return self._send(200, "application/json", json.dumps(converse_body(reply)).encode())
-                try:
-                    self._stream(reply)
-                except (BrokenPipeError, ConnectionResetError):
-                    with fake._lock:
-                        fake.aborted.append(model)
-
-            def _error(self, reply: Reply) -> None:
-                payload = json.dumps({"message": reply.message}).encode()
-                self._send(
-                    reply.status,
-                    "application/json",
-                    payload,
-                    {
-                        "x-amzn-ErrorType": f"{reply.error_code}:http://internal.amazon.com/coral/com.amazon.bedrock/"
-                    },
-                )
-
-            def _send(
-                self, status: int, kind: str, payload: bytes, extra: dict[str, str] | None = None
-            ) -> None:
-                self.send_response(status)
-                for k, v in {
-                    "content-type": kind,
-                    "content-length": str(len(payload)),
-                    "x-amzn-requestid": "req-1",
-                    **(extra or {}),
-                }.items():
-                    self.send_header(k, v)
-                self.end_headers()
-                self.wfile.write(payload)
-
-            def _stream(self, reply: Reply) -> None:
-                self.send_response(200)
-                self.send_header("content-type", "application/vnd.amazon.eventstream")
-                self.send_header("transfer-encoding", "chunked")
-                self.send_header("x-amzn-requestid", "req-1")
-                self.end_headers()
-                for n, event in enumerate(reply.events):
-                    if reply.before is not None and n > 0:
-                        reply.before(n)
-                    data = event_frame(event)
-                    self.wfile.write(f"{len(data):x}\r\n".encode() + data + b"\r\n")
-                    self.wfile.flush()
-                    time.sleep(reply.event_delay)
-                self.wfile.write(b"0\r\n\r\n")
-
-        self.server = _Server(("127.0.0.1", 0), Handler)
+        self.server = _Server(("127.0.0.1", 0), _Handler)
+        self.server.fake = self
         self.server.daemon_threads = True
         self.port = self.server.server_address[1]
         self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
