@@ -490,3 +490,11 @@ async def test_the_trace_context_goes_with_a_bedrock_request_inside_its_signatur
     await collect(chain(f"bedrock:{NOVA}"), request(headers={"traceparent": parent}))
     sent = fake_bedrock.requests_for(NOVA)[0]
     assert sent["headers"]["traceparent"] == parent and sent["signed"]
+
+
+def test_a_conversation_that_starts_with_the_assistant_gets_a_user_turn_first():
+    # Converse refuses a conversation that does not start with a user message; chat completions allow it.
+    _, out = converse_messages(
+        [{"role": "assistant", "content": "Hello! Ask me anything."}, {"role": "user", "content": "2+2?"}]
+    )
+    assert [m["role"] for m in out] == ["user", "assistant", "user"] and out[0]["content"][0]["text"]

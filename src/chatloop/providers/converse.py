@@ -41,6 +41,8 @@ FINISH_REASONS = {
 """Converse's ``stopReason`` as chat completions' ``finish_reason``."""
 
 IMAGE_FORMATS = {"png", "jpeg", "gif", "webp"}
+CONVERSATION_START = "(The conversation so far.)"
+"""The user turn put before a conversation that starts with the assistant: Converse requires a user message first."""
 
 
 def converse_params(info: ModelInfo, request: ModelRequest) -> dict[str, Any]:
@@ -163,6 +165,8 @@ def converse_messages(
             out[-1]["content"].extend(blocks)
         else:
             out.append({"role": converse_role, "content": blocks})
+    if out and out[0]["role"] == "assistant":  # Converse refuses it; chat completions (and clients) allow it
+        out.insert(0, {"role": "user", "content": [{"text": CONVERSATION_START}]})
     return system, out
 
 
