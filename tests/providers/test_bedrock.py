@@ -498,3 +498,9 @@ def test_a_conversation_that_starts_with_the_assistant_gets_a_user_turn_first():
         [{"role": "assistant", "content": "Hello! Ask me anything."}, {"role": "user", "content": "2+2?"}]
     )
     assert [m["role"] for m in out] == ["user", "assistant", "user"] and out[0]["content"][0]["text"]
+
+
+async def test_a_request_converse_cannot_take_is_a_bad_request_not_a_fallback(fake_bedrock):
+    with pytest.raises(BadRequest, match="maxTokens"):
+        await collect(chain(f"bedrock:{NOVA}", f"bedrock:{HAIKU}").for_turn(), request(max_tokens=0))
+    assert not fake_bedrock.requests  # botocore refused it before sending

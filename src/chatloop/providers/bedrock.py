@@ -195,8 +195,10 @@ class BedrockModel:
         first = request.deadline.earliest(self.first_chunk_timeout)
         folder = ConverseFolder()
         pump = _Pump(lambda: client(where), params, asyncio.get_running_loop(), request.headers)
+        started = False
         try:
             async for event in until(request.deadline, pump, first=first):
+                started = True
                 for text in folder.add(event):
                     yield TextDelta(text)
         except TimeoutError:
@@ -210,6 +212,8 @@ class BedrockModel:
         except ModelError:
             raise
         except Exception as exc:
+            if not started and not _from_botocore(exc):
+                raise  # not a provider failure: a bug must not look like a fallback reason
             raise self._error(exc, streamed=bool(folder.text)) from exc
         finally:
             pump.close()
@@ -226,8 +230,18 @@ class BedrockModel:
 
     def _error(self, exc: Exception, streamed: bool) -> ModelError:
         """A botocore failure as the chain's taxonomy (see module docstring of ``providers.failures``)."""
-        from botocore.exceptions import BotoCoreError, ClientError, EventStreamError, NoCredentialsError
+        from botocore.exceptions import (
+            BotoCoreError,
+            ClientError,
+            EventStreamError,
+            NoCredentialsError,
+            ParamValidationError,
+        )
 
+        if isinstance(
+            exc, ParamValidationError
+        ):  # the request broke Converse's shape: another model's would too
+            return BadRequest(f"{self.name}: {exc}", model=self.name, status=400)
         if isinstance(exc, NoCredentialsError):
             return AuthFailed(f"{self.name}: no AWS credentials found", model=self.name)
         if isinstance(exc, EventStreamError):  # an exception event inside the stream: a cut stream
@@ -258,6 +272,13 @@ class BedrockModel:
         if code in AUTH:
             return AuthFailed(text, model=self.name, status=status)
         return BadRequest(text, model=self.name, status=status)
+
+
+def _from_botocore(exc: Exception) -> bool:
+    """Whether ``exc`` is botocore's (a service error, a connection or parameter failure), not a bug of ours."""
+    from botocore.exceptions import BotoCoreError, ClientError
+
+    return isinstance(exc, BotoCoreError | ClientError)
 
 
 def _details(exc: Any) -> tuple[str, str, int | None]:
