@@ -238,9 +238,8 @@ class BedrockModel:
             ParamValidationError,
         )
 
-        if isinstance(
-            exc, ParamValidationError
-        ):  # the request broke Converse's shape: another model's would too
+        # The request broke Converse's shape (botocore checked it before sending): another model's would too.
+        if isinstance(exc, ParamValidationError):
             return BadRequest(f"{self.name}: {exc}", model=self.name, status=400)
         if isinstance(exc, NoCredentialsError):
             return AuthFailed(f"{self.name}: no AWS credentials found", model=self.name)
