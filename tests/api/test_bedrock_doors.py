@@ -6,6 +6,7 @@ the fake Bedrock Runtime (tests/support/fake_bedrock.py) reached by boto3 with S
 from __future__ import annotations
 
 import json
+import threading
 from collections.abc import Iterator
 
 import httpx
@@ -174,3 +175,19 @@ def test_a_bedrock_turn_is_charged_at_its_catalog_price(fake_bedrock, tmp_path):
         assert answer.choices[0].message.content == "Hi there!"
         usage = httpx.get(f"{server.base_url}/usage", headers={"x-api-key": "alice-key"}, timeout=10).json()
     assert usage["usage"]["cost_today_usd"] == pytest.approx(2000 * 1.1e-6 + 1000 * 5.5e-6)
+
+
+def test_bedrock_tokens_reach_the_client_as_they_come(fake_bedrock):
+    # Proved by order, not by time: the model writes its third piece only once the client has read the first.
+    seen_first, in_time = threading.Event(), []
+    answer = text("one two three four five", pieces=5)
+    answer.before = lambda n: in_time.append(seen_first.wait(10)) if n == 3 else None
+    fake_bedrock.script(NOVA, answer)
+    with app_server(SETTINGS, registry=ToolRegistry([]), keys={}) as server:
+        stream = client(server).chat.completions.create(
+            model="chatloop", messages=[{"role": "user", "content": "count"}], stream=True
+        )
+        for chunk in stream:
+            if chunk.choices and chunk.choices[0].delta.content:
+                seen_first.set()
+    assert in_time == [True]
