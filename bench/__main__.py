@@ -17,6 +17,7 @@ from typing import Any
 from bench import (
     ROOT,
     against,
+    bedrock,
     budgets,
     cold_start,
     context,
@@ -89,6 +90,7 @@ def main() -> int:
         ("tracing", lambda: tracing.measure(2 if quick else 30)),
         ("small_models", lambda: small_models.measure(2 if quick else 50)),
         ("webhooks", lambda: webhooks.measure(2 if quick else 30)),
+        ("bedrock", lambda: bedrock.measure(2 if quick else 30)),
     ]
     results: dict[str, Any] = {}
     for name, step in steps:

@@ -301,6 +301,11 @@ def report(results: dict, quick: bool) -> str:
         from bench import webhooks
 
         lines += webhooks.section(results["webhooks"])
+
+    if "bedrock" in results:  # bench/bedrock.py (#43)
+        from bench import bedrock
+
+        lines += bedrock.section(results["bedrock"])
     return "\n".join(lines)
 
 

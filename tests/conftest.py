@@ -66,6 +66,23 @@ def fake_llm(monkeypatch):
         yield llm
 
 
+@pytest.fixture
+def fake_bedrock(monkeypatch):
+    """A scripted Bedrock Runtime (tests/support/fake_bedrock.py) that botocore's endpoint and credentials point at
+    for one test (the bedrock clients built before are dropped, and after)."""
+    from chatloop.providers import bedrock
+    from tests.support.fake_bedrock import FakeBedrock
+
+    with FakeBedrock() as fake:
+        for name in ("AWS_SESSION_TOKEN", "AWS_BEARER_TOKEN_BEDROCK", "AWS_ENDPOINT_URL", "AWS_PROFILE"):
+            monkeypatch.delenv(name, raising=False)
+        for name, value in fake.environment().items():
+            monkeypatch.setenv(name, value)
+        bedrock.drop_clients()
+        yield fake
+        bedrock.drop_clients()
+
+
 @pytest.fixture(scope="module")
 def docs() -> Iterator[Any]:
     """The "docs" MCP server (tests/support/mcp_servers.py ``docs_server``), one per module. Used by tests/tools/test_mcp.py and

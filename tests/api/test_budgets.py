@@ -17,6 +17,7 @@ import pytest
 
 from chatloop.config import Settings
 from chatloop.providers.base import ModelResponse, Usage
+from chatloop.providers.catalog import Catalog
 from chatloop.providers.chain import FallbackChain
 from chatloop.tools.base import ToolRegistry
 from tests.support.events import rest_event
@@ -184,9 +185,14 @@ def test_a_model_with_no_catalog_price_is_charged_the_highest_price_not_skipped(
         spent = usage_of(server)["usage"]["cost_today_usd"]
         with pytest.raises(openai.RateLimitError) as refused:
             client.chat.completions.create(model="chatloop", messages=HELLO, max_tokens=10)
+    prices = [
+        e["price_per_million_tokens"]["input"]
+        for e in Catalog.load().models.values()
+        if "price_per_million_tokens" in e
+    ]
     assert spent == pytest.approx(
-        0.0025
-    )  # 1,000 prompt tokens at the catalog's highest input price, $2.50 / M
+        1000 * max(prices) / 1e6
+    )  # 1,000 prompt tokens at the catalog's highest input price
     assert refused.value.code == "insufficient_quota" and model.calls == 1
 
 

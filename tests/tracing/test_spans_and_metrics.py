@@ -132,7 +132,9 @@ def test_a_call_that_waits_for_approval_is_an_event_of_the_turns_span_without_it
     telemetry, runtime, fake_llm
 ):
     runtime.settings = replace(runtime.settings, approval_required_tools="execute_javascript")
-    event = chat_event()  # a caller with an identity: one with none is never offered a tool that waits (issue 41)
+    event = (
+        chat_event()
+    )  # a caller with an identity: one with none is never offered a tool that waits (issue 41)
     event["requestContext"]["identity"]["apiKeyId"] = "k1x2"
     status, body, _ = invoke(event)
     assert status == 200 and json.loads(body)["stop_reason"] == "approval_required"

@@ -26,6 +26,7 @@ from chatloop.config import DEFAULT_MODEL_CHAIN, MCPServerConfig, Settings
 from chatloop.deadline import Deadline
 from chatloop.engine.limits import EngineLimits
 from chatloop.observability import logger
+from chatloop.providers import bedrock
 from chatloop.providers.catalog import Catalog, split_entry
 from chatloop.providers.chain import FallbackChain
 from chatloop.providers.factory import (
@@ -33,6 +34,7 @@ from chatloop.providers.factory import (
     build_chain,
     build_model,
     chain_problem,
+    names_bedrock,
     provider_usable,
 )
 from chatloop.providers.sdk import drop_clients
@@ -218,6 +220,7 @@ class Runtime:
             self._chain = None
             self._chain_error = None
         drop_clients()
+        bedrock.drop_clients()
 
     def conversations(self) -> ConversationStore:
         """The conversation store (DynamoDB or the SQLite file), opened on first use: no I/O until it is needed."""
@@ -320,6 +323,7 @@ class Runtime:
             info = self.catalog.get(name)
             provider = self.catalog.provider(info.provider)
             usable = provider is not None and provider_usable(provider, keys)
+            usable = usable and (info.provider != "bedrock" or names_bedrock(self.settings))
             if name not in entries and usable and info.tools and not info.decommissioned:
                 others.append(name)
         return [CHAIN_ALIAS, *entries, *sorted(others)]

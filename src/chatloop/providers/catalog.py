@@ -42,6 +42,8 @@ class ModelInfo:
     params: tuple[str, ...] | None = None
     """Further request parameters the model takes (``stop``, ``seed``, ``reasoning_effort`` ...); None when the catalog
     does not say (tried, like an unknown format)."""
+    tool_choices: tuple[str, ...] | None = None
+    """The forms of Converse's ``toolChoice`` a Bedrock model takes (``auto``, ``any``, ``tool``); None: not said."""
 
     def honours(self, response_format: JSONObject | None) -> bool | None:
         """Whether this model can be sent ``response_format`` (no format, or ``text``, is always fine); None: unknown."""
@@ -105,6 +107,7 @@ class Catalog:
             known=f"{provider}:{model_id}" in self.models,
             response_formats=_strings(raw["response_format"]) if "response_format" in raw else None,
             params=_strings(raw["params"]) if "params" in raw else None,
+            tool_choices=_strings(raw["tool_choice"]) if "tool_choice" in raw else None,
         )
 
     def provider(self, name: str) -> ProviderInfo | None:

@@ -16,10 +16,11 @@ Usage::
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 
 from chatloop.config import DEFAULT_MODEL_CHAIN, ConfigError, Settings, from_environment
 from chatloop.observability import logger
+from chatloop.providers import bedrock
 from chatloop.providers.base import ChatModel
 from chatloop.providers.catalog import Catalog, ProviderInfo, split_entry
 from chatloop.providers.chain import FallbackChain
@@ -29,11 +30,19 @@ from chatloop.providers.openai import OpenAIModel
 
 # ``local:`` is any OpenAI-compatible server at LOCAL_BASE_URL (llama-server --jinja, Ollama, vLLM), through the openai
 # SDK, beside OpenAI's own API in the same chain.
-ADAPTERS = {"groq": GroqModel, "openai": OpenAIModel, "local": OpenAIModel}
+ADAPTERS: dict[str, Callable[..., ChatModel]] = {
+    "groq": GroqModel,
+    "openai": OpenAIModel,
+    "local": OpenAIModel,
+    "bedrock": bedrock.BedrockModel,
+}
 
 
 def provider_usable(provider: ProviderInfo, keys: Mapping[str, str | None]) -> bool:
-    """A hosted provider needs its key; a self-hosted one (``key_required: false``) needs its base URL."""
+    """A hosted provider needs its key; a self-hosted one (``key_required: false``) needs its base URL; Bedrock
+    needs a region (its credentials are the role's, found when it is called)."""
+    if provider.name == "bedrock":
+        return bedrock.region() is not None
     if provider.key_required:
         return bool(keys.get(provider.name))
     return bool(provider.base_url_env and from_environment(provider.base_url_env))
@@ -78,6 +87,12 @@ def chain_problem(spec: str, catalog: Catalog) -> str | None:
     return None
 
 
+def names_bedrock(settings: Settings) -> bool:
+    """Whether the operator chose Bedrock (a ``bedrock:`` entry in MODEL_CHAIN): only then are the catalog's other
+    Bedrock models offered to clients. A region is always set on Lambda; the role's access to a model is not."""
+    return any(e.strip().lower().startswith("bedrock:") for e in (settings.model_chain or "").split(","))
+
+
 def build_model(
     entry: str, keys: Mapping[str, str | None], catalog: Catalog, settings: Settings | None = None
 ) -> ChatModel | None:
@@ -105,8 +120,11 @@ def _member(
     provider_info = catalog.provider(provider)
     if adapter is None or provider_info is None:
         return None, f"unknown provider {provider!r}"
+    if provider == "bedrock" and settings is not None and not names_bedrock(settings):
+        return None, "MODEL_CHAIN names no bedrock: model"
     if not provider_usable(provider_info, keys):
         missing = provider_info.key_env if provider_info.key_required else provider_info.base_url_env
+        missing = "AWS_REGION" if provider == "bedrock" else missing
         return None, f"no {missing} configured"
     if not info.known:
         logger.info(f"model chain: {info.name} is not in the catalog; using conservative defaults")

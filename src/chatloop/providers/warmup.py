@@ -45,6 +45,9 @@ _IN_FLIGHT: list[Callable[[], None]] = []
 _PRIMING: dict[str, threading.Thread] = {}
 """Per SDK, the thread building what its first call needs (``_prime_in_background``), until it is done."""
 PRIME_WAIT_SECONDS = 2.0
+PRIMERS: dict[str, Callable[[], None]] = {}
+"""``prime_modules`` for an SDK that is not OpenAI-shaped, by module (``boto3``: registered by ``providers.bedrock``,
+which has no HTTP client of ours to prime)."""
 """The longest the first answer's chunks wait for that thread (it takes ~15 ms of CPU: ~50 ms at 512 MB)."""
 _LOCK = threading.Lock()
 CA_DIR = "chatloop-ca"
@@ -144,6 +147,10 @@ def prime(sdk_module: str) -> None:
     with _LOCK:
         claimed = sdk_module not in _PRIMED
         _PRIMED.add(sdk_module)
+    if sdk_module in PRIMERS:
+        if claimed:
+            PRIMERS[sdk_module]()
+        return
     if claimed:
         prime_modules(sdk_module)
     import anyio
@@ -165,6 +172,9 @@ def prime(sdk_module: str) -> None:
 
 def prime_modules(sdk_module: str) -> None:
     """``prime`` without the HTTP client: the modules, the chunk schema, the platform facts, the TLS context."""
+    if sdk_module in PRIMERS:
+        PRIMERS[sdk_module]()
+        return
     sdk = importlib.import_module(sdk_module)
     importlib.import_module(f"{sdk_module}.resources.chat.completions")
     import platform
@@ -183,6 +193,12 @@ def when_in_flight(callback: Callable[[], None]) -> None:
     answer."""
     with _LOCK:
         _IN_FLIGHT.append(callback)
+
+
+def call_in_flight(sdk_module: str) -> None:
+    """``_call_in_flight`` for a provider whose calls run on a thread (``providers.bedrock``): it schedules this on the
+    loop (``loop.call_soon_threadsafe``) as its request goes out."""
+    _call_in_flight(sdk_module)
 
 
 def _call_in_flight(sdk_module: str) -> None:

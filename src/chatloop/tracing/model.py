@@ -29,15 +29,19 @@ from chatloop.tracing.content import input_messages, output_messages, system_ins
 from chatloop.tracing.setup import Telemetry
 
 OPERATION = "chat"
+PROVIDER_NAMES = {"bedrock": "aws.bedrock"}
+"""The chain's provider names the GenAI conventions spell otherwise (``gen_ai.provider.name``'s well-known values)."""
 
 
 def provider_and_model(name: str) -> tuple[str, str]:
     """``groq:openai/gpt-oss-120b`` -> ``("groq", "openai/gpt-oss-120b")``: the provider as the chain names it
-    (``groq``, ``openai``; ``local`` for any OpenAI-compatible server), the model as the provider does."""
+    (``groq``, ``openai``; ``local`` for any OpenAI-compatible server), or as the conventions do where they name it
+    otherwise (``bedrock`` -> ``aws.bedrock``), the model as the provider does."""
     try:
-        return split_entry(name)
+        provider, model = split_entry(name)
     except ValueError:
         return "_OTHER", name
+    return PROVIDER_NAMES.get(provider, provider), model
 
 
 class TracedModel:

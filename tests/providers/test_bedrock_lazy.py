@@ -1,0 +1,74 @@
+"""Cold start with Bedrock: ``import app`` and building a chain with a ``bedrock:`` member import no boto3 (it is
+imported when a Bedrock member is first called), and a SnapStart snapshot primes boto3 without a client or
+credentials."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+from chatloop.config import Settings
+from chatloop.providers import bedrock, warmup
+from chatloop.snapstart import sdk_modules
+from tests.support.adapter import ROOT
+
+PROBE = """
+import asyncio, json, sys
+sys.path[:0] = [sys.argv[1] + "/src", sys.argv[1]]
+import app
+from chatloop.config import Settings
+from chatloop.deadline import Deadline
+from chatloop.providers.base import ModelRequest
+from chatloop.providers.factory import build_chain
+
+def loaded():
+    # (the botocore package itself is Powertools' import: its user agent; its client machinery is not)
+    return sorted(m for m in ("boto3", "botocore.client", "botocore.eventstream") if m in sys.modules)
+
+seen = [loaded()]
+chain = build_chain(Settings(model_chain="bedrock:amazon.nova-lite-v1:0"), {})
+seen.append([chain.entries(), loaded()])
+
+async def call():
+    request = ModelRequest(messages=[{"role": "user", "content": "hi"}], deadline=Deadline.after(5))
+    try:
+        async for _ in chain.for_turn().stream(request):
+            pass
+    except Exception as exc:
+        return type(exc).__name__
+print(json.dumps([*seen, asyncio.run(call()), loaded()]))
+"""
+
+
+def test_boto3_is_imported_when_a_bedrock_member_is_first_called_not_by_import_app():
+    env = {
+        "PATH": "/usr/bin:/bin",
+        "POWERTOOLS_SERVICE_NAME": "t",
+        "POWERTOOLS_LOG_LEVEL": "ERROR",
+        "AWS_REGION": "us-east-1",
+        "AWS_ACCESS_KEY_ID": "AKIAFAKE",
+        "AWS_SECRET_ACCESS_KEY": "fake",
+        "AWS_ENDPOINT_URL_BEDROCK_RUNTIME": "http://127.0.0.1:9",  # nothing listens: the call fails, after importing
+    }
+    done = subprocess.run(
+        [sys.executable, "-c", PROBE, str(ROOT)], env=env, capture_output=True, text=True, timeout=60
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    after_import, after_chain, failure, after_call = json.loads(done.stdout.strip().splitlines()[-1])
+    assert after_import == [] and after_chain == [["bedrock:amazon.nova-lite-v1:0"], []]
+    assert failure == "AllModelsFailed" and after_call == ["boto3", "botocore.client", "botocore.eventstream"]
+
+
+def test_a_snapshot_primes_boto3_for_a_bedrock_chain_without_a_client_or_credentials():
+    settings = Settings(
+        model_chain="bedrock:us.anthropic.claude-haiku-4-5-20251001-v1:0,groq:llama-3.3-70b-versatile"
+    )
+    assert sdk_modules(settings) == ["boto3", "groq"]
+    bedrock.drop_clients()
+    bedrock._PRIMED_SESSION.clear()
+    warmup.prime_modules(
+        "boto3"
+    )  # what Runtime.prime runs for it, once per process (an earlier test's call may have)
+    (session,) = bedrock._PRIMED_SESSION
+    assert not bedrock._CLIENTS and session._session._credentials is None
