@@ -70,7 +70,7 @@ _FUNCTION_TAG_WHOLE = re.compile(
     r"<\s*function\s*=\s*[^>]*>.*?(?:</\s*function\s*>|$)", re.IGNORECASE | re.DOTALL
 )
 _FENCED = re.compile(
-    r"```[ \t]*(?:json|tool_call|tool_code)?[ \t]*\n(.*?)\n?[ \t]*```\s*$", re.DOTALL | re.IGNORECASE
+    r"```[ \t]*(?:json|tool_call|tool_code)?[ \t]*\n((?:(?!```).)*?)\n?[ \t]*```\s*$", re.DOTALL | re.IGNORECASE
 )
 _FUNCTION_END = re.compile(r"</\s*function\s*>|<\s*function\s*=", re.IGNORECASE)
 _NAME_THEN_JSON = re.compile(r"^\s*([A-Za-z_][\w.\-]*)\s*(?=\{)")
@@ -79,6 +79,8 @@ _ANY_TAG = re.compile(
     re.IGNORECASE | re.DOTALL,
 )
 _QUOTED_BEFORE = frozenset("`'\"\u201c\u2018")
+_FENCE_MARK = re.compile(r"^[ \t]*```", re.MULTILINE)
+_CLOSING_TAG = re.compile(r"</tool_call>|</\s*function\s*>", re.IGNORECASE)
 _CALL_PAYLOAD = re.compile(r"\s*(?:$|[{\[]|[A-Za-z_][\w.\-]*\s*[({])")
 """What follows a tag that starts a real call: JSON, ``name(``/``name{``, or nothing yet (the reply was cut)."""
 _NAME_KEYS = ("name", "function", "tool", "tool_name")
@@ -87,6 +89,8 @@ _MAY_HOLD_A_CALL = re.compile(r"[<{\[]")
 _NON_SPACE = re.compile(r"\S")
 _BRACKET = re.compile(r"[{\[]")
 """Every format needs one of these: prose without them is not parsed at all."""
+MAX_FENCED_BLOCKS = 8
+"""Fenced blocks read back from the end of a reply (a small model repeats its call two or three times)."""
 MAX_JSON_STARTS = 64
 """Candidate starts tried for a trailing JSON value: bounds the work on a long answer full of braces (and the stream
 filter holds from these only)."""
@@ -133,15 +137,50 @@ def strip_tag_calls(text: str) -> str:
 
 def quoted_tag(text: str, at: int) -> bool:
     """Whether the tag at ``text[at]`` is prose quoting it: in inline code or quotes (``In Hermes format a call
-    looks like `<tool_call>…```), or named without a call after it (``Groq's <function=name> syntax``)."""
+    looks like `<tool_call>…```), in a fenced block that prose follows, named without a call after it (``Groq's
+    <function=name> syntax``), or followed by more words (``Llama starts a call with <|python_tag|>{...} and a stop
+    token.``): a call is only ever at the end of a reply."""
     line_start = text.rfind("\n", 0, at) + 1
     if at > 0 and text[at - 1] in _QUOTED_BEFORE:
         return True
     if text.count("`", line_start, at) % 2 == 1 and "```" not in text[line_start:at]:
         return True  # inside an inline code span
+    if _in_fence_prose_follows(text, at):
+        return True
     function = _FUNCTION_TAG.match(text, at)
     after = function.end() if function else text.find(">", at) + 1
-    return after > 0 and _CALL_PAYLOAD.match(text, after) is None
+    if after > 0 and _CALL_PAYLOAD.match(text, after) is None:
+        return True
+    return _words_after(text, at)
+
+
+def _in_fence_prose_follows(text: str, at: int) -> bool:
+    """Whether ``text[at]`` is inside a ```` ``` ```` block (an odd number of fences before it) that closes and is
+    followed by words: an example the reply explains, not its call."""
+    fences = [m.end() for m in _FENCE_MARK.finditer(text)]
+    before = sum(1 for end in fences if end <= at)
+    if before % 2 == 0:
+        return False
+    closing = next((end for end in fences if end > at), None)
+    return closing is not None and bool(text[closing:].strip())
+
+
+def _words_after(text: str, at: int) -> bool:
+    """Whether words follow the tagged call at ``text[at]``: after its closing tag, or (no closing tag) after its
+    last closing bracket; another tag, a stop token or nothing is no words. A call cut short (no bracket closes)
+    is a call."""
+    whole = _ANY_TAG.match(text, at)
+    span = whole.group() if whole else text[at:]
+    closing = _CLOSING_TAG.search(span)
+    if closing is not None:
+        end = at + closing.end()
+    else:
+        last = max(span.rfind("}"), span.rfind("]"))
+        if last < 0:
+            return False
+        end = at + last + 1
+    rest = _PYTHON_TAG_END.sub("", text[end:]).strip().removeprefix(">").strip()  # ``<function=f{...}>``
+    return bool(rest) and not any(f.opener.pattern.match(rest) for f in FORMATS if f.opener.pattern)
 
 
 def tool_keys(schemas: Iterable[Mapping[str, JSONValue]]) -> dict[str, Set[str]]:
@@ -209,13 +248,33 @@ def function_tag(text: str, tools: ToolKeys) -> Found | None:
 
 
 def fenced_json(text: str, tools: ToolKeys) -> Found | None:
-    match = _FENCED.search(text)
-    if match is None:
+    """The fenced blocks the text ends with, each holding JSON: one, or the same call written two or three times
+    over (Qwen2.5-Coder 0.5B does; ``_tool_calls`` runs a repeated call once)."""
+    values: list[JSONValue] = []
+    end = len(text)
+    start = -1
+    for _ in range(MAX_FENCED_BLOCKS):
+        block = _last_fence(text, end)
+        if block is None:
+            break
+        value = _json_or_none(block[1].strip())
+        if value is None:
+            break
+        values[:0] = value if isinstance(value, list) else [value]
+        start = end = block[0]
+    return (values, text[:start]) if values else None
+
+
+def _last_fence(text: str, end: int) -> tuple[int, str] | None:
+    """``(where it starts, its body)`` of the fenced block for calls that ``text[:end]`` ends with, or None."""
+    head = text[:end].rstrip()
+    if not head.endswith("```"):
         return None
-    value = _json_or_none(match.group(1).strip())
-    if value is None:
-        return None
-    return (value if isinstance(value, list) else [value]), text[: match.start()]
+    opening = head.rfind("```", 0, len(head) - 3)
+    while opening > 0 and head[opening - 1] == "`":
+        opening -= 1  # a longer run of backticks opens it
+    match = _FENCED.match(head, max(opening, 0)) if opening >= 0 else None
+    return (opening, match.group(1)) if match else None
 
 
 def bare_json(text: str, tools: ToolKeys) -> Found | None:
@@ -296,8 +355,10 @@ _TAGGED = {"hermes", "python_tag", "function_tag"}
 # --- from raw objects to calls ---------------------------------------------------------------------------
 def _tool_calls(raw: list[JSONValue], tools: ToolKeys, offered_only: bool) -> tuple[list[ToolCall], bool]:
     """The calls, and whether any was flat. Every object must be a call, else none is: a half-recovered batch
-    would run something other than what the model meant."""
+    would run something other than what the model meant. The same call written again in one reply is one call:
+    a small model repeats its block, and meant it once."""
     calls: list[ToolCall] = []
+    seen: set[tuple[str, str]] = set()
     flat = False
     for item in raw:
         call = _as_call(item, tools)
@@ -305,7 +366,10 @@ def _tool_calls(raw: list[JSONValue], tools: ToolKeys, offered_only: bool) -> tu
             return [], False
         name, arguments, was_flat = call
         flat = flat or was_flat
-        calls.append(ToolCall(f"call_text_{uuid.uuid4().hex[:12]}", name, json.dumps(arguments)))
+        key = (name, json.dumps(arguments, sort_keys=True))
+        if key not in seen:
+            seen.add(key)
+            calls.append(ToolCall(f"call_text_{uuid.uuid4().hex[:12]}", name, json.dumps(arguments)))
     return calls, flat
 
 
