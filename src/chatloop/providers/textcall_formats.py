@@ -127,7 +127,15 @@ def find_text_calls(text: str, tools: ToolKeys, *, offered_only: bool = False) -
 
 def has_tag_call(text: str) -> bool:
     """Whether ``text`` holds a tag that starts a call written as text (even a malformed one), not one prose quotes."""
-    return bool(text) and any(not quoted_tag(text, m.start()) for m in _ANY_TAG.finditer(text))
+    return tag_call_at(text) >= 0
+
+
+def tag_call_at(text: str) -> int:
+    """Where the first tag that starts a call written as text is (not one prose quotes), or -1."""
+    for m in _ANY_TAG.finditer(text) if text else ():
+        if not quoted_tag(text, m.start()):
+            return m.start()
+    return -1
 
 
 def strip_tag_calls(text: str) -> str:
