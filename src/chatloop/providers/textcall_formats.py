@@ -278,10 +278,8 @@ def _last_fence(text: str, end: int) -> tuple[int, str] | None:
     head = text[:end].rstrip()
     if not head.endswith("```"):
         return None
-    opening = head.rfind("```", 0, len(head) - 3)
-    while opening > 0 and head[opening - 1] == "`":
-        opening -= 1  # a longer run of backticks opens it
-    match = _FENCED.match(head, max(opening, 0)) if opening >= 0 else None
+    opening = head.rfind("```", 0, len(head) - 3)  # in a longer run of backticks, its last three open it
+    match = _FENCED.match(head, opening) if opening >= 0 else None
     return (opening, match.group(1)) if match else None
 
 
