@@ -7,6 +7,7 @@ final answer parses as a tool-error object, a tool schema or a runnable call.
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from typing import Any
 
 import pytest
@@ -276,6 +277,41 @@ def test_a_relayed_tag_through_a_local_model(local: FakeLLM, stream):
     done = chat(corpus.RELAY_QUESTION, stream)
     assert done["message"]["content"] == "The page prints:\n" + corpus.RELAYED_TAG
     assert done["tool_counts"] == {JS: 1} and len(local.requests) == 2
+
+
+# --- issue #41: the 503 after 10 s ----------------------------------------------------------------------------------
+@pytest.fixture
+def slow_local(app_runtime, sandbox, fake_llm: FakeLLM) -> FakeLLM:
+    """A ``local:`` model alone in its chain, with a 1 s first-chunk timeout (10 s by default)."""
+    app_runtime(
+        Settings(model_chain=f"local:{MODEL}", model_first_chunk_timeout_seconds=1.0),
+        registry=ToolRegistry([ExecuteJavaScriptTool(sandbox)]),
+        keys={"groq": None, "openai": None, "local": None},
+    )
+    return fake_llm
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["json", "stream"])
+def test_a_lone_model_slow_to_start_is_waited_for_not_a_503(slow_local: FakeLLM, stream):
+    """Its first chunk comes after the first-chunk timeout: with no next model to skip to, it is the answer."""
+    from tests.support.fake_llm import text
+
+    slow_local.default = lambda body: replace(text(body["model"], "It is 76127.", pieces=2), delay=1.6)
+    done = chat("What is the sum of all prime numbers below 1000?", stream)
+    assert done["message"]["content"] == "It is 76127." and done["stop_reason"] == "stop"
+    assert len(slow_local.requests) == 1
+
+
+def test_a_503_says_what_the_model_did(slow_local: FakeLLM):
+    from tests.support.fake_llm import error
+
+    slow_local.default = lambda body: error(503, None, "Loading model", kind="unavailable_error")
+    code, raw = post(
+        "/v1/chat/completions", {"model": "chatloop", "messages": [{"role": "user", "content": "?"}]}
+    )
+    assert code == 503
+    message = json.loads(raw)["error"]["message"]
+    assert f"local:{MODEL}" in message and "Loading model" in message, message
 
 
 # --- the property: prose that quotes a tag is never a call and never loses a word ------------------------------------
