@@ -76,7 +76,9 @@ CALL_CAMEL = (
     + json.dumps({"name": CAMEL, "arguments": {"principal": 10000, "rate": 0.05, "years": 15}})
     + "\n</tool_call>"
 )
-UNKNOWN_FENCED = "```json\n" + json.dumps({"name": CAMEL, "principal": 10000, "rate": 0.05, "years": 15}) + "\n```"
+UNKNOWN_FENCED = (
+    "```json\n" + json.dumps({"name": CAMEL, "principal": 10000, "rate": 0.05, "years": 15}) + "\n```"
+)
 """After the server's ``UnknownTool`` error for ``calculateCompoundInterest``: the same call again, flat, in a fence
 (flat JSON is a call only for an offered tool, so it was shown as the answer)."""
 QUESTIONS_41 = {

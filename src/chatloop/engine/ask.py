@@ -120,7 +120,9 @@ def read_reply(
         return reply
     structured = bool(request.response_format)
     refused = refused_tools(request.messages)
-    judged = judge_answer(response.content, tools, structured, calls_read=bool(request.tools), refused=refused)
+    judged = judge_answer(
+        response.content, tools, structured, calls_read=bool(request.tools), refused=refused
+    )
     if judged.reason is None:
         return reply
     logger.warning(describe(judged), extra={"iteration": state.iteration, "reason": judged.reason})

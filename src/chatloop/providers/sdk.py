@@ -142,7 +142,9 @@ class SDKChatModel:
         started = False
         # A model that accepts the request and then says nothing must not eat the whole request: past this,
         # the silence is a transient failure and the chain tries the next model. The last one is waited for.
-        first = request.deadline if request.last_resort else request.deadline.earliest(self.first_chunk_timeout)
+        first = (
+            request.deadline if request.last_resort else request.deadline.earliest(self.first_chunk_timeout)
+        )
         try:
             try:
                 create = self._client().chat.completions.create(

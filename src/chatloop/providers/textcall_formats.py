@@ -70,7 +70,8 @@ _FUNCTION_TAG_WHOLE = re.compile(
     r"<\s*function\s*=\s*[^>]*>.*?(?:</\s*function\s*>|$)", re.IGNORECASE | re.DOTALL
 )
 _FENCED = re.compile(
-    r"```[ \t]*(?:json|tool_call|tool_code)?[ \t]*\n((?:(?!```).)*?)\n?[ \t]*```\s*$", re.DOTALL | re.IGNORECASE
+    r"```[ \t]*(?:json|tool_call|tool_code)?[ \t]*\n((?:(?!```).)*?)\n?[ \t]*```\s*$",
+    re.DOTALL | re.IGNORECASE,
 )
 _FUNCTION_END = re.compile(r"</\s*function\s*>|<\s*function\s*=", re.IGNORECASE)
 _NAME_THEN_JSON = re.compile(r"^\s*([A-Za-z_][\w.\-]*)\s*(?=\{)")
