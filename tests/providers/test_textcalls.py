@@ -8,7 +8,8 @@ import json
 import pytest
 
 from chatloop.engine.textfilter import TextCallFilter
-from chatloop.providers.textcall_formats import find_text_calls, has_tag_call, strip_tag_calls, tag_call_at
+from chatloop.providers.tagcalls import has_tag_call, strip_tag_calls, tag_call_at
+from chatloop.providers.textcall_formats import find_text_calls
 
 JS = "execute_javascript"
 TOOLS = {JS: {"code", "timeout_seconds"}, "get_weather": {"city"}}

@@ -29,14 +29,8 @@ from dataclasses import dataclass
 
 from chatloop.jsontypes import JSONObject, JSONValue
 from chatloop.providers.base import ModelResponse
-from chatloop.providers.textcall_formats import (
-    TextCalls,
-    find_text_calls,
-    has_tag_call,
-    strip_tag_calls,
-    tag_call_at,
-    tool_keys,
-)
+from chatloop.providers.tagcalls import has_tag_call, strip_tag_calls, tag_call_at
+from chatloop.providers.textcall_formats import TextCalls, find_text_calls, tool_keys
 
 _UNKNOWN_TOOL = re.compile(r"UnknownTool: '([^'\\]+)'")
 """The error a call to a tool that does not exist is answered with (``engine.prompts.not_run``)."""

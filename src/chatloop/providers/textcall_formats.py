@@ -22,8 +22,7 @@ that tool's argument keys. A JSON answer (``{"name": "Alice", "age": 30}``) is n
 Near misses run (``chatloop.providers.nearjson``): JSON with raw newlines in the code, a trailing comma, single
 quotes or a missing closing brace is repaired; so are the shapes small models use for an offered tool (``function``
 or ``tool`` for the name, ``args``/``input`` for the arguments, the code given as a bare string where the tool has one
-required argument). A tag that prose quotes (in backticks or quotes, or not followed by a call) is prose: it is
-neither a call nor cut out.
+required argument). A tag that prose quotes is neither a call nor cut out (``chatloop.providers.tagcalls``).
 
 Usage::
 
@@ -64,26 +63,18 @@ class ArgNames(frozenset[str]):
 
 _HERMES = re.compile(r"<tool_call>\s*(.*?)\s*(?:</tool_call>|$)", re.DOTALL)
 _PYTHON_TAG = re.compile(r"<\|python_tag\|>")
-_PYTHON_TAG_END = re.compile(r"<\|(?:eom_id|eot_id|eom|end)\|>\s*$")
-_FUNCTION_TAG = re.compile(r"<\s*function\s*=\s*([A-Za-z_][\w.\-]*)\s*>?\s*", re.IGNORECASE)
-_FUNCTION_TAG_WHOLE = re.compile(
+PYTHON_TAG_END = re.compile(r"<\|(?:eom_id|eot_id|eom|end)\|>\s*$")
+FUNCTION_TAG = re.compile(r"<\s*function\s*=\s*([A-Za-z_][\w.\-]*)\s*>?\s*", re.IGNORECASE)
+FUNCTION_TAG_WHOLE = re.compile(
     r"<\s*function\s*=\s*[^>]*>.*?(?:</\s*function\s*>|$)", re.IGNORECASE | re.DOTALL
 )
+"""The tags' patterns ``chatloop.providers.tagcalls`` reads a reply's tags with, too."""
 _FENCED = re.compile(
     r"```[ \t]*(?:json|tool_call|tool_code)?[ \t]*\n((?:(?!```).)*?)\n?[ \t]*```\s*$",
     re.DOTALL | re.IGNORECASE,
 )
 _FUNCTION_END = re.compile(r"</\s*function\s*>|<\s*function\s*=", re.IGNORECASE)
 _NAME_THEN_JSON = re.compile(r"^\s*([A-Za-z_][\w.\-]*)\s*(?=\{)")
-_ANY_TAG = re.compile(
-    r"<tool_call>.*?(?:</tool_call>|$)|<\|python_tag\|>.*$|" + _FUNCTION_TAG_WHOLE.pattern,
-    re.IGNORECASE | re.DOTALL,
-)
-_QUOTED_BEFORE = frozenset("`'\"\u201c\u2018")
-_FENCE_MARK = re.compile(r"^[ \t]*```", re.MULTILINE)
-_CLOSING_TAG = re.compile(r"</tool_call>|</\s*function\s*>", re.IGNORECASE)
-_CALL_PAYLOAD = re.compile(r"\s*(?:$|[{\[]|[A-Za-z_][\w.\-]*\s*[({])")
-"""What follows a tag that starts a real call: JSON, ``name(``/``name{``, or nothing yet (the reply was cut)."""
 _NAME_KEYS = ("name", "function", "tool", "tool_name")
 _ARGUMENT_KEYS = ("arguments", "parameters", "args", "input", "tool_input")
 _MAY_HOLD_A_CALL = re.compile(r"[<{\[]")
@@ -126,72 +117,6 @@ def find_text_calls(text: str, tools: ToolKeys, *, offered_only: bool = False) -
     return None
 
 
-def has_tag_call(text: str) -> bool:
-    """Whether ``text`` holds a tag that starts a call written as text (even a malformed one), not one prose quotes."""
-    return tag_call_at(text) >= 0
-
-
-def tag_call_at(text: str) -> int:
-    """Where the first tag that starts a call written as text is (not one prose quotes), or -1."""
-    for m in _ANY_TAG.finditer(text) if text else ():
-        if not quoted_tag(text, m.start()):
-            return m.start()
-    return -1
-
-
-def strip_tag_calls(text: str) -> str:
-    """``text`` without any tagged pseudo-call (and whatever follows an unclosed one); quoted tags stay."""
-    return _ANY_TAG.sub(lambda m: m.group() if quoted_tag(text, m.start()) else "", text).strip()
-
-
-def quoted_tag(text: str, at: int) -> bool:
-    """Whether the tag at ``text[at]`` is prose quoting it: in inline code or quotes (``In Hermes format a call
-    looks like `<tool_call>…```), in a fenced block that prose follows, named without a call after it (``Groq's
-    <function=name> syntax``), or followed by more words (``Llama starts a call with <|python_tag|>{...} and a stop
-    token.``): a call is only ever at the end of a reply."""
-    line_start = text.rfind("\n", 0, at) + 1
-    if at > 0 and text[at - 1] in _QUOTED_BEFORE:
-        return True
-    if text.count("`", line_start, at) % 2 == 1 and "```" not in text[line_start:at]:
-        return True  # inside an inline code span
-    if _in_fence_prose_follows(text, at):
-        return True
-    function = _FUNCTION_TAG.match(text, at)
-    after = function.end() if function else text.find(">", at) + 1
-    if after > 0 and _CALL_PAYLOAD.match(text, after) is None:
-        return True
-    return _words_after(text, at)
-
-
-def _in_fence_prose_follows(text: str, at: int) -> bool:
-    """Whether ``text[at]`` is inside a ```` ``` ```` block (an odd number of fences before it) that closes and is
-    followed by words: an example the reply explains, not its call."""
-    fences = [m.end() for m in _FENCE_MARK.finditer(text)]
-    before = sum(1 for end in fences if end <= at)
-    if before % 2 == 0:
-        return False
-    closing = next((end for end in fences if end > at), None)
-    return closing is not None and bool(text[closing:].strip())
-
-
-def _words_after(text: str, at: int) -> bool:
-    """Whether words follow the tagged call at ``text[at]``: after its closing tag, or (no closing tag) after its
-    last closing bracket; another tag, a stop token or nothing is no words. A call cut short (no bracket closes)
-    is a call."""
-    whole = _ANY_TAG.match(text, at)
-    span = whole.group() if whole else text[at:]
-    closing = _CLOSING_TAG.search(span)
-    if closing is not None:
-        end = at + closing.end()
-    else:
-        last = max(span.rfind("}"), span.rfind("]"))
-        if last < 0:
-            return False
-        end = at + last + 1
-    rest = _PYTHON_TAG_END.sub("", text[end:]).strip().removeprefix(">").strip()  # ``<function=f{...}>``
-    return bool(rest) and not any(f.opener.pattern.match(rest) for f in FORMATS if f.opener.pattern)
-
-
 def tool_keys(schemas: Iterable[Mapping[str, JSONValue]]) -> dict[str, Set[str]]:
     """``ToolKeys`` from OpenAI tool definitions."""
     keys: dict[str, Set[str]] = {}
@@ -227,13 +152,13 @@ def python_tag(text: str, tools: ToolKeys) -> Found | None:
     match = _PYTHON_TAG.search(text)
     if match is None:
         return None
-    body = _PYTHON_TAG_END.sub("", text[match.end() :]).strip()
+    body = PYTHON_TAG_END.sub("", text[match.end() :]).strip()
     parts = filter(None, (p.strip() for p in re.split(r";\s*(?=\{)", body)))  # Llama separates calls with ';'
     return [_json_or_none(part) for part in parts], text[: match.start()]
 
 
 def function_tag(text: str, tools: ToolKeys) -> Found | None:
-    starts = list(_FUNCTION_TAG.finditer(text))
+    starts = list(FUNCTION_TAG.finditer(text))
     if not starts:
         return None
     decoder = json.JSONDecoder()
@@ -251,7 +176,7 @@ def function_tag(text: str, tools: ToolKeys) -> Found | None:
             continue
         raw.append({"name": match.group(1), "arguments": arguments})
     rest = re.sub(r"^\s*>?\s*(?:</\s*function\s*>)?", "", text[end:], flags=re.IGNORECASE)
-    if rest.strip() and not _FUNCTION_TAG.match(rest.strip()):
+    if rest.strip() and not FUNCTION_TAG.match(rest.strip()):
         return None
     return raw, text[: starts[0].start()]
 
