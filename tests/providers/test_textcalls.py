@@ -334,6 +334,10 @@ QUOTED_TAGS = [
     ),
     ("function tag, inline, dots", "Groq's `<function=...>` tags are legacy."),
     ("function tag, brace form, words after", f'Groq writes <function={JS}{{"code": "1"}}> and stops. Odd.'),
+    (
+        "hermes on its own line, no call body, words after",
+        "Like this:\n<tool_call>{...}</tool_call>\nNever run it.",
+    ),
 ]
 
 
@@ -354,6 +358,16 @@ TAG_CALLS_AT_THE_END = [
         0,
     ),
     ("function tag, brace form", f'<function={JS}{{"code": 1}}>', 0),
+    (
+        "hermes on its own line, a call, then chatter",
+        f"Sure.\n<tool_call>{_CALL}</tool_call>\nLet me know.",
+        6,
+    ),
+    (
+        "function tag on its own line, a call, then chatter",
+        f'<function={JS}>{{"code": "1"}}</function> Done.',
+        0,
+    ),
 ]
 
 

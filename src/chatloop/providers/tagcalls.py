@@ -16,6 +16,7 @@ Usage::
 
 from __future__ import annotations
 
+import json
 import re
 
 from chatloop.providers.textcall_formats import FORMATS, FUNCTION_TAG, FUNCTION_TAG_WHOLE, PYTHON_TAG_END
@@ -27,6 +28,10 @@ _ANY_TAG = re.compile(
 _QUOTED_BEFORE = frozenset("`'\"\u201c\u2018")
 _FENCE_MARK = re.compile(r"^[ \t]*```", re.MULTILINE)
 _CLOSING_TAG = re.compile(r"</tool_call>|</\s*function\s*>", re.IGNORECASE)
+_OPENER = re.compile(
+    r"^(?:<tool_call>|<\|python_tag\|>|<\s*function\s*=\s*[A-Za-z_][\w.\-]*\s*>?)", re.IGNORECASE
+)
+"""A tag's opener: what is left after it is the call's body."""
 _CALL_PAYLOAD = re.compile(r"\s*(?:$|[{\[]|[A-Za-z_][\w.\-]*\s*[({])")
 """What follows a tag that starts a real call: JSON, ``name(``/``name{``, or nothing yet (the reply was cut)."""
 
@@ -80,18 +85,28 @@ def _in_fence_prose_follows(text: str, at: int) -> bool:
 
 
 def _words_after(text: str, at: int) -> bool:
-    """Whether words follow the tagged call at ``text[at]``: after its closing tag, or (no closing tag) after its
-    last closing bracket; another tag, a stop token or nothing is no words. A call cut short (no bracket closes)
-    is a call."""
+    """Whether the tag at ``text[at]`` is part of a sentence: words follow its call (after its closing tag, or with
+    none, after its last closing bracket; another tag, a stop token or nothing is no words) and either the tag is
+    inline (words before it on its line) or what it holds is no JSON object. A call on its own line that chatter
+    follows is still a call (cut, and the model reminded); a call cut short (no bracket closes) is a call."""
     whole = _ANY_TAG.match(text, at)
     span = whole.group() if whole else text[at:]
     closing = _CLOSING_TAG.search(span)
-    if closing is not None:
-        end = at + closing.end()
-    else:
-        last = max(span.rfind("}"), span.rfind("]"))
-        if last < 0:
-            return False
-        end = at + last + 1
+    last = closing.start() if closing else max(span.rfind("}"), span.rfind("]")) + 1
+    if last <= 0:
+        return False
+    end = at + (closing.end() if closing else last)
     rest = PYTHON_TAG_END.sub("", text[end:]).strip().removeprefix(">").strip()  # ``<function=f{...}>``
-    return bool(rest) and not any(f.opener.pattern.match(rest) for f in FORMATS if f.opener.pattern)
+    if not rest or any(f.opener.pattern.match(rest) for f in FORMATS if f.opener.pattern):
+        return False
+    inline = bool(text[text.rfind("\n", 0, at) + 1 : at].strip())
+    return inline or not _holds_an_object(span[:last])
+
+
+def _holds_an_object(tagged: str) -> bool:
+    """Whether the tag's body (``tagged``: the tag and its body, without a closing tag) is a JSON object."""
+    body = _OPENER.sub("", tagged, count=1).strip()
+    try:
+        return isinstance(json.loads(body), dict)
+    except ValueError:
+        return False
