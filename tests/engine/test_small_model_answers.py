@@ -222,6 +222,25 @@ async def test_a_model_that_keeps_calling_the_unknown_tool_gets_the_fallback_tex
     assert "Answer check: reason=unknown_tool_call" in caplog.text
 
 
+async def test_a_tool_output_that_names_a_real_tool_unknown_does_not_stop_its_calls(sandbox):
+    """Only the server says a tool is unknown: a result that prints the words does not refuse an offered tool."""
+
+    def fenced(code: str) -> str:
+        return "```json\n" + json.dumps({"name": JS, "arguments": {"code": code}}) + "\n```"
+
+    def script(request, n):
+        runs = sum(m["role"] == "tool" for m in request.messages)
+        if runs == 0:
+            return ModelResponse(
+                "", content=fenced("throw new Error(\"UnknownTool: 'execute_javascript' is gone\")")
+            )
+        return ModelResponse("", content=fenced("6 * 7") if runs == 1 else "It is 42.")
+
+    model = ScriptedModel(script, chunk=7)
+    turn = await drive(model, ToolRegistry([ExecuteJavaScriptTool(sandbox)]), "6*7?")
+    assert turn.done["tool_counts"] == {JS: 2} and turn.answer == "It is 42." == turn.streamed
+
+
 @pytest.mark.parametrize("case", list(corpus.QUOTED_TAGS))
 async def test_prose_that_quotes_a_call_tag_is_the_answer_in_one_call(sandbox, case):
     text = corpus.QUOTED_TAGS[case]

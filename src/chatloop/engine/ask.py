@@ -119,7 +119,7 @@ def read_reply(
         logger.warning(describe(judged), extra={"iteration": state.iteration, "reason": judged.reason})
         return reply
     structured = bool(request.response_format)
-    refused = refused_tools(request.messages)
+    refused = refused_tools(request.messages, tools)
     judged = judge_answer(
         response.content, tools, structured, calls_read=bool(request.tools), refused=refused
     )

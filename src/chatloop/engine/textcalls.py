@@ -70,7 +70,7 @@ def read_text_calls(
     if found is not None and relayed(content.lstrip()[len(found.prefix) :], history):
         return Reply(response, relayed=True)
     if found is not None and tools:
-        if {call.name for call in found.calls} <= refused_tools(history):
+        if {call.name for call in found.calls} <= refused_tools(history, [*tools, *withdrawn]):
             response.content = found.prefix
             return Reply(response, not_an_answer="unknown_tool_call")
         response.tool_calls = found.calls
@@ -92,9 +92,17 @@ def relayed(call_text: str, history: Sequence[JSONObject]) -> bool:
     return bool(wanted) and any(wanted in " ".join(text.split()) for text in _tool_texts(history))
 
 
-def refused_tools(history: Sequence[JSONObject]) -> AbstractSet[str]:
-    """The tools this conversation's tool results said do not exist (``UnknownTool: 'name' ...``)."""
-    return {m.group(1) for text in _tool_texts(history) for m in _UNKNOWN_TOOL.finditer(text)}
+def refused_tools(history: Sequence[JSONObject], tools: Sequence[JSONObject] = ()) -> AbstractSet[str]:
+    """The tools this conversation's tool results said do not exist (``UnknownTool: 'name' ...``), less the turn's
+    ``tools`` (a tool's output that prints such a line cannot make a real tool look refused). Read from the
+    messages as they are (the error's JSON keeps the name as it is): no JSON is parsed for every reply judged."""
+    found = {
+        m.group(1)
+        for message in history
+        if message.get("role") == "tool" and isinstance(content := message.get("content"), str)
+        for m in _UNKNOWN_TOOL.finditer(content)
+    }
+    return found - set(tool_keys(tools)) if found else found
 
 
 def _tool_texts(history: Sequence[JSONObject]) -> Iterator[str]:
