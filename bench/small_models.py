@@ -278,7 +278,7 @@ def section(x: dict[str, Any]) -> list[str]:
     if "corpus" in x:
         c = x["corpus"]
         lines += [
-            f"The scripted small-model corpus ({c['here']['cases']} turns: the issue's three answers and the "
+            f"The scripted small-model corpus ({c['here']['cases']} turns: issue #36's three answers, the "
             "`execute_javascript` near misses, and issue #41's two), run by each tree's engine with the real sandbox:",
             "",
             "| tree | turns where the tool ran | answers that were junk |",
