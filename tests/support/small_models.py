@@ -6,6 +6,10 @@ The model, per question: the first reply is the one the issue reported (a call t
 tool definitions echoed, a near-miss JSON call in a fence); after the server's ``UnknownTool`` error it pastes that
 error back as its answer; told that was no answer (a reminder), it writes the near-miss call; given a result, it
 answers from it.
+
+Issue #41 adds two more of its turns (``QUESTIONS_41``: the same fenced call three times; after ``UnknownTool`` for
+``calculateCompoundInterest``, that call again, flat, in a fence), prose that quotes a call tag (``QUOTED_TAGS``) and
+a tag a tool printed that the model relays (``RELAY_CODE``, ``RELAYED_TAG``).
 """
 
 from __future__ import annotations
