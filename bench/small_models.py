@@ -26,6 +26,8 @@ from bench.common import child_values, median, tree_at
 
 BEFORE_COMMIT = "f2bf02a"
 """main when issue #36 was taken up."""
+BEFORE_41 = "ac06bfd"
+"""main when issue #41 was taken up."""
 TARGET_MS = 2.0
 
 # Runs in a fresh interpreter inside one tree (its src/ first on sys.path); the corpus comes on stdin.
@@ -126,6 +128,10 @@ QUOTED = {
         '"parameters": {"code": "1"}} and a stop token. Plain answers need none.',
     "Groq's tag in prose": "Groq's legacy dialect writes <function=execute_javascript>{\"code\": \"1\"}</function> "
         "inside the text. That is why it fails.",
+    "hermes tag, no call body": "In Hermes format a call looks like <tool_call>{...}</tool_call> and you should "
+        "never run it.",
+    "a fenced example": "A call looks like this:\n```\n<tool_call>\n{\"name\": \"execute_javascript\", "
+        "\"arguments\": {\"code\": \"1\"}}\n</tool_call>\n```\nYou should never run it yourself.",
     "RAW TOOL RESULTS: echo": 'Here is what the sandbox returned. RAW TOOL RESULTS: [{"result": 2}]',
 }
 
@@ -172,7 +178,24 @@ def corpus() -> list[dict[str, str]]:
         for label, text, (name, _) in s.NEAR_MISSES
         if name == s.JS
     ]
-    return cases
+    return cases + corpus_41()
+
+
+def corpus_41() -> list[dict[str, str]]:
+    """Issue #41's turns: the same fenced call three times; after ``UnknownTool``, the unknown call again (flat, in
+    a fence)."""
+    from tests.support import small_models as s
+
+    return [
+        {
+            "question": s.QUESTIONS_41[case],
+            "first": s.FIRST_REPLY_41[case],
+            "unknown": s.CAMEL,
+            "tool_error": s.UNKNOWN_FENCED,
+            "on_reminder": s.FENCED_NEAR_MISS,
+        }
+        for case in s.QUESTIONS_41
+    ]
 
 
 def _run_corpus(tree: Path, cases: list[dict[str, str]], child: str = CHILD) -> dict[str, Any]:
@@ -225,6 +248,9 @@ def measure(reps: int, corpus_runs: bool = True) -> dict[str, Any]:
         with tempfile.TemporaryDirectory(prefix="chatloop-small-models-") as tmp:
             before = tree_at(BEFORE_COMMIT, Path(tmp) / "before")
             out["corpus"] = {"before": _run_corpus(before, cases), "here": _run_corpus(ROOT, cases)}
+            issue = corpus_41()
+            before_41 = tree_at(BEFORE_41, Path(tmp) / "before_41")
+            out["corpus_41"] = {"before": _run_corpus(before_41, issue), "here": _run_corpus(ROOT, issue)}
             out["retries"] = {
                 "before": _run_corpus(before, [], RETRY_CHILD),
                 "here": _run_corpus(ROOT, [], RETRY_CHILD),
@@ -252,14 +278,23 @@ def section(x: dict[str, Any]) -> list[str]:
     if "corpus" in x:
         c = x["corpus"]
         lines += [
-            f"The scripted small-model corpus ({c['here']['cases']} turns: the issue's three answers and the "
-            "`execute_javascript` near misses), run by each tree's engine with the real sandbox:",
+            f"The scripted small-model corpus ({c['here']['cases']} turns: issue #36's three answers, the "
+            "`execute_javascript` near misses, and issue #41's two), run by each tree's engine with the real sandbox:",
             "",
             "| tree | turns where the tool ran | answers that were junk |",
             "|---|---|---|",
             f"| main at {x['before_commit']} (before) | {c['before']['tool_ran']} / {c['before']['cases']} | "
             f"{c['before']['junk_answers']} |",
             f"| here | {c['here']['tool_ran']} / {c['here']['cases']} | {c['here']['junk_answers']} |",
+            "",
+        ]
+    if "corpus_41" in x:
+        b, h = x["corpus_41"]["before"], x["corpus_41"]["here"]
+        lines += [
+            "Of those, issue #41's two turns (the same fenced call three times; the unknown tool's call again after "
+            f"its `UnknownTool` error): the tool ran in {b['tool_ran']} of {b['cases']} at main {BEFORE_41} "
+            f"({b['junk_answers']} "
+            f"junk answers), {h['tool_ran']} of {h['cases']} here ({h['junk_answers']} junk).",
             "",
         ]
     if "retries" in x:

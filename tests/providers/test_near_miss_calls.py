@@ -15,7 +15,8 @@ from hypothesis import strategies as st
 
 from chatloop.jsontypes import JSONObject
 from chatloop.providers import nearjson
-from chatloop.providers.textcall_formats import find_text_calls, has_tag_call, strip_tag_calls, tool_keys
+from chatloop.providers.tagcalls import has_tag_call, strip_tag_calls
+from chatloop.providers.textcall_formats import find_text_calls, tool_keys
 from tests.support.small_models import NEAR_MISSES
 
 JS = "execute_javascript"

@@ -8,7 +8,8 @@ import json
 import pytest
 
 from chatloop.engine.textfilter import TextCallFilter
-from chatloop.providers.textcall_formats import find_text_calls, has_tag_call, strip_tag_calls
+from chatloop.providers.tagcalls import has_tag_call, strip_tag_calls, tag_call_at
+from chatloop.providers.textcall_formats import find_text_calls
 
 JS = "execute_javascript"
 TOOLS = {JS: {"code", "timeout_seconds"}, "get_weather": {"city"}}
@@ -262,3 +263,117 @@ def test_without_tools_only_tags_are_held():
 
 def test_nothing_comes_out_that_was_not_streamed():
     assert TextCallFilter(True).finish("a whole answer the model never streamed") == ""
+
+
+# --- issue #41: repeated blocks, and tags prose quotes ----------------------------------------------------------
+_CALL = f'{{"name": "{JS}", "arguments": {ARGS}}}'
+_BLOCK = f"```json\n{_CALL}\n```"
+# (id, text, [(name, arguments)], prefix)
+REPEATED = [
+    ("the same fenced call three times", "\n\n".join([_BLOCK] * 3), [(JS, {"code": CODE})], ""),
+    (
+        "twice, words before",
+        "I will run it.\n" + _BLOCK + "\n" + _BLOCK,
+        [(JS, {"code": CODE})],
+        "I will run it.",
+    ),
+    (
+        "two different fenced calls",
+        _BLOCK + '\n```json\n{"name": "get_weather", "arguments": {"city": "Oslo"}}\n```',
+        [(JS, {"code": CODE}), ("get_weather", {"city": "Oslo"})],
+        "",
+    ),
+    (
+        "a python block, then a fenced call",
+        "```python\nx = 1\n```\n\n" + _BLOCK,
+        [(JS, {"code": CODE})],
+        "```python\nx = 1\n```",
+    ),
+    (
+        "the same hermes call twice",
+        f"<tool_call>{_CALL}</tool_call>\n<tool_call>{_CALL}</tool_call>",
+        [(JS, {"code": CODE})],
+        "",
+    ),
+]
+
+
+@pytest.mark.parametrize(("text", "calls", "prefix"), [r[1:] for r in REPEATED], ids=[r[0] for r in REPEATED])
+def test_calls_written_again_in_one_reply_are_one_call(text, calls, prefix):
+    found = find_text_calls(text, TOOLS)
+    assert found is not None
+    assert [(c.name, json.loads(c.arguments)) for c in found.calls] == calls
+    assert found.prefix == prefix
+
+
+QUOTED_TAGS = [
+    (
+        "hermes in inline code",
+        "In Hermes format a call looks like `<tool_call>…</tool_call>` and you should never run it.",
+    ),
+    (
+        "hermes, a call body, words after",
+        f"A call looks like <tool_call>{_CALL}</tool_call> and you should never run it.",
+    ),
+    ("hermes, no body, words after", "A call looks like <tool_call>{...}</tool_call> and is never run."),
+    (
+        "hermes, in a fence prose follows",
+        f"It looks like this:\n```\n<tool_call>\n{_CALL}\n</tool_call>\n```\nNever run it.",
+    ),
+    (
+        "hermes, in an xml fence prose follows",
+        "Like this:\n```xml\n<tool_call>{...}</tool_call>\n```\nThat is all.",
+    ),
+    ("python_tag, no body", "Llama writes <|python_tag|>{...} before a call, and you never run it."),
+    ("python_tag, a call body, words after", f"Llama starts with <|python_tag|>{_CALL} and a stop token."),
+    ("python_tag in inline code", "Llama writes `<|python_tag|>` first."),
+    ("function tag, no body", "Groq writes <function=name>{...}</function> tags, and you never run them."),
+    (
+        "function tag, a call body, words after",
+        f'Groq writes <function={JS}>{{"code": "1"}}</function> in text. Odd.',
+    ),
+    ("function tag, inline, dots", "Groq's `<function=...>` tags are legacy."),
+    ("function tag, brace form, words after", f'Groq writes <function={JS}{{"code": "1"}}> and stops. Odd.'),
+    (
+        "hermes on its own line, no call body, words after",
+        "Like this:\n<tool_call>{...}</tool_call>\nNever run it.",
+    ),
+]
+
+
+@pytest.mark.parametrize("text", [r[1] for r in QUOTED_TAGS], ids=[r[0] for r in QUOTED_TAGS])
+def test_a_tag_prose_quotes_is_neither_a_call_nor_cut(text):
+    assert find_text_calls(text, TOOLS) is None
+    assert not has_tag_call(text)
+    assert tag_call_at(text) == -1
+    assert strip_tag_calls(text) == text
+
+
+TAG_CALLS_AT_THE_END = [
+    ("hermes, closed, then a stop token", f"Sure.\n<tool_call>{_CALL}</tool_call><|eot_id|>", 6),
+    ("python_tag, cut short", f'Sure.\n<|python_tag|>{{"name": "{JS}", "parameters": {{"code": "1 +', 6),
+    (
+        "two hermes calls, the first followed by the second",
+        f"<tool_call>{{}}</tool_call>\n<tool_call>{_CALL}",
+        0,
+    ),
+    ("function tag, brace form", f'<function={JS}{{"code": 1}}>', 0),
+    (
+        "hermes on its own line, a call, then chatter",
+        f"Sure.\n<tool_call>{_CALL}</tool_call>\nLet me know.",
+        6,
+    ),
+    (
+        "function tag on its own line, a call, then chatter",
+        f'<function={JS}>{{"code": "1"}}</function> Done.',
+        0,
+    ),
+]
+
+
+@pytest.mark.parametrize(
+    ("text", "at"), [r[1:] for r in TAG_CALLS_AT_THE_END], ids=[r[0] for r in TAG_CALLS_AT_THE_END]
+)
+def test_a_tag_a_call_ends_the_reply_with_is_still_a_call(text, at):
+    assert tag_call_at(text) == at
+    assert has_tag_call(text)

@@ -6,6 +6,10 @@ The model, per question: the first reply is the one the issue reported (a call t
 tool definitions echoed, a near-miss JSON call in a fence); after the server's ``UnknownTool`` error it pastes that
 error back as its answer; told that was no answer (a reminder), it writes the near-miss call; given a result, it
 answers from it.
+
+Issue #41 adds two more of its turns (``QUESTIONS_41``: the same fenced call three times; after ``UnknownTool`` for
+``calculateCompoundInterest``, that call again, flat, in a fence), prose that quotes a call tag (``QUOTED_TAGS``) and
+a tag a tool printed that the model relays (``RELAY_CODE``, ``RELAYED_TAG``).
 """
 
 from __future__ import annotations
@@ -62,6 +66,50 @@ FIRST_REPLY = {
 }
 
 
+# --- issue #41: what it wrote to two more questions, and prose that quotes a call tag ---------------------------
+CAMEL = "calculateCompoundInterest"
+PRIMES_CODE = (
+    "let sum = 0;\nfor (let n = 2; n < 1000; n++) {\n  let prime = true;\n"
+    "  for (let d = 2; d * d <= n; d++) if (n % d === 0) { prime = false; break; }\n  if (prime) sum += n;\n}\nsum"
+)
+PRIMES_BLOCK = "```json\n" + json.dumps({"name": JS, "arguments": {"code": PRIMES_CODE}}) + "\n```"
+TRIPLE_FENCED = "\n\n".join([PRIMES_BLOCK] * 3)
+"""The same fenced call three times over, as its whole reply: one block is a call, three were shown as the answer."""
+CALL_CAMEL = (
+    "<tool_call>\n"
+    + json.dumps({"name": CAMEL, "arguments": {"principal": 10000, "rate": 0.05, "years": 15}})
+    + "\n</tool_call>"
+)
+UNKNOWN_FENCED = (
+    "```json\n" + json.dumps({"name": CAMEL, "principal": 10000, "rate": 0.05, "years": 15}) + "\n```"
+)
+"""After the server's ``UnknownTool`` error for ``calculateCompoundInterest``: the same call again, flat, in a fence
+(flat JSON is a call only for an offered tool, so it was shown as the answer)."""
+QUESTIONS_41 = {
+    "triple_fenced": "What is the sum of all prime numbers below 1000? Compute it.",
+    "unknown_after_error": "What does $10,000 grow to at 5% compound interest over 15 years?",
+}
+FIRST_REPLY_41 = {"triple_fenced": TRIPLE_FENCED, "unknown_after_error": CALL_CAMEL}
+TAG_CALL = '{"name": "execute_javascript", "arguments": {"code": "1 + 1"}}'
+QUOTED_TAGS = {
+    "hermes, inline code": "In Hermes format a call looks like `<tool_call>…</tool_call>` and you should never run it.",
+    "hermes, a call body, words after": f"In Hermes format a call looks like <tool_call>{TAG_CALL}</tool_call> and "
+    "you should never run it.",
+    "hermes, a fenced example": f"In Hermes format a call looks like this:\n```\n<tool_call>\n{TAG_CALL}\n"
+    "</tool_call>\n```\nYou should never run it yourself.",
+    "python_tag, no call body": "Llama writes <|python_tag|>{...} before a call, and you should never run it.",
+    "python_tag, a call body, words after": "Llama 3.1 starts a call with <|python_tag|>"
+    '{"name": "execute_javascript", "parameters": {"code": "1 + 1"}} and you should never run it.',
+    "function_tag, no call body": "Groq writes <function=name>{...}</function> tags, and you should never run them.",
+    "function_tag, a call body, words after": 'Groq writes <function=execute_javascript>{"code": "1 + 1"}</function> '
+    "inside the text, and you should never run it.",
+}
+"""Prose that explains the call tags (issue #41): the whole text is the answer, in one model call."""
+RELAYED_TAG = f"<tool_call>{TAG_CALL}</tool_call>"
+RELAY_CODE = f"console.log({json.dumps('The page says: ' + RELAYED_TAG)})"
+RELAY_QUESTION = "What does this page print? Run it."
+
+
 def reply_to(messages: list[dict[str, Any]]) -> str:
     """What the scripted small model writes, given the conversation so far (OpenAI chat messages)."""
     last = messages[-1]
@@ -70,6 +118,10 @@ def reply_to(messages: list[dict[str, Any]]) -> str:
         body = json.loads(last["content"])
         if "error" in body and UNKNOWN in body["error"]:
             return TOOL_ERROR
+        if "error" in body and CAMEL in body["error"]:
+            return UNKNOWN_FENCED
+        if question == QUESTIONS_41["triple_fenced"] and "result" in body:
+            return f"The sum of all prime numbers below 1000 is {body['result']}."
         if "result" in body:
             return f"The balance after 15 years is ${body['result']:,}."
     if last["role"] == "system" and last["content"] == NOT_AN_ANSWER_REMINDER:
@@ -77,6 +129,9 @@ def reply_to(messages: list[dict[str, Any]]) -> str:
     for case, asked in QUESTIONS.items():
         if asked == question:
             return FIRST_REPLY[case]
+    for case, asked in QUESTIONS_41.items():
+        if asked == question:
+            return FIRST_REPLY_41[case]
     return "I do not know."
 
 

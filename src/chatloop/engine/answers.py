@@ -33,8 +33,8 @@ class Judged:
     content: str
     """What may be shown: the whole text, the words before a non-answer, or "" (the fallback text is due)."""
     reason: str | None = None
-    """Why the text was cut: ``call_shaped``, ``tool_error_json``, ``tool_definitions``, ``tool_results_echo``;
-    None when it is an answer."""
+    """Why the text was cut: ``call_shaped``, ``tool_error_json``, ``tool_definitions``, ``tool_results_echo``,
+    ``unknown_tool_call``; None when it is an answer."""
 
 
 ECHO_MARKERS = ("RAW TOOL RESULTS:", "<tools>")
@@ -46,17 +46,24 @@ REASON_WORDS = {
     "tool_error_json": "a tool's error message",
     "tool_definitions": "the tool definitions",
     "tool_results_echo": "the raw tool results",
+    "unknown_tool_call": "a call to a tool that does not exist",
 }
 """What each kind of non-answer is, in the words the reminder uses."""
 
 
 def judge_answer(
-    content: str | None, tools: Sequence[JSONObject], structured: bool = False, calls_read: bool = False
+    content: str | None,
+    tools: Sequence[JSONObject],
+    structured: bool = False,
+    calls_read: bool = False,
+    refused: AbstractSet[str] = frozenset(),
 ) -> Judged:
     """Judge ``content`` against the turn's ``tools`` (OpenAI tool definitions, offered or withdrawn; none in a turn
     without tools, where only the echo blocks are judged). ``structured``: the client asked for JSON
     (``response_format``), so a JSON object is the answer, not a tool error; a call or an echo still is not.
-    ``calls_read``: text-call recovery already looked for calls to these tools and found none."""
+    ``calls_read``: text-call recovery already looked for calls to these tools and found none. ``refused``: tools
+    the turn's ``UnknownTool`` errors named: JSON naming one (``{"name": "calculateCompoundInterest", "principal":
+    ...}``, in any shape) is that failed call written again, not an answer."""
     text = content or ""
     if not text.strip():
         return Judged(text)
@@ -74,6 +81,8 @@ def judge_answer(
     if trailing is None:
         return Judged(text)
     values, prefix = trailing
+    if refused and all(_names_one_of(v, refused) for v in values):
+        return Judged(prefix.strip(), "unknown_tool_call")
     names = {str(function_name(t)) for t in tools}
     if all(_is_tool_definition(v, names) or _is_tool_schema(v, keys) for v in values):
         return Judged(prefix.strip(), "tool_definitions")
@@ -98,6 +107,14 @@ _JSON_NEXT = re.compile(r"\s*(?:[\[{]|$)")
 
 judge_final = judge_answer
 """The earlier name, when only the final call was judged."""
+
+
+def _names_one_of(value: object, names: AbstractSet[str]) -> bool:
+    """A call-shaped object (``name``, ``function``, ``tool`` or ``tool_name``) whose name is one of ``names``."""
+    if not isinstance(value, dict):
+        return False
+    named = [value.get(key) for key in ("name", "function", "tool", "tool_name")]
+    return any(isinstance(name, str) and name in names for name in named)
 
 
 def _is_tool_error(value: object) -> bool:

@@ -16,11 +16,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from chatloop.engine.answers import describe, judge_answer
+from chatloop.engine.answers import Judged, describe, judge_answer
 from chatloop.engine.request import function_name
 from chatloop.engine.state import TurnSetup, TurnState
 from chatloop.engine.summary import StopReason
-from chatloop.engine.textcalls import Reply, read_text_calls
+from chatloop.engine.textcalls import Reply, read_text_calls, refused_tools
 from chatloop.engine.textfilter import TextCallFilter
 from chatloop.jsontypes import JSONObject
 from chatloop.observability import logger
@@ -110,12 +110,19 @@ def read_reply(
     """The reply as the engine reads it: calls written as text recovered; then, for every answer (tools offered,
     withdrawn, or none), a text that is no answer (a pseudo call, a tool error, the tools or their results echoed)
     cut to the words before it (as they were ``shown``, so the answer is what was streamed), logged."""
-    reply = read_text_calls(response, request.tools)
-    if response.tool_calls:
-        return reply
     tools = request.tools or turn_tools(setup)
+    reply = read_text_calls(response, request.tools, request.messages, withdrawn=tools)
+    if response.tool_calls or reply.relayed:
+        return reply
+    if reply.not_an_answer:  # a call to a tool the server already said does not exist
+        judged = Judged(response.content or "", reply.not_an_answer)
+        logger.warning(describe(judged), extra={"iteration": state.iteration, "reason": judged.reason})
+        return reply
     structured = bool(request.response_format)
-    judged = judge_answer(response.content, tools, structured, calls_read=bool(request.tools))
+    refused = refused_tools(request.messages, tools)
+    judged = judge_answer(
+        response.content, tools, structured, calls_read=bool(request.tools), refused=refused
+    )
     if judged.reason is None:
         return reply
     logger.warning(describe(judged), extra={"iteration": state.iteration, "reason": judged.reason})

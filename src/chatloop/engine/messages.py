@@ -17,7 +17,7 @@ import json
 from collections.abc import Iterable, Mapping
 
 from chatloop.jsontypes import JSONObject, JSONValue
-from chatloop.providers.textcall_formats import strip_tag_calls
+from chatloop.providers.tagcalls import strip_tag_calls
 
 Message = JSONObject
 """One OpenAI-format conversation message: ``{"role": ..., "content": ...}``, with ``tool_calls`` (assistant),

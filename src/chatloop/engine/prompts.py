@@ -31,7 +31,8 @@ LEGACY_SYNTAX_REMINDER = (
 )
 
 NOT_AN_ANSWER_REMINDER = (
-    "Your previous reply repeated tool output or the tool definitions instead of answering. If you need a tool, "
+    "Your previous reply repeated tool output, the tool definitions or a call to a tool that does not exist "
+    "instead of answering. If you need a tool, "
     "call it in the official function-calling format; otherwise answer the user's question in plain text, "
     "continuing from what you already said."
 )

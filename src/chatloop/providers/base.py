@@ -88,6 +88,10 @@ class ModelRequest:
     """When False, a conversation no model of a chain can hold is refused (``ContextTooLong``), not trimmed."""
     headers: dict[str, str] = field(default_factory=dict)
     """HTTP headers sent with the call (the trace context, ``traceparent``, when tracing is on)."""
+    last_resort: bool = False
+    """No model of the chain is left after this one: a first chunk that is slow to come (a small local model
+    reading a long prompt) is waited for up to the deadline, as skipping to the next model is all
+    ``MODEL_FIRST_CHUNK_TIMEOUT_SECONDS`` is for (issue #41: a one-model chain answered 503 after 10 s)."""
 
     def tool_names(self) -> list[str]:
         return [name for t in self.tools or [] if (name := tool_name(t)) is not None]

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from chatloop.jsontypes import JSONObject
 from chatloop.providers.base import (
@@ -126,7 +126,8 @@ class FallbackChain:
                 skipped.append(f"{model.name}: {why_not}")
                 continue
             attempt = _Attempt()
-            async for item in self._try(model, request, attempt):
+            last = self._next_usable(order[i:], request, min_context) is None
+            async for item in self._try(model, replace(request, last_resort=last), attempt):
                 yield item
             if attempt.error is None:
                 self._sticky = model
@@ -150,7 +151,7 @@ class FallbackChain:
         waited = await self._wait_for_cooldown(request, min_context)
         if waited is not None:
             attempt = _Attempt()
-            async for item in self._try(waited, request, attempt):
+            async for item in self._try(waited, replace(request, last_resort=True), attempt):
                 yield item
             if attempt.error is None:
                 self._sticky = waited
@@ -162,7 +163,7 @@ class FallbackChain:
     def _all_failed(self, failures: list[ModelError], skipped: list[str]) -> AllModelsFailed:
         """The turn's last error: every call that failed and every model passed over, and when every model is
         cooling down after a rate limit, how long until the first may be called (the client's retry-after)."""
-        detail = "; ".join([f"{e.model}: {e.kind}" for e in failures] + skipped) or "no model configured"
+        detail = "; ".join([f"{e.model}: {_said(e)}" for e in failures] + skipped) or "no model configured"
         return AllModelsFailed(
             f"every model in the chain failed ({detail})",
             failures,
@@ -337,3 +338,10 @@ def _refusal(info: ModelInfo, response_format: JSONObject | None, params: Iterab
     if refused:
         return f"does not take {', '.join(refused)}"
     return None
+
+
+def _said(error: ModelError) -> str:
+    """A failure as the turn's error names it: its kind, and what happened (``transient: local:qwen sent nothing
+    within 10 s``), so a 503 says why."""
+    what = error.message.removeprefix(f"{error.model}: ") if error.message else ""
+    return f"{error.kind}: {what[:160]}" if what else error.kind

@@ -141,8 +141,10 @@ class SDKChatModel:
         response_id: str | None = None
         started = False
         # A model that accepts the request and then says nothing must not eat the whole request: past this,
-        # the silence is a transient failure and the chain tries the next model.
-        first = request.deadline.earliest(self.first_chunk_timeout)
+        # the silence is a transient failure and the chain tries the next model. The last one is waited for.
+        first = (
+            request.deadline if request.last_resort else request.deadline.earliest(self.first_chunk_timeout)
+        )
         try:
             try:
                 create = self._client().chat.completions.create(

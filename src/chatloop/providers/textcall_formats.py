@@ -22,8 +22,7 @@ that tool's argument keys. A JSON answer (``{"name": "Alice", "age": 30}``) is n
 Near misses run (``chatloop.providers.nearjson``): JSON with raw newlines in the code, a trailing comma, single
 quotes or a missing closing brace is repaired; so are the shapes small models use for an offered tool (``function``
 or ``tool`` for the name, ``args``/``input`` for the arguments, the code given as a bare string where the tool has one
-required argument). A tag that prose quotes (in backticks or quotes, or not followed by a call) is prose: it is
-neither a call nor cut out.
+required argument). A tag that prose quotes is neither a call nor cut out (``chatloop.providers.tagcalls``).
 
 Usage::
 
@@ -64,29 +63,26 @@ class ArgNames(frozenset[str]):
 
 _HERMES = re.compile(r"<tool_call>\s*(.*?)\s*(?:</tool_call>|$)", re.DOTALL)
 _PYTHON_TAG = re.compile(r"<\|python_tag\|>")
-_PYTHON_TAG_END = re.compile(r"<\|(?:eom_id|eot_id|eom|end)\|>\s*$")
-_FUNCTION_TAG = re.compile(r"<\s*function\s*=\s*([A-Za-z_][\w.\-]*)\s*>?\s*", re.IGNORECASE)
-_FUNCTION_TAG_WHOLE = re.compile(
+PYTHON_TAG_END = re.compile(r"<\|(?:eom_id|eot_id|eom|end)\|>\s*$")
+FUNCTION_TAG = re.compile(r"<\s*function\s*=\s*([A-Za-z_][\w.\-]*)\s*>?\s*", re.IGNORECASE)
+FUNCTION_TAG_WHOLE = re.compile(
     r"<\s*function\s*=\s*[^>]*>.*?(?:</\s*function\s*>|$)", re.IGNORECASE | re.DOTALL
 )
+"""The tags' patterns ``chatloop.providers.tagcalls`` reads a reply's tags with, too."""
 _FENCED = re.compile(
-    r"```[ \t]*(?:json|tool_call|tool_code)?[ \t]*\n(.*?)\n?[ \t]*```\s*$", re.DOTALL | re.IGNORECASE
+    r"```[ \t]*(?:json|tool_call|tool_code)?[ \t]*\n((?:(?!```).)*?)\n?[ \t]*```\s*$",
+    re.DOTALL | re.IGNORECASE,
 )
 _FUNCTION_END = re.compile(r"</\s*function\s*>|<\s*function\s*=", re.IGNORECASE)
 _NAME_THEN_JSON = re.compile(r"^\s*([A-Za-z_][\w.\-]*)\s*(?=\{)")
-_ANY_TAG = re.compile(
-    r"<tool_call>.*?(?:</tool_call>|$)|<\|python_tag\|>.*$|" + _FUNCTION_TAG_WHOLE.pattern,
-    re.IGNORECASE | re.DOTALL,
-)
-_QUOTED_BEFORE = frozenset("`'\"\u201c\u2018")
-_CALL_PAYLOAD = re.compile(r"\s*(?:$|[{\[]|[A-Za-z_][\w.\-]*\s*[({])")
-"""What follows a tag that starts a real call: JSON, ``name(``/``name{``, or nothing yet (the reply was cut)."""
 _NAME_KEYS = ("name", "function", "tool", "tool_name")
 _ARGUMENT_KEYS = ("arguments", "parameters", "args", "input", "tool_input")
 _MAY_HOLD_A_CALL = re.compile(r"[<{\[]")
 _NON_SPACE = re.compile(r"\S")
 _BRACKET = re.compile(r"[{\[]")
 """Every format needs one of these: prose without them is not parsed at all."""
+MAX_FENCED_BLOCKS = 8
+"""Fenced blocks read back from the end of a reply (a small model repeats its call two or three times)."""
 MAX_JSON_STARTS = 64
 """Candidate starts tried for a trailing JSON value: bounds the work on a long answer full of braces (and the stream
 filter holds from these only)."""
@@ -119,29 +115,6 @@ def find_text_calls(text: str, tools: ToolKeys, *, offered_only: bool = False) -
         if name in _TAGGED:
             return None  # a tag that starts a call, but no usable call in it: not an answer either
     return None
-
-
-def has_tag_call(text: str) -> bool:
-    """Whether ``text`` holds a tag that starts a call written as text (even a malformed one), not one prose quotes."""
-    return bool(text) and any(not quoted_tag(text, m.start()) for m in _ANY_TAG.finditer(text))
-
-
-def strip_tag_calls(text: str) -> str:
-    """``text`` without any tagged pseudo-call (and whatever follows an unclosed one); quoted tags stay."""
-    return _ANY_TAG.sub(lambda m: m.group() if quoted_tag(text, m.start()) else "", text).strip()
-
-
-def quoted_tag(text: str, at: int) -> bool:
-    """Whether the tag at ``text[at]`` is prose quoting it: in inline code or quotes (``In Hermes format a call
-    looks like `<tool_call>…```), or named without a call after it (``Groq's <function=name> syntax``)."""
-    line_start = text.rfind("\n", 0, at) + 1
-    if at > 0 and text[at - 1] in _QUOTED_BEFORE:
-        return True
-    if text.count("`", line_start, at) % 2 == 1 and "```" not in text[line_start:at]:
-        return True  # inside an inline code span
-    function = _FUNCTION_TAG.match(text, at)
-    after = function.end() if function else text.find(">", at) + 1
-    return after > 0 and _CALL_PAYLOAD.match(text, after) is None
 
 
 def tool_keys(schemas: Iterable[Mapping[str, JSONValue]]) -> dict[str, Set[str]]:
@@ -179,13 +152,13 @@ def python_tag(text: str, tools: ToolKeys) -> Found | None:
     match = _PYTHON_TAG.search(text)
     if match is None:
         return None
-    body = _PYTHON_TAG_END.sub("", text[match.end() :]).strip()
+    body = PYTHON_TAG_END.sub("", text[match.end() :]).strip()
     parts = filter(None, (p.strip() for p in re.split(r";\s*(?=\{)", body)))  # Llama separates calls with ';'
     return [_json_or_none(part) for part in parts], text[: match.start()]
 
 
 def function_tag(text: str, tools: ToolKeys) -> Found | None:
-    starts = list(_FUNCTION_TAG.finditer(text))
+    starts = list(FUNCTION_TAG.finditer(text))
     if not starts:
         return None
     decoder = json.JSONDecoder()
@@ -203,19 +176,37 @@ def function_tag(text: str, tools: ToolKeys) -> Found | None:
             continue
         raw.append({"name": match.group(1), "arguments": arguments})
     rest = re.sub(r"^\s*>?\s*(?:</\s*function\s*>)?", "", text[end:], flags=re.IGNORECASE)
-    if rest.strip() and not _FUNCTION_TAG.match(rest.strip()):
+    if rest.strip() and not FUNCTION_TAG.match(rest.strip()):
         return None
     return raw, text[: starts[0].start()]
 
 
 def fenced_json(text: str, tools: ToolKeys) -> Found | None:
-    match = _FENCED.search(text)
-    if match is None:
+    """The fenced blocks the text ends with, each holding JSON: one, or the same call written two or three times
+    over (Qwen2.5-Coder 0.5B does; ``_tool_calls`` runs a repeated call once)."""
+    values: list[JSONValue] = []
+    end = len(text)
+    start = -1
+    for _ in range(MAX_FENCED_BLOCKS):
+        block = _last_fence(text, end)
+        if block is None:
+            break
+        value = _json_or_none(block[1].strip())
+        if value is None:
+            break
+        values[:0] = value if isinstance(value, list) else [value]
+        start = end = block[0]
+    return (values, text[:start]) if values else None
+
+
+def _last_fence(text: str, end: int) -> tuple[int, str] | None:
+    """``(where it starts, its body)`` of the fenced block for calls that ``text[:end]`` ends with, or None."""
+    head = text[:end].rstrip()
+    if not head.endswith("```"):
         return None
-    value = _json_or_none(match.group(1).strip())
-    if value is None:
-        return None
-    return (value if isinstance(value, list) else [value]), text[: match.start()]
+    opening = head.rfind("```", 0, len(head) - 3)  # in a longer run of backticks, its last three open it
+    match = _FENCED.match(head, opening) if opening >= 0 else None
+    return (opening, match.group(1)) if match else None
 
 
 def bare_json(text: str, tools: ToolKeys) -> Found | None:
@@ -296,8 +287,10 @@ _TAGGED = {"hermes", "python_tag", "function_tag"}
 # --- from raw objects to calls ---------------------------------------------------------------------------
 def _tool_calls(raw: list[JSONValue], tools: ToolKeys, offered_only: bool) -> tuple[list[ToolCall], bool]:
     """The calls, and whether any was flat. Every object must be a call, else none is: a half-recovered batch
-    would run something other than what the model meant."""
+    would run something other than what the model meant. The same call written again in one reply is one call:
+    a small model repeats its block, and meant it once."""
     calls: list[ToolCall] = []
+    seen: set[tuple[str, str]] = set()
     flat = False
     for item in raw:
         call = _as_call(item, tools)
@@ -305,7 +298,10 @@ def _tool_calls(raw: list[JSONValue], tools: ToolKeys, offered_only: bool) -> tu
             return [], False
         name, arguments, was_flat = call
         flat = flat or was_flat
-        calls.append(ToolCall(f"call_text_{uuid.uuid4().hex[:12]}", name, json.dumps(arguments)))
+        key = (name, json.dumps(arguments, sort_keys=True))
+        if key not in seen:
+            seen.add(key)
+            calls.append(ToolCall(f"call_text_{uuid.uuid4().hex[:12]}", name, json.dumps(arguments)))
     return calls, flat
 
 
