@@ -100,7 +100,9 @@ class _store:
         self.mock = mock_aws()
         self.mock.start()
         create_table(boto3.client("dynamodb", region_name="us-east-1"), TABLE)
-        return Settings(conversation_table_name=TABLE)
+        # A generous store-call time: the first call builds boto3's client, which on a loaded 2-core machine took
+        # longer than the default 5 s (the seeding failed with 503s); what is judged here is the query, not the time.
+        return Settings(conversation_table_name=TABLE, conversation_store_timeout_seconds=60.0)
 
     def __exit__(self, *exc: object) -> None:
         if self.mock is not None:
