@@ -18,9 +18,8 @@ from chatloop.api.http.context import RequestContext
 from chatloop.api.openai.responses.render import ResponsesRenderer
 from chatloop.api.openai.responses.schemas import ResponsesBody
 from chatloop.api.openai.responses.stored import Keeping, input_items
-from chatloop.api.runs.journal import Journal, response_appender
-from chatloop.api.runs.record import end_run, watcher
-from chatloop.api.runs.running import Stop, Tracked, run_to_the_end, stoppable
+from chatloop.api.runs.journal import Journal, response_log
+from chatloop.api.runs.turn import RunningTurn, Stop
 from chatloop.api.runs.webhooks import notify
 from chatloop.api.turns.serve import serve_turn
 from chatloop.api.turns.worker import is_worker
@@ -51,33 +50,26 @@ async def serve(
             await store.create_response(owner, json_object(response), input_items(body), ctx.write_deadline())
 
     # A background turn's record was made when it was queued, with response.queued as event 0.
-    append = response_appender(store, owner, rid)
-    journal = Journal(append, rid, deadline=ctx.write_deadline, begin=None if worker else begin)
+    log = response_log(store, owner, rid)
+    journal = Journal(log.append, rid, deadline=ctx.write_deadline, begin=None if worker else begin)
     if worker:
         journal.offset = 1
     keeping.journal = journal
-    stop = Stop()
+
+    async def status(stop: Stop) -> RunStatus:
+        return await _settle_record(ctx, owner, rid, journal)
+
+    async def ended(status: RunStatus) -> None:
+        await notify(ctx.settings, rid, status)
+
+    # Only a background response has a run in the store: it alone is watched for a cancel, and told by webhook.
+    running = RunningTurn(
+        store, owner, rid, rid, journal, recorded=worker, status=status, ended=ended if worker else None
+    )
     if worker:
-        events = stoppable(events, stop, lambda: [TurnError("cancelled", "the response was cancelled")])
-
-    async def end(stop: Stop) -> None:
-        await journal.close()
-        status = await _settle_record(ctx, owner, rid, journal)
-        if worker:
-            await end_run(store, owner, rid, rid, status)
-            await notify(ctx.settings, rid, status)
-
-    tracked = Tracked(
-        (owner, rid), stop, watch=watcher(store, owner, rid, rid, begin=False) if worker else None, end=end
-    )
+        events = running.stoppable(events, lambda: [TurnError("cancelled", "the response was cancelled")])
     renderer = renderer_for(journal.add)
-    return await serve_turn(
-        ctx,
-        renderer,
-        events,
-        stream=True,
-        keep_running=lambda chunks: run_to_the_end(chunks, tracked=tracked),
-    )
+    return await serve_turn(ctx, renderer, events, stream=True, keep_running=running.run)
 
 
 async def _settle_record(ctx: RequestContext, owner: str, rid: str, journal: Journal) -> RunStatus:
