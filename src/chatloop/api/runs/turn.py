@@ -17,7 +17,7 @@ Following it from any copy is ``api.runs.follow`` (both kinds, one ``follow``); 
 
 Usage (``api.chat.threads``, ``api.openai.responses.journaled``)::
 
-    running = chat_turn(store, owner, "conv_1")            # or RunningTurn(store, owner, "resp_1", "resp_1", journal, …)
+    running = chat_turn(store, owner, "conv_1")            # or response_turn(store, owner, "resp_1", background=…)
     events = running.stoppable(events, ending=lambda: [TurnError("stopped", "…"), Done(…)])
     return running.run(events, finish=store_the_turn)      # the events, produced to the end by a task of their own
 """
@@ -26,15 +26,21 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import TypeVar
+from typing import TYPE_CHECKING, TypeVar
 
-from chatloop.api.runs.journal import CHAT_TERMINAL, Journal, chat_turn_log
+from chatloop.api.runs.journal import CHAT_TERMINAL, Journal, chat_turn_log, response_log
 from chatloop.api.runs.record import call_deadline, end_run, runs_of, watcher
 from chatloop.api.runs.running import Stop, Tracked, run_to_the_end, stop_here, stoppable
+from chatloop.api.runs.webhooks import notify
 from chatloop.deadline import Deadline
-from chatloop.store.model import new_id
+from chatloop.jsontypes import json_object
+from chatloop.observability import logger
+from chatloop.store.model import Item, StoreUnavailable, new_id
 from chatloop.store.protocol import ConversationStore
 from chatloop.store.runs import Run, RunStatus
+
+if TYPE_CHECKING:
+    from chatloop.config import Settings
 
 T = TypeVar("T")
 
@@ -104,6 +110,72 @@ def chat_turn(store: ConversationStore, owner: str, conversation_id: str) -> Run
     return RunningTurn(store, owner, conversation_id, turn, journal, recorded=True, status=status)
 
 
+def response_turn(
+    store: ConversationStore,
+    owner: str,
+    response_id: str,
+    *,
+    background: bool,
+    inputs: Callable[[], list[Item]],
+    deadline: Callable[[], Deadline],
+    settings: Settings,
+) -> RunningTurn:
+    """A stored, streamed response's turn, journaled to the response's own events. Its record is made with its first
+    events (``in_progress``, with ``inputs()``), except a background one's: made when it was queued, with
+    ``response.queued`` as event 0, so its worker's events are numbered from 1. At its end the record takes the
+    status its terminal event says (``settle_record``); a background one alone has a run (watched for a cancel,
+    moved at its end) and a webhook."""
+
+    async def begin(first: dict[str, object]) -> None:  # the record, in_progress, before the first events
+        response = first.get("response")
+        if isinstance(response, dict):
+            await store.create_response(owner, json_object(response), inputs(), deadline())
+
+    log = response_log(store, owner, response_id)
+    journal = Journal(log.append, response_id, deadline=deadline, begin=None if background else begin)
+    if background:
+        journal.offset = 1
+
+    async def status(stop: Stop) -> RunStatus:
+        return await settle_record(store, owner, response_id, journal, deadline)
+
+    async def ended(status: RunStatus) -> None:
+        await notify(settings, response_id, status)
+
+    return RunningTurn(
+        store,
+        owner,
+        response_id,
+        response_id,
+        journal,
+        recorded=background,
+        status=status,
+        ended=ended if background else None,
+    )
+
+
+async def settle_record(
+    store: ConversationStore, owner: str, response_id: str, journal: Journal, deadline: Callable[[], Deadline]
+) -> RunStatus:
+    """The record's final status: what the terminal event says; a failed or cancelled turn (which the door does not
+    store) has its record take that response; no terminal event at all is a failure."""
+    terminal = journal.terminal
+    response = terminal.get("response") if terminal is not None else None
+    status = response.get("status") if isinstance(response, dict) else None
+    final: RunStatus = "failed"
+    if status == "completed" or status == "incomplete" or status == "cancelled":
+        final = status
+    if terminal is None or terminal.get("type") == "response.failed":
+        try:
+            stored = await store.get_response(owner, response_id, deadline())
+            if stored is not None:
+                body = {**stored.body, **(response if isinstance(response, dict) else {}), "status": final}
+                await store.update_response(owner, response_id, json_object(body), [], deadline())
+        except StoreUnavailable as error:
+            logger.warning(f"response {response_id}: its end ({final}) was not stored: {error}")
+    return final
+
+
 async def ask_to_stop(store: ConversationStore, owner: str, key: str, deadline: Deadline) -> Run | None:
     """Ask the turn running under ``key`` on whichever copy runs it to stop: a cancel request on its run (read by
     its watcher within ``running.CANCEL_POLL_SECONDS``); the run as it stands afterwards (None: no run, or a store
@@ -121,4 +193,4 @@ async def cancel_queued(store: ConversationStore, owner: str, key: str, deadline
     )
 
 
-__all__ = ["RunningTurn", "Stop", "ask_to_stop", "cancel_queued", "chat_turn", "stop_here"]
+__all__ = ["RunningTurn", "Stop", "ask_to_stop", "cancel_queued", "chat_turn", "response_turn", "stop_here"]
