@@ -33,24 +33,22 @@ from chatloop.api.items.messages import messages_of
 from chatloop.api.items.output import ResponseEvents, ResponseOutput
 from chatloop.api.items.store import conversation_id_of, starting_after, store_context, store_errors
 from chatloop.api.items.stored import conversation_history, stored_items
-from chatloop.api.runs.follow import follow
+from chatloop.api.runs.follow import follow_chat_turn
 from chatloop.api.runs.journal import Journal
-from chatloop.api.runs.record import call_deadline, end_run, runs_of, watcher
-from chatloop.api.runs.running import Stop, Tracked, run_to_the_end, stop_here, stoppable
+from chatloop.api.runs.turn import ask_to_stop, chat_turn, stop_here
 from chatloop.api.turns import compaction
 from chatloop.api.turns.approvals import answers_of, release
 from chatloop.api.turns.checks import conversation, read_body
 from chatloop.api.turns.schemas import ChatApproval, StopBody
 from chatloop.api.turns.serve import held_secrets
-from chatloop.deadline import Deadline
 from chatloop.engine.approvals import ApprovalAnswer
 from chatloop.engine.events import Done, Event, TurnError
 from chatloop.engine.messages import Message
 from chatloop.engine.summary import StopReason, TurnSummary
-from chatloop.jsontypes import JSONObject, json_object
+from chatloop.jsontypes import json_object
 from chatloop.observability import logger
 from chatloop.redaction import redact
-from chatloop.store.model import Item, StoredEvent, StoreUnavailable, new_id
+from chatloop.store.model import Item, StoreUnavailable, new_id
 
 if TYPE_CHECKING:
     from chatloop.api.items.objects import CompactionItem
@@ -125,9 +123,6 @@ def running_turn(request: Request, thread: ChatThread, events: AsyncIterator[Eve
     journaled (a reloaded page follows it on any copy: ``GET /chat/follow``), and ended with an ``error`` and a
     ``done`` when a client stops it (``POST /chat/stop``, on any copy)."""
     store = RequestContext.of(request).runtime.conversations()
-    owner, conversation_id, turn = thread.owner, thread.conversation_id, new_id("turn")
-    stop = Stop()
-    runs = runs_of(store)
 
     def stopped() -> list[Event]:
         return [
@@ -138,31 +133,10 @@ def running_turn(request: Request, thread: ChatThread, events: AsyncIterator[Eve
     async def keep(seen: list[Event]) -> None:
         await save_chat_turn(request, thread, seen)
 
-    journal = None
-    if runs is not None:
-        chat_runs = runs
-
-        async def append(batch: list[StoredEvent], deadline: Deadline) -> object:
-            return await chat_runs.append_events(owner, turn, batch, deadline)
-
-        async def begin(first: dict[str, object]) -> None:  # the journal, then the run that names it
-            await chat_runs.open_journal(owner, turn, call_deadline())
-            await chat_runs.begin(owner, conversation_id, turn, "in_progress", call_deadline())
-
-        journal = Journal(append, turn, deadline=call_deadline, begin=begin, terminal=CHAT_TERMINAL)
-
-    async def end(stop: Stop) -> None:
-        if journal is not None:
-            await journal.close()
-        await end_run(store, owner, conversation_id, turn, "cancelled" if stop.is_set else "completed")
-
-    watch = watcher(store, owner, conversation_id, turn, begin=False)
-    tracked = Tracked((owner, conversation_id), stop, watch=watch, end=end)
-    running = stoppable(held_secrets(events), stop, stopped)
-    return run_to_the_end(_journaled(running, journal) if journal else running, keep, tracked)
-
-
-CHAT_TERMINAL = frozenset({"done"})
+    running = chat_turn(store, thread.owner, thread.conversation_id)
+    stoppable = running.stoppable(held_secrets(events), stopped)
+    journal = running.journal
+    return running.run(_journaled(stoppable, journal) if journal else stoppable, keep)
 
 
 async def _journaled(events: AsyncIterator[Event], journal: Journal) -> AsyncIterator[Event]:
@@ -182,32 +156,12 @@ async def follow_chat(request: Request) -> Response:
     query = Query(request, known=("conversation", "starting_after"))
     conversation_id = conversation_id_of(query.one("conversation") or "")
     after = starting_after(query)
-    runs = runs_of(store)
-    settings = RequestContext.of(request).settings
+    ctx = RequestContext.of(request)
+    longest = ctx.settings.request_timeout_seconds
     with store_errors():
-        run = await runs.get(owner, conversation_id, deadline) if runs is not None else None
-        first = await runs.events_after(owner, run.turn, after, deadline) if run and runs else None
-    if runs is None or run is None or not run.active or run.stale(settings.request_timeout_seconds):
+        events = await follow_chat_turn(store, owner, conversation_id, after, deadline, ctx.deadline, longest)
+    if events is None:
         raise RequestError(404, "not_found", f"no turn is running in conversation {conversation_id}")
-    turn, follow_runs = run.turn, runs
-
-    async def read(position: int, within: Deadline) -> list[StoredEvent] | None:
-        return await follow_runs.events_after(owner, turn, position, within)
-
-    async def ended(position: int) -> JSONObject | None:  # the turn ended (or died) without journaling done
-        now = await follow_runs.get(owner, conversation_id, call_deadline())
-        if now is not None and now.turn == turn and now.active:
-            return None
-        return {"type": "error", "code": "turn_ended", "message": "the turn ended; read the conversation"}
-
-    events = follow(
-        read,
-        first or [],
-        after,
-        RequestContext.of(request).deadline,
-        terminal=CHAT_TERMINAL,
-        ended=ended,
-    )
 
     async def frames() -> AsyncIterator[bytes]:
         async for entry in events:
@@ -228,10 +182,9 @@ async def stop_chat(request: Request) -> Response:
     store, owner, deadline = store_context(request)
     conversation_id = conversation_id_of(body.conversation)
     stopped = stop_here((owner, conversation_id))
-    runs = runs_of(store)
-    if not stopped and runs is not None:  # running on another copy (or none): ask it through the store
+    if not stopped:  # running on another copy (or none): ask it through the store
         with store_errors():
-            run = await runs.cancel(owner, conversation_id, deadline)
+            run = await ask_to_stop(store, owner, conversation_id, deadline)
         settings = RequestContext.of(request).settings
         stopped = run is not None and run.active and not run.stale(settings.request_timeout_seconds)
     if stopped:

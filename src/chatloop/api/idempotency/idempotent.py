@@ -68,12 +68,12 @@ END_SHARE = 0.5
 
 
 @dataclass(frozen=True)
-class Run:
+class Claimed:
     """The request is claimed: it runs, and its answer is recorded (or its claim released)."""
 
 
 @dataclass(frozen=True)
-class RunUnrecorded:
+class Unrecorded:
     """The records failed (logged and counted): the request runs anyway, once more than asked, and nothing is kept."""
 
 
@@ -84,7 +84,7 @@ class Answered:
     response: Response
 
 
-Claim = Run | RunUnrecorded | Answered
+Claim = Claimed | Unrecorded | Answered
 """What claiming a request's record decided (``_claim``)."""
 
 
@@ -126,7 +126,7 @@ def idempotent(route: Route) -> Route:
         claim = await _claim(records, data, request)
         if isinstance(claim, Answered):
             return claim.response
-        if isinstance(claim, RunUnrecorded):
+        if isinstance(claim, Unrecorded):
             return await route(request)
         try:
             response = await route(request)
@@ -144,8 +144,8 @@ def idempotent(route: Route) -> Route:
 async def _claim(
     records: IdempotencyRecords, data: dict[str, str], request: Request, attempt: int = 0
 ) -> Claim:
-    """Claim the request's record (in progress): ``Run`` when it is this request's, else what the record already
-    there says (``_answer_for``), ``RunUnrecorded`` when the records fail."""
+    """Claim the request's record (in progress): ``Claimed`` when it is this request's, else what the record already
+    there says (``_answer_for``), ``Unrecorded`` when the records fail."""
     from aws_lambda_powertools.utilities.idempotency.exceptions import (
         IdempotencyItemAlreadyExistsError,
         IdempotencyItemNotFoundError,
@@ -156,7 +156,7 @@ async def _claim(
         layer = records.layer(budget_of(request))  # no region or credentials fails here: a store failure too
         remaining_ms = RequestContext.of(request).remaining_ms()
         await to_thread.run_sync(layer.save_inprogress, data, remaining_ms)
-        return Run()
+        return Claimed()
     except IdempotencyValidationError:
         return Answered(_mismatch(request))
     except IdempotencyItemAlreadyExistsError as exc:
@@ -203,10 +203,10 @@ def _mismatch(request: Request) -> Response:
     )
 
 
-def _store_failed(failure: BaseException) -> RunUnrecorded:
+def _store_failed(failure: BaseException) -> Unrecorded:
     logger.warning(f"idempotency store failed ({type(failure).__name__}): answering without deduplication")
     metrics.add_metric(name="IdempotencyErrors", unit="Count", value=1)
-    return RunUnrecorded()
+    return Unrecorded()
 
 
 def _replay(stored: StoredAnswer) -> Response:

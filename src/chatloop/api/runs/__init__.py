@@ -1,3 +1,4 @@
-"""Turns that outlive their request, kept in the store: run records (``record``), the journal a running turn writes
-and any copy follows (``journal``, ``follow``), stop and cancel (``running``), and webhooks. The wire APIs build on
-it: ``/chat`` threads and the Responses API's stored and background responses."""
+"""Turns that outlive their request, kept in the store: one running turn (``turn``: a ``/chat`` thread's and a stored
+response's alike) that journals (``journal``, one API for both journals), is followed from any copy (``follow``),
+stopped (``running``, ``record``) and ended, and webhooks. The wire APIs build on it: ``/chat`` threads and the
+Responses API's stored and background responses."""

@@ -10,11 +10,16 @@ A turn is dead when it is still ``queued``/``in_progress`` and nothing has writt
 (``longest``: BACKGROUND_TIMEOUT_SECONDS, at least REQUEST_TIMEOUT_SECONDS): the invocation that ran it timed out or
 crashed. Whoever reads it first ends it ``failed`` (``settled``), once, with its terminal event journaled.
 
-Usage (``api.openai.responses.stored``)::
+Both kinds of running turn are followed the same way (``follow``, over the turn's ``EventLog``): a stored response
+(``follow_response``) and a ``/chat`` turn running in a conversation (``follow_chat_turn``); they differ only in what
+ends them and in what a follower reads when the journal goes quiet.
 
-    events = await store.events_after(owner, "resp_1", 4, deadline)         # None: 404
+Usage (``api.openai.responses.stored``, ``api.chat.threads``)::
+
+    events = await response_log(store, owner, "resp_1").after(4, deadline)  # None: 404
     async for data in follow_response(store, owner, "resp_1", events, 4, ctx.deadline, longest):
         ...
+    followed = await follow_chat_turn(store, owner, "conv_1", -1, deadline, ctx.deadline, longest)  # None: 404
 """
 
 from __future__ import annotations
@@ -28,7 +33,14 @@ from starlette.requests import Request
 
 from chatloop.api.http.context import RequestContext
 from chatloop.api.http.wire import sse_frame
-from chatloop.api.runs.journal import TERMINAL, stored_event
+from chatloop.api.runs.journal import (
+    CHAT_TERMINAL,
+    TERMINAL,
+    EventLog,
+    chat_turn_log,
+    response_log,
+    stored_event,
+)
 from chatloop.api.runs.record import call_deadline, runs_of
 from chatloop.deadline import Deadline
 from chatloop.jsontypes import JSONObject
@@ -47,15 +59,13 @@ END_MARGIN_SECONDS = 0.5
 """Kept back from the follower's deadline to send its last event."""
 
 
-Read: TypeAlias = "Callable[[int, Deadline], Awaitable[list[StoredEvent] | None]]"
-"""The journal's events after a sequence number (None: the journal is gone)."""
 Ended: TypeAlias = "Callable[[int], Awaitable[JSONObject | None]]"
 """The event that ends a follower whose journal went quiet: the turn ended without journaling its end, or died
 (None: it still runs)."""
 
 
 async def follow(
-    read: Read,
+    log: EventLog,
     first: Sequence[StoredEvent],
     after: int,
     deadline: Deadline,
@@ -83,7 +93,7 @@ async def follow(
             return
         await asyncio.sleep(delay)
         try:
-            read_now = await read(after, deadline.earliest(call_seconds()))
+            read_now = await log.after(after, deadline.earliest(call_seconds()))
         except StoreUnavailable as error:
             logger.warning(f"following a turn: the store failed ({error}); trying again")
             events = []
@@ -111,13 +121,41 @@ def follow_response(
 ) -> AsyncIterator[JSONObject]:
     """A stored response's events after ``after``, followed to its terminal event (see ``follow``)."""
 
-    async def read(position: int, within: Deadline) -> list[StoredEvent] | None:
-        return await store.events_after(owner, response_id, position, within)
-
     async def ended(position: int) -> JSONObject | None:
         return await _ended_unjournaled(store, owner, response_id, position, longest)
 
-    return follow(read, first, after, deadline, ended=ended)
+    return follow(response_log(store, owner, response_id), first, after, deadline, ended=ended)
+
+
+async def follow_chat_turn(
+    store: ConversationStore,
+    owner: str,
+    conversation_id: str,
+    after: int,
+    deadline: Deadline,
+    until: Deadline,
+    longest: float,
+) -> AsyncIterator[JSONObject] | None:
+    """The events after ``after`` of the caller's turn running in a conversation, followed until ``done`` (or
+    ``until``); None when none runs there (not one, or a dead one: unwritten for longer than ``longest``). The
+    store's reads are made now, within ``deadline``; a store that fails raises ``StoreUnavailable``."""
+    runs = runs_of(store)
+    run = await runs.get(owner, conversation_id, deadline) if runs is not None else None
+    if runs is None or run is None:
+        return None
+    log = chat_turn_log(runs, owner, run.turn)
+    first = await log.after(after, deadline)
+    if not run.active or run.stale(longest):
+        return None
+    turn = run.turn
+
+    async def ended(position: int) -> JSONObject | None:  # the turn ended (or died) without journaling done
+        now = await runs.get(owner, conversation_id, call_deadline())
+        if now is not None and now.turn == turn and now.active:
+            return None
+        return {"type": "error", "code": "turn_ended", "message": "the turn ended; read the conversation"}
+
+    return follow(log, first or [], after, until, terminal=CHAT_TERMINAL, ended=ended)
 
 
 def call_seconds() -> float:
@@ -147,7 +185,7 @@ async def _ended_unjournaled(
     if stored is None or stored.body.get("status") in ACTIVE:
         return None
     try:  # its terminal event may have been journaled meanwhile
-        late = await store.events_after(owner, response_id, after, call_deadline())
+        late = await response_log(store, owner, response_id).after(after, call_deadline())
     except StoreUnavailable:
         late = None
     for event in late or []:
@@ -199,9 +237,10 @@ async def end_response(
     its journal the terminal event, numbered after the last one."""
     body = {**stored.body, "status": status, "error": error}
     await store.update_response(owner, response_id, body, [], deadline)
-    events = await store.events_after(owner, response_id, -1, deadline) or []
+    log = response_log(store, owner, response_id)
+    events = await log.after(-1, deadline) or []
     number = events[-1].sequence_number + 1 if events else 0
-    await store.append_events(owner, response_id, [stored_event(terminal_event(body, number))], deadline)
+    await log.append([stored_event(terminal_event(body, number))], deadline)
     return StoredResponse(stored.id, stored.created_at, body, stored.expires_at)
 
 

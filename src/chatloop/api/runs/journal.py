@@ -10,12 +10,18 @@ input items), so a ``GET`` finds the response as soon as its first events can be
 Events are numbered by the renderer from 0; ``offset`` shifts them (a background response's journal begins with
 ``response.queued``, written when it was queued, so its worker's events start at 1).
 
+A running turn's events have one of two homes, behind one API (``EventLog``: ``append`` a batch, read what came
+``after`` a number): a stored response's own events (``response_log``), or a ``/chat`` turn's, under a journal
+record of the turn's own (``chat_turn_log``). Nothing else in ``api`` writes or reads a journal.
+
 Usage::
 
-    journal = Journal(response_appender(store, owner, "resp_1"), "resp_1", deadline=ctx.write_deadline, begin=create)
+    log = response_log(store, owner, "resp_1")
+    journal = Journal(log.append, "resp_1", deadline=ctx.write_deadline, begin=create)
     renderer = ResponsesRenderer(rid, echo, keep, listener=journal.add)
     ...
     await journal.close()                                   # the rest written, the writer ended
+    events = await log.after(4, deadline)                   # what a follower reads (None: the journal is gone)
 """
 
 from __future__ import annotations
@@ -25,6 +31,7 @@ import contextlib
 import time
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from chatloop.deadline import Deadline
 from chatloop.jsontypes import json_object
@@ -32,14 +39,22 @@ from chatloop.observability import logger
 from chatloop.store.model import StoredEvent, StoreUnavailable
 from chatloop.store.protocol import ConversationStore
 
+if TYPE_CHECKING:
+    from chatloop.store.runs import Runs
+
 Append = Callable[[list[StoredEvent], Deadline], Awaitable[object]]
 """Writes a batch of events where the journal keeps them."""
+Read = Callable[[int, Deadline], Awaitable[list[StoredEvent] | None]]
+"""The journal's events after a sequence number (None: the journal is gone)."""
 
 FLUSH_SECONDS = 0.15
 """How long an event may wait for others to share its write (measured: bench/fleet.py; a follower's delay is this
 plus its poll interval)."""
 FLUSH_EVENTS = 64
 TERMINAL = frozenset({"response.completed", "response.incomplete", "response.failed"})
+"""The events that end a stored response's journal."""
+CHAT_TERMINAL = frozenset({"done"})
+"""The event that ends a ``/chat`` turn's journal."""
 
 
 @dataclass
@@ -49,13 +64,39 @@ class JournalStats:
     failed_writes: int = 0
 
 
-def response_appender(store: ConversationStore, owner: str, response_id: str) -> Append:
-    """Appends to a stored response's events."""
+@dataclass(frozen=True)
+class EventLog:
+    """Where one running turn's events are kept: ``append`` writes a batch (each event under its number), ``after``
+    reads those after a number, in order (None: the journal is gone, deleted or expired)."""
+
+    name: str
+    append: Append
+    after: Read
+
+
+def response_log(store: ConversationStore, owner: str, response_id: str) -> EventLog:
+    """A stored response's events (kept with the response, deleted with it)."""
 
     async def append(batch: list[StoredEvent], deadline: Deadline) -> object:
         return await store.append_events(owner, response_id, batch, deadline)
 
-    return append
+    async def after(position: int, deadline: Deadline) -> list[StoredEvent] | None:
+        return await store.events_after(owner, response_id, position, deadline)
+
+    return EventLog(response_id, append, after)
+
+
+def chat_turn_log(runs: Runs, owner: str, turn: str) -> EventLog:
+    """A ``/chat`` turn's events, under the turn's own journal record (``Runs.open_journal``: kept an hour; the
+    conversation keeps the turn itself)."""
+
+    async def append(batch: list[StoredEvent], deadline: Deadline) -> object:
+        return await runs.append_events(owner, turn, batch, deadline)
+
+    async def after(position: int, deadline: Deadline) -> list[StoredEvent] | None:
+        return await runs.events_after(owner, turn, position, deadline)
+
+    return EventLog(turn, append, after)
 
 
 class Journal:

@@ -46,9 +46,10 @@ from chatloop.api.openai.responses.sealed_request import seal_secrets
 from chatloop.api.openai.responses.stored import Keeping, input_items
 from chatloop.api.openai.responses.worker import EVENT_KEY, invoke_self, run_worker
 from chatloop.api.runs.follow import end_response, follow_response, longest_turn, replay, settled
-from chatloop.api.runs.journal import stored_event
+from chatloop.api.runs.journal import response_log, stored_event
 from chatloop.api.runs.record import call_deadline, runs_of
-from chatloop.api.runs.running import keep_task, stop_here
+from chatloop.api.runs.running import keep_task
+from chatloop.api.runs.turn import ask_to_stop, cancel_queued, stop_here
 from chatloop.api.runs.webhooks import notify
 from chatloop.api.turns.serve import released_from_queue
 from chatloop.deadline import Deadline
@@ -88,7 +89,7 @@ async def queue(request: Request, body: ResponsesBody, keeping: Keeping, echo: R
     first = {"type": "response.queued", "sequence_number": 0, "response": queued}
     with store_errors():
         await store.create_response(owner, queued, input_items(body), deadline)
-        await store.append_events(owner, rid, [stored_event(first)], deadline)
+        await response_log(store, owner, rid).append([stored_event(first)], deadline)
         await runs.begin(owner, rid, rid, "queued", deadline, raw, background=True)
     await _start_worker(request, owner, rid)
     logger.info(f"background response {rid} queued")
@@ -207,15 +208,9 @@ async def cancel_response(request: Request) -> Response:
             raise RequestError(
                 400, "invalid_request", "only a background response can be cancelled", param="response_id"
             )
-        runs = runs_of(store)
-        run = await runs.cancel(owner, rid, deadline) if runs is not None else None
-        queued = run is not None and runs is not None and run.status == "queued"
+        run = await ask_to_stop(store, owner, rid, deadline)
         # No worker has it: end it here (a delivery that comes later finds it cancelled and runs nothing).
-        if (
-            queued
-            and runs is not None
-            and await runs.move(owner, rid, rid, {"queued"}, "cancelled", deadline)
-        ):
+        if run is not None and run.status == "queued" and await cancel_queued(store, owner, rid, deadline):
             stored = await end_response(store, owner, rid, stored, "cancelled", deadline)
             await released_from_queue(RequestContext.of(request), rid.removeprefix("resp_"))
             await notify(RequestContext.of(request).settings, rid, "cancelled")

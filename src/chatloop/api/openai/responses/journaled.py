@@ -1,6 +1,6 @@
-"""A stored, streamed ``/v1/responses`` turn as it runs: journaled (``api.runs.journal``), run to its end whether or not
-its client stays (``api.runs.running``), stoppable when it is a background one (its cancel request read from the store),
-and its record left with its final status however it ends.
+"""A stored, streamed ``/v1/responses`` turn as it runs: the Responses API's side of the one running turn
+(``api.runs.turn.response_turn``): journaled, run to its end whether or not its client stays, stoppable when it is a
+background one (its cancel request read from the store), and its record left with its final status however it ends.
 
 Usage (``api.openai.responses.run``)::
 
@@ -18,17 +18,10 @@ from chatloop.api.http.context import RequestContext
 from chatloop.api.openai.responses.render import ResponsesRenderer
 from chatloop.api.openai.responses.schemas import ResponsesBody
 from chatloop.api.openai.responses.stored import Keeping, input_items
-from chatloop.api.runs.journal import Journal, response_appender
-from chatloop.api.runs.record import end_run, watcher
-from chatloop.api.runs.running import Stop, Tracked, run_to_the_end, stoppable
-from chatloop.api.runs.webhooks import notify
+from chatloop.api.runs.turn import response_turn
 from chatloop.api.turns.serve import serve_turn
 from chatloop.api.turns.worker import is_worker
 from chatloop.engine.events import Event, TurnError
-from chatloop.jsontypes import json_object
-from chatloop.observability import logger
-from chatloop.store.model import StoreUnavailable
-from chatloop.store.runs import RunStatus
 
 
 async def serve(
@@ -44,58 +37,19 @@ async def serve(
         raise TypeError("a journaled response is kept for a caller")
     rid = f"resp_{ctx.request_id}"
     worker = is_worker(request)
-
-    async def begin(first: dict[str, object]) -> None:  # the record, in_progress, before the first events
-        response = first.get("response")
-        if isinstance(response, dict):
-            await store.create_response(owner, json_object(response), input_items(body), ctx.write_deadline())
-
-    # A background turn's record was made when it was queued, with response.queued as event 0.
-    append = response_appender(store, owner, rid)
-    journal = Journal(append, rid, deadline=ctx.write_deadline, begin=None if worker else begin)
-    if worker:
-        journal.offset = 1
-    keeping.journal = journal
-    stop = Stop()
-    if worker:
-        events = stoppable(events, stop, lambda: [TurnError("cancelled", "the response was cancelled")])
-
-    async def end(stop: Stop) -> None:
-        await journal.close()
-        status = await _settle_record(ctx, owner, rid, journal)
-        if worker:
-            await end_run(store, owner, rid, rid, status)
-            await notify(ctx.settings, rid, status)
-
-    tracked = Tracked(
-        (owner, rid), stop, watch=watcher(store, owner, rid, rid, begin=False) if worker else None, end=end
+    running = response_turn(
+        store,
+        owner,
+        rid,
+        background=worker,
+        inputs=lambda: input_items(body),
+        deadline=ctx.write_deadline,
+        settings=ctx.settings,
     )
-    renderer = renderer_for(journal.add)
-    return await serve_turn(
-        ctx,
-        renderer,
-        events,
-        stream=True,
-        keep_running=lambda chunks: run_to_the_end(chunks, tracked=tracked),
-    )
-
-
-async def _settle_record(ctx: RequestContext, owner: str, rid: str, journal: Journal) -> RunStatus:
-    """The record's final status: what the terminal event says; a failed or cancelled turn (which ``keep`` does not
-    store) has its record take that response; no terminal event at all is a failure."""
-    terminal = journal.terminal
-    response = terminal.get("response") if terminal is not None else None
-    status = response.get("status") if isinstance(response, dict) else None
-    final: RunStatus = "failed"
-    if status == "completed" or status == "incomplete" or status == "cancelled":
-        final = status
-    if terminal is None or terminal.get("type") == "response.failed":
-        conversations = ctx.runtime.conversations()
-        try:
-            stored = await conversations.get_response(owner, rid, ctx.write_deadline())
-            if stored is not None:
-                body = {**stored.body, **(response if isinstance(response, dict) else {}), "status": final}
-                await conversations.update_response(owner, rid, json_object(body), [], ctx.write_deadline())
-        except StoreUnavailable as error:
-            logger.warning(f"response {rid}: its end ({final}) was not stored: {error}")
-    return final
+    keeping.journal = running.journal
+    if worker:  # only a background response can be cancelled (OpenAI)
+        events = running.stoppable(events, lambda: [TurnError("cancelled", "the response was cancelled")])
+    if running.journal is None:
+        raise TypeError("a stored response's turn is journaled")
+    renderer = renderer_for(running.journal.add)
+    return await serve_turn(ctx, renderer, events, stream=True, keep_running=running.run)

@@ -56,7 +56,7 @@ from chatloop.api.items.stored import (
 )
 from chatloop.api.openai.responses.schemas import ResponsesBody
 from chatloop.api.runs.follow import follow_response, longest_turn, replay, settled
-from chatloop.api.runs.journal import Journal, stored_event
+from chatloop.api.runs.journal import Journal, response_log, stored_event
 from chatloop.jsontypes import JSONObject, json_object
 from chatloop.observability import logger
 from chatloop.store.model import Item, PageQuery, StoreUnavailable
@@ -148,7 +148,7 @@ async def save(
             await store.create_response(keeping.owner, json_object(response), inputs, deadline, outputs)
             if events:
                 stored = [stored_event(e) for e in events]
-                await store.append_events(keeping.owner, response["id"], stored, deadline)
+                await response_log(store, keeping.owner, response["id"]).append(stored, deadline)
     except StoreUnavailable as error:
         logger.warning(f"response {response['id']} not stored: {error}")
         return {**response, "store": False}
@@ -199,7 +199,7 @@ async def retrieve_response(request: Request) -> Response:
     longest = longest_turn(request)
     if stream:
         with store_errors():
-            events = await store.events_after(owner, response_id, after, deadline)
+            events = await response_log(store, owner, response_id).after(after, deadline)
         if events is None:
             raise not_found("response", response_id)
         ctx = RequestContext.of(request)
