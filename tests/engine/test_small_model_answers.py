@@ -370,6 +370,7 @@ REPEATED_FENCE = "```json\n" + REPEATED_CALL + "\n```"
 REPEATS = {
     "bare, three times": "\n".join([REPEATED_CALL] * 3),
     "bare, on one line": " ".join([REPEATED_CALL] * 2),
+    "words, then bare three times": "Let me compute it.\n" + "\n".join([REPEATED_CALL] * 3),
     "fenced, then bare": REPEATED_FENCE + "\n" + REPEATED_CALL,
     "fenced, words between": "Let me compute it.\n" + REPEATED_FENCE + "\nRunning it now:\n" + REPEATED_FENCE,
 }
@@ -394,7 +395,7 @@ async def test_a_call_repeated_in_any_shape_runs_once_and_no_copy_is_shown(sandb
     assert turn.answer == turn.streamed
     assert '"name"' not in turn.answer and "```" not in turn.answer, turn.answer
     assert turn.answer.endswith("It is 42.")
-    if case == "fenced, words between":
+    if case in ("fenced, words between", "words, then bare three times"):
         assert turn.answer.startswith("Let me compute it.")
 
 
@@ -409,3 +410,22 @@ def test_a_bare_call_repeated_through_a_local_model_is_shown_once_never(local: F
     local.default = reply
     done = chat("6*7?", stream)
     assert done["message"]["content"] == "It is 42." and done["tool_counts"] == {JS: 1}
+
+
+async def test_a_call_repeated_when_tools_are_withheld_leaves_no_copy_in_the_answer(sandbox):
+    """The last iteration has no tools (MAX_ITERATIONS): a reply that repeats a call there is no answer, and the
+    words before it are cut before its first copy, not before its last."""
+    other = json.dumps({"name": JS, "arguments": {"code": "6 * 8"}})
+
+    def script(request, n):
+        if n == 1:
+            return ModelResponse("", content=REPEATED_CALL)
+        return ModelResponse("", content="Checking again:\n" + "\n".join([other] * 3))
+
+    model = ScriptedModel(script, chunk=7)
+    turn = await drive(
+        model, ToolRegistry([ExecuteJavaScriptTool(sandbox)]), "6*7?", settings=Settings(max_iterations=2)
+    )
+    assert not model.requests[-1].tools  # withheld on the last iteration
+    assert turn.answer == turn.streamed
+    assert '"name"' not in turn.answer, turn.answer

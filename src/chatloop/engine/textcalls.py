@@ -105,13 +105,17 @@ def without_copies(prefix: str, calls: Sequence[ToolCall], keys: ToolKeys) -> st
     if "{" not in prefix:
         return prefix
     ran = {_call_key(call) for call in calls}
+    names = {call.name for call in calls}
     decoder = json.JSONDecoder()
     for match in itertools.islice(_BRACE.finditer(prefix), MAX_JSON_STARTS):
         try:
             _, end = decoder.raw_decode(prefix, match.start())
         except ValueError:
             continue
-        copy = find_text_calls(prefix[match.start() : end], keys)
+        value = prefix[match.start() : end]
+        if not any(name in value for name in names):
+            continue  # JSON that names none of the calls (an answer's example) is no copy of them
+        copy = find_text_calls(value, keys)
         if copy is not None and {_call_key(call) for call in copy.calls} <= ran:
             return _OPENS_A_CALL.sub("", prefix[: match.start()]).rstrip()
     return prefix
