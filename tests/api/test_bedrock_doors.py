@@ -191,3 +191,20 @@ def test_bedrock_tokens_reach_the_client_as_they_come(fake_bedrock):
             if chunk.choices and chunk.choices[0].delta.content:
                 seen_first.set()
     assert in_time == [True]
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["json", "stream"])
+def test_a_lone_bedrock_model_slow_to_start_is_waited_for_not_a_503(fake_bedrock, app_runtime, stream):
+    """Issue #41's rule for the last model of a chain (it has no next model to skip to: its first chunk is waited
+    for until the deadline) holds for ``bedrock:`` as for the SDK providers: a cold model slow to its first token
+    answers, where it was a 503 after MODEL_FIRST_CHUNK_TIMEOUT_SECONDS."""
+    slow = text("It is 76127.")
+    slow.delay = 1.5
+    fake_bedrock.script(NOVA, slow)
+    settings = Settings(model_chain=f"bedrock:{NOVA}", model_first_chunk_timeout_seconds=0.5)
+    app_runtime(settings, registry=ToolRegistry(), keys={})
+    question = [{"role": "user", "content": "What is the sum of all prime numbers below 1000?"}]
+    status, body = post("/chat", {"messages": question, "stream": stream})
+    assert status == 200, body
+    assert "It is 76127." in body and "sent nothing" not in body
+    assert len(fake_bedrock.requests_for(NOVA)) == 1

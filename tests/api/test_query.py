@@ -383,3 +383,32 @@ def test_a_hostile_declared_length_is_never_a_5xx(declared):
     event["headers"]["content-length"] = declared.replace("%C2%B2", "²")
     status, text, _ = invoke(event)
     assert status in (400, 413), (status, text[:300])
+
+
+@pytest.mark.parametrize("call_id", ["call_text_9f2c4e1a7b3d", "call_Ab_12-x", "tooluse_kZ3-qW_8pL"])
+def test_the_sdk_pages_past_a_function_call_item_the_server_named(tmp_path, call_id):
+    """Issue #41's review: ``after`` and ``item_id`` take every id this server hands out. A function call item's id
+    is ``fc_`` + the model's call id (a text call's ``call_text_…``, OpenAI's and Groq's ``call_…``, Bedrock's
+    ``tooluse_…``: underscores and hyphens); the openai SDK's auto-pagination sends it back as ``after``, and a
+    client retrieves the item by it. Both were a 400 ``not an item id`` on the server's own id."""
+    from chatloop.providers.base import ModelResponse, ToolCall
+    from tests.support.models import ScriptedModel
+
+    calls = [ToolCall(call_id, "get_weather", '{"city": "Paris"}')]
+    model = ScriptedModel(
+        lambda request, n: ModelResponse("", "", tool_calls=calls, finish_reason="tool_calls")
+    )
+    weather = {"type": "function", "name": "get_weather", "parameters": {"type": "object", "properties": {}}}
+    settings = Settings(conversation_store_path=str(tmp_path / "sdk.sqlite3"))
+    with app_server(settings, model=model, registry=ToolRegistry()) as server:
+        alice = client(server)
+        conversation = alice.conversations.create()
+        alice.responses.create(
+            model="chatloop", input="weather?", conversation=conversation.id, tools=[weather]
+        )
+        alice.conversations.items.create(
+            conversation.id, items=[{"type": "message", "role": "user", "content": "?"}]
+        )
+        ids = [item.id for item in alice.conversations.items.list(conversation.id, order="asc", limit=1)]
+        assert ids[1] == f"fc_{call_id}" and len(ids) == 3
+        assert alice.conversations.items.retrieve(ids[1], conversation_id=conversation.id).id == ids[1]

@@ -363,3 +363,69 @@ def test_prose_quoting_a_tag_is_never_a_call_and_loses_no_words(before, tag, bod
     visible = TextCallFilter(hold_json=True, tools=tool_keys(SCHEMAS))
     shown = "".join(visible.feed(text[i : i + piece]) for i in range(0, len(text), piece))
     assert shown + visible.finish(text) == text
+
+
+REPEATED_CALL = json.dumps({"name": JS, "arguments": {"code": "6 * 7"}})
+REPEATED_FENCE = "```json\n" + REPEATED_CALL + "\n```"
+REPEATS = {
+    "bare, three times": "\n".join([REPEATED_CALL] * 3),
+    "bare, on one line": " ".join([REPEATED_CALL] * 2),
+    "words, then bare three times": "Let me compute it.\n" + "\n".join([REPEATED_CALL] * 3),
+    "fenced, then bare": REPEATED_FENCE + "\n" + REPEATED_CALL,
+    "fenced, words between": "Let me compute it.\n" + REPEATED_FENCE + "\nRunning it now:\n" + REPEATED_FENCE,
+}
+"""The same call written more than once in other shapes than adjacent fences (issue #41's review): each copy but
+the last was left before the call as the model's words, and shown with the answer."""
+
+
+def repeating_model(content: str) -> ScriptedModel:
+    def script(request, n):
+        if request.messages[-1]["role"] == "tool":
+            return ModelResponse("", content="It is 42.")
+        return ModelResponse("", content=content)
+
+    return ScriptedModel(script, chunk=7)
+
+
+@pytest.mark.parametrize("case", list(REPEATS))
+async def test_a_call_repeated_in_any_shape_runs_once_and_no_copy_is_shown(sandbox, case):
+    model = repeating_model(REPEATS[case])
+    turn = await drive(model, ToolRegistry([ExecuteJavaScriptTool(sandbox)]), "6*7?")
+    assert turn.done["tool_counts"] == {JS: 1} and model.calls == 2
+    assert turn.answer == turn.streamed
+    assert '"name"' not in turn.answer and "```" not in turn.answer, turn.answer
+    assert turn.answer.endswith("It is 42.")
+    if case in ("fenced, words between", "words, then bare three times"):
+        assert turn.answer.startswith("Let me compute it.")
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["json", "stream"])
+def test_a_bare_call_repeated_through_a_local_model_is_shown_once_never(local: FakeLLM, stream):
+    from tests.support.fake_llm import text
+
+    def reply(body: dict[str, Any]) -> Any:
+        answered = body["messages"][-1]["role"] == "tool"
+        return text(body["model"], "It is 42." if answered else REPEATS["bare, three times"], pieces=6)
+
+    local.default = reply
+    done = chat("6*7?", stream)
+    assert done["message"]["content"] == "It is 42." and done["tool_counts"] == {JS: 1}
+
+
+async def test_a_call_repeated_when_tools_are_withheld_leaves_no_copy_in_the_answer(sandbox):
+    """The last iteration has no tools (MAX_ITERATIONS): a reply that repeats a call there is no answer, and the
+    words before it are cut before its first copy, not before its last."""
+    other = json.dumps({"name": JS, "arguments": {"code": "6 * 8"}})
+
+    def script(request, n):
+        if n == 1:
+            return ModelResponse("", content=REPEATED_CALL)
+        return ModelResponse("", content="Checking again:\n" + "\n".join([other] * 3))
+
+    model = ScriptedModel(script, chunk=7)
+    turn = await drive(
+        model, ToolRegistry([ExecuteJavaScriptTool(sandbox)]), "6*7?", settings=Settings(max_iterations=2)
+    )
+    assert not model.requests[-1].tools  # withheld on the last iteration
+    assert turn.answer == turn.streamed
+    assert '"name"' not in turn.answer, turn.answer

@@ -331,3 +331,28 @@ def test_a_flush_shares_one_budget_spans_first_and_never_outlasts_the_request():
     assert len(spans.given) == 1 and len(metrics.given) == 1
     telemetry.flush()  # no deadline: the export timeout
     assert 2900 < spans.given[-1] <= 3000
+
+
+@pytest.mark.parametrize(
+    "variable", ["OTEL_METRIC_EXPORT_INTERVAL", "OTEL_BSP_MAX_QUEUE_SIZE", "OTEL_BSP_SCHEDULE_DELAY"]
+)
+@pytest.mark.parametrize("stream", [False, True], ids=["json", "sse"])
+def test_an_sdk_variable_the_sdk_refuses_costs_the_traces_not_the_turns(
+    otlp, realistic_llm, app_runtime, monkeypatch, caplog, variable, stream
+):
+    """Issue #41's review: the SDK reads its own ``OTEL_*`` variables and raises as its exporters are built for a
+    value it refuses (``0`` here), inside the first traced turn: every turn then failed. It is logged once, and the
+    turns are answered untraced."""
+    monkeypatch.setenv(variable, "0")
+    settings = Settings(model_chain=f"groq:{MODEL}", otel_exporter_otlp_endpoint=otlp.url)
+    app_runtime(settings, registry=ToolRegistry(), keys=KEYS)
+    for _ in range(2):
+        event = rest_event(
+            "POST", "/chat", {"messages": [{"role": "user", "content": "hi"}], "stream": stream}
+        )
+        status, body, _ = invoke(event)
+        assert status == 200, body
+        assert "internal" not in body and "error" not in body.split("done")[0], body
+    assert otlp.spans() == []  # untraced: the SDK could not be built
+    refusals = [r for r in caplog.records if "tracing is off" in r.getMessage()]
+    assert len(refusals) == 1 and "OTEL_" in refusals[0].getMessage()

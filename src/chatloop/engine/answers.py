@@ -21,6 +21,7 @@ from collections.abc import Set as AbstractSet
 from dataclasses import dataclass
 
 from chatloop.engine.request import function_name
+from chatloop.engine.textcalls import without_copies
 from chatloop.jsontypes import JSONObject
 from chatloop.providers.textcall_formats import bare_json, fenced_json, find_text_calls, tool_keys
 
@@ -75,8 +76,8 @@ def judge_answer(
         return Judged(text)
     keys = tool_keys(tools)
     found = None if calls_read else find_text_calls(text, keys)
-    if found is not None:
-        return Judged(found.prefix, "call_shaped")
+    if found is not None:  # the words before it, without the copies a small model writes of it
+        return Judged(without_copies(found.prefix, found.calls, keys), "call_shaped")
     trailing = fenced_json(text, {}) or bare_json(text, {})
     if trailing is None:
         return Judged(text)

@@ -21,6 +21,7 @@ Usage::
 
 from __future__ import annotations
 
+import itertools
 import json
 import re
 from collections.abc import Iterator, Sequence
@@ -28,10 +29,21 @@ from collections.abc import Set as AbstractSet
 from dataclasses import dataclass
 
 from chatloop.jsontypes import JSONObject, JSONValue
-from chatloop.providers.base import ModelResponse
+from chatloop.providers.base import ModelResponse, ToolCall
 from chatloop.providers.tagcalls import has_tag_call, strip_tag_calls, tag_call_at
-from chatloop.providers.textcall_formats import TextCalls, find_text_calls, tool_keys
+from chatloop.providers.textcall_formats import (
+    MAX_JSON_STARTS,
+    TextCalls,
+    ToolKeys,
+    find_text_calls,
+    tool_keys,
+)
 
+_BRACE = re.compile(r"[{\[]")
+_OPENS_A_CALL = re.compile(
+    r"(?:```[ \t]*(?:json|tool_call|tool_code)?[ \t]*\n?|<tool_call>|<\|python_tag\|>)\s*$", re.IGNORECASE
+)
+"""What opens a copy of a call just before its JSON (a fence, a tag): cut with it."""
 _UNKNOWN_TOOL = re.compile(r"UnknownTool: '([^'\\]+)'")
 """The error a call to a tool that does not exist is answered with (``engine.prompts.not_run``)."""
 
@@ -74,7 +86,7 @@ def read_text_calls(
             response.content = found.prefix
             return Reply(response, not_an_answer="unknown_tool_call")
         response.tool_calls = found.calls
-        response.content = found.prefix
+        response.content = without_copies(found.prefix, found.calls, tool_keys(tools))
         return Reply(response, text_calls=found)
     at = tag_call_at(content)
     if at >= 0 and relayed(content[at:], history):
@@ -83,6 +95,38 @@ def read_text_calls(
         response.content = strip_tag_calls(content)
         return Reply(response, unrunnable_text_call=True)
     return Reply(response)
+
+
+def without_copies(prefix: str, calls: Sequence[ToolCall], keys: ToolKeys) -> str:
+    """``prefix`` (the words before the calls a reply ends with) cut before the first copy of one of ``calls``: a small
+    model writes its call two or three times (bare, fenced, with a line between), and meant it once. A copy is a
+    JSON value that reads as the same calls (name and arguments), with the fence or tag that opens it; the words
+    between copies go with them (they are about the call). What is left is a prefix of the reply, as streamed."""
+    if "{" not in prefix:
+        return prefix
+    ran = {_call_key(call) for call in calls}
+    names = {call.name for call in calls}
+    decoder = json.JSONDecoder()
+    for match in itertools.islice(_BRACE.finditer(prefix), MAX_JSON_STARTS):
+        try:
+            _, end = decoder.raw_decode(prefix, match.start())
+        except ValueError:
+            continue
+        value = prefix[match.start() : end]
+        if not any(name in value for name in names):
+            continue  # JSON that names none of the calls (an answer's example) is no copy of them
+        copy = find_text_calls(value, keys)
+        if copy is not None and {_call_key(call) for call in copy.calls} <= ran:
+            return _OPENS_A_CALL.sub("", prefix[: match.start()]).rstrip()
+    return prefix
+
+
+def _call_key(call: ToolCall) -> tuple[str, str]:
+    try:
+        arguments = json.dumps(json.loads(call.arguments), sort_keys=True)
+    except ValueError:
+        arguments = call.arguments
+    return call.name, arguments
 
 
 def relayed(call_text: str, history: Sequence[JSONObject]) -> bool:

@@ -42,6 +42,8 @@ _LT_AND_SPACES = re.compile(r"<\s*")
 _ANY_OPENER = re.compile(r"[<`{\[]")
 _TAG_OR_FENCE = re.compile(r"[<`]")
 _LOOKAHEAD = 256
+MAX_REPEATS = 8
+"""JSON values one after another that are held together at most (a call written again and again)."""
 """Characters read at a candidate for a tag, a fence's language line or a tool's name: all are short."""
 _IDENTIFIER = re.compile(r"[A-Za-z_][\w.\-]*")
 _NAME_THEN_BRACE = re.compile(r"\s*\{")
@@ -216,19 +218,27 @@ class TextCallFilter:
     def _json(self, at: int) -> str:
         """A ``{``/``[`` after some text: a call only if its JSON value ends the text. Released at once when what
         follows the bracket cannot be JSON (``[see below]``, ``{x}``); else held until the value closes, and released
-        once anything but whitespace follows it."""
-        opening = _JSON_OPENING.match(self.fed, at)
-        if opening is None:
-            return "no"
-        if opening.end() == len(self.fed):
-            return "maybe"  # the next character decides
-        span = self.spans.get(at)
-        if span is None:
-            span = self.spans[at] = _JsonEnd(at)
-        end = span.advance(self.fed)
-        if end is not None and _NON_SPACE.search(self.fed, end):
-            return "no"
-        return "maybe"
+        once anything but whitespace follows it, unless that is another JSON value which may end the text: a small
+        model writes its call two or three times over, and every copy is held with the last."""
+        for _ in range(MAX_REPEATS):
+            opening = _JSON_OPENING.match(self.fed, at)
+            if opening is None:
+                return "no"
+            if opening.end() == len(self.fed):
+                return "maybe"  # the next character decides
+            span = self.spans.get(at)
+            if span is None:
+                span = self.spans[at] = _JsonEnd(at)
+            end = span.advance(self.fed)
+            if end is None:
+                return "maybe"
+            follows = _NON_SPACE.search(self.fed, end)
+            if follows is None:
+                return "maybe"
+            if self.fed[follows.start()] not in "{[":
+                return "no"
+            at = follows.start()  # another value: this one is held while that one may end the text
+        return "no"
 
     def _name(self, rest: str) -> tuple[str, int]:
         """``name{...}`` at the start of the text, for an offered tool's name."""

@@ -192,7 +192,10 @@ class BedrockModel:
         where = region()
         if where is None:
             raise AuthFailed(f"{self.name}: no AWS_REGION configured", model=self.name)
-        first = request.deadline.earliest(self.first_chunk_timeout)
+        # The last model of a chain is waited for until the deadline (issue #41): there is no next one to skip to.
+        first = (
+            request.deadline if request.last_resort else request.deadline.earliest(self.first_chunk_timeout)
+        )
         folder = ConverseFolder()
         pump = _Pump(lambda: client(where), params, asyncio.get_running_loop(), request.headers)
         started = False

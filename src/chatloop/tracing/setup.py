@@ -26,8 +26,8 @@ from opentelemetry.trace import Tracer, TracerProvider
 
 from chatloop import tracing
 from chatloop.config import Settings
-from chatloop.observability import SERVICE
-from chatloop.redaction import register_secret
+from chatloop.observability import SERVICE, logger
+from chatloop.redaction import redact, register_secret
 
 if TYPE_CHECKING:
     import requests
@@ -114,6 +114,13 @@ class Telemetry:
 
 _LOCK = threading.Lock()
 _TELEMETRY: list[Telemetry] = []
+_REFUSED: list[str] = []
+"""Why the SDK could not be built from the environment (once per process: not retried, not logged again)."""
+
+
+class TelemetryUnavailable(RuntimeError):
+    """The SDK refused its settings (an ``OTEL_*`` variable it reads itself, say ``OTEL_METRIC_EXPORT_INTERVAL=0``
+    or ``OTEL_BSP_MAX_QUEUE_SIZE=0``): turns run untraced, the reason logged once as an error."""
 
 
 def install(
@@ -134,6 +141,7 @@ def uninstall() -> None:
     with _LOCK:
         current = list(_TELEMETRY)
         _TELEMETRY.clear()
+        _REFUSED.clear()
     tracing.mark_installed(False)
     for telemetry in current:
         for provider in (telemetry.tracer_provider, telemetry.meter_provider):
@@ -143,10 +151,22 @@ def uninstall() -> None:
 
 
 def telemetry_for(settings: Settings) -> Telemetry:
-    """The process's telemetry: the installed one, else built once from ``settings``."""
+    """The process's telemetry: the installed one, else built once from ``settings``. ``TelemetryUnavailable`` when
+    the SDK refuses its settings: a tracing setting costs the traces, never the turns (issue #41's review)."""
     with _LOCK:
         if not _TELEMETRY:
-            _TELEMETRY.append(_from_settings(settings))
+            if _REFUSED:
+                raise TelemetryUnavailable(_REFUSED[0])
+            try:
+                _TELEMETRY.append(_from_settings(settings))
+            except Exception as exc:  # the SDK validates the OTEL_* variables it reads as it is built
+                why = redact(f"{type(exc).__name__}: {exc}")
+                _REFUSED.append(why)
+                logger.error(
+                    "OpenTelemetry: the SDK refused its settings (an OTEL_* variable it reads, such as "
+                    f"OTEL_METRIC_EXPORT_INTERVAL or OTEL_BSP_*): {why}; tracing is off, turns are answered untraced"
+                )
+                raise TelemetryUnavailable(why) from None
         return _TELEMETRY[0]
 
 

@@ -58,7 +58,7 @@ from chatloop.tracing import set_tool_trace_context
 from chatloop.tracing.content import output_messages
 from chatloop.tracing.model import TracedModel, provider_and_model
 from chatloop.tracing.scope import TurnScope
-from chatloop.tracing.setup import Telemetry, telemetry_for
+from chatloop.tracing.setup import Telemetry, TelemetryUnavailable, telemetry_for
 
 AGENT = "chatloop"
 Attributes = dict[str, str | bool | int | float]
@@ -272,7 +272,12 @@ async def trace_turn(
 ) -> AsyncIterator[Event]:
     """``run``'s events, passed on as they come, the turn traced. With ``scope.flush``, the spans are exported once
     the last event was taken, before the stream (and so the invocation) ends: the client has its ``done`` first."""
-    telemetry = telemetry_for(settings)
+    try:
+        telemetry = telemetry_for(settings)
+    except TelemetryUnavailable:  # logged once where it was found: the turn is answered, untraced
+        async for event in _untraced(run(chain)):
+            yield event
+        return
     trace = TurnTrace(telemetry, scope, chain)
     stop: StopReason | None = None  # set when the turn did not run to its end
     events = run(trace.wrap(chain))
@@ -297,6 +302,16 @@ async def trace_turn(
         await asyncio.to_thread(_flush, telemetry, scope)
     elif scope.flush:  # in-process exporters (tests, the bench): nothing to wait for, no thread to hop to
         _flush(telemetry, scope)
+
+
+async def _untraced(events: AsyncIterator[Event]) -> AsyncIterator[Event]:
+    """``events`` as they are, closed at once when their client goes (its model call stops)."""
+    try:
+        async for event in events:
+            yield event
+    except (GeneratorExit, asyncio.CancelledError):
+        await _close(events)
+        raise
 
 
 async def _close(events: AsyncIterator[Event]) -> None:

@@ -32,7 +32,10 @@ if TYPE_CHECKING:
     from chatloop.store.service import ConversationStore
 
 CONVERSATION_ID = re.compile(r"^conv_[A-Za-z0-9]{1,128}$")
-ITEM_ID = re.compile(r"^[a-z]{2,8}_[A-Za-z0-9]{1,128}$")
+ITEM_ID = re.compile(r"^[a-z]{2,8}_[A-Za-z0-9_-]{1,128}$")
+"""Every item id this server hands out: ``msg_<hex>`` and the like, and a function call's ``fc_`` + the model's call id
+(``call_text_…``, ``call_…``, Bedrock's ``tooluse_…``: underscores and hyphens), which a client sends back as
+``after`` when it pages, and as ``item_id``."""
 RESPONSE_ID = re.compile(r"^resp_[A-Za-z0-9_-]{1,128}$")
 
 

@@ -53,6 +53,7 @@ from chatloop.tools.base import ToolRegistry
 if TYPE_CHECKING:
     from chatloop.api.http.context import RequestContext
     from chatloop.api.items.objects import CompactionItem
+    from chatloop.providers.chain import FallbackChain
 
 PURPOSE = "compaction"
 MAX_SUMMARY_CHARS = 16_000
@@ -200,6 +201,26 @@ async def compaction_item(
     return item, response.usage or Usage(), given
 
 
+def summary_chain(ctx: RequestContext, model_name: str | None, *, openai: bool) -> FallbackChain:
+    """The chain that writes a summary: COMPACTION_MODEL's, else ``model_name``'s (the request's). A COMPACTION_MODEL
+    this server cannot serve is the operator's mistake: a 503 naming the setting (logged), never a 4xx blaming the
+    client's ``model``, nor the turn's own chain in its place (as MODEL_CHAIN: ``providers.factory``)."""
+    configured = ctx.runtime.settings.compaction_model
+    if not configured:
+        return model_for(ctx.runtime, model_name, openai=openai)
+    try:
+        return model_for(ctx.runtime, configured)  # strict: no fallback to another chain
+    except RequestError as exc:
+        if exc.code != "unknown_model":
+            raise
+        problem = (
+            f"COMPACTION_MODEL={configured!r} cannot be served here ({exc.message}); set it to an entry of MODEL_CHAIN "
+            "or an available model, or unset it"
+        )
+        logger.error(problem)
+        raise RequestError(503, "compaction_model_misconfigured", problem) from None
+
+
 async def past(
     ctx: RequestContext, messages: Sequence[Message], threshold: int, model_name: str | None, *, openai: bool
 ) -> tuple[CompactionItem, CompactionInput] | None:
@@ -207,7 +228,7 @@ async def past(
     chain or ``model_name``'s; None below it or when no model could write the summary (logged)."""
     if not threshold or raw_tokens(list(messages), None) <= threshold:
         return None
-    model = model_for(ctx.runtime, ctx.runtime.settings.compaction_model or model_name, openai=openai)
+    model = summary_chain(ctx, model_name, openai=openai)
     # The summary is the turn's first model call: admitted as the turn is (a 429 before it: the request counted,
     # its concurrent-turn slot taken) and metered. The turn's own admission, on the compacted conversation, takes
     # that slot over; what the summary left unused of its reservation is given back at once.

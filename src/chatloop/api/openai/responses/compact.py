@@ -26,8 +26,14 @@ from chatloop.api.openai.responses.render import usage_of
 from chatloop.api.openai.responses.schemas import ResponsesBody
 from chatloop.api.openai.responses.turn import conversation_of, current_items
 from chatloop.api.turns.build import summary_turn
-from chatloop.api.turns.checks import conversation, model_for, read_body
-from chatloop.api.turns.compaction import compaction_item, open_items, summary_request
+from chatloop.api.turns.checks import conversation, read_body
+from chatloop.api.turns.compaction import (
+    compaction_item,
+    identified,
+    open_items,
+    summary_chain,
+    summary_request,
+)
 from chatloop.api.turns.serve import budgeted
 from chatloop.jsontypes import JSONObject, json_object
 from chatloop.providers.failures import ModelError
@@ -48,11 +54,12 @@ async def compact(request: Request) -> Response:
     ctx = RequestContext.of(request)
     runtime = ctx.runtime
     body = await read_body(request, CompactBody)
+    identified(ctx, None)  # a 400 before anything is counted: an item sealed to no one would open for anyone
     keeping = await stored.prepare(request, body.model_copy(update={"store": False}))
     items = [*keeping.history, *current_items(body)]
     await open_items(ctx, items)
     messages = conversation(conversation_of(body, keeping.history), runtime.settings.max_messages)
-    model = model_for(runtime, runtime.settings.compaction_model or body.model, openai=True)
+    model = summary_chain(ctx, body.model, openai=True)
     # The summary is a model call like any turn's: admitted by the caller's budget (a 429 before it), metered.
     asked = summary_turn(summary_request(messages))
     metered = await budgeted(ctx, asked, model, ToolRegistry([]))
