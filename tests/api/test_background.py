@@ -336,3 +336,53 @@ def test_a_background_turn_whose_worker_breaks_is_ended_failed_not_left_running(
         ended = poll(sdk, created.id, {"completed", "failed", "cancelled", "incomplete"}, timeout=10)
         assert ended.status == "failed" and "a fault nobody expected" not in str(ended.error)
     assert [json.loads(body)["type"] for body in sent] == ["response.failed"]
+
+
+def test_a_background_response_deleted_while_it_runs_sends_no_webhook(tmp_path, monkeypatch):
+    """Deletion wins (issue 41), for its webhook too: a response deleted while its turn runs is not announced as
+    ``response.completed`` when the turn ends, since a receiver that fetches it would find nothing."""
+    from chatloop.api.runs import webhooks
+
+    sent: list[bytes] = []
+
+    async def post(url: str, body: bytes, *args: Any) -> int:
+        sent.append(body)
+        return 200
+
+    monkeypatch.setattr(webhooks, "_post", post)
+    settings = Settings(
+        conversation_store_path=str(tmp_path / "deleted.sqlite3"),
+        webhook_url="http://127.0.0.1:9/hooks",
+        webhook_allow_private=True,
+        webhook_secret="a webhook secret",
+    )
+    writer = Finishing()
+    with app_server(settings, model=writer, registry=ToolRegistry()) as server:
+        sdk = client(server)
+        created = sdk.responses.create(
+            model="chatloop", input="write slowly, then be deleted", background=True
+        )
+        while "write slowly, then be deleted" not in writer.calls:
+            time.sleep(0.05)
+        sdk.responses.delete(created.id)
+        other = sdk.responses.create(model="chatloop", input="a second one", background=True)
+        poll(sdk, other.id, {"completed"})
+        while len(writer.finished) < 2:  # the deleted one's turn has had its last word too
+            time.sleep(0.05)
+        deadline = time.monotonic() + 3  # time for a webhook sent after that last word
+        while len(sent) < 2 and time.monotonic() < deadline:
+            time.sleep(0.05)
+    assert [json.loads(body)["data"]["id"] for body in sent] == [other.id]
+
+
+class Finishing(Writer):
+    """The writer, noting each answer it finished."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.finished: list[str] = []
+
+    async def stream(self, request: ModelRequest):
+        async for item in super().stream(request):
+            yield item
+        self.finished.append(self.calls[-1])

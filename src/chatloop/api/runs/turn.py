@@ -140,6 +140,9 @@ def response_turn(
         return await settle_record(store, owner, response_id, journal, deadline)
 
     async def ended(status: RunStatus) -> None:
+        if await _deleted(store, owner, response_id, deadline()):  # deletion wins: nothing to announce
+            logger.info(f"response {response_id} was deleted while its turn ran: no webhook")
+            return
         await notify(settings, response_id, status)
 
     return RunningTurn(
@@ -152,6 +155,15 @@ def response_turn(
         status=status,
         ended=ended if background else None,
     )
+
+
+async def _deleted(store: ConversationStore, owner: str, response_id: str, deadline: Deadline) -> bool:
+    """Whether the response is gone (deleted while its turn ran); False when the store cannot tell (the webhook is
+    then sent: a receiver told of a response it cannot fetch is better than one never told of an ending)."""
+    try:
+        return await store.get_response(owner, response_id, deadline) is None
+    except StoreUnavailable:
+        return False
 
 
 async def settle_record(
