@@ -35,7 +35,7 @@ from chatloop.api.items.store import conversation_id_of, starting_after, store_c
 from chatloop.api.items.stored import conversation_history, stored_items
 from chatloop.api.runs.follow import follow
 from chatloop.api.runs.journal import Journal
-from chatloop.api.runs.record import call_deadline, end_run, runs_of, watcher
+from chatloop.api.runs.record import call_deadline, end_run, watcher
 from chatloop.api.runs.running import Stop, Tracked, run_to_the_end, stop_here, stoppable
 from chatloop.api.turns import compaction
 from chatloop.api.turns.approvals import answers_of, release
@@ -127,7 +127,7 @@ def running_turn(request: Request, thread: ChatThread, events: AsyncIterator[Eve
     store = RequestContext.of(request).runtime.conversations()
     owner, conversation_id, turn = thread.owner, thread.conversation_id, new_id("turn")
     stop = Stop()
-    runs = runs_of(store)
+    runs = store.runs
 
     def stopped() -> list[Event]:
         return [
@@ -138,22 +138,17 @@ def running_turn(request: Request, thread: ChatThread, events: AsyncIterator[Eve
     async def keep(seen: list[Event]) -> None:
         await save_chat_turn(request, thread, seen)
 
-    journal = None
-    if runs is not None:
-        chat_runs = runs
+    async def append(batch: list[StoredEvent], deadline: Deadline) -> object:
+        return await runs.append_events(owner, turn, batch, deadline)
 
-        async def append(batch: list[StoredEvent], deadline: Deadline) -> object:
-            return await chat_runs.append_events(owner, turn, batch, deadline)
+    async def begin(first: dict[str, object]) -> None:  # the journal, then the run that names it
+        await runs.open_journal(owner, turn, call_deadline())
+        await runs.begin(owner, conversation_id, turn, "in_progress", call_deadline())
 
-        async def begin(first: dict[str, object]) -> None:  # the journal, then the run that names it
-            await chat_runs.open_journal(owner, turn, call_deadline())
-            await chat_runs.begin(owner, conversation_id, turn, "in_progress", call_deadline())
-
-        journal = Journal(append, turn, deadline=call_deadline, begin=begin, terminal=CHAT_TERMINAL)
+    journal = Journal(append, turn, deadline=call_deadline, begin=begin, terminal=CHAT_TERMINAL)
 
     async def end(stop: Stop) -> None:
-        if journal is not None:
-            await journal.close()
+        await journal.close()
         await end_run(store, owner, conversation_id, turn, "cancelled" if stop.is_set else "completed")
 
     watch = watcher(store, owner, conversation_id, turn, begin=False)
@@ -182,20 +177,20 @@ async def follow_chat(request: Request) -> Response:
     query = Query(request, known=("conversation", "starting_after"))
     conversation_id = conversation_id_of(query.one("conversation") or "")
     after = starting_after(query)
-    runs = runs_of(store)
+    runs = store.runs
     settings = RequestContext.of(request).settings
     with store_errors():
-        run = await runs.get(owner, conversation_id, deadline) if runs is not None else None
-        first = await runs.events_after(owner, run.turn, after, deadline) if run and runs else None
-    if runs is None or run is None or not run.active or run.stale(settings.request_timeout_seconds):
+        run = await runs.get(owner, conversation_id, deadline)
+        first = await runs.events_after(owner, run.turn, after, deadline) if run else None
+    if run is None or not run.active or run.stale(settings.request_timeout_seconds):
         raise RequestError(404, "not_found", f"no turn is running in conversation {conversation_id}")
-    turn, follow_runs = run.turn, runs
+    turn = run.turn
 
     async def read(position: int, within: Deadline) -> list[StoredEvent] | None:
-        return await follow_runs.events_after(owner, turn, position, within)
+        return await runs.events_after(owner, turn, position, within)
 
     async def ended(position: int) -> JSONObject | None:  # the turn ended (or died) without journaling done
-        now = await follow_runs.get(owner, conversation_id, call_deadline())
+        now = await runs.get(owner, conversation_id, call_deadline())
         if now is not None and now.turn == turn and now.active:
             return None
         return {"type": "error", "code": "turn_ended", "message": "the turn ended; read the conversation"}
@@ -228,10 +223,9 @@ async def stop_chat(request: Request) -> Response:
     store, owner, deadline = store_context(request)
     conversation_id = conversation_id_of(body.conversation)
     stopped = stop_here((owner, conversation_id))
-    runs = runs_of(store)
-    if not stopped and runs is not None:  # running on another copy (or none): ask it through the store
+    if not stopped:  # running on another copy (or none): ask it through the store
         with store_errors():
-            run = await runs.cancel(owner, conversation_id, deadline)
+            run = await store.runs.cancel(owner, conversation_id, deadline)
         settings = RequestContext.of(request).settings
         stopped = run is not None and run.active and not run.stale(settings.request_timeout_seconds)
     if stopped:
@@ -264,7 +258,7 @@ async def save_chat_turn(request: Request, thread: ChatThread, events: list[Even
     ctx = RequestContext.of(request)
     deadline = ctx.write_deadline()
     try:
-        await ctx.runtime.conversations().append_items(
+        await ctx.runtime.conversations().conversations.append_items(
             thread.owner, thread.conversation_id, [*inputs, *outputs], deadline
         )
     except StoreUnavailable as error:

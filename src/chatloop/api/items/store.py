@@ -7,7 +7,7 @@ Usage::
 
     store, owner, deadline = store_context(request)          # 401 when the request names no caller
     with store_errors():                                     # StoreUnavailable -> 503
-        conversation = await store.get_conversation(owner, "conv_1", deadline)
+        conversation = await store.conversations.get(owner, "conv_1", deadline)
     if conversation is None:
         raise not_found("conversation", "conv_1")
 """

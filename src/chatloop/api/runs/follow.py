@@ -12,7 +12,7 @@ crashed. Whoever reads it first ends it ``failed`` (``settled``), once, with its
 
 Usage (``api.openai.responses.stored``)::
 
-    events = await store.events_after(owner, "resp_1", 4, deadline)         # None: 404
+    events = await store.responses.events_after(owner, "resp_1", 4, deadline)         # None: 404
     async for data in follow_response(store, owner, "resp_1", events, 4, ctx.deadline, longest):
         ...
 """
@@ -29,7 +29,7 @@ from starlette.requests import Request
 from chatloop.api.http.context import RequestContext
 from chatloop.api.http.wire import sse_frame
 from chatloop.api.runs.journal import TERMINAL, stored_event
-from chatloop.api.runs.record import call_deadline, runs_of
+from chatloop.api.runs.record import call_deadline
 from chatloop.deadline import Deadline
 from chatloop.jsontypes import JSONObject
 from chatloop.observability import logger
@@ -112,7 +112,7 @@ def follow_response(
     """A stored response's events after ``after``, followed to its terminal event (see ``follow``)."""
 
     async def read(position: int, within: Deadline) -> list[StoredEvent] | None:
-        return await store.events_after(owner, response_id, position, within)
+        return await store.responses.events_after(owner, response_id, position, within)
 
     async def ended(position: int) -> JSONObject | None:
         return await _ended_unjournaled(store, owner, response_id, position, longest)
@@ -147,7 +147,7 @@ async def _ended_unjournaled(
     if stored is None or stored.body.get("status") in ACTIVE:
         return None
     try:  # its terminal event may have been journaled meanwhile
-        late = await store.events_after(owner, response_id, after, call_deadline())
+        late = await store.responses.events_after(owner, response_id, after, call_deadline())
     except StoreUnavailable:
         late = None
     for event in late or []:
@@ -166,18 +166,18 @@ async def settled(
     store: ConversationStore, owner: str, response_id: str, longest: float, deadline: Deadline
 ) -> StoredResponse | None:
     """The stored response as it stands; a dead turn (see the module docstring) is ended ``failed`` first."""
-    stored = await store.get_response(owner, response_id, deadline)
+    stored = await store.responses.get(owner, response_id, deadline)
     if stored is None or stored.body.get("status") not in ACTIVE:
         return stored
-    runs = runs_of(store)
-    run = await runs.get(owner, response_id, deadline) if runs is not None else None
+    runs = store.runs
+    run = await runs.get(owner, response_id, deadline)
     last_write = run.updated_at if run is not None else float(stored.created_at)
     if time.time() - last_write <= longest:
         return stored
-    if run is not None and runs is not None:
+    if run is not None:
         moved = await runs.move(owner, response_id, None, ACTIVE, "failed", deadline)
         if moved is None:  # another reader (or the turn itself, just now) settled it
-            return await store.get_response(owner, response_id, deadline)
+            return await store.responses.get(owner, response_id, deadline)
     error: JSONObject = {
         "code": "server_error",
         "message": "the turn stopped without finishing (its invocation timed out)",
@@ -198,10 +198,12 @@ async def end_response(
     """End a response that did not end itself (cancelled while queued, or dead): its record takes ``status`` and
     its journal the terminal event, numbered after the last one."""
     body = {**stored.body, "status": status, "error": error}
-    await store.update_response(owner, response_id, body, [], deadline)
-    events = await store.events_after(owner, response_id, -1, deadline) or []
+    await store.responses.update(owner, response_id, body, [], deadline)
+    events = await store.responses.events_after(owner, response_id, -1, deadline) or []
     number = events[-1].sequence_number + 1 if events else 0
-    await store.append_events(owner, response_id, [stored_event(terminal_event(body, number))], deadline)
+    await store.responses.append_events(
+        owner, response_id, [stored_event(terminal_event(body, number))], deadline
+    )
     return StoredResponse(stored.id, stored.created_at, body, stored.expires_at)
 
 

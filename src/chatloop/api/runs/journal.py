@@ -53,7 +53,7 @@ def response_appender(store: ConversationStore, owner: str, response_id: str) ->
     """Appends to a stored response's events."""
 
     async def append(batch: list[StoredEvent], deadline: Deadline) -> object:
-        return await store.append_events(owner, response_id, batch, deadline)
+        return await store.responses.append_events(owner, response_id, batch, deadline)
 
     return append
 

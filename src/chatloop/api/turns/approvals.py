@@ -16,7 +16,7 @@ the call, and the answers a request gives, each checked before anything runs.
 - **Answers.** An ``mcp_approval_response`` in the request's input is a new answer unless the items already show
   it acted upon (an ``mcp_call`` carrying its id, or the sandbox run of it). Each new answer must name a sealed
   request among the items (else a 400: never requested, or not this caller's), appear once, and be claimed in the
-  store (``Store.claim``: one use, across processes): an approval answered before is a 400 and runs nothing; a
+  store (``Store.claims``: one use, across processes): an approval answered before is a 400 and runs nothing; a
   denial answered before is only the history it is (nothing runs either way).
 
 Usage::
@@ -281,7 +281,7 @@ async def _claim(ctx: RequestContext, ids: Sequence[str]) -> list[bool]:
     store = ctx.runtime.conversations()
     deadline = ctx.store_deadline()
     with store_errors():
-        return [await store.claim(ctx.caller, f"apr_{rid}", deadline) for rid in ids]
+        return [await store.claims.claim(ctx.caller, f"apr_{rid}", deadline) for rid in ids]
 
 
 async def release(ctx: RequestContext, answers: Sequence[ApprovalAnswer]) -> None:
@@ -292,4 +292,4 @@ async def release(ctx: RequestContext, answers: Sequence[ApprovalAnswer]) -> Non
     store = ctx.runtime.conversations()
     with store_errors():
         for answer in answers:
-            await store.release(ctx.caller, f"apr_{answer.call.id}", ctx.store_deadline())
+            await store.claims.release(ctx.caller, f"apr_{answer.call.id}", ctx.store_deadline())

@@ -47,7 +47,7 @@ from chatloop.api.openai.responses.stored import Keeping, input_items
 from chatloop.api.openai.responses.worker import EVENT_KEY, invoke_self, run_worker
 from chatloop.api.runs.follow import end_response, follow_response, longest_turn, replay, settled
 from chatloop.api.runs.journal import stored_event
-from chatloop.api.runs.record import call_deadline, runs_of
+from chatloop.api.runs.record import call_deadline
 from chatloop.api.runs.running import keep_task, stop_here
 from chatloop.api.runs.webhooks import notify
 from chatloop.api.turns.serve import released_from_queue
@@ -61,7 +61,7 @@ if TYPE_CHECKING:
 
     from chatloop.api.openai.responses.objects import ResponseEcho
     from chatloop.config import Settings
-    from chatloop.store.runs import Runs
+    from chatloop.store.protocol import RunRecords
 
 CANCEL_WAIT_SECONDS = 3.0
 """How long ``cancel`` waits for the running turn to end (it ends within ~1 s) before answering as it stands."""
@@ -87,8 +87,8 @@ async def queue(request: Request, body: ResponsesBody, keeping: Keeping, echo: R
     raw = await seal_secrets(ctx.runtime, owner, rid, json_object(json.loads(await request.body())))
     first = {"type": "response.queued", "sequence_number": 0, "response": queued}
     with store_errors():
-        await store.create_response(owner, queued, input_items(body), deadline)
-        await store.append_events(owner, rid, [stored_event(first)], deadline)
+        await store.responses.create(owner, queued, input_items(body), deadline)
+        await store.responses.append_events(owner, rid, [stored_event(first)], deadline)
         await runs.begin(owner, rid, rid, "queued", deadline, raw, background=True)
     await _start_worker(request, owner, rid)
     logger.info(f"background response {rid} queued")
@@ -103,15 +103,12 @@ async def queue(request: Request, body: ResponsesBody, keeping: Keeping, echo: R
     )
 
 
-def queueable(keeping: Keeping) -> Runs:
+def queueable(keeping: Keeping) -> RunRecords:
     """The runs a background response is queued in: a 400 naming ``background`` when it cannot be (checked before
     its budget is: bad input is refused before anything is counted)."""
     if keeping.store is None or keeping.owner is None:
         raise RequestError(400, "invalid_request", "background: requires store: true", param="background")
-    runs = runs_of(keeping.store)
-    if runs is None:
-        raise RequestError(400, "invalid_request", "background: this store keeps no runs", param="background")
-    return runs
+    return keeping.store.runs
 
 
 def _queued(rid: str, echo: ResponseEcho) -> JSONObject:
@@ -134,7 +131,7 @@ async def _start_worker(request: Request, owner: str, rid: str) -> None:
         logger.exception("the asynchronous invocation of a background response failed")
         store = ctx.runtime.conversations()
         with store_errors():
-            stored = await store.get_response(owner, rid, call_deadline())
+            stored = await store.responses.get(owner, rid, call_deadline())
             if stored is not None:
                 failure: JSONObject = {"code": "server_error", "message": "the turn could not be started"}
                 await end_response(store, owner, rid, stored, "failed", call_deadline(), error=failure)
@@ -207,15 +204,11 @@ async def cancel_response(request: Request) -> Response:
             raise RequestError(
                 400, "invalid_request", "only a background response can be cancelled", param="response_id"
             )
-        runs = runs_of(store)
-        run = await runs.cancel(owner, rid, deadline) if runs is not None else None
-        queued = run is not None and runs is not None and run.status == "queued"
+        runs = store.runs
+        run = await runs.cancel(owner, rid, deadline)
+        queued = run is not None and run.status == "queued"
         # No worker has it: end it here (a delivery that comes later finds it cancelled and runs nothing).
-        if (
-            queued
-            and runs is not None
-            and await runs.move(owner, rid, rid, {"queued"}, "cancelled", deadline)
-        ):
+        if queued and await runs.move(owner, rid, rid, {"queued"}, "cancelled", deadline):
             stored = await end_response(store, owner, rid, stored, "cancelled", deadline)
             await released_from_queue(RequestContext.of(request), rid.removeprefix("resp_"))
             await notify(RequestContext.of(request).settings, rid, "cancelled")
@@ -226,7 +219,7 @@ async def cancel_response(request: Request) -> Response:
             if waited.expired():
                 break
             await asyncio.sleep(0.1)
-            stored = await store.get_response(owner, rid, deadline)
+            stored = await store.responses.get(owner, rid, deadline)
     if stored is None:
         raise not_found("response", rid)
     return JSONBody(stored.body)

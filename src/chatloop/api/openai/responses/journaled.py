@@ -48,7 +48,9 @@ async def serve(
     async def begin(first: dict[str, object]) -> None:  # the record, in_progress, before the first events
         response = first.get("response")
         if isinstance(response, dict):
-            await store.create_response(owner, json_object(response), input_items(body), ctx.write_deadline())
+            await store.responses.create(
+                owner, json_object(response), input_items(body), ctx.write_deadline()
+            )
 
     # A background turn's record was made when it was queued, with response.queued as event 0.
     append = response_appender(store, owner, rid)
@@ -92,10 +94,10 @@ async def _settle_record(ctx: RequestContext, owner: str, rid: str, journal: Jou
     if terminal is None or terminal.get("type") == "response.failed":
         conversations = ctx.runtime.conversations()
         try:
-            stored = await conversations.get_response(owner, rid, ctx.write_deadline())
+            stored = await conversations.responses.get(owner, rid, ctx.write_deadline())
             if stored is not None:
                 body = {**stored.body, **(response if isinstance(response, dict) else {}), "status": final}
-                await conversations.update_response(owner, rid, json_object(body), [], ctx.write_deadline())
+                await conversations.responses.update(owner, rid, json_object(body), [], ctx.write_deadline())
         except StoreUnavailable as error:
             logger.warning(f"response {rid}: its end ({final}) was not stored: {error}")
     return final

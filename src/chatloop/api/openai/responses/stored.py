@@ -143,12 +143,14 @@ async def save(
     outputs = [Item(o["id"], json_object(o)) for o in response["output"]]
     try:
         if keeping.conversation_id is not None:
-            await store.append_items(keeping.owner, keeping.conversation_id, [*inputs, *outputs], deadline)
+            await store.conversations.append_items(
+                keeping.owner, keeping.conversation_id, [*inputs, *outputs], deadline
+            )
         if keeping.store is not None and not await _journaled(keeping, store, response, outputs, deadline):
-            await store.create_response(keeping.owner, json_object(response), inputs, deadline, outputs)
+            await store.responses.create(keeping.owner, json_object(response), inputs, deadline, outputs)
             if events:
                 stored = [stored_event(e) for e in events]
-                await store.append_events(keeping.owner, response["id"], stored, deadline)
+                await store.responses.append_events(keeping.owner, response["id"], stored, deadline)
     except StoreUnavailable as error:
         logger.warning(f"response {response['id']} not stored: {error}")
         return {**response, "store": False}
@@ -170,7 +172,7 @@ async def _journaled(
     await keeping.journal.began.wait()
     if not keeping.journal.made:
         return False
-    if not await store.update_response(
+    if not await store.responses.update(
         keeping.owner, response["id"], json_object(response), outputs, deadline
     ):
         logger.info(f"response {response['id']} was deleted while its turn ran: its end is not stored")
@@ -199,7 +201,7 @@ async def retrieve_response(request: Request) -> Response:
     longest = longest_turn(request)
     if stream:
         with store_errors():
-            events = await store.events_after(owner, response_id, after, deadline)
+            events = await store.responses.events_after(owner, response_id, after, deadline)
         if events is None:
             raise not_found("response", response_id)
         ctx = RequestContext.of(request)
@@ -235,7 +237,7 @@ async def delete_response(request: Request) -> Response:
     store, owner, deadline = store_context(request)
     response_id = checked_id(str(request.path_params["response_id"]))
     with store_errors():
-        deleted = await store.delete_response(owner, response_id, deadline)
+        deleted = await store.responses.delete(owner, response_id, deadline)
     if not deleted:
         raise not_found("response", response_id)
     return JSONBody({"id": response_id, "object": "response.deleted", "deleted": True})
@@ -247,7 +249,7 @@ async def list_input_items(request: Request) -> Response:
     query = page_query(request)
     with store_errors():
         try:
-            page = await store.list_response_items(owner, response_id, "input", query, deadline)
+            page = await store.responses.list_items(owner, response_id, "input", query, deadline)
         except CursorNotFound:
             raise RequestError(
                 400, "invalid_request", f"after: no item {query.after!r} in this response", param="after"
@@ -272,10 +274,10 @@ async def _chain(
                 f"previous_response_id: the chain is longer than {MAX_CHAIN} responses; start a conversation",
                 param="previous_response_id",
             )
-        stored = await store.get_response(owner, current, deadline)
+        stored = await store.responses.get(owner, current, deadline)
         if stored is None:
             raise not_found("response", current, param="previous_response_id")
-        read = partial(store.list_response_items, owner, current, "input", deadline=deadline)
+        read = partial(store.responses.list_items, owner, current, "input", deadline=deadline)
         inputs = await all_items(read, PageQuery("asc", HISTORY_PAGE))
         output = stored.body.get("output")
         outputs = [o for o in output if isinstance(o, dict)] if isinstance(output, list) else []
