@@ -1,5 +1,6 @@
-"""The conversation store: what must outlive a request (conversations and their items, stored responses with their
-input and output items and their stream events), behind one protocol with two backends.
+"""The store, by aggregate: what must outlive a request (conversations and their items, stored responses with their
+input and output items and their stream events, running turns, one-time claims), a small protocol per aggregate,
+each over one backend of two.
 
 - ``SQLiteBackend`` (``store/sqlite.py``): a file at ``CONVERSATION_STORE_PATH``, the default, so ``make run``
   keeps conversations with no setup.
