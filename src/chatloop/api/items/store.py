@@ -45,7 +45,7 @@ def store_context(request: Request) -> tuple[ConversationStore, str, Deadline]:
         raise RequestError(
             401, "unauthenticated", "this request names no caller (no API key id or IAM identity)"
         )
-    return ctx.runtime.conversations(), owner, ctx.store_deadline()
+    return ctx.runtime.stores.conversations(), owner, ctx.store_deadline()
 
 
 LIST_PARAMETERS = ("order", "limit", "after", "include")

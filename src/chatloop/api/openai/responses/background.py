@@ -129,7 +129,7 @@ async def _start_worker(request: Request, owner: str, rid: str) -> None:
         )
     except Exception as error:  # the turn never starts: say so now, and leave no queued record behind
         logger.exception("the asynchronous invocation of a background response failed")
-        store = ctx.runtime.conversations()
+        store = ctx.runtime.stores.conversations()
         with store_errors():
             stored = await store.responses.get(owner, rid, call_deadline())
             if stored is not None:

@@ -39,7 +39,7 @@ async def serve(
     events: AsyncIterator[Event],
 ) -> Response:
     ctx = RequestContext.of(request)
-    store, owner = ctx.runtime.conversations(), keeping.owner
+    store, owner = ctx.runtime.stores.conversations(), keeping.owner
     if owner is None:
         raise TypeError("a journaled response is kept for a caller")
     rid = f"resp_{ctx.request_id}"
@@ -92,7 +92,7 @@ async def _settle_record(ctx: RequestContext, owner: str, rid: str, journal: Jou
     if status == "completed" or status == "incomplete" or status == "cancelled":
         final = status
     if terminal is None or terminal.get("type") == "response.failed":
-        conversations = ctx.runtime.conversations()
+        conversations = ctx.runtime.stores.conversations()
         try:
             stored = await conversations.responses.get(owner, rid, ctx.write_deadline())
             if stored is not None:

@@ -114,8 +114,8 @@ async def prepare(request: Request, body: ResponsesBody) -> Keeping:
         return Keeping(None, None, None)  # store left to its default: nothing can be kept for nobody
     runtime = ctx.runtime
     deadline = ctx.store_deadline()
-    keeping = Keeping(runtime.conversations() if body.store is not False else None, owner, deadline)
-    store = runtime.conversations()
+    keeping = Keeping(runtime.stores.conversations() if body.store is not False else None, owner, deadline)
+    store = runtime.stores.conversations()
     with store_errors():
         if body.previous_response_id is not None:
             keeping.history = await _chain(store, owner, checked_id(body.previous_response_id), deadline)
@@ -137,7 +137,7 @@ async def save(
     if keeping.owner is None or (keeping.store is None and keeping.conversation_id is None):
         return response
     ctx = RequestContext.of(request)
-    store = ctx.runtime.conversations()
+    store = ctx.runtime.stores.conversations()
     deadline = ctx.write_deadline()
     inputs = input_items(body)
     outputs = [Item(o["id"], json_object(o)) for o in response["output"]]

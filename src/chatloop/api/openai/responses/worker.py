@@ -73,7 +73,7 @@ async def run_worker(app: Starlette, event: Mapping[str, Any], seconds_left: flo
     if not isinstance(rid, str) or not isinstance(owner, str) or not rid.startswith("resp_"):
         return {"ran": False, "reason": "malformed event"}
     runtime = app.state.runtime
-    store = runtime.conversations()
+    store = runtime.stores.conversations()
     runs = store.runs
     claimed = await runs.move(owner, rid, rid, {"queued"}, "in_progress", call_deadline())
     if claimed is None:
