@@ -11,6 +11,7 @@ from typing import Any
 
 import boto3
 
+from chatloop.jsontypes import JSONObject
 from chatloop.store import Store
 from chatloop.store.model import Item, PageQuery, StoredEvent
 from tests.support.store import TABLE, soon
@@ -55,7 +56,7 @@ WRITTEN_SQLITE_CHILDREN = [
 async def write_one_of_each(store: Store) -> None:
     d = soon()
     await store.conversations.create("alice", {"a": "b"}, [Item("msg_1", {"id": "msg_1"})], d)
-    body = {"id": "resp_1", "status": "completed"}
+    body: JSONObject = {"id": "resp_1", "status": "completed"}
     await store.responses.create(
         "alice", body, [Item("msg_2", {"id": "msg_2"})], d, [Item("out_1", {"id": "out_1"})]
     )
