@@ -69,7 +69,7 @@ def compaction(reps: int) -> dict[str, Any]:
         )
 
     asyncio.run(
-        compaction_item(context(), runtime.chain(), _conversation(2))
+        compaction_item(context(), runtime.models.chain(), _conversation(2))
     )  # the first use: imports, the key
     for size in SIZES:
         messages = _conversation(size)
@@ -78,7 +78,7 @@ def compaction(reps: int) -> dict[str, Any]:
         for _ in range(reps):
             ctx = context()
             start = time.perf_counter()
-            item, _, given = asyncio.run(compaction_item(ctx, runtime.chain(), messages))
+            item, _, given = asyncio.run(compaction_item(ctx, runtime.models.chain(), messages))
             times.append((time.perf_counter() - start) * 1000)
         before = len(json.dumps(messages).encode())
         after = len(json.dumps([given.message()]).encode())

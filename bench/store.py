@@ -38,17 +38,17 @@ async def _timings(store, reps: int, history_turns: int) -> dict:
     from chatloop.store import PageQuery
 
     owner = "bench-caller"
-    conversation = await store.create_conversation(owner, {}, [], Deadline.after(30))
+    conversation = await store.conversations.create(owner, {}, [], Deadline.after(30))
     for n in range(history_turns):
-        await store.append_items(owner, conversation.id, turn_items(n), Deadline.after(30))
+        await store.conversations.append_items(owner, conversation.id, turn_items(n), Deadline.after(30))
     writes, reads = [], []
     for n in range(reps):
         items = turn_items(history_turns + n)
         start = time.perf_counter()
-        assert await store.append_items(owner, conversation.id, items, Deadline.after(30))
+        assert await store.conversations.append_items(owner, conversation.id, items, Deadline.after(30))
         writes.append((time.perf_counter() - start) * 1000)
         start = time.perf_counter()
-        page = await store.list_items(
+        page = await store.conversations.list_items(
             owner, conversation.id, PageQuery(order="asc", limit=100), Deadline.after(30)
         )
         reads.append((time.perf_counter() - start) * 1000)
@@ -138,11 +138,11 @@ def _continued(store, reps: int, messages: int) -> dict:
 
         items = stored_items([InputMessage.model_validate(m) for m in history])
         conversation = asyncio.run(
-            store.create_conversation("apikey:bench-key", {}, items[:20], Deadline.after(30))
+            store.conversations.create("apikey:bench-key", {}, items[:20], Deadline.after(30))
         )
         for start in range(20, len(items), 20):
             asyncio.run(
-                store.append_items(
+                store.conversations.append_items(
                     "apikey:bench-key", conversation.id, items[start : start + 20], Deadline.after(30)
                 )
             )

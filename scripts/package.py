@@ -133,7 +133,7 @@ def first_turn():
     from chatloop.tools.javascript import sandbox
 
     sandbox.suspend_all()  # the registry's sandbox is built, its Deno process never started
-    app.app.state.runtime.registry()
+    app.app.state.runtime.tools.registry()
     warmup.prime("groq")  # the default chain's SDK: its modules, client, chunk schema
     build_schemas()  # the request bodies' validators
     urllib.request.Request("https://api.groq.com/openai/v1")  # as httpx reads a response's cookies: 2 patterns

@@ -112,7 +112,7 @@ def test_on_lambda_the_imports_are_frozen_out_of_the_collector_until_the_first_m
 def test_the_spare_starts_once_the_first_model_call_is_in_flight(fake_llm):
     fake_llm.default = realistic
     runtime = Runtime(Settings(model_chain=f"groq:{MODEL}"), keys_loader=lambda s: {"groq": "gsk_test"})
-    box = runtime.registry().get("execute_javascript").sandbox
+    box = runtime.tools.registry().get("execute_javascript").sandbox
     seen: dict[str, bool] = {}
 
     def at_send(body: dict) -> object:
@@ -131,7 +131,7 @@ def test_the_spare_starts_once_the_first_model_call_is_in_flight(fake_llm):
         turn = ModelRequest(messages=[{"role": "user", "content": "hi"}], deadline=Deadline.after(20))
 
         async def one_call() -> None:
-            async for _ in runtime.chain().stream(turn):
+            async for _ in runtime.models.chain().stream(turn):
                 pass
 
         asyncio.run(one_call())
@@ -154,7 +154,7 @@ def test_the_chunk_schema_is_built_while_the_first_call_waits(fake_llm, monkeypa
     turn = ModelRequest(messages=[{"role": "user", "content": "hi"}], deadline=Deadline.after(20))
 
     async def one_call() -> None:
-        async for _ in runtime.chain().stream(turn):
+        async for _ in runtime.models.chain().stream(turn):
             pass
 
     asyncio.run(one_call())
@@ -183,7 +183,7 @@ def test_a_first_answer_that_comes_before_the_chunk_schema_is_built_waits_for_it
     turn = ModelRequest(messages=[{"role": "user", "content": "hi"}], deadline=Deadline.after(20))
 
     async def one_call() -> None:
-        async for item in runtime.chain().stream(turn):
+        async for item in runtime.models.chain().stream(turn):
             # what the model's chunks made (the chain also says which model it tries, before any chunk)
             if isinstance(item, (TextDelta, ModelResponse)) and (not order or order[-1] != "chunk"):
                 order.append("chunk")

@@ -78,12 +78,12 @@ SNAPSHOT_THEN_TWO_RESTORES = textwrap.dedent(
         "children": len(children_of()),
         "sockets": sockets(),
         "threads": threading.active_count(),
-        "keys_read": runtime._keys is not None,
+        "keys_read": runtime.models._keys is not None,
         "boto3": "boto3" in sys.modules,
         "groq_primed": "groq" in sys.modules,
         "lazy_at_import": lazy_at_import,
         "lazy_primed": all(m in sys.modules for m in lazy),
-        "sandbox_built": runtime._registry is not None,
+        "sandbox_built": runtime.tools._registry is not None,
         "spares": sum(box._spare is not None for box in lifecycle.live()),
         "sdk_clients": sum(len(clients) for clients in sdk._CLIENTS.values()),
         "tls_primed": tls is not None and len(tls.get_ca_certs()) > 0,
@@ -202,16 +202,16 @@ def test_before_snapshot_leaves_no_process_key_or_client_and_after_restore_start
     turn = ModelRequest(messages=[{"role": "user", "content": "hi"}], deadline=Deadline.after(20))
 
     async def one_call() -> None:
-        async for _ in runtime.chain().stream(turn):
+        async for _ in runtime.models.chain().stream(turn):
             pass
 
     asyncio.run(one_call())  # a request before the snapshot: a key read, an SDK client with a connection
-    box = runtime.registry().get("execute_javascript").sandbox
+    box = runtime.tools.registry().get("execute_javascript").sandbox
     try:
         box.warm()
         snapstart.before_snapshot(runtime)
         assert box._spare is None and not box._spare_starting
-        assert runtime._keys is None and runtime._chain is None
+        assert runtime.models._keys is None and runtime.models._chain is None
         box.warm()  # suspended: a request before the restore would run cold, never leave a spare behind
         assert box._spare is None and not box._spare_starting
         assert box.run("6 * 7").payload["result"] == 42

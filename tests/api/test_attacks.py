@@ -201,7 +201,7 @@ def test_a_short_key_echoed_by_a_provider_is_redacted(upstream, sandbox, use):
     short = "k3Y9"
     register_secret(short)
     runtime = use(sandbox)
-    runtime._keys_loader = lambda s: {"groq": short, "openai": None}
+    runtime.models._keys_loader = lambda s: {"groq": short, "openai": None}
     upstream.script(
         MODEL, error(401, "invalid_api_key", f"Invalid API Key: {short}", kind="invalid_request_error")
     )

@@ -330,7 +330,7 @@ def test_a_background_turn_whose_worker_breaks_is_ended_failed_not_left_running(
         async def broken(*args: Any, **kwargs: Any) -> Any:
             raise RuntimeError("a fault nobody expected")
 
-        monkeypatch.setattr(server.runtime, "mcp_for_turn", broken)
+        monkeypatch.setattr(server.runtime.tools, "mcp_for_turn", broken)
         sdk = client(server)
         created = sdk.responses.create(model="chatloop", input="break", background=True)
         ended = poll(sdk, created.id, {"completed", "failed", "cancelled", "incomplete"}, timeout=10)

@@ -67,7 +67,7 @@ def test_the_same_key_with_another_body_is_a_422(aws, serve):
 
 def test_the_same_key_while_the_first_still_runs_is_a_409_with_retry_after(aws, serve):
     model = serve()
-    store = lambda_app.app.state.runtime.idempotency
+    store = lambda_app.app.state.runtime.stores.idempotency
     body = json.dumps(ask())
     # The first request's record, as its still-running invocation left it.
     data = {"key": "apikey:key-a|/chat|retry-1", "body": hashlib.sha256(body.encode()).hexdigest()}
@@ -103,7 +103,7 @@ def test_a_failed_answer_is_not_stored(aws, app_runtime):
     model = ScriptedModel(down, name="scripted:down")
     app_runtime(Settings(idempotency_table_name=TABLE), model=model, registry=ToolRegistry())
     assert call(ask())[0] == 503
-    lambda_app.app.state.runtime.chain().health.cooldown_until.clear()
+    lambda_app.app.state.runtime.models.chain().health.cooldown_until.clear()
     status, body, _ = call(ask())  # the retry runs: a failure is nothing to replay
     assert status == 200 and "Back up." in body and model.calls == 2
 

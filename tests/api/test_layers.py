@@ -36,8 +36,8 @@ WIRE_APIS = (
     "chatloop.api.openai.conversations",
 )
 UNRANKED = {"chatloop.api.runtime"}
-"""The container-lifetime ``Runtime``: what every layer reads its settings, store and chain from (its own place in
-the graph is ``tests/test_imports.py``'s)."""
+"""The container-lifetime ``Runtime`` (a package: its models, tools and stores): what every layer reads its settings,
+store and chain from (its own place in the graph is ``tests/test_imports.py``'s)."""
 
 
 @dataclass(frozen=True)
@@ -93,7 +93,9 @@ def _targets(node: ast.Import | ast.ImportFrom, package: str) -> list[str]:
 
 
 def layer_of(module: str) -> str | None:
-    if not module.startswith("chatloop.api") or module in UNRANKED:
+    if not module.startswith("chatloop.api") or any(
+        module == u or module.startswith(u + ".") for u in UNRANKED
+    ):
         return None
     if module in ("chatloop.api", "chatloop.api.app"):
         return "app"

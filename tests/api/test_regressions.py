@@ -271,7 +271,7 @@ def test_a_failed_stream_is_not_stored_and_a_retry_runs(aws, app_runtime):
 
     failed = parse_sse(invoke(keyed())[1])
     assert failed[-1][1]["stop_reason"] == "all_models_failed" and table_items() == []
-    lambda_app.app.state.runtime.chain().health.cooldown_until.clear()
+    lambda_app.app.state.runtime.models.chain().health.cooldown_until.clear()
     status, body, headers = invoke(keyed())
     assert status == 200 and REPLAYED_HEADER not in headers and model.calls == 2
     assert parse_sse(body)[-1][1]["message"]["content"] == "Back up."

@@ -65,7 +65,7 @@ def healthy_chain(request):
     if "server" in request.fixturenames:
         from chatloop.providers.chain import ChainHealth
 
-        request.getfixturevalue("server").runtime.chain().health = ChainHealth()
+        request.getfixturevalue("server").runtime.models.chain().health = ChainHealth()
         request.getfixturevalue("upstream").queues.clear()
 
 

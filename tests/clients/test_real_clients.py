@@ -106,7 +106,7 @@ def healthy_chain(request):
     if "scripted" in request.fixturenames:
         from chatloop.providers.chain import ChainHealth
 
-        request.getfixturevalue("scripted").runtime.chain().health = ChainHealth()
+        request.getfixturevalue("scripted").runtime.models.chain().health = ChainHealth()
 
 
 @pytest.fixture(scope="module")

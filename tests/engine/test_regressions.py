@@ -442,8 +442,8 @@ def test_a_good_catalog_file_with_fields_the_checker_does_not_know_still_loads(
         json.dumps({"models": {f"groq:{MODEL}": {"context_window": 8192.0, "some_future_field": {}}}})
     )
     runtime = with_keys(sandbox)
-    runtime.catalog = Runtime(Settings(model_catalog_file=str(path))).catalog
-    assert runtime.catalog.get(f"groq:{MODEL}").context_window == 8192
+    runtime.models.catalog = Runtime(Settings(model_catalog_file=str(path))).models.catalog
+    assert runtime.models.catalog.get(f"groq:{MODEL}").context_window == 8192
 
 
 # --- 8. the reminder branch ends after the final call ---------------------------------------------------------------

@@ -291,7 +291,7 @@ def test_a_larger_window_in_the_chain_is_chosen_instead_of_trimming(catalog_file
 
 def test_the_estimate_learns_each_models_ratio_from_reported_usage(catalog_file, upstream, sandbox, serve):
     runtime = serve(catalog_file, f"groq:{SMALL}", sandbox)
-    estimator: TokenEstimator = runtime.chain().health.estimator
+    estimator: TokenEstimator = runtime.models.chain().health.estimator
     assert estimator.scale == {}
     for n in range(4):
         chat(history(n + 1, with_tools=False), max_tokens=200)

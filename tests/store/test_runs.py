@@ -13,12 +13,12 @@ import pytest
 from chatloop.api.runs.journal import Journal
 from chatloop.deadline import Deadline
 from chatloop.store.model import StoredEvent, StoreUnavailable
-from chatloop.store.runs import Run, Runs
+from chatloop.store.runs import Run
 from tests.support.store import soon
 
 
 async def test_a_queued_run_is_claimed_by_exactly_one_of_many(backends):
-    runs = Runs(backends.store())
+    runs = backends.store().runs
     await runs.begin("alice", "resp_1", "resp_1", "queued", soon(), {"input": "hi"}, background=True)
     claims = await asyncio.gather(
         *(runs.move("alice", "resp_1", "resp_1", {"queued"}, "in_progress", soon(30)) for _ in range(8))
@@ -31,7 +31,7 @@ async def test_a_queued_run_is_claimed_by_exactly_one_of_many(backends):
 
 
 async def test_a_cancel_request_is_kept_and_never_undoes_an_end(backends):
-    runs = Runs(backends.store())
+    runs = backends.store().runs
     await runs.begin("alice", "conv_1", "turn_a", "in_progress", soon())
     asked = await runs.cancel("alice", "conv_1", soon())
     assert asked is not None and asked.cancel and asked.active
@@ -49,7 +49,7 @@ async def test_a_cancel_request_is_kept_and_never_undoes_an_end(backends):
 
 
 async def test_a_turns_journal_is_read_in_order_and_only_by_its_owner(backends):
-    runs = Runs(backends.store())
+    runs = backends.store().runs
     await runs.open_journal("alice", "turn_x", soon())
     events = [
         StoredEvent(n, {"type": "delta", "sequence_number": n, "data": {"content": f"w{n}"}})

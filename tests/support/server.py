@@ -6,7 +6,7 @@ Usage::
         openai.OpenAI(base_url=server.base_url, api_key="unused")
 
     with app_server(settings, model=model, registry=registry) as server:   # the runtime built as tests build it
-        server.runtime.chain()
+        server.runtime.models.chain()
 
     alice = client(server)   # the openai SDK as a caller with its own x-api-key
 """

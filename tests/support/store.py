@@ -6,7 +6,7 @@ Usage::
 
     async def test_x(backends):
         store = backends.store()
-        await store.create_conversation("alice", {}, [], soon())
+        await store.conversations.create("alice", {}, [], soon())
 """
 
 from __future__ import annotations

@@ -356,7 +356,7 @@ def test_tool_lists_are_cached_per_container(docs, llm, sandbox, handler_runtime
     llm.default = lambda body: text(body["model"], "no tool needed", groq=True)
     invoke("/chat", chat())
     assert len(docs.requests) == seen  # listed once, then reused
-    assert runtime.mcp_servers()._listings["docs"].tools
+    assert runtime.tools.mcp_servers()._listings["docs"].tools
 
 
 # --- under uvicorn, with the real openai SDK -------------------------------------------------------

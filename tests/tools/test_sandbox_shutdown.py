@@ -51,7 +51,7 @@ BUFFERED = textwrap.dedent(
     import sys, time
     sys.path[:0] = [sys.argv[1] + "/src"]
     import app
-    box = app.app.state.runtime.registry().get("execute_javascript").sandbox
+    box = app.app.state.runtime.tools.registry().get("execute_javascript").sandbox
     assert box.run("1 + 1").payload["result"] == 2
     print("ready", flush=True)
     time.sleep(60)

@@ -260,7 +260,7 @@ async def traced(model: ScriptedModel, registry: ToolRegistry, **request: Any) -
     runtime = build_runtime(settings, model=model, registry=registry)
     scope = TurnScope("rid-guard", conversation_id="conv_123")
     run = lambda chain: run_turn(turn, chain, registry, Deadline.after(30), runtime.limits)  # noqa: E731
-    return [e async for e in trace_turn(settings, scope, runtime.model_for(None, strict=False), run)]
+    return [e async for e in trace_turn(settings, scope, runtime.models.for_turn(None, strict=False), run)]
 
 
 async def test_a_guard_ended_turn_has_its_guard_event(telemetry):
@@ -299,7 +299,7 @@ async def test_a_turn_the_client_leaves_mid_call_ends_its_spans(telemetry):
     runtime = build_runtime(settings, model=Slow(), registry=ToolRegistry())
     run = lambda chain: run_turn(turn, chain, ToolRegistry(), Deadline.after(60), runtime.limits)  # noqa: E731
     events = trace_turn(
-        settings, TurnScope("rid-gone", flush=True), runtime.model_for(None, strict=False), run
+        settings, TurnScope("rid-gone", flush=True), runtime.models.for_turn(None, strict=False), run
     )
     async for event in events:
         if getattr(event, "content", None) == "Let me think":
@@ -507,14 +507,14 @@ async def test_the_runtimes_chain_is_untouched_and_a_reused_chain_is_traced_once
     runtime keeps; a chain traced twice has its members wrapped once, for the turn at hand."""
     model = ScriptedModel(lambda r, n: ModelResponse("", content="hi"))
     runtime = build_runtime(Settings(), model=model, registry=ToolRegistry())
-    turn_chain = runtime.model_for(None, strict=False)
+    turn_chain = runtime.models.for_turn(None, strict=False)
     registry = ToolRegistry()
     turn = TurnRequest(messages=normalize_conversation([{"role": "user", "content": "hi"}]))
     run = lambda chain: run_turn(turn, chain, registry, Deadline.after(10), runtime.limits)  # noqa: E731
     for rid in ("r1", "r2"):
         async for _ in trace_turn(Settings(), TurnScope(rid), turn_chain, run):
             pass
-    assert runtime.chain().models == [model] and model.calls == 2
+    assert runtime.models.chain().models == [model] and model.calls == 2
     agents = telemetry.named("invoke_agent")
     chats = telemetry.named("chat ")
     assert len(agents) == 2 and [parent_of(c) for c in chats] == [a.context.span_id for a in agents]

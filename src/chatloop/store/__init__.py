@@ -1,13 +1,17 @@
-"""The conversation store: what must outlive a request (conversations and their items, stored responses with their
-input and output items and their stream events), behind one protocol with two backends.
+"""The store, by aggregate: what must outlive a request (conversations and their items, stored responses with their
+input and output items and their stream events, running turns, one-time claims), a small protocol per aggregate,
+each over one backend of two.
 
 - ``SQLiteBackend`` (``store/sqlite.py``): a file at ``CONVERSATION_STORE_PATH``, the default, so ``make run``
   keeps conversations with no setup.
 - ``DynamoDBBackend`` (``store/dynamodb.py``): one table when ``CONVERSATION_TABLE_NAME`` is set (deployed).
 
-Modules: ``model`` (the values and the ``Backend`` protocol), ``protocol`` (``ConversationStore``, what the API
-calls), ``service`` (``Store``, its implementation over a backend), ``sqlite``, and ``dynamodb`` (the operations)
-with ``dynamodb_layout`` (how records map to table items) and ``dynamodb_client`` (the client and its errors).
+Modules: ``model`` (the values and the ``Backend`` protocol), ``protocol`` (what the API calls: a small protocol
+per aggregate, and ``ConversationStore``, one of each), ``core`` (the steps they share: a backend call within the
+deadline, records with their TTL, pages, event lists), one module per aggregate (``conversations``, ``responses``,
+``runs``, ``claims``), ``service`` (``Store``: the aggregates over one backend), ``sqlite``, and ``dynamodb`` (the
+operations) with ``dynamodb_layout`` (how records map to table items) and ``dynamodb_client`` (the client and its
+errors). The budget ledger (``budget``) and the idempotency records (``idempotency``) are aggregates of their own.
 
 Every record belongs to an owner (the caller): a read by another owner is exactly "not found". Every record
 expires ``CONVERSATION_TTL_SECONDS`` after it was created (its items with it), and an expired record reads as
@@ -19,8 +23,9 @@ Usage::
 
     ledger = open_ledger(settings)                            # only when a BUDGET_* limit is set
     store = open_store(settings)                              # lazily, once per container
-    conversation = await store.create_conversation(owner, {"topic": "x"}, [item], deadline)
-    page = await store.list_items(owner, conversation.id, PageQuery(order="asc", limit=20), deadline)
+    conversation = await store.conversations.create(owner, {"topic": "x"}, [item], deadline)
+    page = await store.conversations.list_items(owner, conversation.id, PageQuery(order="asc", limit=20), deadline)
+    await store.runs.cancel(owner, "resp_1", deadline)       # store.responses, store.claims likewise
 """
 
 from __future__ import annotations

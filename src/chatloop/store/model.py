@@ -29,7 +29,7 @@ their conversations (each entry expiring with its conversation)."""
 Order = Literal["asc", "desc"]
 RecordKind = Literal["conversation", "response", "index", "run", "claim"]
 RECORD_KINDS: tuple[RecordKind, ...] = ("conversation", "response", "index", "run", "claim")
-"""``claim``: a one-time use recorded (an approval answered), so a second use is told apart (``Store.claim``)."""
+"""``claim``: a one-time use recorded (an approval answered), so a second use is told apart (``Store.claims``)."""
 ID_RANDOM_BYTES = 24
 """192 bits: an id is never guessed, and never collides."""
 

@@ -1,47 +1,56 @@
-"""``ConversationStore``: what the API needs of the conversation store, as a protocol (``Store`` in ``service.py``
-implements it; a test can pass its own), and ``CursorNotFound``, the one error it raises besides
-``StoreUnavailable``.
+"""What the API needs of the store, as small protocols by aggregate (conversations, responses, runs, claims) and
+``ConversationStore``, the store that holds one of each (``Store`` in ``service.py`` is the one implementation,
+over SQLite or DynamoDB; a test builds a real one, on a temporary SQLite file). The budget ledger is its own
+(``store.budget.Ledger``), and so are the idempotency records (``store.idempotency``).
+
+Every method is scoped to ``owner``: another owner's record is None / False, exactly as a missing one.
+``StoreUnavailable`` when the store fails or the deadline passes; ``CursorNotFound`` when a page's ``after`` is not
+in its list.
 
 Usage::
 
     async def show(store: ConversationStore, owner: str, conversation_id: str, deadline: Deadline) -> JSONObject:
-        conversation = await store.get_conversation(owner, conversation_id, deadline)
+        conversation = await store.conversations.get(owner, conversation_id, deadline)
         return conversation.as_object() if conversation else {"error": "not found"}
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from typing import Literal, Protocol
 
 from chatloop.deadline import Deadline
 from chatloop.jsontypes import JSONObject
+from chatloop.store.core import CursorNotFound
 from chatloop.store.model import Conversation, Item, Page, PageQuery, StoredEvent, StoredResponse
+from chatloop.store.runs import Run, RunStatus
+
+__all__ = [
+    "ClaimRecords",
+    "ConversationRecords",
+    "ConversationStore",
+    "CursorNotFound",
+    "ResponseRecords",
+    "RunRecords",
+]
 
 
-class CursorNotFound(LookupError):
-    """``after`` names no item of the list (a 400 for the client)."""
+class ConversationRecords(Protocol):
+    """Conversations and their items (``store.conversations.Conversations``)."""
 
-
-class ConversationStore(Protocol):
-    """What the API needs of the store. Every method is scoped to ``owner``: another owner's record is None / False,
-    exactly as a missing one. ``StoreUnavailable`` when the store fails or the deadline passes."""
-
-    async def create_conversation(
+    async def create(
         self, owner: str, metadata: dict[str, str], items: Sequence[Item], deadline: Deadline
     ) -> Conversation: ...
 
-    async def get_conversation(
-        self, owner: str, conversation_id: str, deadline: Deadline
-    ) -> Conversation | None: ...
+    async def get(self, owner: str, conversation_id: str, deadline: Deadline) -> Conversation | None: ...
 
-    async def list_conversations(self, owner: str, query: PageQuery, deadline: Deadline) -> Page: ...
+    async def list(self, owner: str, query: PageQuery, deadline: Deadline) -> Page: ...
 
-    async def update_conversation(
+    async def update(
         self, owner: str, conversation_id: str, metadata: dict[str, str], deadline: Deadline
     ) -> Conversation | None: ...
 
-    async def delete_conversation(self, owner: str, conversation_id: str, deadline: Deadline) -> bool: ...
+    async def delete(self, owner: str, conversation_id: str, deadline: Deadline) -> bool: ...
 
     async def append_items(
         self, owner: str, conversation_id: str, items: Sequence[Item], deadline: Deadline
@@ -59,7 +68,11 @@ class ConversationStore(Protocol):
         self, owner: str, conversation_id: str, item_id: str, deadline: Deadline
     ) -> bool: ...
 
-    async def create_response(
+
+class ResponseRecords(Protocol):
+    """Stored responses, their input and output items and their stream's events (``store.responses.Responses``)."""
+
+    async def create(
         self,
         owner: str,
         body: JSONObject,
@@ -68,22 +81,15 @@ class ConversationStore(Protocol):
         output_items: Sequence[Item] = (),
     ) -> StoredResponse: ...
 
-    async def update_response(
-        self,
-        owner: str,
-        response_id: str,
-        body: JSONObject,
-        output_items: Sequence[Item],
-        deadline: Deadline,
+    async def update(
+        self, owner: str, response_id: str, body: JSONObject, output_items: Sequence[Item], deadline: Deadline
     ) -> bool: ...
 
-    async def get_response(
-        self, owner: str, response_id: str, deadline: Deadline
-    ) -> StoredResponse | None: ...
+    async def get(self, owner: str, response_id: str, deadline: Deadline) -> StoredResponse | None: ...
 
-    async def delete_response(self, owner: str, response_id: str, deadline: Deadline) -> bool: ...
+    async def delete(self, owner: str, response_id: str, deadline: Deadline) -> bool: ...
 
-    async def list_response_items(
+    async def list_items(
         self,
         owner: str,
         response_id: str,
@@ -100,6 +106,69 @@ class ConversationStore(Protocol):
         self, owner: str, response_id: str, after: int, deadline: Deadline
     ) -> list[StoredEvent] | None: ...
 
+
+class RunRecords(Protocol):
+    """Running turns: their status, their cancel request, a background one's request, a ``/chat`` turn's journal
+    (``store.runs.Runs``)."""
+
+    async def begin(
+        self,
+        owner: str,
+        key: str,
+        turn: str,
+        status: RunStatus,
+        deadline: Deadline,
+        request: JSONObject | None = None,
+        *,
+        background: bool = False,
+    ) -> Run: ...
+
+    async def get(self, owner: str, key: str, deadline: Deadline) -> Run | None: ...
+
+    async def move(
+        self,
+        owner: str,
+        key: str,
+        turn: str | None,
+        allowed: Collection[str],
+        status: RunStatus,
+        deadline: Deadline,
+    ) -> Run | None: ...
+
+    async def cancel(self, owner: str, key: str, deadline: Deadline) -> Run | None: ...
+
+    async def open_journal(self, owner: str, turn: str, deadline: Deadline) -> None: ...
+
+    async def append_events(
+        self, owner: str, turn: str, events: Sequence[StoredEvent], deadline: Deadline
+    ) -> bool: ...
+
+    async def events_after(
+        self, owner: str, turn: str, after: int, deadline: Deadline
+    ) -> list[StoredEvent] | None: ...
+
+    async def request_of(self, owner: str, key: str, deadline: Deadline) -> JSONObject | None: ...
+
+
+class ClaimRecords(Protocol):
+    """One-time uses (``store.claims.Claims``)."""
+
     async def claim(self, owner: str, claim_id: str, deadline: Deadline) -> bool: ...
 
     async def release(self, owner: str, claim_id: str, deadline: Deadline) -> None: ...
+
+
+class ConversationStore(Protocol):
+    """The store the API calls: one of each aggregate, all in one table or file."""
+
+    @property
+    def conversations(self) -> ConversationRecords: ...
+
+    @property
+    def responses(self) -> ResponseRecords: ...
+
+    @property
+    def runs(self) -> RunRecords: ...
+
+    @property
+    def claims(self) -> ClaimRecords: ...

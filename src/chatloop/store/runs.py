@@ -13,7 +13,7 @@ turn may run (``stale``) is dead: its invocation ended (timed out, crashed, froz
 
 Usage::
 
-    runs = Runs(store)
+    runs = store.runs                                       # Runs(Core(backend, ttl_seconds)) of the store
     await runs.begin(owner, "resp_1", turn="resp_1", status="queued", deadline=d, request=body)
     claimed = await runs.move(owner, "resp_1", "resp_1", {"queued"}, "in_progress", d)    # None: someone else did
     await runs.cancel(owner, "resp_1", d)                                                  # the running turn ends
@@ -21,7 +21,6 @@ Usage::
 
 from __future__ import annotations
 
-import math
 import time
 from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass, replace
@@ -29,8 +28,8 @@ from typing import Literal
 
 from chatloop.deadline import Deadline
 from chatloop.jsontypes import JSONObject
-from chatloop.store.model import Item, Record, StoredEvent
-from chatloop.store.service import MAX_EVENTS_READ, Store, owner_key
+from chatloop.store.core import Core, owner_key
+from chatloop.store.model import Item, StoredEvent
 
 RunStatus = Literal["queued", "in_progress", "completed", "failed", "cancelled", "incomplete"]
 ACTIVE: frozenset[str] = frozenset({"queued", "in_progress"})
@@ -88,10 +87,10 @@ def run_id(key: str) -> str:
 
 
 class Runs:
-    """The runs of ``store`` (the same table or file as everything else it keeps)."""
+    """The ``RunRecords`` of the store (``store.protocol``): in the same table or file as everything else it keeps."""
 
-    def __init__(self, store: Store) -> None:
-        self.store = store
+    def __init__(self, core: Core) -> None:
+        self.core = core
 
     async def begin(
         self,
@@ -106,27 +105,23 @@ class Runs:
     ) -> Run:
         """Record a turn that starts (``in_progress``) or waits for a worker (``queued``, with its ``request``).
         A conversation's earlier run under the same key is replaced."""
-        run = Run(key, turn, status, False, time.time(), background)
-        backend, okey = self.store.backend, owner_key(owner)
-        existing = await self.store.call(deadline, backend.read, okey, run_id(key), time.time())
-        replaced = existing is not None and existing.kind == "run"
-        if replaced and existing is not None:  # a conversation's earlier turn
-            swapped = await self.store.call(
-                deadline, backend.swap_body, okey, run_id(key), existing.body, run.body(), time.time()
+        core, okey = self.core, owner_key(owner)
+        run = Run(key, turn, status, False, core.now(), background)
+        existing = await core.read(owner, run_id(key), "run", deadline)
+        if existing is not None:  # a conversation's earlier turn
+            swapped = await core.call(
+                deadline, core.backend.swap_body, okey, run_id(key), existing.body, run.body(), core.now()
             )
             if swapped:
                 return run
-        now = time.time()
-        record = Record("run", int(now), math.ceil(now + self.store.ttl_seconds), run.body())
+        record = core.new_record("run", run.body())
         lists = {"input": [Item(REQUEST_ITEM, request)]} if request is not None else {}
-        await self.store.call(deadline, backend.create, okey, run_id(key), record, lists)
+        await core.call(deadline, core.backend.create, okey, run_id(key), record, lists)
         return run
 
     async def get(self, owner: str, key: str, deadline: Deadline) -> Run | None:
-        record = await self.store.call(
-            deadline, self.store.backend.read, owner_key(owner), run_id(key), time.time()
-        )
-        return Run.of(key, record.body) if record is not None and record.kind == "run" else None
+        record = await self.core.read(owner, run_id(key), "run", deadline)
+        return Run.of(key, record.body) if record is not None else None
 
     async def move(
         self,
@@ -157,68 +152,48 @@ class Runs:
 
     # --- a /chat turn's journal: its events, under a record of the turn's own ------------------------------
     async def open_journal(self, owner: str, turn: str, deadline: Deadline) -> None:
-        now = time.time()
-        expires = math.ceil(now + min(self.store.ttl_seconds, JOURNAL_TTL_SECONDS))
-        record = Record("run", int(now), expires, {"journal": turn})
-        await self.store.call(deadline, self.store.backend.create, owner_key(owner), run_id(turn), record, {})
+        core = self.core
+        record = core.new_record("run", {"journal": turn}, min(core.ttl_seconds, JOURNAL_TTL_SECONDS))
+        await core.call(deadline, core.backend.create, owner_key(owner), run_id(turn), record, {})
 
     async def append_events(
         self, owner: str, turn: str, events: Sequence[StoredEvent], deadline: Deadline
     ) -> bool:
-        entries = [(e.sequence_number, Item(str(e.sequence_number), e.data)) for e in events]
-        return await self.store.call(
-            deadline,
-            self.store.backend.put_at,
-            owner_key(owner),
-            run_id(turn),
-            "events",
-            entries,
-            time.time(),
-        )
+        return await self.core.put_events(owner, run_id(turn), events, deadline)
 
     async def events_after(
         self, owner: str, turn: str, after: int, deadline: Deadline
     ) -> list[StoredEvent] | None:
-        rows = await self.store.call(
-            deadline,
-            self.store.backend.page,
-            owner_key(owner),
-            run_id(turn),
-            "events",
-            "asc",
-            after,
-            MAX_EVENTS_READ,
-            time.time(),
-        )
-        return None if rows is None else [StoredEvent(position, item.body) for position, item in rows]
+        return await self.core.events_after(owner, run_id(turn), after, deadline)
 
     async def request_of(self, owner: str, key: str, deadline: Deadline) -> JSONObject | None:
         """The request body a background run was queued with."""
-        item = await self.store.call(
+        core = self.core
+        item = await core.call(
             deadline,
-            self.store.backend.get_child,
+            core.backend.get_child,
             owner_key(owner),
             run_id(key),
             "input",
             REQUEST_ITEM,
-            time.time(),
+            core.now(),
         )
         return item.body if item is not None else None
 
     async def _update(
         self, owner: str, key: str, deadline: Deadline, when: Callable[[Run], bool], **changes: str | bool
     ) -> Run | None:
-        backend, okey = self.store.backend, owner_key(owner)
+        core, okey = self.core, owner_key(owner)
         for _ in range(5):  # a concurrent write between the read and the swap: read again
-            record = await self.store.call(deadline, backend.read, okey, run_id(key), time.time())
-            if record is None or record.kind != "run":
+            record = await core.read(owner, run_id(key), "run", deadline)
+            if record is None:
                 return None
             run = Run.of(key, record.body)
             if not when(run):
                 return None
-            new = replace(run, **changes, updated_at=time.time())  # type: ignore[arg-type]
-            if await self.store.call(
-                deadline, backend.swap_body, okey, run_id(key), record.body, new.body(), time.time()
+            new = replace(run, **changes, updated_at=core.now())  # type: ignore[arg-type]
+            if await core.call(
+                deadline, core.backend.swap_body, okey, run_id(key), record.body, new.body(), core.now()
             ):
                 return new
         return None

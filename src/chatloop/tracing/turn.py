@@ -126,7 +126,7 @@ class TurnTrace:
         self.ended = False
 
     def wrap(self, chain: FallbackChain) -> FallbackChain:
-        """The turn's chain (``Runtime.model_for`` makes one per turn) with each member model traced, in place, so
+        """The turn's chain (``Runtime.models.for_turn`` makes one per turn) with each member model traced, in place, so
         what the API reads of it after the turn (the model that answered) holds; the chain's logic is untouched. A
         member traced already (a chain reused) is traced for this turn instead, never twice."""
         chain.models = [

@@ -102,7 +102,7 @@ async def chat(request: Request) -> Response:
         max_iterations=body.max_iterations,
         approvals=thread.answers if thread else (),
     )
-    registry = await runtime.tools_for_turn(ctx.deadline) if tool_names != [] else ToolRegistry()
+    registry = await runtime.tools.for_turn(ctx.deadline) if tool_names != [] else ToolRegistry()
     if (
         runtime.settings.approval_required_tools
     ):  # the operator's tools that wait for a person (docs/tools.md)
@@ -122,9 +122,9 @@ def tools_for_chat(runtime: Runtime, body: ChatBody, choice: ChatChoice) -> list
     """The tools a /chat turn may use: None for all of them (the MCP servers' tools included), [] for none."""
     if choice == "none":
         return []
-    known = runtime.tool_names()
+    known = runtime.tools.names()
     names = body.tools
-    unknown = [n for n in names or [] if n not in known and not runtime.mcp_name(n)]
+    unknown = [n for n in names or [] if n not in known and not runtime.tools.mcp_name(n)]
     if unknown:
         raise RequestError(
             400, "unknown_tool", f"tools: unknown tool(s) {unknown}; built-in tools: {known}", "tools"
@@ -133,7 +133,7 @@ def tools_for_chat(runtime: Runtime, body: ChatBody, choice: ChatChoice) -> list
     if (
         chosen is not None
         and chosen not in (names if names is not None else known)
-        and not runtime.mcp_name(chosen)
+        and not runtime.tools.mcp_name(chosen)
     ):
         raise RequestError(
             400, "invalid_request", "tool_choice names a tool that is not enabled", "tool_choice"

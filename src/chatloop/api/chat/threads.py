@@ -122,7 +122,7 @@ def running_turn(request: Request, thread: ChatThread, events: AsyncIterator[Eve
     """The turn's events, run to the end (and stored by ``save_chat_turn``) whether or not the client stays,
     journaled (a reloaded page follows it on any copy: ``GET /chat/follow``), and ended with an ``error`` and a
     ``done`` when a client stops it (``POST /chat/stop``, on any copy)."""
-    store = RequestContext.of(request).runtime.conversations()
+    store = RequestContext.of(request).runtime.stores.conversations()
 
     def stopped() -> list[Event]:
         return [
@@ -217,7 +217,7 @@ async def save_chat_turn(request: Request, thread: ChatThread, events: list[Even
     ctx = RequestContext.of(request)
     deadline = ctx.write_deadline()
     try:
-        await ctx.runtime.conversations().append_items(
+        await ctx.runtime.stores.conversations().conversations.append_items(
             thread.owner, thread.conversation_id, [*inputs, *outputs], deadline
         )
     except StoreUnavailable as error:

@@ -20,7 +20,7 @@ from chatloop.api.http.wire import JSONBody
 
 async def health(request: Request) -> Response:
     runtime = RequestContext.of(request).runtime
-    problem = runtime.chain_error()
+    problem = runtime.models.chain_error()
     if problem is not None:
         return JSONBody(
             {
@@ -34,8 +34,8 @@ async def health(request: Request) -> Response:
         {
             "status": "ok",
             "version": runtime.settings.version,
-            "model_chain": runtime.describe_chain(),
-            "tools": runtime.tool_names(),
+            "model_chain": runtime.models.describe_chain(),
+            "tools": runtime.tools.names(),
             "max_iterations": runtime.settings.max_iterations,
         }
     )

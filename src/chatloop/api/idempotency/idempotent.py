@@ -105,7 +105,7 @@ def idempotent(route: Route) -> Route:
     """``route`` with Idempotency-Key handling, when the app has a store (IDEMPOTENCY_TABLE_NAME)."""
 
     async def handle(request: Request) -> Response:
-        records: IdempotencyRecords | None = request.app.state.runtime.idempotency
+        records: IdempotencyRecords | None = request.app.state.runtime.stores.idempotency
         key = request.headers.get(HEADER)
         if records is None or key is None:
             return await route(request)

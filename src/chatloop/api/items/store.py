@@ -7,7 +7,7 @@ Usage::
 
     store, owner, deadline = store_context(request)          # 401 when the request names no caller
     with store_errors():                                     # StoreUnavailable -> 503
-        conversation = await store.get_conversation(owner, "conv_1", deadline)
+        conversation = await store.conversations.get(owner, "conv_1", deadline)
     if conversation is None:
         raise not_found("conversation", "conv_1")
 """
@@ -48,7 +48,7 @@ def store_context(request: Request) -> tuple[ConversationStore, str, Deadline]:
         raise RequestError(
             401, "unauthenticated", "this request names no caller (no API key id or IAM identity)"
         )
-    return ctx.runtime.conversations(), owner, ctx.store_deadline()
+    return ctx.runtime.stores.conversations(), owner, ctx.store_deadline()
 
 
 LIST_PARAMETERS = ("order", "limit", "after", "include")

@@ -112,7 +112,7 @@ async def conversation_history(
 ) -> list[InputItem]:
     """The conversation's items, oldest first, as input items (a 404 when the caller has no such conversation)."""
 
-    read = partial(store.list_items, owner, conversation_id, deadline=deadline)
+    read = partial(store.conversations.list_items, owner, conversation_id, deadline=deadline)
     items = await all_items(read, PageQuery("asc", HISTORY_PAGE))
     if items is None:
         raise not_found("conversation", conversation_id, param="conversation")

@@ -168,7 +168,7 @@ async def chat_completions(request: Request) -> Response:
         response_format=response_format,
         model_params=params,
     )
-    registry = await runtime.tools_for_turn(ctx.deadline)
+    registry = await runtime.tools.for_turn(ctx.deadline)
     if (
         runtime.settings.approval_required_tools
     ):  # no way to ask here: such tools are not offered (docs/tools.md)

@@ -25,7 +25,7 @@ def model_object(model_id: str) -> dict[str, str | int]:
 
 def available_models(runtime: Runtime) -> list[str]:
     try:
-        return runtime.available_models()
+        return runtime.models.available()
     except KeysUnavailable as exc:
         raise RequestError(503, "keys_unavailable", str(exc)) from None
     except ChainMisconfigured as exc:

@@ -41,7 +41,7 @@ from chatloop.api.runs.journal import (
     response_log,
     stored_event,
 )
-from chatloop.api.runs.record import call_deadline, runs_of
+from chatloop.api.runs.record import call_deadline
 from chatloop.deadline import Deadline
 from chatloop.jsontypes import JSONObject
 from chatloop.observability import logger
@@ -139,9 +139,9 @@ async def follow_chat_turn(
     """The events after ``after`` of the caller's turn running in a conversation, followed until ``done`` (or
     ``until``); None when none runs there (not one, or a dead one: unwritten for longer than ``longest``). The
     store's reads are made now, within ``deadline``; a store that fails raises ``StoreUnavailable``."""
-    runs = runs_of(store)
-    run = await runs.get(owner, conversation_id, deadline) if runs is not None else None
-    if runs is None or run is None:
+    runs = store.runs
+    run = await runs.get(owner, conversation_id, deadline)
+    if run is None:
         return None
     log = chat_turn_log(runs, owner, run.turn)
     first = await log.after(after, deadline)
@@ -204,18 +204,18 @@ async def settled(
     store: ConversationStore, owner: str, response_id: str, longest: float, deadline: Deadline
 ) -> StoredResponse | None:
     """The stored response as it stands; a dead turn (see the module docstring) is ended ``failed`` first."""
-    stored = await store.get_response(owner, response_id, deadline)
+    stored = await store.responses.get(owner, response_id, deadline)
     if stored is None or stored.body.get("status") not in ACTIVE:
         return stored
-    runs = runs_of(store)
-    run = await runs.get(owner, response_id, deadline) if runs is not None else None
+    runs = store.runs
+    run = await runs.get(owner, response_id, deadline)
     last_write = run.updated_at if run is not None else float(stored.created_at)
     if time.time() - last_write <= longest:
         return stored
-    if run is not None and runs is not None:
+    if run is not None:
         moved = await runs.move(owner, response_id, None, ACTIVE, "failed", deadline)
         if moved is None:  # another reader (or the turn itself, just now) settled it
-            return await store.get_response(owner, response_id, deadline)
+            return await store.responses.get(owner, response_id, deadline)
     error: JSONObject = {
         "code": "server_error",
         "message": "the turn stopped without finishing (its invocation timed out)",
@@ -236,7 +236,7 @@ async def end_response(
     """End a response that did not end itself (cancelled while queued, or dead): its record takes ``status`` and
     its journal the terminal event, numbered after the last one."""
     body = {**stored.body, "status": status, "error": error}
-    await store.update_response(owner, response_id, body, [], deadline)
+    await store.responses.update(owner, response_id, body, [], deadline)
     log = response_log(store, owner, response_id)
     events = await log.after(-1, deadline) or []
     number = events[-1].sequence_number + 1 if events else 0

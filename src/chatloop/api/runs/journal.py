@@ -40,7 +40,7 @@ from chatloop.store.model import StoredEvent, StoreUnavailable
 from chatloop.store.protocol import ConversationStore
 
 if TYPE_CHECKING:
-    from chatloop.store.runs import Runs
+    from chatloop.store.protocol import RunRecords
 
 Append = Callable[[list[StoredEvent], Deadline], Awaitable[object]]
 """Writes a batch of events where the journal keeps them."""
@@ -78,16 +78,16 @@ def response_log(store: ConversationStore, owner: str, response_id: str) -> Even
     """A stored response's events (kept with the response, deleted with it)."""
 
     async def append(batch: list[StoredEvent], deadline: Deadline) -> object:
-        return await store.append_events(owner, response_id, batch, deadline)
+        return await store.responses.append_events(owner, response_id, batch, deadline)
 
     async def after(position: int, deadline: Deadline) -> list[StoredEvent] | None:
-        return await store.events_after(owner, response_id, position, deadline)
+        return await store.responses.events_after(owner, response_id, position, deadline)
 
     return EventLog(response_id, append, after)
 
 
-def chat_turn_log(runs: Runs, owner: str, turn: str) -> EventLog:
-    """A ``/chat`` turn's events, under the turn's own journal record (``Runs.open_journal``: kept an hour; the
+def chat_turn_log(runs: RunRecords, owner: str, turn: str) -> EventLog:
+    """A ``/chat`` turn's events, under the turn's own journal record (``RunRecords.open_journal``: kept an hour; the
     conversation keeps the turn itself)."""
 
     async def append(batch: list[StoredEvent], deadline: Deadline) -> object:

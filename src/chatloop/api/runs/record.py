@@ -18,16 +18,10 @@ from chatloop.deadline import Deadline
 from chatloop.observability import logger
 from chatloop.store.model import StoreUnavailable
 from chatloop.store.protocol import ConversationStore
-from chatloop.store.runs import ACTIVE, Runs, RunStatus
-from chatloop.store.service import Store
+from chatloop.store.runs import ACTIVE, RunStatus
 
 STORE_CALL_SECONDS = 5.0
 """The longest one of these store calls may take (they run beside the turn, not inside its deadline)."""
-
-
-def runs_of(store: ConversationStore) -> Runs | None:
-    """The runs kept in ``store``; None for a store that keeps none (a test's own ``ConversationStore``)."""
-    return Runs(store) if isinstance(store, Store) else None
 
 
 def call_deadline() -> Deadline:
@@ -41,9 +35,7 @@ def watcher(
     run first, ``in_progress``)."""
 
     async def watch(stop: Stop) -> None:
-        runs = runs_of(store)
-        if runs is None:
-            return
+        runs = store.runs
         if begin:
             try:
                 await runs.begin(owner, key, turn, "in_progress", call_deadline())
@@ -68,10 +60,7 @@ def watcher(
 
 async def end_run(store: ConversationStore, owner: str, key: str, turn: str, status: RunStatus) -> None:
     """Move the run to its final ``status`` (if it is still this turn's and active)."""
-    runs = runs_of(store)
-    if runs is None:
-        return
     try:
-        await runs.move(owner, key, turn, ACTIVE, status, call_deadline())
+        await store.runs.move(owner, key, turn, ACTIVE, status, call_deadline())
     except StoreUnavailable as error:
         logger.warning(f"run {key}: its end ({status}) was not recorded: {error}")

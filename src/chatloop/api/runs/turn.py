@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, TypeVar
 
 from chatloop.api.runs.journal import CHAT_TERMINAL, Journal, chat_turn_log, response_log
-from chatloop.api.runs.record import call_deadline, end_run, runs_of, watcher
+from chatloop.api.runs.record import call_deadline, end_run, watcher
 from chatloop.api.runs.running import Stop, Tracked, run_to_the_end, stop_here, stoppable
 from chatloop.api.runs.webhooks import notify
 from chatloop.deadline import Deadline
@@ -90,19 +90,16 @@ class RunningTurn:
 def chat_turn(store: ConversationStore, owner: str, conversation_id: str) -> RunningTurn:
     """A new ``/chat`` turn in a stored conversation: its run (``run_<conversation id>``, naming the turn) and its
     journal (``run_<turn id>``) are written beside the turn, with its first events, never before its first token; it
-    ends ``cancelled`` when a client stopped it, else ``completed``. A store that keeps no runs: no journal."""
+    ends ``cancelled`` when a client stopped it, else ``completed``."""
     turn = new_id("turn")
-    runs = runs_of(store)
-    journal = None
-    if runs is not None:
-        chat_runs = runs
+    runs = store.runs
 
-        async def begin(first: dict[str, object]) -> None:  # the journal, then the run that names it
-            await chat_runs.open_journal(owner, turn, call_deadline())
-            await chat_runs.begin(owner, conversation_id, turn, "in_progress", call_deadline())
+    async def begin(first: dict[str, object]) -> None:  # the journal, then the run that names it
+        await runs.open_journal(owner, turn, call_deadline())
+        await runs.begin(owner, conversation_id, turn, "in_progress", call_deadline())
 
-        log = chat_turn_log(runs, owner, turn)
-        journal = Journal(log.append, turn, deadline=call_deadline, begin=begin, terminal=CHAT_TERMINAL)
+    log = chat_turn_log(runs, owner, turn)
+    journal = Journal(log.append, turn, deadline=call_deadline, begin=begin, terminal=CHAT_TERMINAL)
 
     async def status(stop: Stop) -> RunStatus:
         return "cancelled" if stop.is_set else "completed"
@@ -129,7 +126,7 @@ def response_turn(
     async def begin(first: dict[str, object]) -> None:  # the record, in_progress, before the first events
         response = first.get("response")
         if isinstance(response, dict):
-            await store.create_response(owner, json_object(response), inputs(), deadline())
+            await store.responses.create(owner, json_object(response), inputs(), deadline())
 
     log = response_log(store, owner, response_id)
     journal = Journal(log.append, response_id, deadline=deadline, begin=None if background else begin)
@@ -161,7 +158,7 @@ async def _deleted(store: ConversationStore, owner: str, response_id: str, deadl
     """Whether the response is gone (deleted while its turn ran); False when the store cannot tell (the webhook is
     then sent: a receiver told of a response it cannot fetch is better than one never told of an ending)."""
     try:
-        return await store.get_response(owner, response_id, deadline) is None
+        return await store.responses.get(owner, response_id, deadline) is None
     except StoreUnavailable:
         return False
 
@@ -179,10 +176,10 @@ async def settle_record(
         final = status
     if terminal is None or terminal.get("type") == "response.failed":
         try:
-            stored = await store.get_response(owner, response_id, deadline())
+            stored = await store.responses.get(owner, response_id, deadline())
             if stored is not None:
                 body = {**stored.body, **(response if isinstance(response, dict) else {}), "status": final}
-                await store.update_response(owner, response_id, json_object(body), [], deadline())
+                await store.responses.update(owner, response_id, json_object(body), [], deadline())
         except StoreUnavailable as error:
             logger.warning(f"response {response_id}: its end ({final}) was not stored: {error}")
     return final
@@ -190,19 +187,14 @@ async def settle_record(
 
 async def ask_to_stop(store: ConversationStore, owner: str, key: str, deadline: Deadline) -> Run | None:
     """Ask the turn running under ``key`` on whichever copy runs it to stop: a cancel request on its run (read by
-    its watcher within ``running.CANCEL_POLL_SECONDS``); the run as it stands afterwards (None: no run, or a store
-    that keeps none)."""
-    runs = runs_of(store)
-    return await runs.cancel(owner, key, deadline) if runs is not None else None
+    its watcher within ``running.CANCEL_POLL_SECONDS``); the run as it stands afterwards (None: no run)."""
+    return await store.runs.cancel(owner, key, deadline)
 
 
 async def cancel_queued(store: ConversationStore, owner: str, key: str, deadline: Deadline) -> bool:
     """End a run no worker has claimed yet, ``queued -> cancelled``, once: False when a worker claimed it first (it
-    stops through its watcher), or it ended, or the store keeps no runs."""
-    runs = runs_of(store)
-    return (
-        runs is not None and await runs.move(owner, key, key, {"queued"}, "cancelled", deadline) is not None
-    )
+    stops through its watcher), or it ended."""
+    return await store.runs.move(owner, key, key, {"queued"}, "cancelled", deadline) is not None
 
 
 __all__ = ["RunningTurn", "Stop", "ask_to_stop", "cancel_queued", "chat_turn", "response_turn", "stop_here"]

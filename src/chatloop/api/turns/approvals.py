@@ -16,7 +16,7 @@ the call, and the answers a request gives, each checked before anything runs.
 - **Answers.** An ``mcp_approval_response`` in the request's input is a new answer unless the items already show
   it acted upon (an ``mcp_call`` carrying its id, or the sandbox run of it). Each new answer must name a sealed
   request among the items (else a 400: never requested, or not this caller's), appear once, and be claimed in the
-  store (``Store.claim``: one use, across processes): an approval answered before is a 400 and runs nothing; a
+  store (``Store.claims``: one use, across processes): an approval answered before is a 400 and runs nothing; a
   denial answered before is only the history it is (nothing runs either way).
 
 Usage::
@@ -278,10 +278,10 @@ async def _claim(ctx: RequestContext, ids: Sequence[str]) -> list[bool]:
         raise RequestError(
             401, "unauthenticated", "answering an approval needs a caller (an API key or identity)"
         )
-    store = ctx.runtime.conversations()
+    store = ctx.runtime.stores.conversations()
     deadline = ctx.store_deadline()
     with store_errors():
-        return [await store.claim(ctx.caller, f"apr_{rid}", deadline) for rid in ids]
+        return [await store.claims.claim(ctx.caller, f"apr_{rid}", deadline) for rid in ids]
 
 
 async def release(ctx: RequestContext, answers: Sequence[ApprovalAnswer]) -> None:
@@ -289,7 +289,7 @@ async def release(ctx: RequestContext, answers: Sequence[ApprovalAnswer]) -> Non
     answer may be sent again, and is still used once."""
     if not answers or ctx.caller is None:
         return
-    store = ctx.runtime.conversations()
+    store = ctx.runtime.stores.conversations()
     with store_errors():
         for answer in answers:
-            await store.release(ctx.caller, f"apr_{answer.call.id}", ctx.store_deadline())
+            await store.claims.release(ctx.caller, f"apr_{answer.call.id}", ctx.store_deadline())

@@ -61,7 +61,9 @@ def model_for(runtime: Runtime, requested: str | None, *, openai: bool = False) 
     ``model_not_found`` on /v1 (listing what it can serve) unless the operator chose the default chain for it
     there (UNKNOWN_MODEL_FALLBACK). A MODEL_CHAIN that cannot be built is a 503 ``model_chain_misconfigured``."""
     try:
-        return runtime.model_for(requested, strict=not (openai and runtime.settings.unknown_model_fallback))
+        return runtime.models.for_turn(
+            requested, strict=not (openai and runtime.settings.unknown_model_fallback)
+        )
     except UnknownModel as exc:
         status, code = (404, "model_not_found") if openai else (400, "unknown_model")
         raise RequestError(status, code, str(exc), param="model") from None
@@ -168,7 +170,7 @@ def checked_client_tools(runtime: Runtime, tools: list[ClientTool], choice: Chat
     """The client's function tools as the model is offered them: none may take a built-in tool's name, and a
     named ``tool_choice`` must name an offered tool."""
     client_tools = [t.schema_for_model() for t in tools]
-    builtin = runtime.tool_names()
+    builtin = runtime.tools.names()
     names = {function_name(t) for t in client_tools}
     clash = sorted(name for name in names & set(builtin) if name is not None)
     if clash:

@@ -50,7 +50,7 @@ def _read_material(runtime: Runtime) -> bytes:
     named = load_named_secrets(runtime.settings, [STATE_KEY_NAME]).get(STATE_KEY_NAME)
     if named:
         return b"state-key\x00" + named.encode()
-    keys = sorted(f"{provider}={key}" for provider, key in runtime.keys().items() if key)
+    keys = sorted(f"{provider}={key}" for provider, key in runtime.models.keys().items() if key)
     if keys:
         return b"provider-keys\x00" + "\x00".join(keys).encode()
     logger.warning(

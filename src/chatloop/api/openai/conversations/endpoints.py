@@ -42,7 +42,7 @@ async def create_conversation(request: Request) -> Response:
     body = await read_body(request, ConversationCreate)
     items = stored_items(body.items or [])
     with store_errors():
-        conversation = await store.create_conversation(owner, body.metadata or {}, items, deadline)
+        conversation = await store.conversations.create(owner, body.metadata or {}, items, deadline)
     return JSONBody(conversation.as_object())
 
 
@@ -52,7 +52,7 @@ async def list_conversations(request: Request) -> Response:
     store, owner, deadline = store_context(request)
     query = page_query(request, CONVERSATION_ID, "a conversation id (conv_…)")
     with store_errors():
-        page = await store.list_conversations(owner, query, deadline)
+        page = await store.conversations.list(owner, query, deadline)
     return JSONBody(page.as_object())
 
 
@@ -60,7 +60,7 @@ async def retrieve_conversation(request: Request) -> Response:
     store, owner, deadline = store_context(request)
     conversation_id = _conversation_id(request)
     with store_errors():
-        conversation = await store.get_conversation(owner, conversation_id, deadline)
+        conversation = await store.conversations.get(owner, conversation_id, deadline)
     if conversation is None:
         raise not_found("conversation", conversation_id)
     return JSONBody(conversation.as_object())
@@ -71,7 +71,7 @@ async def update_conversation(request: Request) -> Response:
     conversation_id = _conversation_id(request)
     body = await read_body(request, ConversationUpdate)
     with store_errors():
-        conversation = await store.update_conversation(owner, conversation_id, body.metadata or {}, deadline)
+        conversation = await store.conversations.update(owner, conversation_id, body.metadata or {}, deadline)
     if conversation is None:
         raise not_found("conversation", conversation_id)
     return JSONBody(conversation.as_object())
@@ -81,7 +81,7 @@ async def delete_conversation(request: Request) -> Response:
     store, owner, deadline = store_context(request)
     conversation_id = _conversation_id(request)
     with store_errors():
-        deleted = await store.delete_conversation(owner, conversation_id, deadline)
+        deleted = await store.conversations.delete(owner, conversation_id, deadline)
     if not deleted:
         raise not_found("conversation", conversation_id)
     return JSONBody({"id": conversation_id, "object": "conversation.deleted", "deleted": True})
@@ -93,7 +93,7 @@ async def list_items(request: Request) -> Response:
     query = page_query(request)
     with store_errors():
         try:
-            page = await store.list_items(owner, conversation_id, query, deadline)
+            page = await store.conversations.list_items(owner, conversation_id, query, deadline)
         except CursorNotFound:
             raise RequestError(
                 400, "invalid_request", f"after: no item {query.after!r} in this conversation", param="after"
@@ -110,7 +110,7 @@ async def create_items(request: Request) -> Response:
     body = await read_body(request, ItemsCreate)
     items = stored_items(body.items)
     with store_errors():
-        added = await store.append_items(owner, conversation_id, items, deadline)
+        added = await store.conversations.append_items(owner, conversation_id, items, deadline)
     if not added:
         raise not_found("conversation", conversation_id)
     return JSONBody(
@@ -129,7 +129,7 @@ async def retrieve_item(request: Request) -> Response:
     conversation_id, item_id = _conversation_id(request), _item_id(request)
     refuse_include(request)
     with store_errors():
-        item = await store.get_item(owner, conversation_id, item_id, deadline)
+        item = await store.conversations.get_item(owner, conversation_id, item_id, deadline)
     if item is None:
         raise not_found("item", item_id)
     return JSONBody(item.body)
@@ -140,8 +140,8 @@ async def delete_item(request: Request) -> Response:
     store, owner, deadline = store_context(request)
     conversation_id, item_id = _conversation_id(request), _item_id(request)
     with store_errors():
-        deleted = await store.delete_item(owner, conversation_id, item_id, deadline)
-        conversation = await store.get_conversation(owner, conversation_id, deadline) if deleted else None
+        deleted = await store.conversations.delete_item(owner, conversation_id, item_id, deadline)
+        conversation = await store.conversations.get(owner, conversation_id, deadline) if deleted else None
     if conversation is None:
         raise not_found("item", item_id)
     return JSONBody(conversation.as_object())

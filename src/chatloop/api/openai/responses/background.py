@@ -47,7 +47,7 @@ from chatloop.api.openai.responses.stored import Keeping, input_items
 from chatloop.api.openai.responses.worker import EVENT_KEY, invoke_self, run_worker
 from chatloop.api.runs.follow import end_response, follow_response, longest_turn, replay, settled
 from chatloop.api.runs.journal import response_log, stored_event
-from chatloop.api.runs.record import call_deadline, runs_of
+from chatloop.api.runs.record import call_deadline
 from chatloop.api.runs.running import keep_task
 from chatloop.api.runs.turn import ask_to_stop, cancel_queued, stop_here
 from chatloop.api.runs.webhooks import notify
@@ -62,7 +62,7 @@ if TYPE_CHECKING:
 
     from chatloop.api.openai.responses.objects import ResponseEcho
     from chatloop.config import Settings
-    from chatloop.store.runs import Runs
+    from chatloop.store.protocol import RunRecords
 
 CANCEL_WAIT_SECONDS = 3.0
 """How long ``cancel`` waits for the running turn to end (it ends within ~1 s) before answering as it stands."""
@@ -88,7 +88,7 @@ async def queue(request: Request, body: ResponsesBody, keeping: Keeping, echo: R
     raw = await seal_secrets(ctx.runtime, owner, rid, json_object(json.loads(await request.body())))
     first = {"type": "response.queued", "sequence_number": 0, "response": queued}
     with store_errors():
-        await store.create_response(owner, queued, input_items(body), deadline)
+        await store.responses.create(owner, queued, input_items(body), deadline)
         await response_log(store, owner, rid).append([stored_event(first)], deadline)
         await runs.begin(owner, rid, rid, "queued", deadline, raw, background=True)
     await _start_worker(request, owner, rid)
@@ -104,15 +104,12 @@ async def queue(request: Request, body: ResponsesBody, keeping: Keeping, echo: R
     )
 
 
-def queueable(keeping: Keeping) -> Runs:
+def queueable(keeping: Keeping) -> RunRecords:
     """The runs a background response is queued in: a 400 naming ``background`` when it cannot be (checked before
     its budget is: bad input is refused before anything is counted)."""
     if keeping.store is None or keeping.owner is None:
         raise RequestError(400, "invalid_request", "background: requires store: true", param="background")
-    runs = runs_of(keeping.store)
-    if runs is None:
-        raise RequestError(400, "invalid_request", "background: this store keeps no runs", param="background")
-    return runs
+    return keeping.store.runs
 
 
 def _queued(rid: str, echo: ResponseEcho) -> JSONObject:
@@ -133,9 +130,9 @@ async def _start_worker(request: Request, owner: str, rid: str) -> None:
         )
     except Exception as error:  # the turn never starts: say so now, and leave no queued record behind
         logger.exception("the asynchronous invocation of a background response failed")
-        store = ctx.runtime.conversations()
+        store = ctx.runtime.stores.conversations()
         with store_errors():
-            stored = await store.get_response(owner, rid, call_deadline())
+            stored = await store.responses.get(owner, rid, call_deadline())
             if stored is not None:
                 failure: JSONObject = {"code": "server_error", "message": "the turn could not be started"}
                 await end_response(store, owner, rid, stored, "failed", call_deadline(), error=failure)
@@ -221,7 +218,7 @@ async def cancel_response(request: Request) -> Response:
             if waited.expired():
                 break
             await asyncio.sleep(0.1)
-            stored = await store.get_response(owner, rid, deadline)
+            stored = await store.responses.get(owner, rid, deadline)
     if stored is None:
         raise not_found("response", rid)
     return JSONBody(stored.body)

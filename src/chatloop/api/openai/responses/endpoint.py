@@ -30,7 +30,7 @@ async def responses(request: Request) -> Response:
         ctx = RequestContext.of(request)
         queueable(asked.keeping)  # a 400 first: bad input is not counted
         # Admitted as a plain turn is, before anything is queued: a 429 now, not a record that fails later.
-        admitted = await admitted_to_queue(ctx, asked.turn, asked.model, ctx.runtime.registry())
+        admitted = await admitted_to_queue(ctx, asked.turn, asked.model, ctx.runtime.tools.registry())
         try:
             return await queue(request, asked.body, asked.keeping, asked.echo)
         except Exception as error:  # not queued, or its worker not started: nothing ran, nothing stays held

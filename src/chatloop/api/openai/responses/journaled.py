@@ -32,7 +32,7 @@ async def serve(
     events: AsyncIterator[Event],
 ) -> Response:
     ctx = RequestContext.of(request)
-    store, owner = ctx.runtime.conversations(), keeping.owner
+    store, owner = ctx.runtime.stores.conversations(), keeping.owner
     if owner is None:
         raise TypeError("a journaled response is kept for a caller")
     rid = f"resp_{ctx.request_id}"

@@ -67,8 +67,8 @@ async def respond(request: Request, asked: Asked) -> Response:
     ctx = RequestContext.of(request)
     runtime, body, keeping, turn, model = ctx.runtime, asked.body, asked.keeping, asked.turn, asked.model
     rid, echo = ctx.request_id, asked.echo
-    mcp = await runtime.mcp_for_turn(ctx.deadline, asked.servers)
-    registry = runtime.registry().with_tools(mcp.tools, mcp.skipped)
+    mcp = await runtime.tools.mcp_for_turn(ctx.deadline, asked.servers)
+    registry = runtime.tools.registry().with_tools(mcp.tools, mcp.skipped)
     await approvals.ask_for(ctx, turn, registry, mcp.tools, client_rules(body.tools), asked.servers)
     # The output opens with these: the compaction the turn starts with, then what each request server offered.
     listed: list[McpListTools | CompactionItem] = [*asked.compacted, *listed_items(asked.servers, mcp)]

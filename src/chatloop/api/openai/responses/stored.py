@@ -114,8 +114,8 @@ async def prepare(request: Request, body: ResponsesBody) -> Keeping:
         return Keeping(None, None, None)  # store left to its default: nothing can be kept for nobody
     runtime = ctx.runtime
     deadline = ctx.store_deadline()
-    keeping = Keeping(runtime.conversations() if body.store is not False else None, owner, deadline)
-    store = runtime.conversations()
+    keeping = Keeping(runtime.stores.conversations() if body.store is not False else None, owner, deadline)
+    store = runtime.stores.conversations()
     with store_errors():
         if body.previous_response_id is not None:
             keeping.history = await _chain(store, owner, checked_id(body.previous_response_id), deadline)
@@ -137,15 +137,17 @@ async def save(
     if keeping.owner is None or (keeping.store is None and keeping.conversation_id is None):
         return response
     ctx = RequestContext.of(request)
-    store = ctx.runtime.conversations()
+    store = ctx.runtime.stores.conversations()
     deadline = ctx.write_deadline()
     inputs = input_items(body)
     outputs = [Item(o["id"], json_object(o)) for o in response["output"]]
     try:
         if keeping.conversation_id is not None:
-            await store.append_items(keeping.owner, keeping.conversation_id, [*inputs, *outputs], deadline)
+            await store.conversations.append_items(
+                keeping.owner, keeping.conversation_id, [*inputs, *outputs], deadline
+            )
         if keeping.store is not None and not await _journaled(keeping, store, response, outputs, deadline):
-            await store.create_response(keeping.owner, json_object(response), inputs, deadline, outputs)
+            await store.responses.create(keeping.owner, json_object(response), inputs, deadline, outputs)
             if events:
                 stored = [stored_event(e) for e in events]
                 await response_log(store, keeping.owner, response["id"]).append(stored, deadline)
@@ -170,7 +172,7 @@ async def _journaled(
     await keeping.journal.began.wait()
     if not keeping.journal.made:
         return False
-    if not await store.update_response(
+    if not await store.responses.update(
         keeping.owner, response["id"], json_object(response), outputs, deadline
     ):
         logger.info(f"response {response['id']} was deleted while its turn ran: its end is not stored")
@@ -235,7 +237,7 @@ async def delete_response(request: Request) -> Response:
     store, owner, deadline = store_context(request)
     response_id = checked_id(str(request.path_params["response_id"]))
     with store_errors():
-        deleted = await store.delete_response(owner, response_id, deadline)
+        deleted = await store.responses.delete(owner, response_id, deadline)
     if not deleted:
         raise not_found("response", response_id)
     return JSONBody({"id": response_id, "object": "response.deleted", "deleted": True})
@@ -247,7 +249,7 @@ async def list_input_items(request: Request) -> Response:
     query = page_query(request)
     with store_errors():
         try:
-            page = await store.list_response_items(owner, response_id, "input", query, deadline)
+            page = await store.responses.list_items(owner, response_id, "input", query, deadline)
         except CursorNotFound:
             raise RequestError(
                 400, "invalid_request", f"after: no item {query.after!r} in this response", param="after"
@@ -272,10 +274,10 @@ async def _chain(
                 f"previous_response_id: the chain is longer than {MAX_CHAIN} responses; start a conversation",
                 param="previous_response_id",
             )
-        stored = await store.get_response(owner, current, deadline)
+        stored = await store.responses.get(owner, current, deadline)
         if stored is None:
             raise not_found("response", current, param="previous_response_id")
-        read = partial(store.list_response_items, owner, current, "input", deadline=deadline)
+        read = partial(store.responses.list_items, owner, current, "input", deadline=deadline)
         inputs = await all_items(read, PageQuery("asc", HISTORY_PAGE))
         output = stored.body.get("output")
         outputs = [o for o in output if isinstance(o, dict)] if isinstance(output, list) else []

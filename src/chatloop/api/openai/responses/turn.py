@@ -100,7 +100,7 @@ async def turn_of(
     # The request's own MCP servers, checked before its approval answers are: an answer is sealed to the server
     # it was asked for (its URL and headers), and is claimed only once every check passed.
     servers = await client_servers(
-        body.tools, runtime.settings, runtime.mcp_servers_labels(), identified=ctx.caller is not None
+        body.tools, runtime.settings, runtime.tools.mcp_labels(), identified=ctx.caller is not None
     )
     answers = await answers_of(ctx, items, len(history), servers)
     messages = conversation(conversation_of(body, history, answers.ids), runtime.settings.max_messages)

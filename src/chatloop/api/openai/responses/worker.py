@@ -23,7 +23,7 @@ from chatloop.api.http.errors import RequestError
 from chatloop.api.openai.responses.run import checked, respond
 from chatloop.api.openai.responses.sealed_request import open_secrets
 from chatloop.api.runs.follow import end_response
-from chatloop.api.runs.record import call_deadline, runs_of
+from chatloop.api.runs.record import call_deadline
 from chatloop.api.runs.webhooks import notify
 from chatloop.api.turns.serve import queued_slot, released_from_queue
 from chatloop.api.turns.worker import WORKER_SCOPE
@@ -37,8 +37,7 @@ if TYPE_CHECKING:
 
     from chatloop.config import Settings
     from chatloop.store.model import StoredResponse
-    from chatloop.store.protocol import ConversationStore
-    from chatloop.store.runs import Runs
+    from chatloop.store.protocol import ConversationStore, RunRecords
 
 EVENT_KEY = "chatloop_background"
 """The asynchronous invocation's payload: ``{"chatloop_background": {"response_id": …, "owner": …}}``."""
@@ -74,16 +73,14 @@ async def run_worker(app: Starlette, event: Mapping[str, Any], seconds_left: flo
     if not isinstance(rid, str) or not isinstance(owner, str) or not rid.startswith("resp_"):
         return {"ran": False, "reason": "malformed event"}
     runtime = app.state.runtime
-    store = runtime.conversations()
-    runs = runs_of(store)
-    if runs is None:
-        return {"ran": False, "reason": "no runs in this store"}
+    store = runtime.stores.conversations()
+    runs = store.runs
     claimed = await runs.move(owner, rid, rid, {"queued"}, "in_progress", call_deadline())
     if claimed is None:
         logger.info(f"background response {rid}: not run here (claimed before, cancelled, or gone)")
         return {"ran": False, "reason": "already claimed"}
     raw = await runs.request_of(owner, rid, call_deadline())
-    stored = await store.get_response(owner, rid, call_deadline())
+    stored = await store.responses.get(owner, rid, call_deadline())
     if raw is None or stored is None:
         await runs.move(owner, rid, rid, {"in_progress"}, "failed", call_deadline())
         gone = _worker_request(app, {}, owner, rid, call_deadline())
@@ -91,7 +88,7 @@ async def run_worker(app: Starlette, event: Mapping[str, Any], seconds_left: flo
             RequestContext.of(gone), rid.removeprefix("resp_")
         )  # its slot, taken when queued
         return {"ran": False, "reason": "gone"}
-    await store.update_response(owner, rid, {**stored.body, "status": "in_progress"}, [], call_deadline())
+    await store.responses.update(owner, rid, {**stored.body, "status": "in_progress"}, [], call_deadline())
     margin = runtime.settings.lambda_safety_margin_seconds
     seconds = min(runtime.settings.background_timeout_seconds, seconds_left - margin)
     deadline = Deadline.after(seconds)
@@ -106,7 +103,7 @@ async def _run(
     raw: JSONObject,
     deadline: Deadline,
     store: ConversationStore,
-    runs: Runs,
+    runs: RunRecords,
     owner: str,
     rid: str,
     stored: StoredResponse,
