@@ -70,7 +70,9 @@ def test_the_checker_finds_a_long_module_and_function_and_accepts_a_reason(tmp_p
         + "\n" * MODULE_LINES
         + f'def g():\n    """One step: {REASON} {FUNCTION_LINES} lines because it is one match."""\n{body}\n'
     )
-    (tmp_path / "d.py").write_text(f'def h():\n    """Long. It is {REASON} {FUNCTION_LINES} lines because."""\n{body}\n')
+    (tmp_path / "d.py").write_text(
+        f'def h():\n    """Long. It is {REASON} {FUNCTION_LINES} lines because."""\n{body}\n'
+    )
     assert [p.split(":")[0] for p in oversized(tmp_path / "a.py", tmp_path)] == ["a.py"]
     assert "f(): 61 lines" in oversized(tmp_path / "a.py", tmp_path)[0]
     assert "split it by job" in oversized(tmp_path / "b.py", tmp_path)[0]
