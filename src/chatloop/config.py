@@ -48,8 +48,8 @@ class Settings:
     # --- the loop -------------------------------------------------------------------------
     max_iterations: int = 10
     """MAX_ITERATIONS: model calls per user turn, the final answer included. Requests may ask for fewer."""
-    tool_budgets: Mapping[str, int] = field(default_factory=lambda: {"execute_javascript": 3})
-    """TOOL_BUDGETS: executions per tool per turn, as JSON (``{"execute_javascript": 3}``)."""
+    tool_caps: Mapping[str, int] = field(default_factory=lambda: {"execute_javascript": 3})
+    """TOOL_BUDGETS: executions per tool per turn (its cap), as JSON (``{"execute_javascript": 3}``)."""
     substantive_answer_chars: int = 200
     """SUBSTANTIVE_ANSWER_CHARS: content longer than this, sent with tool calls, ends the turn."""
     system_prompt_guidance: bool = True
@@ -188,7 +188,7 @@ class Settings:
     mcp_servers: tuple[MCPServerConfig, ...] = ()
     """MCP_SERVERS: MCP servers whose tools are offered beside the built-in tool, as a JSON list of
     ``{"label", "url", "headers"?, "allowed_tools"?, "timeout_seconds"?}`` (see ``parse_mcp_servers``)."""
-    mcp_tool_budget: int = 3
+    mcp_tool_limit: int = 3
     """MCP_TOOL_BUDGET: executions per MCP tool per turn, unless TOOL_BUDGETS names the tool."""
     mcp_tools_ttl_seconds: float = 300.0
     """MCP_TOOLS_TTL_SECONDS: how long a server's tool list is reused before it is listed again."""
@@ -343,7 +343,7 @@ class Settings:
     def validate(self) -> None:
         if not 1 <= self.max_iterations <= 100:
             raise ConfigError("MAX_ITERATIONS must be between 1 and 100")
-        if any(not isinstance(v, int) or v < 1 for v in self.tool_budgets.values()):
+        if any(not isinstance(v, int) or v < 1 for v in self.tool_caps.values()):
             raise ConfigError("TOOL_BUDGETS values must be positive integers")
         # MODEL_CHAIN is checked where the chain is built (providers.factory): a chain that cannot be built is a 503
         # naming it on every turn and an unhealthy /health, not a failed init (retried, costly, and silent)
@@ -360,7 +360,7 @@ class Settings:
             )
         if self.idempotency_timeout_seconds <= 0:
             raise ConfigError("IDEMPOTENCY_TIMEOUT_SECONDS must be positive")
-        if self.mcp_tool_budget < 1 or self.mcp_tools_ttl_seconds < 0 or self.mcp_list_timeout_seconds <= 0:
+        if self.mcp_tool_limit < 1 or self.mcp_tools_ttl_seconds < 0 or self.mcp_list_timeout_seconds <= 0:
             raise ConfigError(
                 "MCP_TOOL_BUDGET and MCP_LIST_TIMEOUT_SECONDS must be positive, MCP_TOOLS_TTL_SECONDS not negative"
             )

@@ -23,6 +23,8 @@ class ConfigError(ValueError):
 
 _ENV_NAMES = {
     "version": "APP_VERSION",
+    "tool_caps": "TOOL_BUDGETS",  # renamed fields keep the variables operators set
+    "mcp_tool_limit": "MCP_TOOL_BUDGET",
     "function_memory_mb": "AWS_LAMBDA_FUNCTION_MEMORY_SIZE",
     "lambda_function_name": "AWS_LAMBDA_FUNCTION_NAME",
     "lambda_function_version": "AWS_LAMBDA_FUNCTION_VERSION",
