@@ -78,11 +78,11 @@ def measure(reps: int) -> dict[str, Any]:
 
     from chatloop.tools.mcp import MCPServers
 
-    settings = Settings(tool_budgets={}, system_prompt_guidance=False, mcp_tool_budget=100)
+    settings = Settings(tool_caps={}, system_prompt_guidance=False, mcp_tool_limit=100)
     with MCPTestServer(tools_server()) as server:
         config = MCPServerConfig("bench", server.url)
         mcp_settings = Settings(
-            tool_budgets={}, system_prompt_guidance=False, mcp_tool_budget=100, mcp_servers=(config,)
+            tool_caps={}, system_prompt_guidance=False, mcp_tool_limit=100, mcp_servers=(config,)
         )
 
         async def listings() -> tuple[list[float], list[float], ToolRegistry]:

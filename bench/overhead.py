@@ -25,7 +25,7 @@ async def _turn(model, registry, messages, settings) -> dict:
 
 def measure(reps: int) -> dict:
     registry = ToolRegistry([NoopTool()])
-    settings = engine_limits(Settings(max_iterations=12, tool_budgets={}, system_prompt_guidance=False))
+    settings = engine_limits(Settings(max_iterations=12, tool_caps={}, system_prompt_guidance=False))
     question = [{"role": "user", "content": "go"}]
     per_iteration = []
     for _ in range(reps):

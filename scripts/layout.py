@@ -1,10 +1,11 @@
 """The source tree as docs/architecture.md shows it: every package with the first sentence of its docstring and its
-modules, generated from the code so the map cannot drift from the house (tests/docs/test_layout.py compares them).
+modules, generated from the code so the map cannot drift from the house; and the layer table of ``scripts.layers``
+(tests/docs/test_layout_tree.py compares both with the page).
 
 Usage::
 
     python -m scripts.layout            # print the tree
-    python -m scripts.layout --write    # rewrite the block in docs/architecture.md (``make layout``)
+    python -m scripts.layout --write    # rewrite both blocks in docs/architecture.md (``make layout``)
 """
 
 from __future__ import annotations
@@ -15,10 +16,13 @@ import sys
 import textwrap
 from pathlib import Path
 
+from scripts.layers import markdown
+
 ROOT = Path(__file__).resolve().parent.parent
 SOURCE = ROOT / "src" / "chatloop"
 PAGE = ROOT / "docs" / "architecture.md"
 BEGIN, END = "<!-- layout: begin (make layout) -->", "<!-- layout: end -->"
+LAYERS_BEGIN, LAYERS_END = "<!-- layers: begin (make layout) -->", "<!-- layers: end -->"
 WIDTH = 110
 """The longest line the tree writes: the docs' code blocks read without scrolling at this width."""
 COLUMN = 28
@@ -81,11 +85,26 @@ def documented() -> str:
     return found.group(1)
 
 
+def documented_layers() -> str:
+    """The layer table as docs/architecture.md holds it now."""
+    found = re.search(
+        re.escape(LAYERS_BEGIN) + r"\n(.*?)" + re.escape(LAYERS_END), PAGE.read_text(), re.DOTALL
+    )
+    if not found:
+        raise SystemExit(f"{PAGE} has no layer table ({LAYERS_BEGIN} … {LAYERS_END})")
+    return found.group(1)
+
+
+def _replaced(page: str, begin: str, end: str, text: str) -> str:
+    start, stop = page.index(begin), page.index(end) + len(end)
+    return page[:start] + text + page[stop:]
+
+
 def main(argv: list[str]) -> None:
     if "--write" in argv:
-        page = PAGE.read_text()
-        start, end = page.index(BEGIN), page.index(END) + len(END)
-        PAGE.write_text(page[:start] + block(render()) + page[end:])
+        page = _replaced(PAGE.read_text(), BEGIN, END, block(render()))
+        page = _replaced(page, LAYERS_BEGIN, LAYERS_END, f"{LAYERS_BEGIN}\n{markdown()}{LAYERS_END}")
+        PAGE.write_text(page)
     else:
         sys.stdout.write(render())
 

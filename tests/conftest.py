@@ -86,7 +86,7 @@ def fake_bedrock(monkeypatch):
 @pytest.fixture(scope="module")
 def docs() -> Iterator[Any]:
     """The "docs" MCP server (tests/support/mcp_servers.py ``docs_server``), one per module. Used by tests/tools/test_mcp.py and
-    tests/api/test_approvals.py."""
+    tests/api/turns/test_approvals.py."""
     from tests.support.mcp_servers import docs_server
 
     with docs_server() as server:

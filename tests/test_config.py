@@ -8,9 +8,7 @@ from chatloop.config import ConfigError, Settings
 def test_defaults():
     s = Settings.from_env({})
     assert (s.max_iterations, s.substantive_answer_chars, s.request_timeout_seconds) == (10, 200, 28.0)
-    assert (
-        dict(s.tool_budgets) == {"execute_javascript": 3} and s.system_prompt_guidance and not s.log_content
-    )
+    assert dict(s.tool_caps) == {"execute_javascript": 3} and s.system_prompt_guidance and not s.log_content
 
 
 def test_values_are_parsed_by_type():
@@ -26,7 +24,7 @@ def test_values_are_parsed_by_type():
         }
     )
     assert s.max_iterations == 4 and s.log_content and not s.system_prompt_guidance
-    assert s.tool_budgets == {"execute_javascript": 2, "search_web": 5} and s.request_timeout_seconds == 12.5
+    assert s.tool_caps == {"execute_javascript": 2, "search_web": 5} and s.request_timeout_seconds == 12.5
     assert s.version == "1.2.3"
 
 

@@ -16,64 +16,17 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+from scripts import layers
 
 from chatloop import lazy
 from tests.support.repo import ROOT
 
 SRC = ROOT / "src"
 
-# The layers, lowest first: a module may import its own layer and those below, never one above. A module's layer
-# is that of the longest prefix listed (``chatloop.tracing.turn`` is above ``chatloop.tracing``).
-#
-# - foundation: typed values, settings, the deadline, AWS clients' bounds, keys, redaction, logging; every layer
-#   uses them and they use nothing of the rest.
-# - store: state that outlives a request (conversations, runs, budgets, idempotency records), behind one protocol.
-# - providers: models and the fallback chain; a budgeted model charges the store's budget ledger.
-# - tracing: OpenTelemetry spans of model calls (it wraps providers' models) and the trace context of tool runs.
-# - tools: the sandbox and MCP servers; an MCP call carries the tool run's trace context.
-# - engine: the turn loop over providers and tools; it knows nothing of HTTP.
-# - turn tracing: the engine's events become spans (``tracing.turn``): it reads the engine, the engine never it.
-# - container: what the container does around requests (SnapStart's snapshot and restore), through public
-#   functions of the layers below and a protocol the API's runtime meets; it knows no route.
-# - the API, one layer per sub-package, each serving the next: ``http`` (the request context, errors, wire bytes;
-#   the container-lifetime ``runtime`` beside it, as every request's context holds it) -> ``idempotency`` (the
-#   route wrapper) -> ``items`` (the item vocabulary the stored wire APIs share) -> ``turns`` (serving one turn) -> ``runs`` (turns that outlive their request) -> the wire APIs
-#   (``chat``, ``openai``) -> the page and the app (the route table).
-# - entry: the Lambda handler (``src/app.py``).
-LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
-    (
-        "foundation",
-        (
-            "chatloop",
-            "chatloop.jsontypes",
-            "chatloop.textsafe",
-            "chatloop.deadline",
-            "chatloop.config",
-            "chatloop.aws",
-            "chatloop.redaction",
-            "chatloop.observability",
-            "chatloop.secrets",
-            "chatloop.coldstart",
-            "chatloop.lazy",
-            "chatloop.netpolicy",
-            "chatloop.pinning",
-        ),
-    ),
-    ("store", ("chatloop.store",)),
-    ("providers", ("chatloop.providers",)),
-    ("tracing", ("chatloop.tracing",)),
-    ("tools", ("chatloop.tools",)),
-    ("engine", ("chatloop.engine",)),
-    ("turn tracing", ("chatloop.tracing.turn",)),
-    ("container", ("chatloop.snapstart",)),
-    ("api.http", ("chatloop.api.http", "chatloop.api.runtime")),
-    ("api.idempotency", ("chatloop.api.idempotency",)),
-    ("api.items", ("chatloop.api.items",)),
-    ("api.turns", ("chatloop.api.turns",)),
-    ("api.runs", ("chatloop.api.runs",)),
-    ("api.wire", ("chatloop.api.chat", "chatloop.api.openai")),
-    ("api.app", ("chatloop.api", "chatloop.api.page", "chatloop.api.app")),
-    ("entry", ("app",)),
+# The layers, lowest first, are one table in scripts/layers.py (docs/architecture.md shows it, written from it by
+# ``make layout``): a module may import its own layer and those below, never one above.
+LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = tuple(
+    (layer.name, layer.modules) for layer in layers.LAYERS
 )
 
 LEAVES = ("chatloop.redaction", "chatloop.lazy", "chatloop.tools.javascript.lifecycle")
@@ -179,7 +132,7 @@ def layer_of(module: str) -> int:
         for prefix in prefixes:
             if (module == prefix or module.startswith(prefix + ".")) and len(prefix) > best:
                 best, level = len(prefix), index
-    assert level >= 0, f"{module} is in no layer: add it to LAYERS"
+    assert level >= 0, f"{module} is in no layer: add it to LAYERS in scripts/layers.py (then make layout)"
     return level
 
 

@@ -136,3 +136,44 @@ def test_tests_find_the_repository_through_support_not_their_own_location():
         if isinstance(node, ast.Name) and node.id == "__file__"
     ]
     assert found == [], "use tests.support.repo.ROOT:\n" + "\n".join(found)
+
+
+TESTS_OF_ALL_API = {"test_layers.py"}
+"""tests/api's own files: they test api/ as a whole (its import layers), no one sub-package."""
+
+
+def unmirrored(tests_api: Path, src_api: Path) -> list[str]:
+    """Test files of ``tests_api`` that do not sit in a folder named after a sub-package of ``src_api`` (at any
+    depth: ``openai/`` or ``openai/responses/``); only what tests api/ as a whole stays on top."""
+    packages = {p.parent.relative_to(src_api) for p in src_api.rglob("__init__.py")} - {Path(".")}
+    found = []
+    for path in sorted(tests_api.rglob("test_*.py")):
+        folder = path.parent.relative_to(tests_api)
+        if folder == Path(".") and path.name not in TESTS_OF_ALL_API:
+            found.append(
+                f"{path.relative_to(tests_api)}: move it into the folder of the api/ sub-package it tests"
+            )
+        elif folder != Path(".") and folder not in packages:
+            found.append(f"{path.relative_to(tests_api)}: {folder}/ is no sub-package of api/")
+    return found
+
+
+def test_tests_api_mirrors_the_api_sub_packages():
+    assert unmirrored(ROOT / "tests" / "api", ROOT / "src" / "chatloop" / "api") == []
+
+
+def test_the_mirror_check_finds_a_flat_test_and_a_folder_of_no_sub_package(tmp_path):
+    src, tests = tmp_path / "src", tmp_path / "tests"
+    for package in ("", "http", "openai", "openai/responses"):
+        (src / package).mkdir(parents=True, exist_ok=True)
+        (src / package / "__init__.py").write_text("")
+    for test in (
+        "test_layers.py",
+        "test_flat.py",
+        "http/test_a.py",
+        "openai/responses/test_b.py",
+        "misc/test_c.py",
+    ):
+        (tests / test).parent.mkdir(parents=True, exist_ok=True)
+        (tests / test).write_text("")
+    assert [line.split(":")[0] for line in unmirrored(tests, src)] == ["misc/test_c.py", "test_flat.py"]

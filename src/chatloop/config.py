@@ -1,8 +1,9 @@
 """Every setting of the handler, read once from the environment, and the one door to the environment.
 
 Each field of ``Settings`` documents its environment variable; docs/configuration.md's table lists the same
-names. Nothing else in the package reads ``os.environ``: what is read later than start-up, by name, goes through
-``from_environment`` here — the provider keys (which may also come from a secret, and are registered for redaction
+names. Nothing else in the package reads ``os.environ`` (but this module's helpers, ``config_env`` reading and
+parsing the environment, ``config_mcp`` MCP_SERVERS' entries and ``config_checks`` the checks that take more than a
+comparison, all re-exported here): what is read later than start-up, by name, goes through ``from_environment`` — the provider keys (which may also come from a secret, and are registered for redaction
 when read), the providers' base URLs, ``DENO_BIN``, the values of MCP header placeholders, and the Powertools
 service and namespace names (Powertools itself reads its ``POWERTOOLS_*`` variables too, and the OpenTelemetry SDK,
 once tracing is configured here, its own limits and resource variables such as ``OTEL_ATTRIBUTE_VALUE_LENGTH_LIMIT``).
@@ -17,15 +18,22 @@ Usage::
 
 from __future__ import annotations
 
-import json
 import os
-import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
 from typing import Any
-from urllib.parse import urlsplit
 
-from chatloop import netpolicy
+from chatloop.config_checks import check_mcp_prefixes, check_otel, check_webhook
+from chatloop.config_env import ConfigError as ConfigError
+from chatloop.config_env import default_store_path as default_store_path
+from chatloop.config_env import env_name as env_name
+from chatloop.config_env import from_environment as from_environment
+from chatloop.config_env import parse_value
+from chatloop.config_mcp import MCP_LABEL as MCP_LABEL
+from chatloop.config_mcp import MCP_PLACEHOLDER as MCP_PLACEHOLDER
+from chatloop.config_mcp import MCPServerConfig as MCPServerConfig
+from chatloop.config_mcp import parse_mcp_servers as parse_mcp_servers
+from chatloop.config_mcp import under_prefix as under_prefix
 
 DEFAULT_MODEL_CHAIN = (
     "groq:openai/gpt-oss-120b,groq:llama-3.3-70b-versatile,groq:llama-3.1-8b-instant,openai:gpt-4.1-mini"
@@ -35,114 +43,13 @@ KEY_VARIABLES = {"groq": "GROQ_API_KEY", "openai": "OPENAI_API_KEY", "local": "L
 list ``secrets`` reads keys by and ``observability`` registers for redaction at import."""
 
 
-class ConfigError(ValueError):
-    """An environment variable holds a value the handler cannot use."""
-
-
-@dataclass(frozen=True)
-class MCPServerConfig:
-    """One MCP server the operator configured (an entry of MCP_SERVERS), or one a client sent (/v1/responses)."""
-
-    label: str
-    """Letters, digits and hyphens (no underscore): the prefix of its tools' offered names, ``<label>__<tool>``."""
-    url: str
-    """The streamable HTTP endpoint (conventionally ``.../mcp``)."""
-    headers: Mapping[str, str] = field(default_factory=dict)
-    """Sent with every request; values may hold ``${NAME}`` placeholders, filled from the environment or the
-    provider-keys secret when the server is first used. Never logged."""
-    allowed_tools: tuple[str, ...] | None = None
-    """The server's tool names offered to the model; None: all of them."""
-    timeout_seconds: float = 10.0
-    """A call to one of its tools ends after this long (and never outlives the request)."""
-    url_prefix: str | None = None
-    """Client-supplied servers: every request, redirects included, must stay under this prefix."""
-    addresses: tuple[str, ...] | None = None
-    """Client-supplied servers: the addresses the host resolved to when they were checked; every connection goes
-    to one of them and the name is never resolved again (empty: it did not resolve). None: resolved as usual."""
-
-
-MCP_LABEL = re.compile(r"^[A-Za-z][A-Za-z0-9-]{0,31}$")
-MCP_PLACEHOLDER = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
-_MCP_KEYS = {"label", "url", "headers", "allowed_tools", "timeout_seconds"}
-
-
-def parse_mcp_servers(raw: str) -> tuple[MCPServerConfig, ...]:
-    """MCP_SERVERS as typed entries; anything unusable is a ``ConfigError`` naming MCP_SERVERS.
-
-    >>> parse_mcp_servers('[{"label": "docs", "url": "http://127.0.0.1:9000/mcp"}]')[0].label
-    'docs'
-    """
-    try:
-        value = json.loads(raw)
-    except ValueError:
-        raise ConfigError("MCP_SERVERS is not valid JSON (a list of server objects)") from None
-    if not isinstance(value, list):
-        raise ConfigError("MCP_SERVERS must be a JSON list of server objects")
-    servers: list[MCPServerConfig] = []
-    for i, entry in enumerate(value):
-        where = f"MCP_SERVERS[{i}]"
-        if not isinstance(entry, dict):
-            raise ConfigError(f"{where} must be an object")
-        unknown = sorted(set(entry) - _MCP_KEYS)
-        if unknown:
-            raise ConfigError(f"{where} has unknown keys {unknown}; allowed: {sorted(_MCP_KEYS)}")
-        label, url = entry.get("label"), entry.get("url")
-        if not isinstance(label, str) or not MCP_LABEL.match(label):
-            raise ConfigError(
-                f"{where}.label must be 1-32 letters, digits or hyphens, starting with a letter (no underscore)"
-            )
-        if label in {s.label for s in servers}:
-            raise ConfigError(f"{where}.label {label!r} is used twice")
-        if not isinstance(url, str) or not re.match(r"^https?://[^/?#]+", url):
-            raise ConfigError(f"{where}.url must be an http(s) URL")
-        headers = entry.get("headers") or {}
-        if not isinstance(headers, dict) or not all(
-            isinstance(k, str) and isinstance(v, str) for k, v in headers.items()
-        ):
-            raise ConfigError(f"{where}.headers must be an object of strings")
-        allowed = entry.get("allowed_tools")
-        if allowed is not None and (
-            not isinstance(allowed, list) or not all(isinstance(t, str) and t for t in allowed)
-        ):
-            raise ConfigError(f"{where}.allowed_tools must be a list of tool names")
-        timeout = entry.get("timeout_seconds", 10.0)
-        if isinstance(timeout, bool) or not isinstance(timeout, int | float) or not 0 < timeout <= 300:
-            raise ConfigError(f"{where}.timeout_seconds must be a number of seconds above 0, at most 300")
-        servers.append(
-            MCPServerConfig(
-                label=label,
-                url=url,
-                headers=dict(headers),
-                allowed_tools=tuple(allowed) if allowed is not None else None,
-                timeout_seconds=float(timeout),
-            )
-        )
-    return tuple(servers)
-
-
-def under_prefix(url: str, prefix: str) -> bool:
-    """Whether ``url`` falls under the MCP_ALLOWED_URLS ``prefix`` at a boundary (``http://a.example/team`` admits
-    ``http://a.example/team/mcp``, never ``http://a.example/teamx`` or ``http://a.example/team:1``): for the URL a
-    request names and for every request its connection makes (redirects).
-
-    >>> under_prefix("http://a.example/team/mcp", "http://a.example/team")
-    True
-    >>> under_prefix("http://a.example:81/", "http://a.example")
-    False
-    """
-    if not url.startswith(prefix):
-        return False
-    rest = url[len(prefix) :]
-    return prefix.endswith("/") or rest == "" or rest[0] in "/?#"
-
-
 @dataclass(frozen=True)
 class Settings:
     # --- the loop -------------------------------------------------------------------------
     max_iterations: int = 10
     """MAX_ITERATIONS: model calls per user turn, the final answer included. Requests may ask for fewer."""
-    tool_budgets: Mapping[str, int] = field(default_factory=lambda: {"execute_javascript": 3})
-    """TOOL_BUDGETS: executions per tool per turn, as JSON (``{"execute_javascript": 3}``)."""
+    tool_caps: Mapping[str, int] = field(default_factory=lambda: {"execute_javascript": 3})
+    """TOOL_BUDGETS: executions per tool per turn (its cap), as JSON (``{"execute_javascript": 3}``)."""
     substantive_answer_chars: int = 200
     """SUBSTANTIVE_ANSWER_CHARS: content longer than this, sent with tool calls, ends the turn."""
     system_prompt_guidance: bool = True
@@ -281,7 +188,7 @@ class Settings:
     mcp_servers: tuple[MCPServerConfig, ...] = ()
     """MCP_SERVERS: MCP servers whose tools are offered beside the built-in tool, as a JSON list of
     ``{"label", "url", "headers"?, "allowed_tools"?, "timeout_seconds"?}`` (see ``parse_mcp_servers``)."""
-    mcp_tool_budget: int = 3
+    mcp_tool_limit: int = 3
     """MCP_TOOL_BUDGET: executions per MCP tool per turn, unless TOOL_BUDGETS names the tool."""
     mcp_tools_ttl_seconds: float = 300.0
     """MCP_TOOLS_TTL_SECONDS: how long a server's tool list is reused before it is listed again."""
@@ -425,7 +332,9 @@ class Settings:
                 continue
             parser = _PARSERS.get(name)
             values[f.name] = (
-                parser(raw.strip()) if parser else _parse(name, raw.strip(), type(getattr(_DEFAULTS, f.name)))
+                parser(raw.strip())
+                if parser
+                else parse_value(name, raw.strip(), type(getattr(_DEFAULTS, f.name)))
             )
         settings = cls(**values)
         settings.validate()
@@ -434,7 +343,7 @@ class Settings:
     def validate(self) -> None:
         if not 1 <= self.max_iterations <= 100:
             raise ConfigError("MAX_ITERATIONS must be between 1 and 100")
-        if any(not isinstance(v, int) or v < 1 for v in self.tool_budgets.values()):
+        if any(not isinstance(v, int) or v < 1 for v in self.tool_caps.values()):
             raise ConfigError("TOOL_BUDGETS values must be positive integers")
         # MODEL_CHAIN is checked where the chain is built (providers.factory): a chain that cannot be built is a 503
         # naming it on every turn and an unhealthy /health, not a failed init (retried, costly, and silent)
@@ -451,15 +360,13 @@ class Settings:
             )
         if self.idempotency_timeout_seconds <= 0:
             raise ConfigError("IDEMPOTENCY_TIMEOUT_SECONDS must be positive")
-        if self.mcp_tool_budget < 1 or self.mcp_tools_ttl_seconds < 0 or self.mcp_list_timeout_seconds <= 0:
+        if self.mcp_tool_limit < 1 or self.mcp_tools_ttl_seconds < 0 or self.mcp_list_timeout_seconds <= 0:
             raise ConfigError(
                 "MCP_TOOL_BUDGET and MCP_LIST_TIMEOUT_SECONDS must be positive, MCP_TOOLS_TTL_SECONDS not negative"
             )
         if self.compaction_threshold_tokens < 0:
             raise ConfigError("COMPACTION_THRESHOLD_TOKENS must not be negative (0: off)")
-        for prefix in self.mcp_url_prefixes():
-            if not re.match(r"^https?://[^/?#@]+", prefix):
-                raise ConfigError(f"MCP_ALLOWED_URLS entry {prefix!r} is not an http(s) URL prefix")
+        check_mcp_prefixes(self.mcp_url_prefixes())
         if self.budget_store_failure not in {"", "closed", "open"}:
             raise ConfigError("BUDGET_STORE_FAILURE must be closed or open")
         if min(self._budget_limits()) < 0:
@@ -467,109 +374,19 @@ class Settings:
         if self.background_timeout_seconds <= 0:
             raise ConfigError("BACKGROUND_TIMEOUT_SECONDS must be positive")
         if self.webhook_url:
-            self._validate_webhook()
-        timeouts = (
-            self.otel_exporter_otlp_timeout,
-            self.otel_exporter_otlp_traces_timeout,
-            self.otel_exporter_otlp_metrics_timeout,
+            check_webhook(self.webhook_url, self.webhook_secret, self.webhook_allow_private)
+        check_otel(
+            self.otel_traces_exporter,
+            (
+                self.otel_exporter_otlp_timeout,
+                self.otel_exporter_otlp_traces_timeout,
+                self.otel_exporter_otlp_metrics_timeout,
+            ),
         )
-        if min(timeouts) < 0:
-            raise ConfigError("OTEL_EXPORTER_OTLP_*TIMEOUT must not be negative (milliseconds)")
-        if self.otel_traces_exporter.lower() not in {"", "otlp", "none"}:
-            raise ConfigError(
-                "OTEL_TRACES_EXPORTER must be otlp or none (OTLP/HTTP is the exporter supported)"
-            )
         if self.request_timeout_seconds <= 0 or self.deadline_reserve_seconds < 0:
             raise ConfigError(
                 "REQUEST_TIMEOUT_SECONDS must be positive and DEADLINE_RESERVE_SECONDS not negative"
             )
-
-    def _validate_webhook(self) -> None:
-        """WEBHOOK_URL: http(s), with its secret, and an address webhooks may be sent to (``netpolicy``: never
-        link-local or metadata, private or loopback only with WEBHOOK_ALLOW_PRIVATE), a name judged by what it
-        resolves to now (one lookup, 1 s at most; a name that does not resolve yet is checked at every send)."""
-        if not (re.match(r"^https?://[^/?#]", self.webhook_url) and self.webhook_secret):
-            raise ConfigError("WEBHOOK_URL must be an http(s) URL, and WEBHOOK_SECRET set with it")
-        try:
-            parts = urlsplit(self.webhook_url)
-            host = parts.hostname or ""
-            parts.port  # noqa: B018 - raises on a port that is not a number
-        except ValueError:
-            host = ""
-        if not host:
-            raise ConfigError("WEBHOOK_URL must name a host (and a port that is a number, if any)")
-        reason = netpolicy.first_refusal(host, netpolicy.resolved_now(host), self.webhook_allow_private)
-        if reason == netpolicy.PRIVATE:
-            raise ConfigError(
-                f"WEBHOOK_URL's host {host!r} is {reason}: set WEBHOOK_ALLOW_PRIVATE=true to send webhooks there"
-            )
-        if reason:
-            raise ConfigError(f"WEBHOOK_URL's host {host!r} is {reason}, where webhooks are never sent")
-
-
-_ENV_NAMES = {
-    "version": "APP_VERSION",
-    "function_memory_mb": "AWS_LAMBDA_FUNCTION_MEMORY_SIZE",
-    "lambda_function_name": "AWS_LAMBDA_FUNCTION_NAME",
-    "lambda_function_version": "AWS_LAMBDA_FUNCTION_VERSION",
-    "lwa_pass_through_path": "AWS_LWA_PASS_THROUGH_PATH",
-    "snapstart_before_checkpoint_path": "AWS_LWA_SNAPSTART_BEFORE_CHECKPOINT_PATH",
-    "snapstart_after_restore_path": "AWS_LWA_SNAPSTART_AFTER_RESTORE_PATH",
-}
-
-
-def from_environment(name: str, environ: Mapping[str, str] | None = None) -> str | None:
-    """The value of the environment variable ``name``, None when it is unset or empty: for what is read by name
-    after start-up (see the module docstring), never for a setting (those are ``Settings`` fields)."""
-    env = os.environ if environ is None else environ
-    return env.get(name) or None
-
-
-def env_name(field_name: str) -> str:
-    """The environment variable a setting is read from: ``max_iterations`` -> ``MAX_ITERATIONS``."""
-    return _ENV_NAMES.get(field_name, field_name.upper())
-
-
-def default_store_path(environ: Mapping[str, str] | None = None) -> str:
-    """``chatloop/conversations.sqlite3`` under ``$XDG_DATA_HOME`` (or ``~/.local/share``) when that can be written,
-    else under the temp directory (Lambda's home is read-only; ``/tmp`` is the function's own)."""
-    import tempfile
-    from pathlib import Path
-
-    env = os.environ if environ is None else environ
-    home = env.get("HOME", "")
-    data = env.get("XDG_DATA_HOME") or (str(Path(home) / ".local" / "share") if home else "")
-    if data:
-        folder = Path(data) / "chatloop"
-        try:
-            folder.mkdir(parents=True, exist_ok=True, mode=0o700)
-            if os.access(folder, os.W_OK):
-                return str(folder / "conversations.sqlite3")
-        except OSError:
-            pass
-    return str(Path(tempfile.gettempdir()) / "chatloop" / "conversations.sqlite3")
-
-
-def _parse(name: str, raw: str, kind: type) -> object:
-    try:
-        if kind is bool:
-            if raw.lower() in {"1", "true", "yes", "on"}:
-                return True
-            if raw.lower() in {"0", "false", "no", "off"}:
-                return False
-            raise ValueError(raw)
-        if kind is int:
-            return int(raw)
-        if kind is float:
-            return float(raw)
-        if kind is dict:
-            value = json.loads(raw)
-            if not isinstance(value, dict):
-                raise ValueError(raw)
-            return value
-        return raw
-    except ValueError as exc:
-        raise ConfigError(f"{name}={raw!r} is not a valid {kind.__name__}") from exc
 
 
 _PARSERS = {"MCP_SERVERS": parse_mcp_servers}

@@ -9,15 +9,15 @@ import pytest
 @pytest.fixture
 def no_registered_secrets(monkeypatch):
     """Secrets other tests registered (``register_secret`` is process-wide) would hold back pieces of the renderer
-    tests' deltas; key-shaped strings are still redacted. Not autouse: tests/api/test_render_chat.py, tests/api/test_render_chat_completions.py
-    and tests/api/test_render_responses.py apply it to every test of theirs with ``pytestmark``."""
+    tests' deltas; key-shaped strings are still redacted. Not autouse: tests/api/chat/test_render_chat.py, tests/api/openai/test_render_chat_completions.py
+    and tests/api/openai/responses/test_render_responses.py apply it to every test of theirs with ``pytestmark``."""
     monkeypatch.setattr("chatloop.redaction._SECRETS", [])
 
 
 @pytest.fixture
 def aws(monkeypatch) -> Iterator[None]:
     """Fake credentials, moto in-process and the template's idempotency table (tests/support/idempotency.py) for one
-    test. Used by tests/api/test_idempotency.py and tests/api/test_regressions.py."""
+    test. Used by tests/api/idempotency/test_idempotency.py and tests/api/idempotency/test_regressions.py."""
     from moto import mock_aws
 
     from tests.support.aws import FAKE_CREDENTIALS
@@ -34,7 +34,7 @@ def aws(monkeypatch) -> Iterator[None]:
 @pytest.fixture
 def serve(app_runtime):
     """``serve(table=TABLE)``: the handler answers with a fresh counting model, idempotent on ``table``
-    (tests/support/idempotency.py). Used by tests/api/test_idempotency.py and tests/api/test_regressions.py."""
+    (tests/support/idempotency.py). Used by tests/api/idempotency/test_idempotency.py and tests/api/idempotency/test_regressions.py."""
     from chatloop.config import Settings
     from chatloop.tools.base import ToolRegistry
     from tests.support.idempotency import TABLE, counting_model

@@ -21,13 +21,14 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+from scripts.layers import API_LAYERS, api_layer_of
 
 from tests.support.repo import ROOT
 
 SRC = ROOT / "src"
 API = SRC / "chatloop" / "api"
 
-LAYERS = ("http", "idempotency", "items", "turns", "runs", "wire", "page", "app")
+LAYERS = API_LAYERS  # the one table's api/ part (scripts/layers.py), lowest first
 WIRE_APIS = (
     "chatloop.api.chat",
     "chatloop.api.openai.chat_completions",
@@ -35,9 +36,6 @@ WIRE_APIS = (
     "chatloop.api.openai.responses",
     "chatloop.api.openai.conversations",
 )
-UNRANKED = {"chatloop.api.runtime"}
-"""The container-lifetime ``Runtime`` (a package: its models, tools and stores): what every layer reads its settings,
-store and chain from (its own place in the graph is ``tests/test_imports.py``'s)."""
 
 
 @dataclass(frozen=True)
@@ -93,19 +91,11 @@ def _targets(node: ast.Import | ast.ImportFrom, package: str) -> list[str]:
 
 
 def layer_of(module: str) -> str | None:
-    if not module.startswith("chatloop.api") or any(
-        module == u or module.startswith(u + ".") for u in UNRANKED
-    ):
+    if not module.startswith("chatloop.api"):
         return None
-    if module in ("chatloop.api", "chatloop.api.app"):
-        return "app"
-    if any(module == w or module.startswith(w + ".") for w in WIRE_APIS) or module.startswith(
-        "chatloop.api.openai"
-    ):
-        return "wire"
-    part = module.split(".")[2]
-    assert part in LAYERS, f"{module}: in no layer of api/ (add it to LAYERS, in its place)"
-    return part
+    layer = api_layer_of(module)
+    assert layer in LAYERS, f"{module}: in no layer of api/ (add it to scripts/layers.py, in its place)"
+    return layer
 
 
 def wire_api_of(module: str) -> str | None:

@@ -157,6 +157,10 @@ def test_the_docs_site_builds_strict_with_every_page(tmp_path):
     assert not [
         p for p in pages if not (site / ("index.html" if p == "index" else f"{p}/index.html")).is_file()
     ]
+    # the architecture page renders its sections as sections, not as the code of a fence left open
+    built = (site / "architecture" / "index.html").read_text()
+    for section in ("a-requests-path", "the-engine", "the-http-app", "layout", "layers"):
+        assert f'<h2 id="{section}">' in built, section
 
 
 def test_the_readme_and_the_index_link_every_docs_page():

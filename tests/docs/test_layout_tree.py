@@ -1,11 +1,12 @@
 """The source map in docs/architecture.md is the source tree: generated from the packages' docstrings and modules by
-scripts/layout.py, so a module added, moved or renamed without `make layout` fails here, naming the difference."""
+scripts/layout.py, so a module added, moved or renamed without `make layout` fails here, naming the difference; and
+its layer table is the one the import tests check (scripts/layers.py)."""
 
 from __future__ import annotations
 
 import difflib
 
-from scripts import layout
+from scripts import layers, layout
 
 
 def test_the_documented_tree_is_the_source_tree() -> None:
@@ -31,3 +32,12 @@ def test_a_package_is_labelled_by_what_it_is() -> None:
         "OpenAI's Responses API (/v1/responses)"
     )
     assert layout.summary(layout.SOURCE / "__init__.py").startswith("a serverless chat handler")
+
+
+def test_the_documented_layers_are_the_checked_layers() -> None:
+    assert layout.documented_layers() == layers.markdown(), (
+        "docs/architecture.md's layer table is stale: make layout"
+    )
+    assert (
+        "| api.page | `chatloop.api.page` |" in layout.documented_layers()
+    )  # page/: one place, in one table

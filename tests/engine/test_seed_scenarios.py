@@ -391,9 +391,7 @@ async def test_calls_over_budget_inside_one_batch_are_answered_not_run(registry)
             else ModelResponse("", content="done")
         )
     )
-    turn = await drive(
-        model, registry, "four sums", settings=Settings(tool_budgets={"execute_javascript": 3})
-    )
+    turn = await drive(model, registry, "four sums", settings=Settings(tool_caps={"execute_javascript": 3}))
     statuses = [(c["status"], c.get("reason")) for c in turn.done["tool_calls"]]
     assert statuses[:3] == [("ok", None)] * 3 and statuses[3] == ("skipped", "budget_exhausted")
     assert "BudgetExhausted" in turn.of(EventType.TOOL_CALL_RESULT)[3]["content"]

@@ -30,11 +30,13 @@ from tests.support.models import ScriptedModel, js
 from tests.support.repo import ROOT
 
 NAMESPACE = "ChatLoop"
-ASSERTED_ELSEWHERE = {"IdempotencyErrors"}  # tests/api/test_idempotency.py checks the handler emits it
+ASSERTED_ELSEWHERE = {
+    "IdempotencyErrors"
+}  # tests/api/idempotency/test_idempotency.py checks the handler emits it
 ASSERTED_ELSEWHERE |= {
     "BudgetRefusals",
     "BudgetStoreFailures",
-}  # tests/api/test_budgets.py checks the handler emits them
+}  # tests/api/turns/test_budgets.py checks the handler emits them
 
 
 @pytest.fixture(scope="module")

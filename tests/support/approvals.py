@@ -1,4 +1,4 @@
-"""Shared by the approval tests (tests/api/test_approvals.py, over the API, and tests/browser/test_approvals.py, in the
+"""Shared by the approval tests (tests/api/turns/test_approvals.py, over the API, and tests/browser/test_approvals.py, in the
 page): the provider keys both copies of the app hold, and a scripted calculator that keeps asking for its sandbox
 run until it has a result, as models do.
 

@@ -1,4 +1,4 @@
-"""Idempotent requests as the idempotency tests make them (tests/api/test_idempotency.py, tests/api/test_regressions.py): the
+"""Idempotent requests as the idempotency tests make them (tests/api/idempotency/test_idempotency.py, tests/api/idempotency/test_regressions.py): the
 template's idempotency table in moto, a scripted model that counts its calls (a retry answered again would count
 twice), and a /chat body. The ``serve`` fixture (tests/conftest.py) installs the counting model on the handler.
 

@@ -1,5 +1,5 @@
-"""A renderer on its own, as the renderer tests drive one (tests/api/test_render_chat.py, tests/api/test_render_chat_completions.py,
-tests/api/test_render_responses.py): typed engine events in, the bytes a client reads out.
+"""A renderer on its own, as the renderer tests drive one (tests/api/chat/test_render_chat.py, tests/api/openai/test_render_chat_completions.py,
+tests/api/openai/responses/test_render_responses.py): typed engine events in, the bytes a client reads out.
 
 Usage::
 

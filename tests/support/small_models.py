@@ -29,7 +29,7 @@ QUESTIONS = {
     "fenced_near_miss": "Compute the compound interest on $10,000 at 5% for 15 years.",
 }
 TOOL_ERROR = json.dumps(
-    {"error": not_run("unknown", name=UNKNOWN, arguments="{}", budget=None, available=[JS])},
+    {"error": not_run("unknown", name=UNKNOWN, arguments="{}", cap=None, available=[JS])},
     ensure_ascii=False,
 )
 """The raw tool-error JSON it gave as its answer (the server's own UnknownTool message, pasted back)."""

@@ -1,5 +1,5 @@
 """The OpenTelemetry SDK's in-memory exporter and metric reader, installed as chatloop's tracing, for tests that
-read the spans and metrics of a turn (tests/tracing/test_spans_and_metrics.py, tests/api/test_budgets.py).
+read the spans and metrics of a turn (tests/tracing/test_spans_and_metrics.py, tests/api/turns/test_budgets.py).
 
 Usage::
 

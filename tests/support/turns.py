@@ -1,5 +1,5 @@
 """A turn driven through the engine's ``run_turn`` with a scripted model and a registry, its events collected, as
-the engine's tests read them (tests/engine/test_seed_scenarios.py, tests/engine/test_turn_contract.py, tests/api/test_said_once.py,
+the engine's tests read them (tests/engine/test_seed_scenarios.py, tests/engine/test_turn_contract.py, tests/api/turns/test_said_once.py,
 tests/engine/test_small_model_answers.py).
 
 Usage::

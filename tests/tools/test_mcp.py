@@ -139,7 +139,7 @@ def test_mcp_servers_are_parsed_with_their_options():
         ' "allowed_tools": ["search"], "timeout_seconds": 2.5}]'
     )
     assert (server.label, server.allowed_tools, server.timeout_seconds) == ("docs", ("search",), 2.5)
-    assert Settings.from_env({"MCP_TOOL_BUDGET": "5"}).mcp_tool_budget == 5
+    assert Settings.from_env({"MCP_TOOL_BUDGET": "5"}).mcp_tool_limit == 5
 
 
 def test_import_app_leaves_the_mcp_sdk_unimported():
@@ -320,7 +320,7 @@ def test_a_server_that_sleeps_past_the_deadline_is_cut_and_the_turn_still_answer
 
 
 def test_the_budget_cuts_a_model_that_keeps_calling_with_new_arguments(docs, llm, sandbox, handler_runtime):
-    handler_runtime(make_runtime(sandbox, (MCPServerConfig("docs", docs.url),), mcp_tool_budget=2))
+    handler_runtime(make_runtime(sandbox, (MCPServerConfig("docs", docs.url),), mcp_tool_limit=2))
     llm.default = caller("docs__search", lambda n: {"query": f"page {n}"})  # new arguments every time
     before = len(docs.calls)
     code, body = invoke("/chat", chat())
@@ -330,7 +330,7 @@ def test_the_budget_cuts_a_model_that_keeps_calling_with_new_arguments(docs, llm
     assert "docs__search" not in offered_last and "From the docs" in data["message"]["content"]
     # TOOL_BUDGETS by the offered name wins over MCP_TOOL_BUDGET.
     budgets = {"execute_javascript": 3, "docs__search": 1}
-    handler_runtime(make_runtime(sandbox, (MCPServerConfig("docs", docs.url),), tool_budgets=budgets))
+    handler_runtime(make_runtime(sandbox, (MCPServerConfig("docs", docs.url),), tool_caps=budgets))
     code, body = invoke("/chat", chat())
     assert json.loads(body)["tool_counts"] == {"docs__search": 1}
 
@@ -771,7 +771,7 @@ def test_a_malformed_result_is_an_error_message_in_words(llm, sandbox, handler_r
 
 
 def test_the_same_result_from_new_arguments_ends_tool_use_as_a_loop(docs, llm, sandbox, handler_runtime):
-    handler_runtime(make_runtime(sandbox, (MCPServerConfig("docs", docs.url),), mcp_tool_budget=10))
+    handler_runtime(make_runtime(sandbox, (MCPServerConfig("docs", docs.url),), mcp_tool_limit=10))
     llm.default = caller("docs__add", lambda n: {"a": n, "b": 10 - n})  # always 10: a result loop
     code, body = invoke("/chat", chat())
     data = json.loads(body)

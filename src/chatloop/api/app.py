@@ -59,8 +59,16 @@ def lazy(module: str, name: str) -> Callable[[Request], Awaitable[Response]]:
 
 def routes(settings: Settings) -> list[BaseRoute]:
     """Every route of the app: the turn endpoints, the stored state, models and health, the page, and (stream mode
-    under SnapStart) the Web Adapter's hook routes, apart from the others."""
-    table: list[BaseRoute] = [
+    under SnapStart) the Web Adapter's hook routes, apart from the others (in this order: Starlette takes the first
+    route that matches)."""
+    table = [*_turn_routes(), *_conversation_routes(), *_other_routes(settings)]
+    # stream mode under SnapStart: the Web Adapter's two hook routes, when configured (H1, #27)
+    return [*table, *snapstart.hook_routes(settings, taken=route_paths(table))]
+
+
+def _turn_routes() -> list[BaseRoute]:
+    """The three wire APIs' turns, and what acts on a turn or stored response once it started."""
+    return [
         Route("/chat", idempotent(chat.chat), methods=["POST"]),
         Route("/chat/stop", lazy("chat.threads", "stop_chat"), methods=["POST"]),
         Route("/chat/follow", lazy("chat.threads", "follow_chat"), methods=["GET"]),
@@ -87,6 +95,12 @@ def routes(settings: Settings) -> list[BaseRoute]:
             lazy("openai.responses.stored", "list_input_items"),
             methods=["GET"],
         ),
+    ]
+
+
+def _conversation_routes() -> list[BaseRoute]:
+    """OpenAI's Conversations API: the conversations and their items."""
+    return [
         Route(
             "/v1/conversations",
             lazy("openai.conversations.endpoints", "create_conversation"),
@@ -130,6 +144,12 @@ def routes(settings: Settings) -> list[BaseRoute]:
             lazy("openai.conversations.endpoints", "delete_item"),
             methods=["DELETE"],
         ),
+    ]
+
+
+def _other_routes(settings: Settings) -> list[BaseRoute]:
+    """Usage, models, health, the page, and the Web Adapter's pass-through path (stream mode)."""
+    return [
         Route("/v1/usage", lazy("turns.budgets", "usage"), methods=["GET"]),
         Route("/v1/models", models.list_models, methods=["GET"]),
         Route("/v1/models/{model_id:path}", models.retrieve_model, methods=["GET"]),
@@ -141,8 +161,6 @@ def routes(settings: Settings) -> list[BaseRoute]:
             settings.lwa_pass_through_path, lazy("openai.responses.background", "events"), methods=["POST"]
         ),
     ]
-    # stream mode under SnapStart: the Web Adapter's two hook routes, when configured (H1, #27)
-    return [*table, *snapstart.hook_routes(settings, taken=route_paths(table))]
 
 
 def route_paths(table: list[BaseRoute]) -> list[str]:

@@ -16,17 +16,17 @@ Usage::
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
-from enum import StrEnum
 from functools import cached_property
 from typing import ClassVar
 
+from chatloop.engine.event_base import EventType, Payload, copy_calls
+from chatloop.engine.model_events import FailedAttempt, FallbackMade, TurnError
 from chatloop.engine.policy import Decision
 from chatloop.engine.summary import StopReason, TurnSummary, calls_json, usage_json
 from chatloop.jsontypes import JSONObject
-from chatloop.providers.base import ContextFit, ModelFallback, ModelResponse, ToolCall, Usage
-from chatloop.providers.failures import AllModelsFailed, ModelError
+from chatloop.providers.base import ContextFit, ModelResponse, ToolCall, Usage
 from chatloop.providers.textcall_formats import TextCalls
 
 __all__ = [
@@ -52,42 +52,9 @@ __all__ = [
 ]
 
 
-class EventType(StrEnum):
-    STATUS = "status"
-    DELTA = "delta"
-    LLM_RESPONSE = "llm_response"
-    MESSAGE_COMPLETE = "message_complete"
-    TOOL_CALL_START = "tool_call_start"
-    TOOL_CALL_RESULT = "tool_call_result"
-    APPROVAL_REQUEST = "approval_request"
-    DECISION = "decision"
-    MODEL_FALLBACK = "model_fallback"
-    ERROR = "error"
-    DONE = "done"
-
-
-class _Payload:
-    """What every event has: its ``type`` and, from it, its ``name``.
-
-    Each event class is ``@dataclass(frozen=True, eq=False)``: frozen, since every renderer shares it; compared by
-    identity, since an event is a message, not a value (nothing compares two, and not generating ``__eq__`` and
-    ``__hash__`` for 15 classes keeps ~2 ms off every cold start)."""
-
-    type: ClassVar[EventType]
-
-    @property
-    def name(self) -> str:
-        return self.type.value
-
-
-def _calls(calls: Iterable[ToolCall]) -> tuple[ToolCall, ...]:
-    """Copies of ``calls`` (the turn may still change their ids)."""
-    return tuple(ToolCall(c.id, c.name, c.arguments) for c in calls)
-
-
 # --- status ------------------------------------------------------------------------------------
 @dataclass(frozen=True, eq=False)
-class Started(_Payload):
+class Started(Payload):
     """The turn started: the model (chain) it asks and the tools it may offer."""
 
     type: ClassVar[EventType] = EventType.STATUS
@@ -100,7 +67,7 @@ class Started(_Payload):
 
 
 @dataclass(frozen=True, eq=False)
-class ToolsUnavailable(_Payload):
+class ToolsUnavailable(Payload):
     """Tool sources (an MCP server's label) that could not be had for this turn, and why."""
 
     type: ClassVar[EventType] = EventType.STATUS
@@ -112,7 +79,7 @@ class ToolsUnavailable(_Payload):
 
 
 @dataclass(frozen=True, eq=False)
-class Retrying(_Payload):
+class Retrying(Payload):
     """The model wrote a tool call as text it could not be run from: it is reminded and asked again."""
 
     type: ClassVar[EventType] = EventType.STATUS
@@ -125,7 +92,7 @@ class Retrying(_Payload):
 
 
 @dataclass(frozen=True, eq=False)
-class TextCallsRecovered(_Payload):
+class TextCallsRecovered(Payload):
     """The model wrote its calls as text and they were recovered."""
 
     type: ClassVar[EventType] = EventType.STATUS
@@ -148,7 +115,7 @@ class TextCallsRecovered(_Payload):
 
 
 @dataclass(frozen=True, eq=False)
-class ContextFitted(_Payload):
+class ContextFitted(Payload):
     """The conversation was trimmed, or models were passed over, to fit a context window."""
 
     type: ClassVar[EventType] = EventType.STATUS
@@ -162,7 +129,7 @@ class ContextFitted(_Payload):
 
 # --- the model's text and responses ---------------------------------------------------------------
 @dataclass(frozen=True, eq=False)
-class Delta(_Payload):
+class Delta(Payload):
     """Text shown to the user; ``seam``: the blank line between two model calls' texts."""
 
     type: ClassVar[EventType] = EventType.DELTA
@@ -179,7 +146,7 @@ class Delta(_Payload):
 
 
 @dataclass(frozen=True, eq=False)
-class LlmResponse(_Payload):
+class LlmResponse(Payload):
     """What one model call returned."""
 
     type: ClassVar[EventType] = EventType.LLM_RESPONSE
@@ -198,7 +165,7 @@ class LlmResponse(_Payload):
             iteration,
             response.model,
             response.content,
-            _calls(response.tool_calls),
+            copy_calls(response.tool_calls),
             response.finish_reason,
             copied,
         )
@@ -216,7 +183,7 @@ class LlmResponse(_Payload):
 
 
 @dataclass(frozen=True, eq=False)
-class MessageComplete(_Payload):
+class MessageComplete(Payload):
     """An assistant message is complete: one that called tools (with its ``iteration``), or the turn's answer."""
 
     type: ClassVar[EventType] = EventType.MESSAGE_COMPLETE
@@ -242,7 +209,7 @@ class MessageComplete(_Payload):
 
 # --- tools ---------------------------------------------------------------------------------------
 @dataclass(frozen=True, eq=False)
-class _ToolCallOf(_Payload):
+class _ToolCallOf(Payload):
     """A call of one tool: the fields ``tool_call_start`` and ``approval_request`` share."""
 
     id: str
@@ -268,7 +235,7 @@ class ToolCallStart(_ToolCallOf):
 
 
 @dataclass(frozen=True, eq=False)
-class ToolCallResult(_Payload):
+class ToolCallResult(Payload):
     """A call's tool message: its result (``duration_ms`` when it ran) or why it did not run (``reason``)."""
 
     type: ClassVar[EventType] = EventType.TOOL_CALL_RESULT
@@ -310,7 +277,7 @@ class ApprovalRequested(_ToolCallOf):
 
 # --- decisions, fallbacks, failures ---------------------------------------------------------------------
 @dataclass(frozen=True, eq=False)
-class DecisionMade(_Payload):
+class DecisionMade(Payload):
     """The logged decision on one model response; ``tools``: (name, server) of its calls when one runs elsewhere."""
 
     type: ClassVar[EventType] = EventType.DECISION
@@ -326,93 +293,7 @@ class DecisionMade(_Payload):
 
 
 @dataclass(frozen=True, eq=False)
-class FallbackMade(_Payload):
-    """A chain switched models. ``partial_kept``: ``from_model`` had already shown text, and it stays part of the
-    answer (the next model's text continues it). Also sent as ``discard_partial``, its deprecated name (it never
-    meant the text was discarded), for one release."""
-
-    type: ClassVar[EventType] = EventType.MODEL_FALLBACK
-    from_model: str
-    to_model: str | None
-    reason: str
-    retry_after: float | None = None
-    partial_kept: bool = False
-    message: str = ""
-
-    @classmethod
-    def of(cls, item: ModelFallback) -> FallbackMade:
-        return cls(
-            item.from_model, item.to_model, item.reason, item.retry_after, item.discard_partial, item.message
-        )
-
-    @cached_property
-    def data(self) -> JSONObject:
-        return {
-            "from": self.from_model,
-            "to": self.to_model,
-            "reason": self.reason,
-            "retry_after": self.retry_after,
-            "partial_kept": self.partial_kept,
-            "discard_partial": self.partial_kept,  # deprecated: the same flag under its old, misleading name
-            "message": self.message,
-        }
-
-
-@dataclass(frozen=True, eq=False)
-class FailedAttempt:
-    model: str
-    kind: str
-    message: str
-
-
-@dataclass(frozen=True, eq=False)
-class TurnError(_Payload):
-    """Something failed: a model (``model``), the whole chain (``attempts``), or the turn itself (neither)."""
-
-    type: ClassVar[EventType] = EventType.ERROR
-    code: str
-    message: str
-    model: str | None = None
-    attempts: tuple[FailedAttempt, ...] | None = None
-    partial_kept: bool | None = None
-    """Set when a model call ran out of time: whether it had shown text (which stays part of the answer). Also sent
-    as ``discard_partial``, its deprecated name, for one release."""
-    retry_after: float | None = None
-
-    @classmethod
-    def of(cls, exc: ModelError, partial_kept: bool | None = None) -> TurnError:
-        """The error event of a model failure (every attempt, when the whole chain failed)."""
-        if isinstance(exc, AllModelsFailed):
-            attempts = tuple(FailedAttempt(a.model, a.kind, a.message) for a in exc.attempts)
-            retry_after = None if exc.retry_after is None else round(exc.retry_after, 1)
-            return cls(
-                exc.kind,
-                exc.message,
-                attempts=attempts,
-                partial_kept=partial_kept,
-                retry_after=retry_after,
-            )
-        return cls(exc.kind, exc.message, model=exc.model, partial_kept=partial_kept)
-
-    @cached_property
-    def data(self) -> JSONObject:
-        data: JSONObject = {"code": self.code, "message": self.message}
-        if self.attempts is not None:
-            data["attempts"] = [
-                {"model": a.model, "kind": a.kind, "message": a.message} for a in self.attempts
-            ]
-        elif self.model is not None:
-            data["model"] = self.model
-        if self.partial_kept is not None:
-            data["partial_kept"] = self.partial_kept
-            data["discard_partial"] = self.partial_kept  # deprecated name, kept for one release
-        if self.retry_after is not None:
-            data["retry_after"] = self.retry_after
-        return data
-
-
-@dataclass(frozen=True, eq=False)
-class Done(_Payload):
+class Done(Payload):
     """The turn's last event: its ``TurnSummary``."""
 
     type: ClassVar[EventType] = EventType.DONE

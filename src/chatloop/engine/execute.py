@@ -72,7 +72,7 @@ class ToolExecutor:
             yield ToolCallStart(p.call.id, p.call.name, p.call.arguments, server, server_tool)
         results = await self._run_all(runs)
         ledger = self.state.ledger
-        budget_was_open = {n for n in self.enabled if ledger.budget_left(n) != 0}
+        budget_was_open = {n for n in self.enabled if ledger.runs_left_of(n) != 0}
         for p in plan.calls:
             yield self._answer(p, results.get(p.call.id))
         self._update_guards(plan, budget_was_open, ends)
@@ -132,7 +132,7 @@ class ToolExecutor:
             p.disposition.value,
             name=p.call.name,
             arguments=p.call.arguments,
-            budget=ledger.budgets.get(p.call.name),
+            cap=ledger.caps.get(p.call.name),
             available=ledger.offerable(self.enabled),
         )
         return status, reason, json.dumps({"error": message})
@@ -142,7 +142,7 @@ class ToolExecutor:
         a detected loop ends tool use. The one place a batch ends it: a batch that is both the decision's loop and
         a result loop gets one final-answer note, the decision's (its log line's reason)."""
         ledger = self.state.ledger
-        used_up = any(ledger.budget_left(n) == 0 and n not in ledger.succeeded for n in budget_was_open)
+        used_up = any(ledger.runs_left_of(n) == 0 and n not in ledger.succeeded for n in budget_was_open)
         if plan.of(Disposition.OVER_BUDGET) or used_up:
             self.state.trip(StopReason.TOOL_BUDGET)
         if ends is not None:

@@ -5,7 +5,7 @@ run and what is answered without running, so the policy sees counts and the loop
 
 Usage::
 
-    ledger = ToolLedger(budgets={"execute_javascript": 3}, answered_once=frozenset({"execute_javascript"}))
+    ledger = ToolLedger(caps={"execute_javascript": 3}, answered_once=frozenset({"execute_javascript"}))
     plan = ledger.plan_batch(calls, offered={"execute_javascript"}, client_tools=set())
     plan.counts()["run"]          # calls that will execute
 """
@@ -96,9 +96,10 @@ class BatchPlan:
 
 @dataclass
 class ToolLedger:
-    budgets: Mapping[str, int] = field(default_factory=dict)
+    caps: Mapping[str, int] = field(default_factory=dict)
+    """Runs per tool per turn (TOOL_BUDGETS, a tool's own default): a tool at its cap is not run again."""
     max_runs: int | None = None
-    """A cap on all tool runs of the turn together (the Responses API's ``max_tool_calls``), beside the budgets."""
+    """A cap on all tool runs of the turn together (the Responses API's ``max_tool_calls``), beside the per-tool caps."""
     answered_once: frozenset[str] = frozenset()
     """Tools whose first success answers the question (``Tool.answered_once_succeeded``): withdrawn after it."""
     executions: Counter[str] = field(default_factory=Counter)
@@ -110,10 +111,10 @@ class ToolLedger:
     _result_hashes: set[tuple[str, str]] = field(default_factory=set)
 
     # --- what is offered -------------------------------------------------------------------
-    def budget_left(self, name: str) -> int | None:
-        """Runs ``name`` has left this turn (its own budget and the turn's cap, whichever is less); None: no limit."""
-        budget = self.budgets.get(name)
-        left = None if budget is None else max(0, budget - self.executions[name])
+    def runs_left_of(self, name: str) -> int | None:
+        """Runs ``name`` has left this turn (its own cap and the turn's, whichever is less); None: no limit."""
+        cap = self.caps.get(name)
+        left = None if cap is None else max(0, cap - self.executions[name])
         runs_left = self.runs_left()
         if runs_left is None:
             return left
@@ -130,7 +131,7 @@ class ToolLedger:
             return self.loop
         if name in self.answered_once and name in self.succeeded:
             return DecisionReason.JS_ALREADY_SUCCEEDED
-        if self.budget_left(name) == 0:
+        if self.runs_left_of(name) == 0:
             return DecisionReason.BUDGET_EXHAUSTED
         return None
 
@@ -176,7 +177,7 @@ class ToolLedger:
                     else Disposition.NOT_OFFERED
                 )
             else:
-                left = self.budget_left(call.name)
+                left = self.runs_left_of(call.name)
                 total_left = self.runs_left()
                 if (left is not None and runs[call.name] >= left) or (
                     total_left is not None and sum(runs.values()) >= total_left

@@ -5,7 +5,7 @@ them directly.
 
 Usage::
 
-    limits = EngineLimits(max_iterations=4, tool_budgets={"execute_javascript": 3})
+    limits = EngineLimits(max_iterations=4, tool_caps={"execute_javascript": 3})
     run_turn(request, model, registry, Deadline.after(28), limits)
 """
 
@@ -27,7 +27,7 @@ class EngineLimits:
     """Reminders sent when a model writes a tool call as text that cannot be run."""
     system_prompt_guidance: bool = True
     """Add the offered tools' own guidance (``Tool.guidance``) to the system prompt."""
-    tool_budgets: Mapping[str, int] = field(default_factory=dict)
-    """Runs per tool per turn, by tool name (a tool's own ``default_budget`` applies where none is given)."""
+    tool_caps: Mapping[str, int] = field(default_factory=dict)
+    """Runs per tool per turn, by tool name (a tool's own ``default_cap`` applies where none is given)."""
     log_content: bool = False
     """Put message text and tool arguments in the decision log record (off: it can hold personal data)."""

@@ -25,7 +25,6 @@ Usage::
 from __future__ import annotations
 
 import asyncio
-import uuid
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 
@@ -39,10 +38,10 @@ from chatloop.engine.ask import (
     read_reply,
     text_filter,
 )
+from chatloop.engine.deciding import decision_of, logged, make_ids_unique, one_call_unless_parallel
 from chatloop.engine.events import (
     ApprovalRequested,
     ContextFitted,
-    DecisionMade,
     Delta,
     Done,
     Event,
@@ -57,8 +56,8 @@ from chatloop.engine.events import (
 from chatloop.engine.execute import ToolExecutor
 from chatloop.engine.guards import BatchPlan, Disposition
 from chatloop.engine.limits import EngineLimits
-from chatloop.engine.loglines import log_context_decision, log_decision, log_turn_end
-from chatloop.engine.policy import Action, Decision, DecisionInput, decide
+from chatloop.engine.loglines import log_context_decision, log_turn_end
+from chatloop.engine.policy import Action, Decision
 from chatloop.engine.request import TurnRequest
 from chatloop.engine.retold import Retold
 from chatloop.engine.state import TurnSetup
@@ -176,16 +175,16 @@ class _Turn:
                 yield end
             return
         response = reply.response
-        self._make_ids_unique(response.tool_calls)
-        self._one_call_unless_parallel(response)
+        make_ids_unique(self.state, response.tool_calls)
+        one_call_unless_parallel(self.setup, self.state, response)
         plan = self.state.ledger.plan_batch(
             response.tool_calls,
             offered=set(offer.tools),
             client_tools=set(self.setup.client_names),
             approval=self.setup.request.approval_required,
         )
-        decision = self._decide(reply, plan)
-        yield self._logged(decision, response)
+        decision = decision_of(self.setup, self.state, reply, plan)
+        yield logged(self.setup, decision, response)
         async for step in self._act(decision, response, plan, offer):
             yield step
 
@@ -259,89 +258,6 @@ class _Turn:
             return None
         return ContextFitted(fit, self.state.iteration)
 
-    def _make_ids_unique(self, calls: list[ToolCall]) -> None:
-        """Some OpenAI-compatible servers reuse ids (``call_0`` in every reply); a conversation with two calls of one
-        id is invalid, so a repeated id gets a fresh one."""
-        call_ids = self.state.call_ids
-        for call in calls:
-            if call.id in call_ids:
-                call.id = f"{call.id}_{uuid.uuid4().hex[:8]}"
-            call_ids.add(call.id)
-
-    def _one_call_unless_parallel(self, response: ModelResponse) -> None:
-        """``parallel_tool_calls: false``: a reply with several calls keeps its first; the rest are recorded as
-        skipped (a model may ignore the parameter, or not take it at all)."""
-        if self.setup.request.parallel_tool_calls is not False or len(response.tool_calls) < 2:
-            return
-        extra = response.tool_calls[1:]
-        response.tool_calls = response.tool_calls[:1]
-        self.state.record.skipped(extra, "parallel_tool_calls_false")
-        logger.info(
-            f"Parallel tool calls decision: iteration={self.state.iteration} kept=1 dropped={len(extra)} "
-            "reason=parallel_tool_calls_false",
-            extra={
-                "parallel_tool_calls": {
-                    "kept": response.tool_calls[0].name,
-                    "dropped": [c.name for c in extra],
-                }
-            },
-        )
-
-    # --- decide ----------------------------------------------------------------------------
-    def _decide(self, reply: Reply, plan: BatchPlan) -> Decision:
-        setup, state, ledger = self.setup, self.state, self.state.ledger
-        counts = plan.counts()
-        response = reply.response
-        calls = response.tool_calls
-        reserve = setup.limits.deadline_reserve_seconds
-        return decide(
-            DecisionInput(
-                iteration=state.iteration,
-                max_iterations=setup.max_iterations,
-                has_tool_calls=bool(calls),
-                valid_tool_calls=sum(1 for c in calls if c.name and c.parsed_arguments() is not None),
-                runnable_calls=counts[Disposition.RUN.value],
-                duplicate_calls=ledger.count_repeats(plan),
-                duplicate_repeats_total=ledger.duplicate_repeats,
-                js_already_succeeded_calls=counts[Disposition.JS_ALREADY_SUCCEEDED.value],
-                over_budget_calls=counts[Disposition.OVER_BUDGET.value],
-                client_tool_calls=counts[Disposition.CLIENT.value],
-                approval_calls=counts[Disposition.APPROVAL.value],
-                finish_reason=response.finish_reason,
-                content_length=len((response.content or "").strip()),
-                substantive_answer_chars=setup.limits.substantive_answer_chars,
-                has_successful_js_execution=ledger.answered,
-                loop_detected=ledger.loop is not None,
-                loop_kind=ledger.loop,
-                deadline_near=setup.deadline.remaining() < reserve,
-                legacy_syntax=reply.unrunnable_text_call,
-                not_an_answer=reply.not_an_answer is not None,
-                text_tool_calls=len(reply.text_calls.calls) if reply.text_calls else 0,
-                text_call_format=reply.text_calls.format if reply.text_calls else None,
-                reminders_left=setup.limits.legacy_syntax_reminders - state.reminders,
-                nudges_left=1 - state.nudges,
-                final_call_made=state.tools_ended,
-                client_tool_required=setup.client_required,
-            )
-        )
-
-    def _logged(self, decision: Decision, response: ModelResponse) -> DecisionMade:
-        """Log the decision (the greppable line and its record) and return it as the ``decision`` event."""
-        line = decision.log_line()
-        calls = tuple((c.name, self.setup.tools.source(c.name)) for c in response.tool_calls)
-        event = DecisionMade(decision)
-        if any(source for _, source in calls):  # tools run elsewhere (an MCP server): name tool and server
-            line += " tools=" + ",".join(f"{name}@{source}" if source else name for name, source in calls)
-            event = DecisionMade(decision, calls)
-        content = None
-        if self.setup.limits.log_content:  # off by default: message text can hold personal data
-            content = {
-                "content": response.content,
-                "tool_calls": [c.to_message() for c in response.tool_calls],
-            }
-        log_decision(line, event.data, content)
-        return event
-
     # --- act -------------------------------------------------------------------------------
     async def _act(
         self, decision: Decision, response: ModelResponse, plan: BatchPlan, offer: Offer
@@ -399,7 +315,9 @@ class _Turn:
         setup, state = self.setup, self.state
         offered = set(state.ledger.offerable(setup.builtin))
         response, plan = approvals.answered_batch(state.ledger, setup.request.approvals, offered)
-        yield self._logged(approvals.answered_decision(state.iteration, setup.max_iterations, plan), response)
+        yield logged(
+            self.setup, approvals.answered_decision(state.iteration, setup.max_iterations, plan), response
+        )
         async for event in self.executor.execute(response, plan):
             yield event
 

@@ -164,65 +164,75 @@ def _fmt(value: JSONValue) -> str:
 
 def decide(i: DecisionInput) -> Decision:
     """What to do with one model response. Pure: the same input always gives the same Decision."""
+    return _called_tools(i) if i.has_tool_calls else _no_tool_calls(i)
+
+
+def _made(
+    i: DecisionInput, action: Action, reason: DecisionReason, execute: bool = False, end: bool = False
+) -> Decision:
+    return Decision(i, action, reason, execute, end)
+
+
+def _answer_or_fallback(i: DecisionInput, reason: DecisionReason) -> Decision:
+    return _made(i, Action.ANSWER if i.content_length > 0 else Action.FALLBACK, reason)
+
+
+def _no_tool_calls(i: DecisionInput) -> Decision:
+    """A reply without tool calls: the answer, unless it is no answer yet (a reminder, a nudge, the last call)."""
     R = DecisionReason  # every branch names one
-
-    def made(action: Action, reason: DecisionReason, execute: bool = False, end: bool = False) -> Decision:
-        return Decision(i, action, reason, execute, end)
-
-    def answer_or_fallback(reason: DecisionReason) -> Decision:
-        return made(Action.ANSWER if i.content_length > 0 else Action.FALLBACK, reason)
-
     calls_left = i.iteration < i.max_iterations
+    if i.legacy_syntax or i.not_an_answer:
+        why = R.LEGACY_SYNTAX if i.legacy_syntax else R.NOT_AN_ANSWER
+        if i.final_call_made:
+            # The call without tools was made and the model still wrote no answer: what is left of its text
+            # (the words before the call or the echo) is the answer; asking again would run the turn to the cap.
+            return _answer_or_fallback(i, why)
+        if not calls_left:
+            return _answer_or_fallback(i, why) if i.not_an_answer else _made(i, Action.FALLBACK, why)
+        return _made(i, Action.REMIND if i.reminders_left > 0 else Action.FINAL_CALL, why)
+    if i.client_tool_required and not i.final_call_made:
+        return _made(i, Action.FINAL_CALL, R.CLIENT_TOOL_REQUIRED)
+    if i.content_length == 0:
+        if i.nudges_left > 0 and calls_left:
+            return _made(i, Action.NUDGE, R.EMPTY_REPLY)
+        return _made(i, Action.FALLBACK, R.EMPTY_REPLY)
+    return _made(i, Action.ANSWER, R.NO_TOOL_CALLS)
 
-    if not i.has_tool_calls:
-        if i.legacy_syntax or i.not_an_answer:
-            why = R.LEGACY_SYNTAX if i.legacy_syntax else R.NOT_AN_ANSWER
-            if i.final_call_made:
-                # The call without tools was made and the model still wrote no answer: what is left of its text
-                # (the words before the call or the echo) is the answer; asking again would run the turn to the cap.
-                return answer_or_fallback(why)
-            if not calls_left:
-                return answer_or_fallback(why) if i.not_an_answer else made(Action.FALLBACK, why)
-            return made(Action.REMIND if i.reminders_left > 0 else Action.FINAL_CALL, why)
-        if i.client_tool_required and not i.final_call_made:
-            return made(Action.FINAL_CALL, R.CLIENT_TOOL_REQUIRED)
-        if i.content_length == 0:
-            if i.nudges_left > 0 and calls_left:
-                return made(Action.NUDGE, R.EMPTY_REPLY)
-            return made(Action.FALLBACK, R.EMPTY_REPLY)
-        return made(Action.ANSWER, R.NO_TOOL_CALLS)
 
-    # The model called tools. A call to a client's tool ends the turn whatever else the reply holds: the client asked
-    # for its tools, and OpenAI's contract returns text and tool calls together.
+def _called_tools(i: DecisionInput) -> Decision:
+    """A reply that called tools: hand them back, ask approval, run them, or end tool use, in this order."""
+    R = DecisionReason  # every branch names one
+    # A call to a client's tool ends the turn whatever else the reply holds: the client asked for its tools, and
+    # OpenAI's contract returns text and tool calls together.
     if i.client_tool_calls > 0:
-        return made(Action.CLIENT_TOOLS, R.CLIENT_TOOLS)
+        return _made(i, Action.CLIENT_TOOLS, R.CLIENT_TOOLS)
     # A call that needs a person's approval is asked for before anything else of the batch runs.
     if i.approval_calls > 0:
-        return made(Action.ASK_APPROVAL, R.APPROVAL_REQUIRED)
+        return _made(i, Action.ASK_APPROVAL, R.APPROVAL_REQUIRED)
     # A long answer alongside the server's tool calls is taken as the answer (seed 000's rule).
     if i.has_substantive_answer:
-        return made(Action.ANSWER, R.SUBSTANTIVE_ANSWER)
-    if not calls_left:
-        return answer_or_fallback(R.ITERATION_CAP)
+        return _made(i, Action.ANSWER, R.SUBSTANTIVE_ANSWER)
+    if i.iteration >= i.max_iterations:
+        return _answer_or_fallback(i, R.ITERATION_CAP)
     if i.final_call_made:
         # Tool use had already ended and the model still asked for tools: do not ask a third time.
-        return answer_or_fallback(i.loop_kind or R.TOOLS_WITHDRAWN)
+        return _answer_or_fallback(i, i.loop_kind or R.TOOLS_WITHDRAWN)
     if i.deadline_near:
-        return made(Action.FINAL_CALL, R.DEADLINE)
+        return _made(i, Action.FINAL_CALL, R.DEADLINE)
     if i.loop_detected:
-        return made(Action.FINAL_CALL, i.loop_kind or R.RESULT_LOOP)
+        return _made(i, Action.FINAL_CALL, i.loop_kind or R.RESULT_LOOP)
     if i.duplicate_repeats_total >= 2:
         # A second repeat: answer this batch (running anything new in it), then end tool use.
-        return made(Action.EXECUTE, R.DUPLICATE_LOOP, execute=i.runnable_calls > 0, end=True)
+        return _made(i, Action.EXECUTE, R.DUPLICATE_LOOP, execute=i.runnable_calls > 0, end=True)
     if i.runnable_calls > 0:
-        return made(Action.EXECUTE, R.EXECUTE, execute=True)
+        return _made(i, Action.EXECUTE, R.EXECUTE, execute=True)
     if (
         i.js_already_succeeded_calls > 0
         and i.js_already_succeeded_calls + i.duplicate_calls >= i.valid_tool_calls
     ):
-        return made(Action.FINAL_CALL, R.JS_ALREADY_SUCCEEDED)
+        return _made(i, Action.FINAL_CALL, R.JS_ALREADY_SUCCEEDED)
     if i.over_budget_calls > 0:
-        return made(Action.FINAL_CALL, R.BUDGET_EXHAUSTED)
+        return _made(i, Action.FINAL_CALL, R.BUDGET_EXHAUSTED)
     if i.duplicate_calls > 0:
-        return made(Action.EXECUTE, R.DUPLICATE_CALL)
-    return made(Action.EXECUTE, R.INVALID_TOOL_CALLS)
+        return _made(i, Action.EXECUTE, R.DUPLICATE_CALL)
+    return _made(i, Action.EXECUTE, R.INVALID_TOOL_CALLS)

@@ -48,14 +48,14 @@ STOP_PHRASES = {
 }
 
 
-def not_run(kind: str, *, name: str, arguments: str, budget: int | None, available: list[str]) -> str:
+def not_run(kind: str, *, name: str, arguments: str, cap: int | None, available: list[str]) -> str:
     """The error text a tool call gets when it is answered without running (``kind`` is its disposition)."""
     if kind == "invalid_arguments":
         return f"InvalidArguments: the arguments are not a JSON object: {arguments[:120]!r}"
     if kind == "js_already_succeeded":
         return f"NotRun: {name} already returned a result for this question; use it to answer"
     if kind == "over_budget":
-        return f"BudgetExhausted: {name} may run at most {budget} times per question"
+        return f"BudgetExhausted: {name} may run at most {cap} times per question"
     if kind == "client":
         return "NotRun: client tools cannot run in this batch"
     if kind == "approval":

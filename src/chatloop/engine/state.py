@@ -76,7 +76,7 @@ class TurnSetup:
         if guidance:
             messages = prompts.with_guidance(messages, "\n\n".join(guidance))
         ledger = ToolLedger(
-            budgets=self.tools.budgets(self.limits.tool_budgets),
+            caps=self.tools.caps(self.limits.tool_caps),
             max_runs=self.request.max_tool_calls,
             answered_once=self.tools.answered_once(self.builtin),
         )

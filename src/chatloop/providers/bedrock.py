@@ -185,8 +185,8 @@ class BedrockModel:
         self.first_chunk_timeout = first_chunk_timeout
 
     async def stream(self, request: ModelRequest) -> AsyncIterator[StreamItem]:
-        budget = request.deadline.remaining()
-        if budget <= 0:
+        time_left = request.deadline.remaining()
+        if time_left <= 0:
             raise DeadlineExceeded("no time left for a model call", model=self.name)
         params = converse_params(self.info, request)
         where = region()
@@ -210,7 +210,7 @@ class BedrockModel:
                     f"{self.name} sent nothing within {self.first_chunk_timeout:g} s", model=self.name
                 ) from None
             raise DeadlineExceeded(
-                f"{self.name} did not answer within {budget:.1f} s", model=self.name
+                f"{self.name} did not answer within {time_left:.1f} s", model=self.name
             ) from None
         except ModelError:
             raise

@@ -22,7 +22,7 @@ import importlib
 import weakref
 from collections.abc import AsyncIterable, AsyncIterator, Awaitable
 from types import ModuleType
-from typing import Protocol
+from typing import Any, Protocol
 
 from chatloop.config import from_environment
 from chatloop.deadline import until
@@ -131,14 +131,10 @@ class SDKChatModel:
 
     async def stream(self, request: ModelRequest) -> AsyncIterator[StreamItem]:
         sdk = self._sdk()
-        budget = request.deadline.remaining()
-        if budget <= 0:
+        time_left = request.deadline.remaining()
+        if time_left <= 0:
             raise DeadlineExceeded("no time left for a model call", model=self.name)
-        content: list[str] = []
-        calls = ToolCallAccumulator()
-        finish_reason = None
-        usage: Usage | None = None
-        response_id: str | None = None
+        reading = _Reading()
         started = False
         # A model that accepts the request and then says nothing must not eat the whole request: past this,
         # the silence is a transient failure and the chain tries the next model. The last one is waited for.
@@ -149,7 +145,7 @@ class SDKChatModel:
             try:
                 create = self._client().chat.completions.create(
                     **_untransformed(self.params(request)),
-                    timeout=budget,
+                    timeout=time_left,
                     extra_headers=request.headers or None,
                 )
                 stream = await asyncio.wait_for(create, timeout=first.remaining())
@@ -157,41 +153,25 @@ class SDKChatModel:
                 raise self._error(sdk, exc, streamed=False) from exc
             started = True
             async for chunk in until(request.deadline, stream, first=first):
-                usage = _usage(chunk) or usage
-                response_id = response_id or field_of(chunk, "id")
-                for choice in field_of(chunk, "choices") or []:
-                    delta = field_of(choice, "delta")
-                    text = field_of(delta, "content")
-                    if text:
-                        text = text_safe(text)
-                        content.append(text)
-                        yield TextDelta(text)
-                    calls.add(field_of(delta, "tool_calls"))
-                    finish_reason = field_of(choice, "finish_reason") or finish_reason
+                for delta in reading.take(chunk):
+                    yield delta
         except TimeoutError:
-            if not request.deadline.expired() and first.expired() and not content:
+            if not request.deadline.expired() and first.expired() and not reading.content:
                 raise Transient(
                     f"{self.name} sent nothing within {self.first_chunk_timeout:g} s", model=self.name
                 ) from None
             raise DeadlineExceeded(
-                f"{self.name} did not answer within {budget:.1f} s", model=self.name
+                f"{self.name} did not answer within {time_left:.1f} s", model=self.name
             ) from None
         except ModelError:
             raise
         except Exception as exc:
             if not started:
                 raise  # not a provider failure: a bug must not look like a fallback reason
-            raise self._error(sdk, exc, streamed=bool(content)) from exc
-        if finish_reason is None and not content and not calls.calls():
+            raise self._error(sdk, exc, streamed=bool(reading.content)) from exc
+        if reading.finish_reason is None and not reading.content and not reading.calls.calls():
             raise Transient(f"{self.name}: the stream ended without a message", model=self.name)
-        yield ModelResponse(
-            model=self.name,
-            content="".join(content),
-            tool_calls=calls.calls(),
-            finish_reason=finish_reason,
-            usage=usage,
-            response_id=response_id if isinstance(response_id, str) else None,
-        )
+        yield reading.response(self.name)
 
     def _error(self, sdk: ModuleType, exc: Exception, streamed: bool) -> ModelError:
         if isinstance(exc, sdk.APIStatusError):
@@ -229,3 +209,40 @@ def _usage(chunk: object) -> Usage | None:
     prompt = int(field_of(raw, "prompt_tokens") or 0)
     completion = int(field_of(raw, "completion_tokens") or 0)
     return Usage(prompt, completion, int(field_of(raw, "total_tokens") or prompt + completion))
+
+
+class _Reading:
+    """What one streamed completion said so far: its text, tool-call deltas, finish reason, usage and id."""
+
+    def __init__(self) -> None:
+        self.content: list[str] = []
+        self.calls = ToolCallAccumulator()
+        self.finish_reason: Any = None
+        self.usage: Usage | None = None
+        self.response_id: Any = None
+
+    def take(self, chunk: object) -> list[TextDelta]:
+        """Add one chunk; its text, made text-safe, as the deltas to show."""
+        shown: list[TextDelta] = []
+        self.usage = _usage(chunk) or self.usage
+        self.response_id = self.response_id or field_of(chunk, "id")
+        for choice in field_of(chunk, "choices") or []:
+            delta = field_of(choice, "delta")
+            text = field_of(delta, "content")
+            if text:
+                text = text_safe(text)
+                self.content.append(text)
+                shown.append(TextDelta(text))
+            self.calls.add(field_of(delta, "tool_calls"))
+            self.finish_reason = field_of(choice, "finish_reason") or self.finish_reason
+        return shown
+
+    def response(self, model: str) -> ModelResponse:
+        return ModelResponse(
+            model=model,
+            content="".join(self.content),
+            tool_calls=self.calls.calls(),
+            finish_reason=self.finish_reason,
+            usage=self.usage,
+            response_id=self.response_id if isinstance(self.response_id, str) else None,
+        )

@@ -17,15 +17,15 @@ Usage::
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 
 from chatloop.jsontypes import JSONObject
+from chatloop.store.dynamodb_batch import delete_all, put_all, query_records
 from chatloop.store.dynamodb_client import CONDITION_FAILED, ClientPool, conditional, error_code, store_errors
 from chatloop.store.dynamodb_layout import (
     META,
     PART_BYTES,
     TABLE_DEFINITION,
-    TRANSACTION_ITEMS,
     TTL_ATTRIBUTE,
     Attr,
     AttributeValue,
@@ -45,7 +45,6 @@ from chatloop.store.dynamodb_layout import (
     pointer_sk,
     record_key,
     table_key,
-    transaction_batches,
 )
 from chatloop.store.model import Item, ListName, Order, Record, StoreUnavailable, record_kind
 
@@ -95,7 +94,7 @@ class DynamoDBBackend:
             )
             body_parts, body_attrs = body_items(pk, record.body, record.expires_at)
             # The parts first, the meta item last: the record exists only once everything it holds is written.
-            self._put_all(client, parts + body_parts, only_new=True)
+            put_all(client, self.table_name, parts + body_parts, only_new=True)
             client.put_item(
                 TableName=self.table_name,
                 Item={**meta, **body_attrs},
@@ -134,7 +133,7 @@ class DynamoDBBackend:
                     body = load(meta["body"]["B"])
                 else:
                     ref = meta["body_ref"]["S"]
-                    records = self._query(client, pk, *body_parts_range(ref), True, None)
+                    records = query_records(client, self.table_name, pk, *body_parts_range(ref), True, None)
                     data = b"".join(r["d"]["B"] for r in records)
                     if not data:
                         continue
@@ -154,7 +153,7 @@ class DynamoDBBackend:
                 return False
             expires_at = int(meta["expires_at"]["N"])
             body_parts, attrs = body_items(pk, body, expires_at)
-            self._put_all(client, body_parts, only_new=True)
+            put_all(client, self.table_name, body_parts, only_new=True)
             values: Attr
             if "body" in attrs:
                 update, values = "SET body = :b REMOVE body_ref", {":b": attrs["body"]}
@@ -171,8 +170,10 @@ class DynamoDBBackend:
                 return False
             if "body_ref" in meta:  # the parts of the body just replaced
                 old = meta["body_ref"]["S"]
-                stale = self._query(client, pk, *body_parts_range(old), True, None, keys_only=True)
-                self._delete_all(client, stale)
+                stale = query_records(
+                    client, self.table_name, pk, *body_parts_range(old), True, None, keys_only=True
+                )
+                delete_all(client, self.table_name, stale)
             return True
 
     def swap_body(
@@ -214,8 +215,8 @@ class DynamoDBBackend:
                 ExpressionAttributeValues={":now": {"N": str(int(now))}},
             )
             # The meta item is gone, so the rest already reads as missing; remove it (or let TTL do it).
-            rest = self._query(client, pk, None, None, True, None, keys_only=True)
-            self._delete_all(client, rest)
+            rest = query_records(client, self.table_name, pk, None, None, True, None, keys_only=True)
+            delete_all(client, self.table_name, rest)
             return deleted
 
     # --- lists ------------------------------------------------------------------------------------
@@ -243,7 +244,7 @@ class DynamoDBBackend:
                 raise
             start = int(reserved["next"]["N"]) - len(items)
             expires_at = int(reserved["expires_at"]["N"])
-            self._put_all(client, list_items(pk, name, start, items, expires_at), only_new=True)
+            put_all(client, self.table_name, list_items(pk, name, start, items, expires_at), only_new=True)
             return True
 
     def put_at(
@@ -265,7 +266,9 @@ class DynamoDBBackend:
             records: list[Attr] = []
             for position, item in entries:
                 records += list_items(pk, name, position, [item], expires_at)
-            self._put_all(client, records, only_new=False)  # the same event again overwrites itself
+            put_all(
+                client, self.table_name, records, only_new=False
+            )  # the same event again overwrites itself
             return True
 
     def page(
@@ -287,7 +290,7 @@ class DynamoDBBackend:
             sort_keys = page_range(name, order, after_position)
             if sort_keys is None:
                 return []
-            records = self._query(client, pk, *sort_keys, order == "asc", now)
+            records = query_records(client, self.table_name, pk, *sort_keys, order == "asc", now)
             return list(assemble(records, limit))
 
     def position_of(
@@ -305,7 +308,7 @@ class DynamoDBBackend:
             return None
         with store_errors():
             sort_keys = parts_range(name, int(pointer["pos"]["N"]))
-            records = self._query(self._clients.get(timeout), pk, *sort_keys, True, now)
+            records = query_records(self._clients.get(timeout), self.table_name, pk, *sort_keys, True, now)
             found = [item for _, item in assemble(records, 1)]
         return found[0] if found else None
 
@@ -355,58 +358,3 @@ class DynamoDBBackend:
                 TableName=self.table_name, Key=table_key(pk, pointer_sk(name, item_id)), ConsistentRead=True
             ).get("Item")
         return None if item is None or expired(item, now) else item
-
-    def _query(
-        self,
-        client: DynamoDBClient,
-        pk: str,
-        low: str | None,
-        high: str | None,
-        forward: bool,
-        now: float | None,
-        keys_only: bool = False,
-    ) -> Iterator[Attr]:
-        """Every record of ``pk`` with ``low <= sk <= high`` (all of them when None), page by page, strongly
-        consistent (unexpired only, when ``now`` is given)."""
-        condition = "pk = :pk"
-        values: Attr = {":pk": {"S": pk}}
-        if low is not None and high is not None:
-            condition += " AND sk BETWEEN :low AND :high"
-            values.update({":low": {"S": low}, ":high": {"S": high}})
-        request: dict[str, object] = {
-            "TableName": self.table_name,
-            "KeyConditionExpression": condition,
-            "ExpressionAttributeValues": values,
-            "ConsistentRead": True,
-            "ScanIndexForward": forward,
-        }
-        if keys_only:
-            request["ProjectionExpression"] = "pk, sk"
-        while True:
-            answer = client.query(**request)
-            for record in answer.get("Items", []):
-                if now is None or not expired(record, now):
-                    yield record
-            if "LastEvaluatedKey" not in answer:
-                return
-            request["ExclusiveStartKey"] = answer["LastEvaluatedKey"]
-
-    def _put_all(self, client: DynamoDBClient, records: list[Attr], only_new: bool) -> None:
-        """Write ``records`` in transactions (100 items, ~3.5 MB each); ``only_new``: never over an existing one."""
-        condition = {"ConditionExpression": "attribute_not_exists(sk)"} if only_new else {}
-        for batch in transaction_batches(records):
-            client.transact_write_items(
-                TransactItems=[{"Put": {"TableName": self.table_name, "Item": r, **condition}} for r in batch]
-            )
-
-    def _delete_all(self, client: DynamoDBClient, records: Iterator[Attr]) -> None:
-        """Delete ``records`` (keys), 100 at a time: transactions, so the table needs no permission beyond
-        DeleteItem."""
-        keys = [{"pk": record["pk"], "sk": record["sk"]} for record in records]
-        for start in range(0, len(keys), TRANSACTION_ITEMS):
-            client.transact_write_items(
-                TransactItems=[
-                    {"Delete": {"TableName": self.table_name, "Key": key}}
-                    for key in keys[start : start + TRANSACTION_ITEMS]
-                ]
-            )

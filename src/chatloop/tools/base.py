@@ -41,7 +41,7 @@ class Tool(Protocol):
     - ``answered_once_succeeded = True``: its first success answers the question: it is withdrawn for the rest of
       the turn, and a later call to it is answered without running (``js_already_succeeded``);
     - ``guidance = "..."``: a sentence for the system prompt on when and how to use it;
-    - ``default_budget = 3``: runs per turn unless the operator's budgets name it;
+    - ``default_cap = 3``: runs per turn unless the operator's TOOL_BUDGETS names it;
     - ``source = "label"``: it runs elsewhere (an MCP server), named in its events and the decision log line.
     """
 
@@ -138,19 +138,19 @@ class ToolRegistry:
         source_name = getattr(tool, "source_name", None)
         return {"server": source, "server_tool": source_name if isinstance(source_name, str) else name}
 
-    def budgets(self, configured: Mapping[str, int]) -> dict[str, int]:
+    def caps(self, configured: Mapping[str, int]) -> dict[str, int]:
         """Executions per tool per turn: ``configured`` (TOOL_BUDGETS) first, then a tool's own
-        ``default_budget`` when it declares one (MCP tools do).
+        ``default_cap`` when it declares one (MCP tools do).
 
-        >>> ToolRegistry().budgets({"execute_javascript": 3})
+        >>> ToolRegistry().caps({"execute_javascript": 3})
         {'execute_javascript': 3}
         """
-        budgets = dict(configured)
+        caps = dict(configured)
         for name, tool in self._tools.items():
-            default = getattr(tool, "default_budget", None)
-            if name not in budgets and isinstance(default, int) and default > 0:
-                budgets[name] = default
-        return budgets
+            default = getattr(tool, "default_cap", None)
+            if name not in caps and isinstance(default, int) and default > 0:
+                caps[name] = default
+        return caps
 
     def with_tools(self, tools: Iterable[Tool], unavailable: Mapping[str, str] | None = None) -> ToolRegistry:
         """A new registry holding this one's tools and ``tools`` (a turn's MCP tools beside the built-in), and the

@@ -42,55 +42,8 @@ def stored_items(items: Sequence[InputItem]) -> list[Item]:
     not kept). A ``reasoning`` item carries nothing this server uses, and is refused rather than kept empty."""
     stored = []
     for index, item in enumerate(items):
-        if isinstance(item, InputMessage):
-            item_id = new_id("msg")
-            kind = "output_text" if item.role == "assistant" else "input_text"
-            part: JSONObject = {"type": kind, "text": item.text()}
-            if kind == "output_text":
-                part["annotations"] = []
-            body: JSONObject = {
-                "type": "message",
-                "id": item_id,
-                "role": item.role,
-                "status": "completed",
-                "content": [part],
-            }
-        elif isinstance(item, FunctionCallItem):
-            item_id = new_id("fc")
-            body = {
-                "type": "function_call",
-                "id": item_id,
-                "call_id": item.call_id,
-                "name": item.name,
-                "arguments": item.arguments,
-                "status": "completed",
-            }
-        elif isinstance(item, FunctionCallOutputItem):
-            item_id = new_id("fco")
-            body = {
-                "type": "function_call_output",
-                "id": item_id,
-                "call_id": item.call_id,
-                "output": item.text(),
-                "status": "completed",
-            }
-        elif isinstance(item, CodeInterpreterCallItem):  # a sandbox run, as the Responses API showed it
-            item_id = new_id("ci")
-            body = {**item.model_dump(exclude_none=True), "id": item_id, "container_id": "chatloop-sandbox"}
-            body.setdefault("status", "completed")
-        elif isinstance(item, McpCallInput | McpListToolsInput):  # an MCP server's call or listing, as shown
-            item_id = new_id("mcp" if isinstance(item, McpCallInput) else "mcpl")
-            body = {**item.model_dump(exclude_none=True), "id": item_id}
-        elif isinstance(item, McpApprovalRequestInput):  # kept under its own (sealed) id: the answer names it
-            item_id = new_id("mcpr")
-            body = item.model_dump()
-        elif isinstance(item, CompactionInput):  # kept as it is: only this server can open it
-            item_id = new_id("cmp")
-            body = {**item.model_dump(exclude_none=True), "id": item_id}
-        elif isinstance(item, McpApprovalResponseInput):
-            item_id = new_id("mcpa")
-            body = {**item.model_dump(exclude_none=True), "id": item_id}
-        else:
+        kept = _stored(item)
+        if kept is None:
             raise RequestError(
                 400,
                 "invalid_request",
@@ -98,8 +51,66 @@ def stored_items(items: Sequence[InputItem]) -> list[Item]:
                 "mcp_call, mcp_list_tools and mcp_approval_* items are stored",
                 param=f"items[{index}]",
             )
-        stored.append(Item(item_id, body))
+        stored.append(Item(*kept))
     return stored
+
+
+def _stored(item: InputItem) -> tuple[str, JSONObject] | None:
+    """One input item's new id and stored shape; None for a kind that is not stored."""
+    if isinstance(item, InputMessage):
+        item_id = new_id("msg")
+        kind = "output_text" if item.role == "assistant" else "input_text"
+        part: JSONObject = {"type": kind, "text": item.text()}
+        if kind == "output_text":
+            part["annotations"] = []
+        return item_id, {
+            "type": "message",
+            "id": item_id,
+            "role": item.role,
+            "status": "completed",
+            "content": [part],
+        }
+    if isinstance(item, FunctionCallItem):
+        item_id = new_id("fc")
+        return item_id, {
+            "type": "function_call",
+            "id": item_id,
+            "call_id": item.call_id,
+            "name": item.name,
+            "arguments": item.arguments,
+            "status": "completed",
+        }
+    if isinstance(item, FunctionCallOutputItem):
+        item_id = new_id("fco")
+        return item_id, {
+            "type": "function_call_output",
+            "id": item_id,
+            "call_id": item.call_id,
+            "output": item.text(),
+            "status": "completed",
+        }
+    return _kept_as_shown(item)
+
+
+def _kept_as_shown(item: InputItem) -> tuple[str, JSONObject] | None:
+    """Items kept as the Responses API showed them, under a new id (an approval request under its own)."""
+    if isinstance(item, CodeInterpreterCallItem):  # a sandbox run, as the Responses API showed it
+        item_id = new_id("ci")
+        body = {**item.model_dump(exclude_none=True), "id": item_id, "container_id": "chatloop-sandbox"}
+        body.setdefault("status", "completed")
+        return item_id, body
+    if isinstance(item, McpCallInput | McpListToolsInput):  # an MCP server's call or listing, as shown
+        item_id = new_id("mcp" if isinstance(item, McpCallInput) else "mcpl")
+        return item_id, {**item.model_dump(exclude_none=True), "id": item_id}
+    if isinstance(item, McpApprovalRequestInput):  # kept under its own (sealed) id: the answer names it
+        return new_id("mcpr"), item.model_dump()
+    if isinstance(item, CompactionInput):  # kept as it is: only this server can open it
+        item_id = new_id("cmp")
+        return item_id, {**item.model_dump(exclude_none=True), "id": item_id}
+    if isinstance(item, McpApprovalResponseInput):
+        item_id = new_id("mcpa")
+        return item_id, {**item.model_dump(exclude_none=True), "id": item_id}
+    return None
 
 
 # --- kept items read back as a turn's history ----------------------------------------------------------

@@ -62,7 +62,7 @@ def engine_limits(settings: Settings) -> EngineLimits:
         substantive_answer_chars=settings.substantive_answer_chars,
         legacy_syntax_reminders=settings.legacy_syntax_reminders,
         system_prompt_guidance=settings.system_prompt_guidance,
-        tool_budgets=dict(settings.tool_budgets),
+        tool_caps=dict(settings.tool_caps),
         log_content=settings.log_content,
     )
 

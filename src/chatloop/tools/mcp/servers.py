@@ -29,9 +29,9 @@ again, so a server that hangs does not cost every turn its listing timeout."""
 
 
 class MCPTool:
-    """One server's tool, as the engine offers it (the ``Tool`` protocol, with ``source`` and ``default_budget``)."""
+    """One server's tool, as the engine offers it (the ``Tool`` protocol, with ``source`` and ``default_cap``)."""
 
-    def __init__(self, server: MCPServer, listed: ListedTool, default_budget: int):
+    def __init__(self, server: MCPServer, listed: ListedTool, default_cap: int):
         self.server = server
         self.name = offered_name(server.label, listed.name)
         self.description = listed.description
@@ -40,7 +40,7 @@ class MCPTool:
         """The server's label: logged on the decision line and carried by the tool-call events."""
         self.source_name = listed.name
         """The tool's own name on its server (what an ``mcp_call`` item names)."""
-        self.default_budget = default_budget
+        self.default_cap = default_cap
 
     async def run(self, arguments: dict[str, Any], deadline: Deadline) -> ToolResult:
         timeout = deadline.cap(self.server.config.timeout_seconds)
@@ -120,7 +120,7 @@ class MCPServers:
             for listed in listing.tools:
                 if config.allowed_tools is not None and listed.name not in config.allowed_tools:
                     continue
-                tool = MCPTool(server, listed, self.settings.mcp_tool_budget)
+                tool = MCPTool(server, listed, self.settings.mcp_tool_limit)
                 if tool.name in names:
                     logger.warning(
                         f"MCP tool not offered: server={config.label} tool={tool.name} reason=name_taken"

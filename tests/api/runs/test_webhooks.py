@@ -117,7 +117,7 @@ def test_a_redirect_is_a_failed_delivery_and_its_target_hears_nothing(caplog):
 NAMESPACE_DECOY = """
 import asyncio, base64, json, sys
 sys.path[:0] = [{root!r}, {src!r}]
-from tests.api.test_webhooks import Receiver, settings_for
+from tests.api.runs.test_webhooks import Receiver, settings_for
 from chatloop.api.runs import webhooks
 with Receiver("169.254.169.254", 80) as decoy:
     with Receiver(status=302, location="http://169.254.169.254/latest/meta-data/iam/security-credentials/") as hook:
