@@ -33,7 +33,6 @@ from chatloop.api.http.context import RequestContext
 from chatloop.api.http.errors import RequestError
 from chatloop.api.http.ratelimit_headers import TURN_KEY
 from chatloop.api.http.wire import JSONBody
-from chatloop.api.turns.worker import is_worker
 from chatloop.engine import TurnRequest
 from chatloop.observability import NAMESPACE, SERVICE, logger
 from chatloop.providers.base import ChatModel
@@ -147,7 +146,7 @@ async def admit(
     its concurrent-turn lease lasts (and ``LEASE_MARGIN_SECONDS``); the request's deadline by default."""
     earlier = ctx.request.scope.get(TURN_KEY)
     taken = earlier if isinstance(earlier, TurnBudget) else None
-    counted = not is_worker(ctx.request) and taken is None
+    counted = ctx.job is None and taken is None
     book = book_of(ctx.runtime)
     caller = caller_for_budget(ctx) if book is not None else None
     if book is None or caller is None:

@@ -68,37 +68,26 @@ async def budgeted(
     registry: ToolRegistry,
 ) -> ChatModel:
     """The turn's model metered by the caller's budget (``api/turns/budgets.py``): a 429 or 503 now, before the response
-    starts, when the budget refuses it. The chain itself, with no store call, when no BUDGET_* limit is set."""
+    starts, when the budget refuses it (``api.turns.admission`` gives back what the turn had taken). The chain
+    itself, with no store call, when no BUDGET_* limit is set."""
     if not ctx.settings.budgets_on():
         return model
     from chatloop.api.turns.budgets import admit
 
-    try:
-        return await admit(ctx, turn, model, registry)
-    except RequestError:  # refused before anything ran: the approvals it answers are not used up
-        from chatloop.api.turns.approvals import release
-
-        await release(ctx, turn.approvals)
-        raise
+    return await admit(ctx, turn, model, registry)  # refused: the admission gives the approvals back
 
 
 async def admitted_to_queue(
     ctx: RequestContext, turn: TurnRequest, model: FallbackChain, registry: ToolRegistry
 ) -> AdmittedTurn | None:
     """A background turn admitted by the caller's budget before anything is queued (``budgets.admit_queued``): the
-    plain turn's 429 (or 503) now, the approvals it answers not used up. The admission's ``finish`` gives its slot
+    plain turn's 429 (or 503) now (``api.turns.admission`` gives back the approvals it answers). The admission's ``finish`` gives its slot
     back when the turn is not queued after all. None when no BUDGET_* limit is set (no store call)."""
     if not ctx.settings.budgets_on():
         return None
     from chatloop.api.turns.budgets import admit_queued
 
-    try:
-        return await admit_queued(ctx, turn, model, registry)
-    except RequestError:
-        from chatloop.api.turns.approvals import release
-
-        await release(ctx, turn.approvals)
-        raise
+    return await admit_queued(ctx, turn, model, registry)
 
 
 @contextlib.asynccontextmanager

@@ -14,7 +14,7 @@ from collections.abc import AsyncIterator, Callable
 from starlette.requests import Request
 from starlette.responses import Response
 
-from chatloop.api.http.context import RequestContext
+from chatloop.api.http.context import RequestContext, response_id
 from chatloop.api.openai.responses.render import ResponsesRenderer
 from chatloop.api.openai.responses.schemas import ResponsesBody
 from chatloop.api.openai.responses.stored import Keeping, input_items
@@ -23,7 +23,6 @@ from chatloop.api.runs.record import end_run, watcher
 from chatloop.api.runs.running import Stop, Tracked, run_to_the_end, stoppable
 from chatloop.api.runs.webhooks import notify
 from chatloop.api.turns.serve import serve_turn
-from chatloop.api.turns.worker import is_worker
 from chatloop.engine.events import Event, TurnError
 from chatloop.jsontypes import json_object
 from chatloop.observability import logger
@@ -42,8 +41,8 @@ async def serve(
     store, owner = ctx.runtime.conversations(), keeping.owner
     if owner is None:
         raise TypeError("a journaled response is kept for a caller")
-    rid = f"resp_{ctx.request_id}"
-    worker = is_worker(request)
+    rid = response_id(ctx.request_id)
+    worker = ctx.job is not None
 
     async def begin(first: dict[str, object]) -> None:  # the record, in_progress, before the first events
         response = first.get("response")
