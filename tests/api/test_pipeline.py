@@ -44,7 +44,13 @@ def calls_by_name(root: Path) -> dict[str, list[str]]:
             if not isinstance(node, ast.Call):
                 continue
             func = node.func
-            name = func.id if isinstance(func, ast.Name) else func.attr if isinstance(func, ast.Attribute) else None
+            name = (
+                func.id
+                if isinstance(func, ast.Name)
+                else func.attr
+                if isinstance(func, ast.Attribute)
+                else None
+            )
             if name is not None:
                 found[name].append(f"{path.relative_to(root)}:{node.lineno}")
     return found

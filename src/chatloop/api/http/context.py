@@ -21,7 +21,7 @@ import time
 import uuid
 from dataclasses import dataclass
 from functools import cached_property
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 from starlette.requests import HTTPConnection, Request
 
@@ -38,6 +38,7 @@ if TYPE_CHECKING:
     from chatloop.jsontypes import JSONObject
 
 SCOPE_KEY = "chatloop.context"
+"""The one key this app keeps in a request's ASGI scope: its ``RequestContext`` (middleware reads it there)."""
 RESPONSE_ID_PREFIX = "resp_"
 
 
@@ -45,6 +46,20 @@ def response_id(request_id: str) -> str:
     """The id of the response a request's turn makes (the Responses API's): ``resp_`` and the request id, built here
     only (a background job's request id is its response id's tail: ``TurnJob.request_id``)."""
     return RESPONSE_ID_PREFIX + request_id
+
+
+@runtime_checkable
+class AdmittedTurn(Protocol):
+    """A turn admitted by its caller's budget (``budgets.TurnBudget``): its ``x-ratelimit-*`` headers, and what
+    gives its budget back."""
+
+    headers: dict[str, str]
+
+    async def finish(self) -> None: ...
+
+    async def give_back_unused(self) -> None:
+        """What its first call's reservation left unused, given back now (its slot stays held)."""
+        ...
 
 
 @dataclass(frozen=True)
@@ -74,7 +89,14 @@ class RequestContext:
         self.invocation = adapter.invocation_of(request)
         """The Web Adapter's invocation (stream mode, only when the adapter sent it), else None."""
         self.job: TurnJob | None = None
-        """The background job this context runs (``for_job``), else None: a client's request."""
+        """The background job this context runs (``job_request``), else None: a client's request."""
+        self.turn_budget: AdmittedTurn | None = None
+        """The turn's budget once admitted (``budgets.admit``): its headers go on the response
+        (``RateLimitHeaders``) and it is given back as the turn ends."""
+        self.turn_started = False
+        """Set when the turn's events start: their end gives the budget back (``ratelimit_headers.given_back``)."""
+        self.stop_reason: str | None = None
+        """How the request's turn ended, for the idempotency wrapper (a failed stream is not recorded)."""
 
     @classmethod
     def of(cls, request: HTTPConnection) -> RequestContext:
@@ -169,6 +191,11 @@ class RequestContext:
         context = self.request.scope.get("aws.context")
         rid = (event.get("requestContext") or {}).get("requestId") or getattr(context, "aws_request_id", None)
         return str(rid) if rid else None
+
+    @cached_property
+    def gateway(self) -> dict[str, object]:
+        """API Gateway's request context (``adapter.gateway_context``), read once per request."""
+        return adapter.gateway_context(self.request)
 
     @cached_property
     def caller(self) -> str | None:

@@ -21,11 +21,10 @@ from typing import Protocol
 
 from starlette.responses import Response, StreamingResponse
 
-from chatloop.api.http.context import RequestContext
+from chatloop.api.http.context import AdmittedTurn, RequestContext
 from chatloop.api.http.errors import RequestError
-from chatloop.api.http.ratelimit_headers import AdmittedTurn, given_back
+from chatloop.api.http.ratelimit_headers import given_back
 from chatloop.api.http.wire import JSONBody, with_heartbeats
-from chatloop.api.idempotency.idempotent import note_stop_reason
 from chatloop.api.turns.metrics import record_turn_metrics
 from chatloop.engine import Event, StopReason, TurnRequest, TurnSummary, run_turn
 from chatloop.engine.events import Delta, Done, TurnError
@@ -137,7 +136,7 @@ def turn_events(
     events = measured(stamped(traced_if_enabled(ctx, model, run, conversation_id), ctx), ctx)
     if metered is None or metered is model:
         return events
-    return given_back(ctx.request.scope, events)
+    return given_back(ctx, events)
 
 
 async def stamped(events: AsyncIterator[Event], ctx: RequestContext) -> AsyncIterator[Event]:
@@ -146,7 +145,9 @@ async def stamped(events: AsyncIterator[Event], ctx: RequestContext) -> AsyncIte
     async for event in events:
         if isinstance(event, Done):
             event = Done(event.summary.with_request_id(ctx.request_id))
-            note_stop_reason(ctx.request, event.summary.stop_reason.value)  # a failed stream is not stored
+            ctx.stop_reason = (
+                event.summary.stop_reason.value
+            )  # the idempotency wrapper: a failed stream is not kept
         yield event
 
 

@@ -167,7 +167,7 @@ async def events(request: Request) -> Response:
         raise RequestError(400, "invalid_request", "the event is not JSON") from None
     if not is_event(event):
         raise RequestError(400, "invalid_request", "not an event this function handles")
-    invocation = adapter.invocation_of(request)
+    invocation = RequestContext.of(request).invocation
     settings = RequestContext.of(request).settings
     seconds_left = invocation.seconds_left() if invocation else settings.background_timeout_seconds
     return JSONBody(await run_worker(request.app, event, seconds_left))
