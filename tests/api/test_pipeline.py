@@ -130,12 +130,12 @@ def test_an_answer_claimed_by_a_turn_that_fails_before_it_runs_is_given_back(tmp
     async def broken(*args: Any, **kwargs: Any) -> Any:
         raise RuntimeError("listing failed")
 
-    runtime.mcp_for_turn = broken  # type: ignore[method-assign]
+    runtime.mcp_for_turn = broken
     failed, _ = post(body)
     assert (
         failed == 500 and search.queries == []
     )  # the answer was claimed, then the turn failed before it ran
-    runtime.mcp_for_turn = listing  # type: ignore[method-assign]
+    runtime.mcp_for_turn = listing
     status, ran = post(body)
     assert status == 200, ran
     assert search.queries == ["q"]  # the answer was given back: sent again, it runs the call, once
