@@ -9,8 +9,10 @@ Usage::
 
 from __future__ import annotations
 
+import contextlib
 import json
-from collections.abc import Callable
+import re
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from tests.support.models import ScriptedModel
@@ -300,12 +302,50 @@ def responses_conversation(r: Any) -> None:
 
 
 def responses_background(r: Any) -> None:
+    install(r, lambda_function_name="chatloop-chat")
+    with lambda_invocations(2) as payloads:
+        _, queued = r.send("POST", "/v1/responses", {"input": "please run later", "background": True})
+        rid = _response_id(queued)
+        for payload in list(payloads):
+            r.worker(json.loads(payload))
+        if payloads:
+            r.worker(json.loads(payloads[0]))  # delivered twice: runs nothing
+        r.send("GET", f"/v1/responses/{rid}")
+        r.send("GET", f"/v1/responses/{rid}", query={"stream": "true"})
+        r.send("POST", "/v1/responses", {"input": "again", "background": True, "stream": True})
+        r.send("POST", "/v1/responses", {"input": "x", "background": True}, caller=None)
+
+
+def responses_background_compacted(r: Any) -> None:
+    """Queued past its compaction threshold: the worker compacts, once, when it runs the turn."""
+    install(r, lambda_function_name="chatloop-chat")
+    management = [{"type": "compaction", "compact_threshold": 1000}]
+    with lambda_invocations(1) as payloads:
+        body = {"input": "word " * 1500, "context_management": management, "background": True}
+        _, queued = r.send("POST", "/v1/responses", body)
+        for payload in list(payloads):
+            r.worker(json.loads(payload))
+        r.send("GET", f"/v1/responses/{_response_id(queued)}")
+
+
+def responses_background_refused(r: Any) -> None:
+    """A spent caller's background request: the plain turn's 429, nothing invoked, nothing held."""
+    install(r, lambda_function_name="chatloop-chat", budget_tokens_per_day=30, budget_concurrent_turns=5)
+    with lambda_invocations(0):
+        r.send("POST", "/v1/responses", {"input": "spend", "max_output_tokens": 20, "store": False})
+        r.send("POST", "/v1/responses", {"input": "more", "max_output_tokens": 20, "background": True})
+        r.send("GET", "/v1/usage")
+
+
+@contextlib.contextmanager
+def lambda_invocations(answered: int) -> Iterator[list[bytes]]:
+    """The worker's ``lambda.invoke`` through botocore's Stubber: ``answered`` invocations answered 202 (a further
+    one fails its request); the payloads sent, in order."""
     import boto3
     from botocore.stub import ANY, Stubber
 
     from chatloop.api.openai.responses import worker
 
-    install(r, lambda_function_name="chatloop-chat")
     client = boto3.client(
         "lambda",
         region_name="us-east-1",
@@ -317,23 +357,14 @@ def responses_background(r: Any) -> None:
         "provide-client-params.lambda.Invoke", lambda params, **_: payloads.append(params["Payload"])
     )
     stubber = Stubber(client)
-    for _ in range(2):
-        stubber.add_response(
-            "invoke", {"StatusCode": 202}, {"FunctionName": ANY, "InvocationType": ANY, "Payload": ANY}
-        )
+    for _ in range(answered):
+        expected = {"FunctionName": ANY, "InvocationType": ANY, "Payload": ANY}
+        stubber.add_response("invoke", {"StatusCode": 202}, expected)
     stubber.activate()
     saved = worker._CLIENTS.get(5.0)
     worker._CLIENTS[5.0] = client
     try:
-        _, queued = r.send("POST", "/v1/responses", {"input": "please run later", "background": True})
-        rid = _response_id(queued)
-        for payload in payloads:
-            r.worker(json.loads(payload))
-        r.worker(json.loads(payloads[0])) if payloads else None  # delivered twice: runs nothing
-        r.send("GET", f"/v1/responses/{rid}")
-        r.send("GET", f"/v1/responses/{rid}?stream=true")
-        r.send("POST", "/v1/responses", {"input": "again", "background": True, "stream": True})
-        r.send("POST", "/v1/responses", {"input": "x", "background": True}, caller=None)
+        yield payloads
     finally:
         if saved is None:
             worker._CLIENTS.pop(5.0, None)
@@ -359,20 +390,13 @@ def _response_id(body: Any) -> str:
 
 
 def _approval_id(body: Any) -> str | None:
-    text = json.dumps(body)
-    for key in ("approval_request_id", '"id"'):
-        del key
-    if isinstance(body, dict):
-        for item in body.get("approvals", []) or body.get("pending_approvals", []) or []:
-            return str(item.get("id") or item.get("approval_request_id"))
-    import re
-
-    found = re.search(r'"(mcpr_[A-Za-z0-9_-]+)"', text)
+    """The id of the approval request a /chat answer asked with (``mcpr_…``), wherever the body carries it."""
+    found = re.search(r'"(mcpr_[A-Za-z0-9_-]+)"', json.dumps(body))
     return found.group(1) if found else None
 
 
 CASES: dict[str, Callable[[Any], None]] = {
-    name.removeprefix(""): case
+    name: case
     for name, case in sorted(globals().items())
     if callable(case) and name.startswith(("chat_", "completions_", "responses_")) and name != "chat_body"
 }
