@@ -51,6 +51,7 @@ from chatloop.tools.base import ToolRegistry
 if TYPE_CHECKING:
     from chatloop.api.runtime import Runtime
     from chatloop.api.turns.approvals import ApprovalRule
+    from chatloop.api.turns.build import Sampling
     from chatloop.api.turns.schemas import ClientTool, ResponseFormat
     from chatloop.config import MCPServerConfig
     from chatloop.engine import Event, TurnRequest
@@ -75,7 +76,7 @@ class Plan:
     messages: list[Message]
     choice: ChatChoice | BaseModel
     """The request's ``tool_choice``, chat-completions-shaped (a dict or a model that dumps to one) or a string."""
-    sampling: BaseModel
+    sampling: Sampling
     """The body whose ``temperature``, ``top_p`` and ``parallel_tool_calls`` the turn takes."""
     model: str | None
     max_tokens: int | None
@@ -186,7 +187,7 @@ def checked_turn(runtime: Runtime, door: Door[Body, P], plan: P) -> tuple[TurnRe
     turn = turn_request(
         plan.messages,
         choice,
-        plan.sampling,  # type: ignore[arg-type]  # every door's body has the sampling fields
+        plan.sampling,
         max_tokens=plan.max_tokens,
         tool_names=tool_names,
         client_tools=client_tools,
