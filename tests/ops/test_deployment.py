@@ -305,7 +305,9 @@ def test_the_conversation_table_is_the_stores_and_the_policy_grants_what_it_call
     for mode in ("stream", "buffered"):
         env = the_function(deployed(translated, mode)["Resources"])["Environment"]["Variables"]
         assert env["CONVERSATION_TABLE_NAME"] == {"Ref": "ConversationTable"}
-    source = "".join(Path(m.__file__).read_text() for m in (dynamodb, dynamodb_batch))  # every call the store makes
+    source = "".join(
+        Path(m.__file__).read_text() for m in (dynamodb, dynamodb_batch)
+    )  # every call the store makes
     calls = set(re.findall(r"client\.([a-z_]+)", source)) - {"create_table", "update_time_to_live"}
     as_actions = {"transact_write_items": {"PutItem", "DeleteItem"}}
     used = set().union(*(as_actions.get(c, {"".join(w.title() for w in c.split("_"))}) for c in calls))

@@ -9,6 +9,8 @@ Usage::
 from __future__ import annotations
 
 from collections.abc import AsyncIterator, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from starlette.requests import Request
 from starlette.responses import Response
@@ -17,22 +19,18 @@ from chatloop.api.http.context import RequestContext
 from chatloop.api.http.errors import RequestError
 from chatloop.api.http.wire import sse_frame
 from chatloop.api.runtime import Runtime
-from chatloop.api.turns.build import turn_request
-from chatloop.api.turns.checks import (
-    ChatChoice,
-    check_context,
-    conversation,
-    model_for,
-    named_choice,
-    read_body,
-)
+from chatloop.api.turns.admission import Admission
+from chatloop.api.turns.checks import ChatChoice, conversation
+from chatloop.api.turns.pipeline import Admitted, Door, Plan, run_door
 from chatloop.api.turns.schemas import ChatBody
-from chatloop.api.turns.serve import INTERNAL_ERROR, budgeted, serve_turn, turn_events
+from chatloop.api.turns.serve import INTERNAL_ERROR, serve_turn
 from chatloop.engine import Event, StopReason, TurnSummary
 from chatloop.engine.events import Done, TurnError
 from chatloop.engine.request import function_name
 from chatloop.jsontypes import JSONObject
-from chatloop.tools.base import ToolRegistry
+
+if TYPE_CHECKING:
+    from chatloop.api.chat.threads import ChatThread
 
 
 def chat_body(summary: TurnSummary) -> JSONObject:
@@ -69,53 +67,84 @@ class ChatRenderer:
         return status, chat_body(summary)
 
 
-async def chat(request: Request) -> Response:
-    ctx = RequestContext.of(request)
-    runtime = ctx.runtime
-    body = await read_body(request, ChatBody)
-    thread = None
-    if body.approvals and body.conversation is None:
-        raise RequestError(
-            400,
-            "invalid_request",
-            "approvals: answer in the conversation that asked (conversation)",
-            "approvals",
+@dataclass
+class ChatPlan(Plan):
+    body: ChatBody = field(kw_only=True)
+    thread: ChatThread | None = None
+    """The stored conversation the turn continues (``conversation``), or None."""
+
+
+class ChatDoor(Door[ChatBody, ChatPlan]):
+    """/chat in the turn pipeline: its messages (or a stored conversation's), the built-in tools it names, the
+    operator's tools that wait for a person asked for in the conversation, its SSE or JSON answer."""
+
+    schema = ChatBody
+    approvals = "ask"
+    bare_without_tools = True
+
+    async def prepare(
+        self, request: Request, ctx: RequestContext, body: ChatBody, admission: Admission
+    ) -> ChatPlan:
+        settings, thread = ctx.runtime.settings, None
+        if body.approvals and body.conversation is None:
+            raise RequestError(
+                400,
+                "invalid_request",
+                "approvals: answer in the conversation that asked (conversation)",
+                "approvals",
+            )
+        if body.conversation is not None:
+            from chatloop.api.chat import (
+                threads,  # with the first /chat in a stored conversation (cold start)
+            )
+
+            thread = await threads.chat_thread(
+                request, body.conversation, body.messages, body.approvals or []
+            )
+            admission.took(thread.answers)
+            messages = conversation([*thread.history, *body.messages], settings.max_messages)
+            messages = await threads.compacted(ctx, thread, messages, body.messages, body.model)
+        else:
+            messages = conversation(body.messages, settings.max_messages)
+        return ChatPlan(
+            messages,
+            body.tool_choice,
+            body,
+            body.model,
+            body.max_tokens,
+            openai=False,
+            max_iterations=body.max_iterations,
+            approvals=thread.answers if thread else (),
+            conversation_id=thread.conversation_id if thread else None,
+            body=body,
+            thread=thread,
         )
-    if body.conversation is not None:
-        from chatloop.api.chat import threads  # with the first /chat in a stored conversation (cold start)
 
-        thread = await threads.chat_thread(request, body.conversation, body.messages, body.approvals or [])
-        messages = conversation([*thread.history, *body.messages], runtime.settings.max_messages)
-        messages = await threads.compacted(ctx, thread, messages, body.messages, body.model)
-    else:
-        messages = conversation(body.messages, runtime.settings.max_messages)
-    choice = named_choice(body.tool_choice)
-    tool_names = tools_for_chat(runtime, body, choice)
-    model = model_for(runtime, body.model)
-    check_context(model, messages, body.max_tokens)
-    turn = turn_request(
-        messages,
-        choice,
-        body,
-        max_tokens=body.max_tokens,
-        tool_names=tool_names,
-        max_iterations=body.max_iterations,
-        approvals=thread.answers if thread else (),
-    )
-    registry = await runtime.tools.for_turn(ctx.deadline) if tool_names != [] else ToolRegistry()
-    if (
-        runtime.settings.approval_required_tools
-    ):  # the operator's tools that wait for a person (docs/tools.md)
-        from chatloop.api.turns import approvals
+    def tool_names(self, runtime: Runtime, plan: ChatPlan, choice: ChatChoice) -> list[str] | None:
+        return tools_for_chat(runtime, plan.body, choice)
 
-        await approvals.ask_for(ctx, turn, registry, [], {})
-    metered = await budgeted(ctx, turn, model, registry)
-    events = turn_events(
-        ctx, turn, model, registry, thread.conversation_id if thread else None, metered=metered
-    )
-    if thread is not None:  # a stored conversation's turn runs to its end even when the client goes away
-        events = threads.running_turn(request, thread, events)
-    return await serve_turn(ctx, ChatRenderer(), events, stream=body.stream)
+    def client_tools(self, runtime: Runtime, plan: ChatPlan, choice: ChatChoice) -> list[JSONObject]:
+        return []  # /chat names built-in tools (``tools_for_chat``); it has no client tools
+
+    async def serve(
+        self,
+        request: Request,
+        ctx: RequestContext,
+        plan: ChatPlan,
+        admitted: Admitted,
+        events: AsyncIterator[Event],
+    ) -> Response:
+        if (
+            plan.thread is not None
+        ):  # a stored conversation's turn runs to its end even when the client goes away
+            from chatloop.api.chat import threads
+
+            events = threads.running_turn(request, plan.thread, events)
+        return await serve_turn(ctx, ChatRenderer(), events, stream=plan.body.stream)
+
+
+async def chat(request: Request) -> Response:
+    return await run_door(request, ChatDoor())
 
 
 def tools_for_chat(runtime: Runtime, body: ChatBody, choice: ChatChoice) -> list[str] | None:

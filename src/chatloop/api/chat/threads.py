@@ -37,7 +37,7 @@ from chatloop.api.runs.follow import follow_chat_turn
 from chatloop.api.runs.journal import Journal
 from chatloop.api.runs.turn import ask_to_stop, chat_turn, stop_here
 from chatloop.api.turns import compaction
-from chatloop.api.turns.approvals import answers_of, release
+from chatloop.api.turns.approvals import answers_of
 from chatloop.api.turns.checks import conversation, read_body
 from chatloop.api.turns.schemas import ChatApproval, StopBody
 from chatloop.api.turns.serve import held_secrets
@@ -103,15 +103,11 @@ async def compacted(
     """The thread's conversation, compacted instead of trimmed when it is estimated past
     COMPACTION_THRESHOLD_TOKENS (docs/conversations.md): the summary, then the request's new messages; the compaction item is
     appended to the conversation with the turn. A budget that refuses the summary's call is a 429 before anything
-    ran: the thread's approval answers are not used up."""
+    ran: the thread's approval answers are not used up (``api.turns.admission`` gives them back)."""
     threshold = ctx.runtime.settings.compaction_threshold_tokens
     if not threshold:
         return messages
-    try:
-        summary = await compaction.past(ctx, messages, threshold, model, openai=False)
-    except RequestError:
-        await release(ctx, thread.answers)
-        raise
+    summary = await compaction.past(ctx, messages, threshold, model, openai=False)  # refused: see admission
     if summary is None:
         return messages
     thread.compaction = summary[0]

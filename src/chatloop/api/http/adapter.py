@@ -81,13 +81,9 @@ def from_adapter(request: HTTPConnection) -> bool:
 
 
 def invocation_of(request: HTTPConnection) -> Invocation | None:
-    """The adapter's invocation for this request (stream mode), or None; parsed once per request."""
-    if "chatloop.invocation" not in request.scope:
-        trusted = from_adapter(request)
-        found = invocation_from(request.headers, _adapter_gateway(request)) if trusted else None
-        request.scope["chatloop.invocation"] = found
-    invocation: Invocation | None = request.scope["chatloop.invocation"]
-    return invocation
+    """The adapter's invocation for this request (stream mode), or None (``RequestContext.invocation`` keeps it for
+    the request)."""
+    return invocation_from(request.headers, _adapter_gateway(request)) if from_adapter(request) else None
 
 
 def gateway_context(request: HTTPConnection) -> dict[str, object]:
@@ -102,12 +98,9 @@ def gateway_context(request: HTTPConnection) -> dict[str, object]:
 
 
 def _adapter_gateway(request: HTTPConnection) -> dict[str, object]:
-    """The adapter's ``x-amzn-request-context`` header as JSON, parsed once per request (the invocation's request
-    id and the caller's identity both come from it)."""
-    if "chatloop.gateway" not in request.scope:
-        request.scope["chatloop.gateway"] = _json_object(request.headers.get(REQUEST_CONTEXT_HEADER))
-    gateway: dict[str, object] = request.scope["chatloop.gateway"]
-    return gateway
+    """The adapter's ``x-amzn-request-context`` header as JSON (the invocation's request id and the caller's
+    identity both come from it; ``RequestContext`` keeps them for the request)."""
+    return _json_object(request.headers.get(REQUEST_CONTEXT_HEADER))
 
 
 def _json_object(text: str | None) -> dict[str, object]:

@@ -10,16 +10,20 @@ Usage::
     ctx.deadline.remaining()                # the turn's one deadline (model calls, tool runs, store calls)
     ctx.request_id, ctx.caller              # "5bba95d5-…", "apikey:k1x2" | None
     ctx.remaining_ms()                      # how long the invocation has left (idempotency records)
+
+    request = job_request(app, TurnJob(owner, "resp_…", deadline, body))   # a background worker's turn
+    ctx.job                                 # the job it runs (None: a client's request)
 """
 
 from __future__ import annotations
 
 import time
 import uuid
+from dataclasses import dataclass
 from functools import cached_property
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
-from starlette.requests import HTTPConnection
+from starlette.requests import HTTPConnection, Request
 
 from chatloop.api.http import adapter
 from chatloop.api.http.caller import caller_of
@@ -27,10 +31,51 @@ from chatloop.deadline import Deadline
 from chatloop.observability import logger
 
 if TYPE_CHECKING:
+    from starlette.applications import Starlette
+
     from chatloop.api.runtime import Runtime
     from chatloop.config import Settings
+    from chatloop.jsontypes import JSONObject
 
 SCOPE_KEY = "chatloop.context"
+"""The one key this app keeps in a request's ASGI scope: its ``RequestContext`` (middleware reads it there)."""
+RESPONSE_ID_PREFIX = "resp_"
+
+
+def response_id(request_id: str) -> str:
+    """The id of the response a request's turn makes (the Responses API's): ``resp_`` and the request id, built here
+    only (a background job's request id is its response id's tail: ``TurnJob.request_id``)."""
+    return RESPONSE_ID_PREFIX + request_id
+
+
+@runtime_checkable
+class AdmittedTurn(Protocol):
+    """A turn admitted by its caller's budget (``budgets.TurnBudget``): its ``x-ratelimit-*`` headers, and what
+    gives its budget back."""
+
+    headers: dict[str, str]
+
+    async def finish(self) -> None: ...
+
+    async def give_back_unused(self) -> None:
+        """What its first call's reservation left unused, given back now (its slot stays held)."""
+        ...
+
+
+@dataclass(frozen=True)
+class TurnJob:
+    """A turn run apart from the request that asked for it (a background response's worker): whose it is, the
+    response it makes, how long it may take, and the request body it runs (opened from the store)."""
+
+    owner: str
+    response_id: str
+    deadline: Deadline
+    body: JSONObject
+
+    @property
+    def request_id(self) -> str:
+        """The request id the turn runs under: its response's (``response_id`` inverted)."""
+        return self.response_id.removeprefix(RESPONSE_ID_PREFIX)
 
 
 class RequestContext:
@@ -43,6 +88,15 @@ class RequestContext:
         """When the request's clock started (``make run``: the time left is REQUEST_TIMEOUT_SECONDS from here)."""
         self.invocation = adapter.invocation_of(request)
         """The Web Adapter's invocation (stream mode, only when the adapter sent it), else None."""
+        self.job: TurnJob | None = None
+        """The background job this context runs (``job_request``), else None: a client's request."""
+        self.turn_budget: AdmittedTurn | None = None
+        """The turn's budget once admitted (``budgets.admit``): its headers go on the response
+        (``RateLimitHeaders``) and it is given back as the turn ends."""
+        self.turn_started = False
+        """Set when the turn's events start: their end gives the budget back (``ratelimit_headers.given_back``)."""
+        self.stop_reason: str | None = None
+        """How the request's turn ended, for the idempotency wrapper (a failed stream is not recorded)."""
 
     @classmethod
     def of(cls, request: HTTPConnection) -> RequestContext:
@@ -92,6 +146,8 @@ class RequestContext:
     def deadline(self) -> Deadline:
         """One deadline per request: the smaller of the Lambda's remaining time (less a margin) and the request timeout
         (counted from the request's start, the clock ``remaining_ms`` reads too)."""
+        if self.job is not None:  # the worker's own deadline, for the background turn's whole time
+            return self.job.deadline
         elapsed = time.monotonic() - self.started
         return Deadline.after(self._seconds_left(self.settings.request_timeout_seconds - elapsed))
 
@@ -121,7 +177,9 @@ class RequestContext:
 
     @cached_property
     def request_id(self) -> str:
-        """API Gateway's request id, Lambda's, the adapter's, or a new one (``make run``)."""
+        """API Gateway's request id, Lambda's, the adapter's, or a new one (``make run``); a job's: its response's."""
+        if self.job is not None:
+            return self.job.request_id
         rid = self._lambda_request_id()
         if not rid and self.invocation is not None:
             rid = self.invocation.request_id
@@ -135,6 +193,39 @@ class RequestContext:
         return str(rid) if rid else None
 
     @cached_property
+    def gateway(self) -> dict[str, object]:
+        """API Gateway's request context (``adapter.gateway_context``), read once per request."""
+        return adapter.gateway_context(self.request)
+
+    @cached_property
     def caller(self) -> str | None:
-        """Who is asking (``caller_of``): the identity every per-caller scope uses; None when there is none."""
+        """Who is asking (``caller_of``): the identity every per-caller scope uses; None when there is none. A job's:
+        the caller that queued it."""
+        if self.job is not None:
+            return self.job.owner
         return caller_of(self.request)
+
+
+def job_request(app: Starlette, job: TurnJob) -> Request:
+    """The request a background job's turn runs as: an empty ``POST /v1/responses`` on ``app`` (no headers, no body:
+    what the parts that read a request's scope see), whose context (``RequestContext.of``) carries ``job``: its
+    caller, response and deadline. The job's body is run as it is (``pipeline.run_door``'s ``body``)."""
+    scope: dict[str, Any] = {
+        "type": "http",
+        "asgi": {"version": "3.0"},
+        "http_version": "1.1",
+        "method": "POST",
+        "scheme": "http",
+        "path": "/v1/responses",
+        "raw_path": b"/v1/responses",
+        "root_path": "",
+        "query_string": b"",
+        "headers": [],
+        "client": None,
+        "server": None,
+        "app": app,
+    }
+    request = Request(scope)
+    context = scope[SCOPE_KEY] = RequestContext(request)
+    context.job = job
+    return request

@@ -4,7 +4,7 @@ they end: a turn that outlives its response (a stored turn whose client left, a 
 until it ends, and one whose events never ran is given back as its response ends.
 
 Light on purpose: every app loads it, and the budget machinery (``api/turns/budgets.py``) only loads when a BUDGET_* limit
-is set; it finds the turn's budget where ``budgets.admit`` left it in the ASGI scope.
+is set; it finds the turn's budget where ``budgets.admit`` left it: on the request's context (``turn_budget``).
 
 Usage (in the app)::
 
@@ -14,42 +14,34 @@ Usage (in the app)::
 from __future__ import annotations
 
 from collections.abc import AsyncIterator, MutableMapping
-from typing import Any, Protocol, TypeVar, runtime_checkable
+from typing import Any, TypeVar
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from chatloop.api.http.context import SCOPE_KEY, AdmittedTurn, RequestContext
 from chatloop.api.http.nosniff import headers_added
 
-TURN_KEY = "chatloop.budget"
-"""The admitted turn's budget in the ASGI scope (``budgets.TurnBudget``)."""
-STARTED = "chatloop.budget.started"
-"""Set when the turn's events start: their end gives the budget back (``given_back``)."""
-
-
-@runtime_checkable
-class AdmittedTurn(Protocol):
-    headers: dict[str, str]
-
-    async def finish(self) -> None: ...
-
-    async def give_back_unused(self) -> None:
-        """What its first call's reservation left unused, given back now (its slot stays held)."""
-        ...
+__all__ = ["AdmittedTurn", "RateLimitHeaders", "given_back"]
 
 
 T = TypeVar("T")
 
 
-async def given_back(scope: MutableMapping[str, Any], events: AsyncIterator[T]) -> AsyncIterator[T]:
+async def given_back(ctx: RequestContext, events: AsyncIterator[T]) -> AsyncIterator[T]:
     """``events``, then the admitted turn's budget given back (``finish`` gives it back once)."""
-    scope[STARTED] = True
+    ctx.turn_started = True
     try:
         async for event in events:
             yield event
     finally:
-        turn = scope.get(TURN_KEY)
-        if isinstance(turn, AdmittedTurn):
-            await turn.finish()
+        if ctx.turn_budget is not None:
+            await ctx.turn_budget.finish()
+
+
+def _context(scope: MutableMapping[str, Any]) -> RequestContext | None:
+    """The request's context, when the app made one (a request that reached no endpoint has none)."""
+    context = scope.get(SCOPE_KEY)
+    return context if isinstance(context, RequestContext) else None
 
 
 class RateLimitHeaders:
@@ -62,16 +54,15 @@ class RateLimitHeaders:
             return
 
         async def with_headers(message: Message) -> None:
-            turn = scope.get(TURN_KEY)
-            if message["type"] == "http.response.start" and isinstance(turn, AdmittedTurn):
+            context = _context(scope)
+            turn = context.turn_budget if context is not None else None
+            if message["type"] == "http.response.start" and turn is not None:
                 message = headers_added(message, [(k.encode(), v.encode()) for k, v in turn.headers.items()])
             await send(message)
 
         try:
             await self.app(scope, receive, with_headers)
         finally:
-            turn = scope.get(TURN_KEY)
-            if isinstance(turn, AdmittedTurn) and not scope.get(
-                STARTED
-            ):  # its events never ran: nothing else will
-                await turn.finish()
+            context = _context(scope)
+            if context is not None and context.turn_budget is not None and not context.turn_started:
+                await context.turn_budget.finish()  # its events never ran: nothing else will

@@ -38,7 +38,7 @@ from typing import TYPE_CHECKING
 
 import anyio
 from anyio import to_thread
-from starlette.requests import HTTPConnection, Request
+from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
 from starlette.types import Receive, Scope, Send
 
@@ -57,8 +57,6 @@ MAX_KEY_LENGTH = 255
 MAX_STORED_BYTES = 350_000
 """DynamoDB items are at most 400 KB; the record's other attributes need the rest."""
 REPLAYED_HEADER = "idempotent-replayed"
-STOP_REASON = "chatloop.stop_reason"
-"""Where ``note_stop_reason`` leaves the turn's stop reason in the request's scope."""
 Route = Callable[[Request], Awaitable[Response]]
 STORE_SHARE = 0.2
 """The largest share of a request's remaining time one store call may take before the turn (the turn needs the
@@ -86,12 +84,6 @@ class Answered:
 
 Claim = Claimed | Unrecorded | Answered
 """What claiming a request's record decided (``_claim``)."""
-
-
-def note_stop_reason(request: HTTPConnection, stop_reason: str) -> None:
-    """Tell the idempotency wrapper how the request's turn ended (``serve.observed``): a streamed turn that ended
-    with ``all_models_failed`` is a failure, as its JSON form (a 503) is, and is not recorded."""
-    request.scope[STOP_REASON] = stop_reason
 
 
 def budget_of(request: Request, share: float = STORE_SHARE) -> float:
@@ -278,7 +270,7 @@ class RecordedStream(StreamingResponse):
             yield piece
         self.finished = True
         if (
-            self.request.scope.get(STOP_REASON) == "all_models_failed"
+            RequestContext.of(self.request).stop_reason == "all_models_failed"
         ):  # nothing to replay: a retry runs again
             await _release(self.records, self.data, self.request)
         else:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import AsyncIterator, Mapping, Sequence
+from dataclasses import dataclass, field
 
 from starlette.requests import Request
 from starlette.responses import Response
@@ -19,20 +20,11 @@ from chatloop.api.http.context import RequestContext
 from chatloop.api.http.errors import openai_error
 from chatloop.api.http.wire import sse_frame
 from chatloop.api.openai.extension import extension
-from chatloop.api.turns.build import turn_request
-from chatloop.api.turns.checks import (
-    check_context,
-    checked_client_tools,
-    conversation,
-    model_for,
-    model_params,
-    named_choice,
-    read_body,
-    refuse_unsupported,
-    structured_output,
-)
+from chatloop.api.turns.admission import Admission
+from chatloop.api.turns.checks import conversation, refuse_unsupported
+from chatloop.api.turns.pipeline import Admitted, Door, Plan, run_door
 from chatloop.api.turns.schemas import OpenAIChatBody
-from chatloop.api.turns.serve import INTERNAL_ERROR, budgeted, failed_turn, serve_turn, turn_events
+from chatloop.api.turns.serve import INTERNAL_ERROR, failed_turn, serve_turn
 from chatloop.engine import Event, TurnSummary
 from chatloop.engine.events import Delta, Done, FallbackMade, LlmResponse, Started, TurnError
 
@@ -147,36 +139,49 @@ class CompletionRenderer:
         return 200, openai_completion(summary, self.request_id)
 
 
-async def chat_completions(request: Request) -> Response:
-    ctx = RequestContext.of(request)
-    runtime = ctx.runtime
-    body = await read_body(request, OpenAIChatBody)
-    refuse_unsupported(body)
-    messages = conversation(body.messages, runtime.settings.max_messages)
-    choice = named_choice(body.tool_choice)
-    client_tools = checked_client_tools(runtime, body.tools or [], choice)
-    model = model_for(runtime, body.model, openai=True)
-    check_context(model, messages, body.max_completion_tokens or body.max_tokens)
-    response_format = structured_output(model, body.response_format, "response_format")
-    params = model_params(model, body.forwarded())
-    turn = turn_request(
-        messages,
-        choice,
-        body,
-        max_tokens=body.max_completion_tokens or body.max_tokens,
-        client_tools=client_tools,
-        response_format=response_format,
-        model_params=params,
-    )
-    registry = await runtime.tools.for_turn(ctx.deadline)
-    if (
-        runtime.settings.approval_required_tools
-    ):  # no way to ask here: such tools are not offered (docs/tools.md)
-        from chatloop.api.turns.approvals import without_approval
+@dataclass
+class CompletionsPlan(Plan):
+    body: OpenAIChatBody = field(kw_only=True)
 
-        turn.tool_names = without_approval(runtime.settings, registry, turn.tool_names)
-    metered = await budgeted(ctx, turn, model, registry)
-    events = turn_events(ctx, turn, model, registry, metered=metered)
-    include_usage = bool(body.stream_options and body.stream_options.include_usage)
-    renderer = CompletionRenderer(ctx.request_id, include_usage)
-    return await serve_turn(ctx, renderer, events, stream=body.stream)
+
+class CompletionsDoor(Door[OpenAIChatBody, CompletionsPlan]):
+    """Chat completions in the turn pipeline: stateless, so a tool that waits for a person is not offered (there is
+    no item to ask with: docs/tools.md)."""
+
+    schema = OpenAIChatBody
+    approvals = "hide"
+
+    def refuse(self, body: OpenAIChatBody) -> None:
+        refuse_unsupported(body)
+
+    async def prepare(
+        self, request: Request, ctx: RequestContext, body: OpenAIChatBody, admission: Admission
+    ) -> CompletionsPlan:
+        return CompletionsPlan(
+            conversation(body.messages, ctx.runtime.settings.max_messages),
+            body.tool_choice,
+            body,
+            body.model,
+            body.max_completion_tokens or body.max_tokens,
+            functions=body.tools or [],
+            requested_format=lambda: body.response_format,
+            forwarded=body.forwarded(),
+            body=body,
+        )
+
+    async def serve(
+        self,
+        request: Request,
+        ctx: RequestContext,
+        plan: CompletionsPlan,
+        admitted: Admitted,
+        events: AsyncIterator[Event],
+    ) -> Response:
+        body = plan.body
+        include_usage = bool(body.stream_options and body.stream_options.include_usage)
+        renderer = CompletionRenderer(ctx.request_id, include_usage)
+        return await serve_turn(ctx, renderer, events, stream=body.stream)
+
+
+async def chat_completions(request: Request) -> Response:
+    return await run_door(request, CompletionsDoor())

@@ -41,7 +41,6 @@ from chatloop.api.items.inputs import CodeInterpreterCallItem, InputItem
 from chatloop.api.items.mcp import McpCallInput
 from chatloop.api.items.store import store_errors
 from chatloop.api.turns.statekey import state_key
-from chatloop.api.turns.worker import is_worker
 from chatloop.engine.approvals import APPROVAL_ID_PREFIX, ApprovalAnswer
 from chatloop.observability import logger
 from chatloop.providers.base import ToolCall
@@ -272,7 +271,7 @@ async def answers_of(
 async def _claim(ctx: RequestContext, ids: Sequence[str]) -> list[bool]:
     """Each id's one use recorded in the store: True where this request is the first. A background worker runs a
     request that was checked, and claimed its answers, when it was queued: its claims are that request's."""
-    if is_worker(ctx.request):
+    if ctx.job is not None:
         return [True] * len(ids)
     if ctx.caller is None:
         raise RequestError(
@@ -284,7 +283,7 @@ async def _claim(ctx: RequestContext, ids: Sequence[str]) -> list[bool]:
         return [await store.claims.claim(ctx.caller, f"apr_{rid}", deadline) for rid in ids]
 
 
-async def release(ctx: RequestContext, answers: Sequence[ApprovalAnswer]) -> None:
+async def give_back(ctx: RequestContext, answers: Sequence[ApprovalAnswer]) -> None:
     """Give back the claims of ``answers`` whose turn was refused before anything ran (a budget's 429): each
     answer may be sent again, and is still used once."""
     if not answers or ctx.caller is None:

@@ -31,9 +31,7 @@ from starlette.responses import Response
 
 from chatloop.api.http.context import RequestContext
 from chatloop.api.http.errors import RequestError
-from chatloop.api.http.ratelimit_headers import TURN_KEY
 from chatloop.api.http.wire import JSONBody
-from chatloop.api.turns.worker import is_worker
 from chatloop.engine import TurnRequest
 from chatloop.observability import NAMESPACE, SERVICE, logger
 from chatloop.providers.base import ChatModel
@@ -145,9 +143,9 @@ async def admit(
     a background worker's turn was when it was queued (``admit_queued``); a turn that starts with a summary takes
     over the summary's admission (``compaction.past``: its slot). ``longest``: the longest the turn may run, which
     its concurrent-turn lease lasts (and ``LEASE_MARGIN_SECONDS``); the request's deadline by default."""
-    earlier = ctx.request.scope.get(TURN_KEY)
+    earlier = ctx.turn_budget
     taken = earlier if isinstance(earlier, TurnBudget) else None
-    counted = not is_worker(ctx.request) and taken is None
+    counted = ctx.job is None and taken is None
     book = book_of(ctx.runtime)
     caller = caller_for_budget(ctx) if book is not None else None
     if book is None or caller is None:
@@ -185,7 +183,7 @@ async def admit(
         lease, taken.lease = taken.lease, None
     account = CallerAccount(ctx, book, caller, limits)
     budgeted = BudgetedModel(model, account, meter, prepaid=held)
-    ctx.request.scope[TURN_KEY] = TurnBudget(account, budgeted, rate_limit_headers(limits, held.usage), lease)
+    ctx.turn_budget = TurnBudget(account, budgeted, rate_limit_headers(limits, held.usage), lease)
     return budgeted
 
 
@@ -200,7 +198,7 @@ async def admit_queued(
     the worker holds it (``renew_queued``) and gives it back as the turn ends (``end_queued``). None: unmetered."""
     await admit(ctx, turn, model, registry, longest=ctx.settings.background_timeout_seconds)
     # Its slot outlives this response: not given back with it (``RateLimitHeaders``).
-    admitted = ctx.request.scope.pop(TURN_KEY, None)
+    admitted, ctx.turn_budget = ctx.turn_budget, None
     if not isinstance(admitted, TurnBudget):
         return None
     await admitted.give_back_unused()

@@ -38,6 +38,12 @@ async def read_body(request: Request, schema: type[Body]) -> Body:
     settings = RequestContext.of(request).settings
     raw = await read_within(request, settings.max_body_bytes)
     data = parse_json_body(raw, settings.max_json_depth)
+    return body_of(data, schema)
+
+
+def body_of(data: object, schema: type[Body]) -> Body:
+    """A parsed JSON body as ``schema`` (a 400 naming the field otherwise): a request's, or a background job's
+    opened from the store."""
     if not isinstance(data, dict):
         raise RequestError(400, "invalid_request", "the body must be a JSON object")
     try:

@@ -34,7 +34,6 @@ from typing import TYPE_CHECKING, Annotated, Literal
 from pydantic import BaseModel, ConfigDict, Field, StrictInt
 
 from chatloop.api.http.errors import RequestError
-from chatloop.api.http.ratelimit_headers import TURN_KEY, AdmittedTurn
 from chatloop.api.items.compaction import CompactionInput
 from chatloop.api.turns import sealing
 from chatloop.api.turns.build import summary_turn
@@ -234,13 +233,13 @@ async def past(
     # that slot over; what the summary left unused of its reservation is given back at once.
     asked = summary_turn(summary_request(messages))
     metered = await budgeted(ctx, asked, model, ToolRegistry([]))
-    admitted = ctx.request.scope.get(TURN_KEY)
+    admitted = ctx.turn_budget
     try:
         item, _, given = await compaction_item(ctx, metered, messages)
     except ModelError as exc:
         logger.warning(f"Compaction failed; the turn goes on uncompacted: {exc}")
         return None
     finally:
-        if isinstance(admitted, AdmittedTurn):
+        if admitted is not None:
             await admitted.give_back_unused()
     return item, given

@@ -21,11 +21,10 @@ from typing import Protocol
 
 from starlette.responses import Response, StreamingResponse
 
-from chatloop.api.http.context import RequestContext
+from chatloop.api.http.context import AdmittedTurn, RequestContext
 from chatloop.api.http.errors import RequestError
-from chatloop.api.http.ratelimit_headers import AdmittedTurn, given_back
+from chatloop.api.http.ratelimit_headers import given_back
 from chatloop.api.http.wire import JSONBody, with_heartbeats
-from chatloop.api.idempotency.idempotent import note_stop_reason
 from chatloop.api.turns.metrics import record_turn_metrics
 from chatloop.engine import Event, StopReason, TurnRequest, TurnSummary, run_turn
 from chatloop.engine.events import Delta, Done, TurnError
@@ -68,37 +67,26 @@ async def budgeted(
     registry: ToolRegistry,
 ) -> ChatModel:
     """The turn's model metered by the caller's budget (``api/turns/budgets.py``): a 429 or 503 now, before the response
-    starts, when the budget refuses it. The chain itself, with no store call, when no BUDGET_* limit is set."""
+    starts, when the budget refuses it (``api.turns.admission`` gives back what the turn had taken). The chain
+    itself, with no store call, when no BUDGET_* limit is set."""
     if not ctx.settings.budgets_on():
         return model
     from chatloop.api.turns.budgets import admit
 
-    try:
-        return await admit(ctx, turn, model, registry)
-    except RequestError:  # refused before anything ran: the approvals it answers are not used up
-        from chatloop.api.turns.approvals import release
-
-        await release(ctx, turn.approvals)
-        raise
+    return await admit(ctx, turn, model, registry)  # refused: the admission gives the approvals back
 
 
 async def admitted_to_queue(
     ctx: RequestContext, turn: TurnRequest, model: FallbackChain, registry: ToolRegistry
 ) -> AdmittedTurn | None:
     """A background turn admitted by the caller's budget before anything is queued (``budgets.admit_queued``): the
-    plain turn's 429 (or 503) now, the approvals it answers not used up. The admission's ``finish`` gives its slot
+    plain turn's 429 (or 503) now (``api.turns.admission`` gives back the approvals it answers). The admission's ``finish`` gives its slot
     back when the turn is not queued after all. None when no BUDGET_* limit is set (no store call)."""
     if not ctx.settings.budgets_on():
         return None
     from chatloop.api.turns.budgets import admit_queued
 
-    try:
-        return await admit_queued(ctx, turn, model, registry)
-    except RequestError:
-        from chatloop.api.turns.approvals import release
-
-        await release(ctx, turn.approvals)
-        raise
+    return await admit_queued(ctx, turn, model, registry)
 
 
 @contextlib.asynccontextmanager
@@ -148,7 +136,7 @@ def turn_events(
     events = measured(stamped(traced_if_enabled(ctx, model, run, conversation_id), ctx), ctx)
     if metered is None or metered is model:
         return events
-    return given_back(ctx.request.scope, events)
+    return given_back(ctx, events)
 
 
 async def stamped(events: AsyncIterator[Event], ctx: RequestContext) -> AsyncIterator[Event]:
@@ -157,7 +145,9 @@ async def stamped(events: AsyncIterator[Event], ctx: RequestContext) -> AsyncIte
     async for event in events:
         if isinstance(event, Done):
             event = Done(event.summary.with_request_id(ctx.request_id))
-            note_stop_reason(ctx.request, event.summary.stop_reason.value)  # a failed stream is not stored
+            ctx.stop_reason = (
+                event.summary.stop_reason.value
+            )  # the idempotency wrapper: a failed stream is not kept
         yield event
 
 

@@ -36,7 +36,7 @@ from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
 
 from chatloop.api.http import adapter
-from chatloop.api.http.context import RequestContext
+from chatloop.api.http.context import RESPONSE_ID_PREFIX, RequestContext, response_id
 from chatloop.api.http.errors import RequestError
 from chatloop.api.http.wire import JSONBody
 from chatloop.api.items.store import checked_id, not_found, store_context, store_errors
@@ -82,7 +82,7 @@ async def queue(request: Request, body: ResponsesBody, keeping: Keeping, echo: R
     if keeping.store is None or keeping.owner is None:
         raise TypeError("a queueable response is stored for a caller")
     store, owner, deadline = keeping.store, keeping.owner, ctx.store_deadline()
-    rid = f"resp_{ctx.request_id}"
+    rid = response_id(ctx.request_id)
     queued = _queued(rid, echo)
     # Kept until its worker runs it: its MCP servers' credentials sealed, never at rest in the clear.
     raw = await seal_secrets(ctx.runtime, owner, rid, json_object(json.loads(await request.body())))
@@ -113,7 +113,7 @@ def queueable(keeping: Keeping) -> RunRecords:
 
 
 def _queued(rid: str, echo: ResponseEcho) -> JSONObject:
-    queued = skeleton(rid.removeprefix("resp_"), echo, int(time.time()))
+    queued = skeleton(rid.removeprefix(RESPONSE_ID_PREFIX), echo, int(time.time()))
     return json_object({**queued, "status": "queued", "background": True, "store": True})
 
 
@@ -165,7 +165,7 @@ async def events(request: Request) -> Response:
         raise RequestError(400, "invalid_request", "the event is not JSON") from None
     if not is_event(event):
         raise RequestError(400, "invalid_request", "not an event this function handles")
-    invocation = adapter.invocation_of(request)
+    invocation = RequestContext.of(request).invocation
     settings = RequestContext.of(request).settings
     seconds_left = invocation.seconds_left() if invocation else settings.background_timeout_seconds
     return JSONBody(await run_worker(request.app, event, seconds_left))
@@ -209,7 +209,7 @@ async def cancel_response(request: Request) -> Response:
         # No worker has it: end it here (a delivery that comes later finds it cancelled and runs nothing).
         if run is not None and run.status == "queued" and await cancel_queued(store, owner, rid, deadline):
             stored = await end_response(store, owner, rid, stored, "cancelled", deadline)
-            await released_from_queue(RequestContext.of(request), rid.removeprefix("resp_"))
+            await released_from_queue(RequestContext.of(request), rid.removeprefix(RESPONSE_ID_PREFIX))
             await notify(RequestContext.of(request).settings, rid, "cancelled")
             return JSONBody(stored.body)
         stop_here((owner, rid))

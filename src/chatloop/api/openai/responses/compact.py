@@ -17,7 +17,7 @@ from pydantic import ConfigDict, StrictStr
 from starlette.requests import Request
 from starlette.responses import Response
 
-from chatloop.api.http.context import RequestContext
+from chatloop.api.http.context import RequestContext, response_id
 from chatloop.api.http.errors import RequestError
 from chatloop.api.http.wire import JSONBody
 from chatloop.api.items.inputs import InputItem, InputMessage
@@ -71,7 +71,7 @@ async def compact(request: Request) -> Response:
     output: list[JSONObject] = [*_user_messages(items), json_object(item)]
     return JSONBody(
         {
-            "id": f"resp_{ctx.request_id}",
+            "id": response_id(ctx.request_id),
             "object": "response.compaction",
             "created_at": created,
             "output": output,

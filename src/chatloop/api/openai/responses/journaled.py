@@ -14,13 +14,12 @@ from collections.abc import AsyncIterator, Callable
 from starlette.requests import Request
 from starlette.responses import Response
 
-from chatloop.api.http.context import RequestContext
+from chatloop.api.http.context import RequestContext, response_id
 from chatloop.api.openai.responses.render import ResponsesRenderer
 from chatloop.api.openai.responses.schemas import ResponsesBody
 from chatloop.api.openai.responses.stored import Keeping, input_items
 from chatloop.api.runs.turn import response_turn
 from chatloop.api.turns.serve import serve_turn
-from chatloop.api.turns.worker import is_worker
 from chatloop.engine.events import Event, TurnError
 
 
@@ -35,8 +34,8 @@ async def serve(
     store, owner = ctx.runtime.stores.conversations(), keeping.owner
     if owner is None:
         raise TypeError("a journaled response is kept for a caller")
-    rid = f"resp_{ctx.request_id}"
-    worker = is_worker(request)
+    rid = response_id(ctx.request_id)
+    worker = ctx.job is not None
     running = response_turn(
         store,
         owner,

@@ -14,6 +14,7 @@ import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from typing import TYPE_CHECKING, TypeAlias
 
+from chatloop.api.http.context import response_id
 from chatloop.api.items.output import ResponseEvents, ResponseOutput
 from chatloop.api.openai.extension import extension
 from chatloop.api.openai.responses.schemas import ResponsesBody
@@ -82,7 +83,7 @@ def echo_of(
 def skeleton(request_id: str, echo: ResponseEcho, created: int) -> ResponseObject:
     """The ``response`` before its turn ran: ``in_progress``, no output, the request's settings echoed."""
     return {
-        "id": f"resp_{request_id}",
+        "id": response_id(request_id),
         "object": "response",
         "created_at": created,
         "status": "in_progress",

@@ -1,16 +1,18 @@
 """A ``/v1/responses`` request as the turn it asks for: its input items (after the history it continues from) as
 the chat conversation the engine runs (``conversation_of``), compacted first when it is past the threshold
-(``when_past_threshold``), and every check passed before any model call (``turn_of``: a 4xx otherwise).
+(``when_past_threshold``), and the turn's values as the pipeline takes them (``plan_of``: ``api.turns.pipeline``
+runs the checks every door shares).
 
 Usage::
 
     messages = conversation_of(body)                        # then normalize_conversation(messages)
-    turn, model, servers, compacted = await turn_of(ctx, body, keeping.history)
+    plan = await plan_of(ctx, body, keeping, admission, queues=False)   # the pipeline's Door.prepare
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from chatloop.api.http.context import RequestContext
@@ -18,28 +20,19 @@ from chatloop.api.http.errors import RequestError
 from chatloop.api.items.compaction import CompactionInput
 from chatloop.api.items.inputs import InputItem, InputMessage
 from chatloop.api.items.messages import messages_of
-from chatloop.api.openai.responses.mcp_servers import client_servers
+from chatloop.api.openai.responses.mcp_servers import client_rules, client_servers
 from chatloop.api.openai.responses.schemas import ResponsesBody, ResponsesFunctionTool
+from chatloop.api.openai.responses.stored import Keeping
 from chatloop.api.turns import compaction
-from chatloop.api.turns.approvals import answers_of, release
-from chatloop.api.turns.build import turn_request
-from chatloop.api.turns.checks import (
-    ChatChoice,
-    check_context,
-    checked_client_tools,
-    conversation,
-    model_for,
-    model_params,
-    structured_output,
-)
-from chatloop.api.turns.worker import is_worker
-from chatloop.config import MCPServerConfig
-from chatloop.engine import TurnRequest
+from chatloop.api.turns.admission import Admission
+from chatloop.api.turns.approvals import answers_of
+from chatloop.api.turns.checks import ChatChoice, conversation
+from chatloop.api.turns.pipeline import Plan
 from chatloop.engine.messages import Message
-from chatloop.providers.chain import FallbackChain
 
 if TYPE_CHECKING:
     from chatloop.api.items.objects import CompactionItem
+    from chatloop.api.turns.schemas import ResponseFormat
 
 
 def conversation_of(
@@ -73,26 +66,37 @@ def continued(body: ResponsesBody, compacted: CompactionInput, answering: frozen
 
 
 async def when_past_threshold(
-    ctx: RequestContext, body: ResponsesBody, messages: Sequence[Message], continued: bool
+    ctx: RequestContext, body: ResponsesBody, messages: Sequence[Message], continued: bool, queues: bool
 ) -> tuple[CompactionItem, CompactionInput] | None:
     """The compaction a turn starts with: when ``messages`` are estimated past the request's ``compact_threshold``
     (or, for a stored chain or conversation it ``continued``, COMPACTION_THRESHOLD_TOKENS). None below it, or when
-    no model could write the summary (logged: the turn goes on uncompacted, fitted as before)."""
-    if body.background and not is_worker(
-        ctx.request
-    ):  # queued: its worker compacts, once, when it runs the turn
+    no model could write the summary (logged: the turn goes on uncompacted, fitted as before), or when the turn
+    ``queues`` (its worker compacts, once, when it runs the turn)."""
+    if queues:
         return None
     settings = ctx.runtime.settings
     threshold = body.compact_threshold() or (settings.compaction_threshold_tokens if continued else 0)
     return await compaction.past(ctx, messages, threshold, body.model, openai=True)
 
 
-async def turn_of(
-    ctx: RequestContext, body: ResponsesBody, history: Sequence[InputItem]
-) -> tuple[TurnRequest, FallbackChain, list[MCPServerConfig], list[CompactionItem]]:
-    """The turn a request asks for, its chain, its own MCP servers and the compaction item it starts with (when its
-    conversation was past the threshold), every check passed (a 4xx before any model call otherwise)."""
+@dataclass
+class ResponsesPlan(Plan):
+    """A ``/v1/responses`` turn as the pipeline runs it, and what the door keeps of it to answer."""
+
+    body: ResponsesBody = field(kw_only=True)
+    keeping: Keeping = field(kw_only=True)
+    compacted: list[CompactionItem] = field(kw_only=True)
+    """The compaction item the turn starts with (when its conversation was past the threshold), or none."""
+
+
+async def plan_of(
+    ctx: RequestContext, body: ResponsesBody, keeping: Keeping, admission: Admission, queues: bool
+) -> ResponsesPlan:
+    """The turn a request asks for, before the checks every door shares: its conversation (compacted when past the
+    threshold, unless the turn ``queues``), its own MCP servers and their approval rules, and the approval answers
+    it claims (given back by ``admission`` if the turn is refused)."""
     runtime = ctx.runtime
+    history = keeping.history
     items = [*history, *current_items(body)]
     if body.context_management:  # a summary would be sealed to its caller: a 400 when there is none
         compaction.identified(ctx, "context_management")
@@ -103,12 +107,9 @@ async def turn_of(
         body.tools, runtime.settings, runtime.tools.mcp_labels(), identified=ctx.caller is not None
     )
     answers = await answers_of(ctx, items, len(history), servers)
+    admission.took(answers.answers)
     messages = conversation(conversation_of(body, history, answers.ids), runtime.settings.max_messages)
-    try:
-        compacted = await when_past_threshold(ctx, body, messages, bool(history))
-    except RequestError:  # the summary's call refused by the budget: nothing ran, the answers are not used up
-        await release(ctx, answers.answers)
-        raise
+    compacted = await when_past_threshold(ctx, body, messages, bool(history), queues)
     if compacted is not None:  # the summary stands for it all; the request's newest question follows it
         messages = conversation(continued(body, compacted[1], answers.ids), runtime.settings.max_messages)
     chat_choice: ChatChoice = None
@@ -116,27 +117,31 @@ async def turn_of(
         chat_choice = body.tool_choice
     elif body.tool_choice is not None:  # the Responses API names a function flat; chat completions nest it
         chat_choice = {"type": "function", "function": {"name": body.tool_choice.name}}
-    functions = [t.as_chat_tool() for t in body.tools or [] if isinstance(t, ResponsesFunctionTool)]
-    client_tools = checked_client_tools(runtime, functions, chat_choice)
-    model = model_for(runtime, body.model, openai=True)
-    trimming = body.truncation == "auto"  # OpenAI's default is "disabled": refuse what does not fit
-    check_context(model, messages, body.max_output_tokens, whole=not trimming)
-    try:
-        requested_format = body.text.format.as_response_format() if body.text and body.text.format else None
-    except ValueError as exc:
-        raise RequestError(400, "invalid_request", str(exc), param="text.format") from None
-    response_format = structured_output(model, requested_format, "text.format")
-    params = model_params(model, body.forwarded())
-    turn = turn_request(
+    return ResponsesPlan(
         messages,
         chat_choice,
         body,
-        max_tokens=body.max_output_tokens,
-        client_tools=client_tools,
-        response_format=response_format,
-        model_params=params,
+        body.model,
+        body.max_output_tokens,
+        functions=[t.as_chat_tool() for t in body.tools or [] if isinstance(t, ResponsesFunctionTool)],
+        requested_format=lambda: requested_format(body),
+        format_param="text.format",
+        forwarded=body.forwarded(),
+        allow_trimming=body.truncation == "auto",  # OpenAI's default is "disabled": refuse what does not fit
         max_tool_calls=body.max_tool_calls,
-        allow_trimming=trimming,
         approvals=answers.answers,
+        servers=servers,
+        rules=client_rules(body.tools),
+        conversation_id=keeping.conversation_id,
+        body=body,
+        keeping=keeping,
+        compacted=[compacted[0]] if compacted else [],
     )
-    return turn, model, servers, [compacted[0]] if compacted else []
+
+
+def requested_format(body: ResponsesBody) -> ResponseFormat | None:
+    """``text.format`` as chat completions' ``response_format`` (a 400 naming it when it cannot be one)."""
+    try:
+        return body.text.format.as_response_format() if body.text and body.text.format else None
+    except ValueError as exc:
+        raise RequestError(400, "invalid_request", str(exc), param="text.format") from None

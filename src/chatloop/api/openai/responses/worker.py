@@ -1,8 +1,8 @@
 """The background worker: a queued ``/v1/responses`` turn run once, apart from the request that queued it
 (``api.openai.responses.background`` queues it and hands it over: ``invoke_self`` on Lambda, a task of this process
 under ``make run``). The worker claims the turn (``queued -> in_progress``, so a second delivery runs nothing), then
-runs the stored request as ``POST /v1/responses`` on behalf of its caller, under the response's own id; its events
-reach clients through the journal.
+runs it as a ``TurnJob`` (its caller, its response's id, its deadline, the stored request) through the same
+``/v1/responses`` door as a client's request, never queued again; its events reach clients through the journal.
 
 Usage::
 
@@ -11,22 +11,23 @@ Usage::
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from starlette.requests import Request
 from starlette.responses import StreamingResponse
 
-from chatloop.api.http.context import RequestContext
+from chatloop.api.http.context import RESPONSE_ID_PREFIX, RequestContext, TurnJob, job_request
 from chatloop.api.http.errors import RequestError
-from chatloop.api.openai.responses.run import checked, respond
+from chatloop.api.openai.responses.run import ResponsesDoor
+from chatloop.api.openai.responses.schemas import ResponsesBody
 from chatloop.api.openai.responses.sealed_request import open_secrets
 from chatloop.api.runs.follow import end_response
 from chatloop.api.runs.record import call_deadline
 from chatloop.api.runs.webhooks import notify
+from chatloop.api.turns.checks import body_of
+from chatloop.api.turns.pipeline import run_door
 from chatloop.api.turns.serve import queued_slot, released_from_queue
-from chatloop.api.turns.worker import WORKER_SCOPE
 from chatloop.aws import bounded_config
 from chatloop.deadline import Deadline
 from chatloop.jsontypes import JSONObject
@@ -70,7 +71,7 @@ async def run_worker(app: Starlette, event: Mapping[str, Any], seconds_left: flo
     if not isinstance(task, Mapping):
         return {"ran": False, "reason": "not a background event"}
     rid, owner = task.get("response_id"), task.get("owner")
-    if not isinstance(rid, str) or not isinstance(owner, str) or not rid.startswith("resp_"):
+    if not isinstance(rid, str) or not isinstance(owner, str) or not rid.startswith(RESPONSE_ID_PREFIX):
         return {"ran": False, "reason": "malformed event"}
     runtime = app.state.runtime
     store = runtime.stores.conversations()
@@ -83,37 +84,32 @@ async def run_worker(app: Starlette, event: Mapping[str, Any], seconds_left: flo
     stored = await store.responses.get(owner, rid, call_deadline())
     if raw is None or stored is None:
         await runs.move(owner, rid, rid, {"in_progress"}, "failed", call_deadline())
-        gone = _worker_request(app, {}, owner, rid, call_deadline())
-        await released_from_queue(
-            RequestContext.of(gone), rid.removeprefix("resp_")
-        )  # its slot, taken when queued
+        gone = TurnJob(owner, rid, call_deadline(), {})
+        slot = RequestContext.of(job_request(app, gone))
+        await released_from_queue(slot, gone.request_id)  # its slot, taken when queued
         return {"ran": False, "reason": "gone"}
     await store.responses.update(owner, rid, {**stored.body, "status": "in_progress"}, [], call_deadline())
     margin = runtime.settings.lambda_safety_margin_seconds
     seconds = min(runtime.settings.background_timeout_seconds, seconds_left - margin)
-    deadline = Deadline.after(seconds)
     logger.info(f"background response {rid}: running ({seconds:.0f} s at most)")
-    slot = RequestContext.of(_worker_request(app, {}, owner, rid, deadline))
-    async with queued_slot(slot):  # the caller's slot, taken when queued, until it ends
-        return await _run(app, raw, deadline, store, runs, owner, rid, stored)
+    request = job_request(app, TurnJob(owner, rid, Deadline.after(seconds), raw))
+    async with queued_slot(RequestContext.of(request)):  # the caller's slot, taken when queued, until it ends
+        return await _run(request, store, runs, stored)
 
 
 async def _run(
-    app: Starlette,
-    raw: JSONObject,
-    deadline: Deadline,
-    store: ConversationStore,
-    runs: RunRecords,
-    owner: str,
-    rid: str,
-    stored: StoredResponse,
+    request: Request, store: ConversationStore, runs: RunRecords, stored: StoredResponse
 ) -> JSONObject:
-    """The claimed turn run to its end: ``{"ran": true, "status": …}``."""
-    runtime = app.state.runtime
+    """The claimed job run to its end: ``{"ran": true, "status": …}``."""
+    ctx = RequestContext.of(request)
+    job, runtime = ctx.job, ctx.runtime
+    if job is None:
+        raise TypeError("a worker runs a job")
+    owner, rid = job.owner, job.response_id
     try:
-        body = await open_secrets(runtime, owner, rid, raw)  # sealed when it was queued
-        request = _worker_request(app, {**body, "stream": True}, owner, rid, deadline)
-        response = await respond(request, await checked(request))
+        opened = await open_secrets(runtime, owner, rid, job.body)  # sealed when it was queued
+        body = body_of({**opened, "stream": True}, ResponsesBody)
+        response = await run_door(request, ResponsesDoor(), body)  # run now: a job is never queued again
     except Exception as error:  # its history went away meanwhile, say: the response fails, with the reason
         failure: JSONObject = {"code": "server_error", "message": "the turn failed before it started"}
         if isinstance(error, RequestError):
@@ -129,39 +125,3 @@ async def _run(
             pass
     run = await runs.get(owner, rid, call_deadline())
     return {"ran": True, "status": run.status if run is not None else "unknown"}
-
-
-def _worker_request(app: Starlette, body: JSONObject, owner: str, rid: str, deadline: Deadline) -> Request:
-    """The ``POST /v1/responses`` the worker runs: the stored request, on behalf of its caller, under the response's
-    own id, with the worker's deadline."""
-    data = json.dumps(body).encode()
-    scope = {
-        "type": "http",
-        "asgi": {"version": "3.0"},
-        "http_version": "1.1",
-        "method": "POST",
-        "scheme": "http",
-        "path": "/v1/responses",
-        "raw_path": b"/v1/responses",
-        "root_path": "",
-        "query_string": b"",
-        "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(data)).encode())],
-        "client": None,
-        "server": None,
-        "app": app,
-        WORKER_SCOPE: rid,
-    }
-    sent = False
-
-    async def receive() -> dict[str, object]:
-        nonlocal sent
-        if sent:
-            return {"type": "http.disconnect"}
-        sent = True
-        return {"type": "http.request", "body": data, "more_body": False}
-
-    request = Request(scope, receive)
-    ctx = RequestContext.of(request)
-    # What a client's request works out from its headers, the worker knows: whose turn, which id, how long.
-    ctx.__dict__.update(caller=owner, request_id=rid.removeprefix("resp_"), deadline=deadline)
-    return request
