@@ -114,3 +114,29 @@ def test_the_section_alone_replaces_its_own_part_of_results_md_and_results_json(
     results_md.write_text("# Benchmark results\n\n## 14. Time to first token\n")  # no section yet: before 14
     lambda_size.write_section(results_md, {"skipped": "again"})
     assert results_md.read_text().index("## 13.") < results_md.read_text().index("## 14.")
+
+
+def test_a_bedrock_only_chain_answers_cold_and_after_a_restore_at_512_mb(tree):
+    """Issue #43's cold path: the same turn with ``MODEL_CHAIN=bedrock:...`` from the fake Bedrock Runtime, boto3 from
+    the layer, signed with the environment's credentials, SnapStart's priming loading its service model."""
+    from tests.support.fake_bedrock import FakeBedrock
+    from tests.support.wire_models import realistic_bedrock
+
+    lambda_size = bench_module("lambda_size")
+    cgroups = bench_module("cgroups")
+    with FakeBedrock() as aws:  # signatures checked: a request signed otherwise gets a 403 and the turn fails
+        aws.default = lambda body: replace(realistic_bedrock(body), delay=0.05)
+        env = lambda_size._bedrock_environment(512, aws, str(tree.home))
+        name = f"chatloop-test-{os.getpid()}-bedrock"
+        with cgroups.LambdaCgroup(f"{name}-cold", 512) as cold_group:
+            cold = lambda_size.run_cold(tree, cold_group, env, mode="check", turns=1)
+        with (
+            cgroups.LambdaCgroup(f"{name}-primed", 512) as primed_group,
+            lambda_size.primed(tree, primed_group, env) as restore,
+        ):
+            restored = restore()
+    assert cold["compiled"] == [] and cold["read_twice"] == []  # botocore's modules and data: bytecode, read once
+    assert restored["restored_ms"] > 0 and len(restored["warm_ms"]) == 1
+    streamed = [r for r in aws.requests if r["operation"] == "converse-stream"]
+    assert len(streamed) == 2 * (2 + 2)  # two model calls a turn: two turns cold, two in the restored copy
+    assert all(r["signed"] and r["model"] == lambda_size.BEDROCK_MODEL for r in aws.requests)
