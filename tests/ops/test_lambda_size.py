@@ -135,7 +135,12 @@ def test_a_bedrock_only_chain_answers_cold_and_after_a_restore_at_512_mb(tree):
             lambda_size.primed(tree, primed_group, env) as restore,
         ):
             restored = restore()
-    assert cold["compiled"] == [] and cold["read_twice"] == []  # botocore's modules and data: bytecode, read once
+    assert (
+        cold["compiled"] == [] and cold["read_twice"] == []
+    )  # botocore's modules and data: bytecode, read once
+    # the patterns urllib3 and botocore compile as they load came from the shipped tables (the later one): 98 missed
+    # without boto3 in it; what is left are the few botocore compiles on its first call (a host label, a URI path)
+    assert cold["codecache"]["misses"] < 10 and cold["codecache"]["hits"] > 1000
     assert restored["restored_ms"] > 0 and len(restored["warm_ms"]) == 1
     streamed = [r for r in aws.requests if r["operation"] == "converse-stream"]
     assert len(streamed) == 2 * (2 + 2)  # two model calls a turn: two turns cold, two in the restored copy

@@ -72,3 +72,32 @@ def test_a_snapshot_primes_boto3_for_a_bedrock_chain_without_a_client_or_credent
     )  # what Runtime.prime runs for it, once per process (an earlier test's call may have)
     (session,) = bedrock._PRIMED_SESSION
     assert not bedrock._CLIENTS and session._session._credentials is None
+
+
+def test_after_a_snapshot_the_first_bedrock_client_reads_no_botocore_data(monkeypatch):
+    """The priming parses every data file a ``bedrock-runtime`` client needs (its service model and endpoint rules,
+    botocore's 1.2 MB endpoints.json, the partitions, the SDK defaults), so the client built after a restore reads
+    none: at 512 MB, endpoints.json alone is ~60 ms of the first turn's CPU."""
+    from botocore.loaders import JSONFileLoader
+
+    for name, value in {
+        "AWS_REGION": "us-east-1",
+        "AWS_ACCESS_KEY_ID": "AKIAFAKE",
+        "AWS_SECRET_ACCESS_KEY": "fake",
+        "AWS_ENDPOINT_URL_BEDROCK_RUNTIME": "http://127.0.0.1:9",
+    }.items():
+        monkeypatch.setenv(name, value)
+    bedrock.drop_clients()
+    bedrock._PRIMED_SESSION.clear()
+    warmup.prime_modules("boto3")
+    read: list[str] = []
+    original = JSONFileLoader.load_file
+    monkeypatch.setattr(
+        JSONFileLoader, "load_file", lambda self, path: read.append(path) or original(self, path)
+    )
+    try:
+        built = bedrock.client("us-east-1")
+    finally:
+        bedrock.drop_clients()
+    assert built.meta.service_model.service_name == "bedrock-runtime"
+    assert [p.split("/data/")[-1] for p in read] == []
