@@ -144,8 +144,8 @@ def later():
     from chatloop.tools.javascript import sandbox
 
     app = sys.modules["app"]
-    # the other SDKs (boto3 for bedrock: chains), the routes imported on first use
-    app.app.state.runtime.prime(["openai", "boto3"], LAZY_MODULES)
+    # the other SDKs (botocore for bedrock: chains), the routes imported on first use
+    app.app.state.runtime.prime(["openai", "botocore"], LAZY_MODULES)
     sandbox.close_all()
 
 
@@ -153,7 +153,7 @@ print(codecache.build(sys.argv[1], first_turn, later))
 """
 """What the tables of ``chatloop.codecache`` are made from: ``import app`` and what a first /chat turn imports or
 builds (the groq SDK, its client and chunk schema, the request bodies' validators), then what later requests import
-(the openai SDK, boto3 and its ``bedrock-runtime`` data, the routes imported on first use: a SnapStart snapshot's
+(the openai SDK, botocore and its ``bedrock-runtime`` data, the routes imported on first use: a SnapStart snapshot's
 priming)."""
 
 
