@@ -144,8 +144,12 @@ def later():
     from chatloop.tools.javascript import sandbox
 
     app = sys.modules["app"]
-    # the other SDKs (botocore for bedrock: chains), the routes imported on first use
-    app.app.state.runtime.prime(["openai", "botocore"], LAZY_MODULES)
+    from chatloop import snapstart
+
+    # the other SDKs (for bedrock: members, the tree's own: an older tree's, built by the bench, primes boto3), the
+    # routes imported on first use
+    bedrock = getattr(snapstart, "SDK_MODULES", {}).get("bedrock")
+    app.app.state.runtime.prime(["openai", *([bedrock] if bedrock else [])], LAZY_MODULES)
     sandbox.close_all()
 
 
