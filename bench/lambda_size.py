@@ -32,7 +32,7 @@ The two trees alternate, sample by sample, with which goes first alternating too
 
 A third run alternates with them (not in the smoke run: ``measure(..., bedrock=False)``): this tree's artefacts with
 a Bedrock-only chain (issue #43: ``MODEL_CHAIN=bedrock:amazon.nova-lite-v1:0``), the same turn from a fake Bedrock
-Runtime on loopback (``tests/support/fake_bedrock.py``: ConverseStream's event stream, through boto3's real client,
+Runtime on loopback (``tests/support/fake_bedrock.py``: ConverseStream's event stream, through botocore's real client,
 ``AWS_ENDPOINT_URL_BEDROCK_RUNTIME`` and fake credentials). Its figures (``bedrock`` beside ``here`` in each size's
 row) are compared with this tree's Groq chain: the previous main has no ``bedrock:`` provider to compare with.
 

@@ -520,8 +520,8 @@ def _bedrock_chain_lines(x: dict) -> list[str]:
     lines = [
         "**A Bedrock-only chain** (issue #43): this tree's artefacts again with `MODEL_CHAIN=bedrock:"
         f"{x.get('bedrock_model', 'amazon.nova-lite-v1:0')}`, the same turn from a fake Bedrock Runtime on loopback "
-        "(ConverseStream's event stream through boto3's real client, `AWS_ENDPOINT_URL_BEDROCK_RUNTIME`, fake "
-        "credentials; boto3 is in the layer for DynamoDB already), alternating with the two runs above. In brackets "
+        "(ConverseStream's event stream through botocore's real client, `AWS_ENDPOINT_URL_BEDROCK_RUNTIME`, fake "
+        "credentials; botocore is in the layer for DynamoDB already), alternating with the two runs above. In brackets "
         "this tree's Groq chain from the same run, and the ratio (main has no `bedrock:` provider):",
         "",
         "| MemorySize (vCPU) | chain | cold | restored | cold: CPU used | restored: CPU used | warm overhead a turn "
@@ -553,6 +553,9 @@ def _bedrock_chain_lines(x: dict) -> list[str]:
             f"modules compiled from source {len(check['compiled'])}, files of the artefacts opened more than once "
             f"{len(check['read_twice'])} (of {check['files_opened']})"
         )
+        table = check.get("codecache")
+        if table:
+            notes.append(f"the shipped code tables serving {table['hits']:,} (missing {table['misses']})")
     if notes:
         lines += ["Its cold start: " + "; ".join(notes) + ".", ""]
     return lines
