@@ -145,3 +145,38 @@ def test_a_bedrock_only_chain_answers_cold_and_after_a_restore_at_512_mb(tree):
     streamed = [r for r in aws.requests if r["operation"] == "converse-stream"]
     assert len(streamed) == 2 * (2 + 2)  # two model calls a turn: two turns cold, two in the restored copy
     assert all(r["signed"] and r["model"] == lambda_size.BEDROCK_MODEL for r in aws.requests)
+
+
+def test_the_section_compares_the_bedrock_only_chain_with_this_trees_groq_chain():
+    """Issue #43's line: the Bedrock-only chain's figures beside the Groq chain's of the same run (main has no
+    ``bedrock:`` provider to compare with), and no Bedrock table when the run had none (the smoke run)."""
+    from bench.report import lambda_size_section
+
+    def row(cold: float, restored: float) -> dict:
+        keys = ("cold_ms", "restored_ms", "cold_cpu_ms", "restored_cpu_ms", "warm_overhead_ms", "warm_cpu_ms")
+        figures = {k: {"median": cold if k.startswith("cold") else restored} for k in keys}
+        return {**figures, "import_ms": {"median": 500.0}, "peak_rss_mb": {"median": 50.0}}
+
+    results = {
+        "cgroup": "v2",
+        "model_seconds": 0.3,
+        "runs": 5,
+        "base_commit": "abcdef0",
+        "targets_at_512": {"cold_ms": 1200.0, "restored_ms": 400.0, "warm_overhead_ms": 20.0},
+        "instructions_m": {"here": 1000.0, "base": 1000.0, "bedrock": 1100.0},
+        "sizes": {
+            "512": {
+                "cpu_share": 0.29,
+                "gb_s_per_turn": 1.0,
+                "here": row(1000.0, 40.0),
+                "base": row(1000.0, 40.0),
+                "bedrock": row(1150.0, 60.0),
+            }
+        },
+    }
+    text = "\n".join(lambda_size_section(results))
+    bedrock = next(line for line in text.splitlines() if "| `bedrock:` |" in line)
+    assert "**1150 ms (1000; ×1.15)**" in bedrock and "**60 ms (40; ×1.50)**" in bedrock
+    assert "1,100 M (the Groq chain's 1,000 M; ×1.10)" in text
+    del results["sizes"]["512"]["bedrock"]
+    assert "Bedrock-only" not in "\n".join(lambda_size_section(results))
