@@ -30,11 +30,18 @@ Per size and tree:
 The two trees alternate, sample by sample, with which goes first alternating too: whatever else the machine is doing
 (this is a shared 2-core machine) falls on both alike. Medians are reported, with this tree / main.
 
+A third run alternates with them (not in the smoke run: ``measure(..., bedrock=False)``): this tree's artefacts with
+a Bedrock-only chain (issue #43: ``MODEL_CHAIN=bedrock:amazon.nova-lite-v1:0``), the same turn from a fake Bedrock
+Runtime on loopback (``tests/support/fake_bedrock.py``: ConverseStream's event stream, through botocore's real client,
+``AWS_ENDPOINT_URL_BEDROCK_RUNTIME`` and fake credentials). Its figures (``bedrock`` beside ``here`` in each size's
+row) are compared with this tree's Groq chain: the previous main has no ``bedrock:`` provider to compare with.
+
 Usage::
 
     .venv/bin/python -m bench.lambda_size --runs 5            # prints JSON; make bench reports it (section 13)
     .venv/bin/python -m bench.lambda_size --write bench/RESULTS.md   # this section alone (make bench SECTION=lambda_size)
     .venv/bin/python -m bench.lambda_size --profile 512       # a cold start's pyinstrument profile at 512 MB
+    .venv/bin/python -m bench.lambda_size --profile 512 --chain bedrock   # ... with the Bedrock-only chain
 """
 
 from __future__ import annotations
@@ -53,11 +60,14 @@ import time
 from collections.abc import Iterator
 from dataclasses import replace
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, TYPE_CHECKING, Any
 
 from bench import ROOT, artefacts
 from bench.cgroups import LambdaCgroup, cpu_share, unavailable, version
 from bench.common import median, tree_at
+
+if TYPE_CHECKING:
+    from tests.support.fake_bedrock import FakeBedrock
 
 SIZES = (512, 1024, 1769)
 MODEL_SECONDS = 0.3
@@ -68,6 +78,8 @@ own cost of at most 20 ms."""
 UNPRIVILEGED = 65534
 """``nobody``: Lambda runs the function as a user that cannot write to /var/task or /opt."""
 PREFIX = "BENCH "
+BEDROCK_MODEL = "amazon.nova-lite-v1:0"
+"""The Bedrock-only chain's model (``bedrock:`` + this catalog id): the same first turn, on Converse's wire."""
 
 CHILD = Path(__file__).with_name("lambda_child.py")
 """The measured process (``bench/lambda_child.py``): ``cold``, ``check`` or ``primed`` mode."""
@@ -110,6 +122,7 @@ def previous_main() -> str:
 
 
 def _environment(memory_mb: int, model_url: str, home: str) -> dict[str, str]:
+    """The function's environment at ``memory_mb``, its chain the groq SDK's model at ``model_url``."""
     return {
         "PATH": "/usr/bin:/bin",
         "HOME": home,
@@ -126,6 +139,16 @@ def _environment(memory_mb: int, model_url: str, home: str) -> dict[str, str]:
         "POWERTOOLS_METRICS_DISABLED": "true",
         "POWERTOOLS_METRICS_NAMESPACE": "ChatLoopBench",
     }
+
+
+def _bedrock_environment(memory_mb: int, aws: FakeBedrock, home: str) -> dict[str, str]:
+    """``_environment`` with a Bedrock-only chain instead (issue #43): ``bedrock:`` + a catalog model, boto3 pointed at
+    the fake Bedrock Runtime on loopback (``AWS_ENDPOINT_URL_BEDROCK_RUNTIME``) and signing with its fake
+    credentials, as the function's role's would be read from the environment; no Groq key."""
+    env = _environment(memory_mb, "", home)
+    for name in ("GROQ_API_KEY", "GROQ_BASE_URL"):
+        del env[name]
+    return {**env, **aws.environment(), "MODEL_CHAIN": f"bedrock:{BEDROCK_MODEL}"}
 
 
 class Tree:
@@ -281,18 +304,22 @@ def _model_ms() -> float:
     return MODEL_CALLS_PER_TURN * MODEL_SECONDS * 1000
 
 
-def measure(runs: int, turns: int, sizes: tuple[int, ...] = SIZES, base: str | None = None) -> dict[str, Any]:
-    """``runs`` cold starts and ``runs`` restores per size and tree, the trees alternating sample by sample."""
+def measure(
+    runs: int, turns: int, sizes: tuple[int, ...] = SIZES, base: str | None = None, bedrock: bool = True
+) -> dict[str, Any]:
+    """``runs`` cold starts and ``runs`` restores per size and tree, the trees alternating sample by sample. With
+    ``bedrock``, a third run alternates with them: this tree with a Bedrock-only chain (``bedrock`` in each size's
+    row, compared with this tree's Groq chain: ``here``)."""
     why = available()
     if why:
         return {"skipped": why}
+    from tests.support.fake_bedrock import FakeBedrock
     from tests.support.fake_llm import FakeLLM
-    from tests.support.wire_models import realistic
+    from tests.support.wire_models import realistic, realistic_bedrock
 
     python = _lambda_python()
     assert python is not None
     base = base or previous_main()
-    model_ms = _model_ms()
     out: dict[str, Any] = {
         "model_seconds": MODEL_SECONDS,
         "base_commit": base[:7],
@@ -301,8 +328,15 @@ def measure(runs: int, turns: int, sizes: tuple[int, ...] = SIZES, base: str | N
         "targets_at_512": TARGETS_AT_512,
         "sizes": {},
     }
-    with tempfile.TemporaryDirectory(prefix="chatloop-lambda-bench-") as tmp, FakeLLM() as llm:
+    if bedrock:
+        out["bedrock_model"] = BEDROCK_MODEL
+    with (
+        tempfile.TemporaryDirectory(prefix="chatloop-lambda-bench-") as tmp,
+        FakeLLM() as llm,
+        FakeBedrock(verify=False) as aws,  # its own work unchecked: the Groq fake checks no key either
+    ):
         llm.default = lambda body: replace(realistic(body), delay=MODEL_SECONDS)
+        aws.default = lambda body: replace(realistic_bedrock(body), delay=MODEL_SECONDS)
         work = Path(tmp)
         home = work / "home"
         home.mkdir()
@@ -315,79 +349,108 @@ def measure(runs: int, turns: int, sizes: tuple[int, ...] = SIZES, base: str | N
                 str(artefacts.layer(root / "requirements.txt") / "python"),
             ]
             trees[label] = Tree(label, paths, python, home)
+        if bedrock:  # this tree's artefacts again, another chain
+            trees["bedrock"] = Tree("bedrock", trees["here"].paths, python, home)
         for size in sizes:
-            env = _environment(size, llm.groq_base_url, str(home))
-            samples: dict[str, dict[str, list[float]]] = {label: {} for label in trees}
-            name = f"chatloop-bench-{os.getpid()}-{size}"
-            with contextlib.ExitStack() as stack:
-                groups = {
-                    (label, mode): stack.enter_context(LambdaCgroup(f"{name}-{label}-{mode}", size))
-                    for label in trees
-                    for mode in ("cold", "primed")
-                }
-                restorers = {
-                    label: stack.enter_context(primed(tree, groups[label, "primed"], env))
-                    for label, tree in trees.items()
-                }
-                for round_ in range(runs):
-                    order = list(trees) if round_ % 2 == 0 else list(trees)[::-1]
-                    for label in order:
-                        cold = run_cold(trees[label], groups[label, "cold"], env, turns=turns)
-                        row = samples[label]
-                        row.setdefault("cold_ms", []).append(cold["process_ms"] - model_ms)
-                        row.setdefault("cold_cpu_ms", []).append(cold["cpu_ms"])
-                        row.setdefault("import_ms", []).append(cold["import_ms"])
-                        row.setdefault("warm_overhead_ms", []).append(median(cold["warm_ms"]) - model_ms)
-                        row.setdefault("warm_cpu_ms", []).append(median(cold["warm_cpu_ms"]))
-                        row.setdefault("peak_rss_mb", []).append(cold["peak_rss_mb"])
-                    for label in order:
-                        restored = restorers[label]()
-                        samples[label].setdefault("restored_ms", []).append(
-                            restored["restored_ms"] - model_ms
-                        )
-                        samples[label].setdefault("restored_cpu_ms", []).append(restored["cpu_ms"])
-                        samples[label].setdefault("restore_hooks_ms", []).append(restored["hooks_ms"])
-                if size == sizes[0] and runs > 1:  # not in the smoke run: a minute or two under valgrind
-                    for label, tree in trees.items():
-                        try:
-                            counted = instructions(tree, env)
-                        except (
-                            RuntimeError,
-                            subprocess.TimeoutExpired,
-                        ) as exc:  # a figure less, not the section
-                            out.setdefault("instructions_failed", {})[label] = str(exc)[-300:]
-                            continue
-                        if counted is not None:
-                            out.setdefault("instructions_m", {})[label] = counted
-                if size == sizes[0]:  # what a cold start compiles: once per tree, untimed
-                    for label, tree in trees.items():
-                        checked = run_cold(tree, groups[label, "cold"], env, mode="check", turns=0)
-                        out.setdefault("compiled", {})[label] = checked["compiled"]
-                        out.setdefault("read_twice", {})[label] = checked["read_twice"]
-                        out.setdefault("files_opened", {})[label] = checked["opened"]
-                        out.setdefault("generated", {})[label] = checked.get("generated", {})
-                        out.setdefault("codecache", {})[label] = checked.get("codecache")
-            row_out: dict[str, Any] = {"cpu_share": cpu_share(size)}
-            for label, values in samples.items():
-                row_out[label] = {key: {"median": median(v), "samples": v} for key, v in values.items()}
-            warm = row_out["here"]["warm_overhead_ms"]["median"]
-            row_out["gb_s_per_turn"] = size / 1024 * (MODEL_CALLS_PER_TURN * 1.0 + warm / 1000)
-            out["sizes"][str(size)] = row_out
+            envs = {label: _environment(size, llm.groq_base_url, str(home)) for label in trees}
+            if bedrock:
+                envs["bedrock"] = _bedrock_environment(size, aws, str(home))
+            out["sizes"][str(size)] = _measure_size(
+                out, trees, envs, size, runs, turns, first=size == sizes[0]
+            )
     return out
 
 
-def profile(size: int) -> str:
+def _measure_size(
+    out: dict[str, Any],
+    trees: dict[str, Tree],
+    envs: dict[str, dict[str, str]],
+    size: int,
+    runs: int,
+    turns: int,
+    first: bool,
+) -> dict[str, Any]:
+    """One size's row: each tree's samples, alternating (and, at the first size, the untimed checks into ``out``)."""
+    model_ms = _model_ms()
+    samples: dict[str, dict[str, list[float]]] = {label: {} for label in trees}
+    name = f"chatloop-bench-{os.getpid()}-{size}"
+    with contextlib.ExitStack() as stack:
+        groups = {
+            (label, mode): stack.enter_context(LambdaCgroup(f"{name}-{label}-{mode}", size))
+            for label in trees
+            for mode in ("cold", "primed")
+        }
+        restorers = {
+            label: stack.enter_context(primed(tree, groups[label, "primed"], envs[label]))
+            for label, tree in trees.items()
+        }
+        for round_ in range(runs):
+            order = list(trees) if round_ % 2 == 0 else list(trees)[::-1]
+            for label in order:
+                cold = run_cold(trees[label], groups[label, "cold"], envs[label], turns=turns)
+                row = samples[label]
+                row.setdefault("cold_ms", []).append(cold["process_ms"] - model_ms)
+                row.setdefault("cold_cpu_ms", []).append(cold["cpu_ms"])
+                row.setdefault("import_ms", []).append(cold["import_ms"])
+                row.setdefault("warm_overhead_ms", []).append(median(cold["warm_ms"]) - model_ms)
+                row.setdefault("warm_cpu_ms", []).append(median(cold["warm_cpu_ms"]))
+                row.setdefault("peak_rss_mb", []).append(cold["peak_rss_mb"])
+            for label in order:
+                restored = restorers[label]()
+                samples[label].setdefault("restored_ms", []).append(restored["restored_ms"] - model_ms)
+                samples[label].setdefault("restored_cpu_ms", []).append(restored["cpu_ms"])
+                samples[label].setdefault("restore_hooks_ms", []).append(restored["hooks_ms"])
+        if first and runs > 1:  # not in the smoke run: a minute or two under valgrind
+            for label, tree in trees.items():
+                try:
+                    counted = instructions(tree, envs[label])
+                except (RuntimeError, subprocess.TimeoutExpired) as exc:  # a figure less, not the section
+                    out.setdefault("instructions_failed", {})[label] = str(exc)[-300:]
+                    continue
+                if counted is not None:
+                    out.setdefault("instructions_m", {})[label] = counted
+        if first:  # what a cold start compiles: once per tree, untimed
+            for label, tree in trees.items():
+                checked = run_cold(tree, groups[label, "cold"], envs[label], mode="check", turns=0)
+                into = out.setdefault("bedrock_check", {}) if label == "bedrock" else None
+                for key, value in (
+                    ("compiled", checked["compiled"]),
+                    ("read_twice", checked["read_twice"]),
+                    ("files_opened", checked["opened"]),
+                    ("generated", checked.get("generated", {})),
+                    ("codecache", checked.get("codecache")),
+                ):
+                    if into is not None:  # apart: the section's check line compares this tree with main
+                        into[key] = value
+                    else:
+                        out.setdefault(key, {})[label] = value
+    row_out: dict[str, Any] = {"cpu_share": cpu_share(size)}
+    for label, values in samples.items():
+        row_out[label] = {key: {"median": median(v), "samples": v} for key, v in values.items()}
+    warm = row_out["here"]["warm_overhead_ms"]["median"]
+    row_out["gb_s_per_turn"] = size / 1024 * (MODEL_CALLS_PER_TURN * 1.0 + warm / 1000)
+    return row_out
+
+
+def profile(size: int, bedrock: bool = False) -> str:
     """Where a cold start of this tree's artefacts spends its time at ``size``: ``import app`` and the first turn
-    under pyinstrument, in the cgroup (the model's 2 x 300 ms show as waits)."""
+    under pyinstrument, in the cgroup (the model's 2 x 300 ms show as waits); with ``bedrock``, the Bedrock-only
+    chain's."""
     import sysconfig
 
+    from tests.support.fake_bedrock import FakeBedrock
     from tests.support.fake_llm import FakeLLM
-    from tests.support.wire_models import realistic
+    from tests.support.wire_models import realistic, realistic_bedrock
 
     python = _lambda_python()
     assert python is not None and not available()
-    with tempfile.TemporaryDirectory(prefix="chatloop-lambda-profile-") as tmp, FakeLLM() as llm:
+    with (
+        tempfile.TemporaryDirectory(prefix="chatloop-lambda-profile-") as tmp,
+        FakeLLM() as llm,
+        FakeBedrock(verify=False) as aws,
+    ):
         llm.default = lambda body: replace(realistic(body), delay=MODEL_SECONDS)
+        aws.default = lambda body: replace(realistic_bedrock(body), delay=MODEL_SECONDS)
         work = Path(tmp)
         work.chmod(0o755)
         paths = [
@@ -399,7 +462,10 @@ def profile(size: int) -> str:
         only = work / "profiler"
         only.mkdir()
         (only / "pyinstrument").symlink_to(Path(sysconfig.get_path("platlib")) / "pyinstrument")
-        env = {**_environment(size, llm.groq_base_url, tmp), "BENCH_SITE_PACKAGES": str(only)}
+        chain = (
+            _bedrock_environment(size, aws, tmp) if bedrock else _environment(size, llm.groq_base_url, tmp)
+        )
+        env = {**chain, "BENCH_SITE_PACKAGES": str(only)}
         with LambdaCgroup(f"chatloop-profile-{os.getpid()}", size) as group:
             out = run_cold(tree, group, env, mode="profile", turns=0)
     text: str = out["profile"]
@@ -410,6 +476,12 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     parser.add_argument("--profile", type=int, metavar="MB", help="print a cold start's profile at this size")
     parser.add_argument("--runs", type=int, default=5)
+    parser.add_argument(
+        "--no-bedrock", action="store_true", help="leave out the Bedrock-only chain's run (issue #43)"
+    )
+    parser.add_argument(
+        "--chain", choices=("groq", "bedrock"), default="groq", help="the chain --profile runs"
+    )
     parser.add_argument("--turns", type=int, default=3, help="warm turns after each cold start")
     parser.add_argument("--sizes", default=",".join(map(str, SIZES)))
     parser.add_argument(
@@ -423,10 +495,10 @@ def main() -> int:
     )
     args = parser.parse_args()
     if args.profile:
-        print(profile(args.profile))
+        print(profile(args.profile, bedrock=args.chain == "bedrock"))
         return 0
     sizes = tuple(int(s) for s in args.sizes.split(","))
-    results = measure(args.runs, args.turns, sizes, args.base)
+    results = measure(args.runs, args.turns, sizes, args.base, bedrock=not args.no_bedrock)
     if args.write:
         write_section(args.write, results)
         print(f"bench: wrote section 13 of {args.write}", file=sys.stderr)

@@ -463,6 +463,7 @@ def lambda_size_section(x: dict) -> list[str]:
                 verdict += f" ({alone:,.0f} ms by its CPU: {'met' if alone <= target else 'MISSED'})"
             verdicts.append(verdict)
         lines += [f"Targets at 512 MB (issue #34): {'; '.join(verdicts)}.", ""]
+    lines += _bedrock_chain_lines(x)
     counted = x.get("instructions_m", {})
     if "here" in counted:
         base = counted.get("base")
@@ -507,6 +508,56 @@ def lambda_size_section(x: dict) -> list[str]:
             "are parsed without such an event) in that cold start: " + "; ".join(parts) + ".",
             "",
         ]
+    return lines
+
+
+def _bedrock_chain_lines(x: dict) -> list[str]:
+    """Section 13's Bedrock-only chain (issue #43): the same first turn from a fake Bedrock Runtime, against this
+    tree's Groq chain in the same run ("no worse than today's")."""
+    rows = {size: row for size, row in x["sizes"].items() if "bedrock" in row}
+    if not rows:
+        return []
+    lines = [
+        "**A Bedrock-only chain** (issue #43): this tree's artefacts again with `MODEL_CHAIN=bedrock:"
+        f"{x.get('bedrock_model', 'amazon.nova-lite-v1:0')}`, the same turn from a fake Bedrock Runtime on loopback "
+        "(ConverseStream's event stream through botocore's real client, `AWS_ENDPOINT_URL_BEDROCK_RUNTIME`, fake "
+        "credentials; botocore is in the layer for DynamoDB already), alternating with the two runs above. In brackets "
+        "this tree's Groq chain from the same run, and the ratio (main has no `bedrock:` provider):",
+        "",
+        "| MemorySize (vCPU) | chain | cold | restored | cold: CPU used | restored: CPU used | warm overhead a turn "
+        "| `import app` | peak RSS |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
+
+    def cell(row: dict, key: str, unit: str = " ms") -> str:
+        ours, groq = row["bedrock"][key]["median"], row["here"][key]["median"]
+        return f"{ours:.0f}{unit} ({groq:.0f}; ×{ours / groq:.2f})" if groq else f"{ours:.0f}{unit}"
+
+    for size, row in rows.items():
+        lines.append(
+            f"| {int(size):,} MB ({row['cpu_share']:.2f}) | `bedrock:` | **{cell(row, 'cold_ms')}** "
+            f"| **{cell(row, 'restored_ms')}** | {cell(row, 'cold_cpu_ms')} | {cell(row, 'restored_cpu_ms')} "
+            f"| {cell(row, 'warm_overhead_ms')}, CPU {cell(row, 'warm_cpu_ms')} | {cell(row, 'import_ms')} "
+            f"| {cell(row, 'peak_rss_mb', ' MB')} |"
+        )
+    lines.append("")
+    counted, check = x.get("instructions_m", {}), x.get("bedrock_check")
+    notes = []
+    if "bedrock" in counted and "here" in counted:
+        notes.append(
+            f"instructions to the first answer {counted['bedrock']:,.0f} M (the Groq chain's "
+            f"{counted['here']:,.0f} M; ×{counted['bedrock'] / counted['here']:.2f})"
+        )
+    if check:
+        notes.append(
+            f"modules compiled from source {len(check['compiled'])}, files of the artefacts opened more than once "
+            f"{len(check['read_twice'])} (of {check['files_opened']})"
+        )
+        table = check.get("codecache")
+        if table:
+            notes.append(f"the shipped code tables serving {table['hits']:,} (missing {table['misses']})")
+    if notes:
+        lines += ["Its cold start: " + "; ".join(notes) + ".", ""]
     return lines
 
 

@@ -144,7 +144,12 @@ def later():
     from chatloop.tools.javascript import sandbox
 
     app = sys.modules["app"]
-    app.app.state.runtime.prime(["openai"], LAZY_MODULES)  # the other SDK, the routes imported on first use
+    from chatloop import snapstart
+
+    # the other SDKs (for bedrock: members, the tree's own: an older tree's, built by the bench, primes boto3), the
+    # routes imported on first use
+    bedrock = getattr(snapstart, "SDK_MODULES", {}).get("bedrock")
+    app.app.state.runtime.prime(["openai", *([bedrock] if bedrock else [])], LAZY_MODULES)
     sandbox.close_all()
 
 
@@ -152,7 +157,8 @@ print(codecache.build(sys.argv[1], first_turn, later))
 """
 """What the tables of ``chatloop.codecache`` are made from: ``import app`` and what a first /chat turn imports or
 builds (the groq SDK, its client and chunk schema, the request bodies' validators), then what later requests import
-(the openai SDK, the routes imported on first use: a SnapStart snapshot's priming)."""
+(the openai SDK, botocore and its ``bedrock-runtime`` data, the routes imported on first use: a SnapStart snapshot's
+priming)."""
 
 
 def write_code_cache(staged: Path) -> int:

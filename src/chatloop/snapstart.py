@@ -55,7 +55,7 @@ if TYPE_CHECKING:
     from starlette.responses import Response
     from starlette.routing import BaseRoute
 
-SDK_MODULES = {"groq": "groq", "openai": "openai", "local": "openai", "bedrock": "boto3"}
+SDK_MODULES = {"groq": "groq", "openai": "openai", "local": "openai", "bedrock": "botocore"}
 """The SDK a chain entry's provider is called through (``chatloop.providers.factory``)."""
 
 

@@ -1,6 +1,6 @@
-"""Cold start with Bedrock: ``import app`` and building a chain with a ``bedrock:`` member import no boto3 (it is
-imported when a Bedrock member is first called), and a SnapStart snapshot primes boto3 without a client or
-credentials."""
+"""Cold start with Bedrock: ``import app`` and building a chain with a ``bedrock:`` member import no botocore client
+(it is imported when a Bedrock member is first called, and boto3 never: botocore's own session makes the client), and
+a SnapStart snapshot primes botocore without a client or credentials."""
 
 from __future__ import annotations
 
@@ -24,7 +24,9 @@ from chatloop.providers.factory import build_chain
 
 def loaded():
     # (the botocore package itself is Powertools' import: its user agent; its client machinery is not)
-    return sorted(m for m in ("boto3", "botocore.client", "botocore.eventstream") if m in sys.modules)
+    return sorted(
+        m for m in ("boto3", "s3transfer", "botocore.client", "botocore.eventstream") if m in sys.modules
+    )
 
 seen = [loaded()]
 chain = build_chain(Settings(model_chain="bedrock:amazon.nova-lite-v1:0"), {})
@@ -41,7 +43,9 @@ print(json.dumps([*seen, asyncio.run(call()), loaded()]))
 """
 
 
-def test_boto3_is_imported_when_a_bedrock_member_is_first_called_not_by_import_app():
+def test_botocore_is_imported_when_a_bedrock_member_is_first_called_not_by_import_app_and_boto3_never():
+    """boto3 on top of botocore is ~18 ms of CPU (s3transfer and multiprocessing: ~60 ms at 512 MB) a Bedrock
+    client does not use."""
     env = {
         "PATH": "/usr/bin:/bin",
         "POWERTOOLS_SERVICE_NAME": "t",
@@ -57,18 +61,69 @@ def test_boto3_is_imported_when_a_bedrock_member_is_first_called_not_by_import_a
     assert done.returncode == 0, done.stderr[-2000:]
     after_import, after_chain, failure, after_call = json.loads(done.stdout.strip().splitlines()[-1])
     assert after_import == [] and after_chain == [["bedrock:amazon.nova-lite-v1:0"], []]
-    assert failure == "AllModelsFailed" and after_call == ["boto3", "botocore.client", "botocore.eventstream"]
+    assert failure == "AllModelsFailed" and after_call == ["botocore.client", "botocore.eventstream"]
 
 
-def test_a_snapshot_primes_boto3_for_a_bedrock_chain_without_a_client_or_credentials():
+def test_a_snapshot_primes_botocore_for_a_bedrock_chain_without_a_client_or_credentials():
     settings = Settings(
         model_chain="bedrock:us.anthropic.claude-haiku-4-5-20251001-v1:0,groq:llama-3.3-70b-versatile"
     )
-    assert sdk_modules(settings) == ["boto3", "groq"]
+    assert sdk_modules(settings) == ["botocore", "groq"]
     bedrock.drop_clients()
     bedrock._PRIMED_SESSION.clear()
     warmup.prime_modules(
-        "boto3"
+        "botocore"
     )  # what Runtime.prime runs for it, once per process (an earlier test's call may have)
     (session,) = bedrock._PRIMED_SESSION
-    assert not bedrock._CLIENTS and session._session._credentials is None
+    assert not bedrock._CLIENTS and session._credentials is None
+
+
+def test_after_a_snapshot_the_first_bedrock_client_reads_no_botocore_data(monkeypatch):
+    """The priming parses every data file a ``bedrock-runtime`` client needs (its service model and endpoint rules,
+    botocore's 1.2 MB endpoints.json, the partitions, the SDK defaults), so the client built after a restore reads
+    none: at 512 MB, endpoints.json alone is ~60 ms of the first turn's CPU."""
+    from botocore.loaders import JSONFileLoader
+
+    for name, value in {
+        "AWS_REGION": "us-east-1",
+        "AWS_ACCESS_KEY_ID": "AKIAFAKE",
+        "AWS_SECRET_ACCESS_KEY": "fake",
+        "AWS_ENDPOINT_URL_BEDROCK_RUNTIME": "http://127.0.0.1:9",
+    }.items():
+        monkeypatch.setenv(name, value)
+    bedrock.drop_clients()
+    bedrock._PRIMED_SESSION.clear()
+    warmup.prime_modules("botocore")
+    read: list[str] = []
+    original = JSONFileLoader.load_file
+    monkeypatch.setattr(
+        JSONFileLoader, "load_file", lambda self, path: read.append(path) or original(self, path)
+    )
+    try:
+        built = bedrock.client("us-east-1")
+    finally:
+        bedrock.drop_clients()
+    assert built.meta.service_model.service_name == "bedrock-runtime"
+    assert [p.split("/data/")[-1] for p in read] == []
+
+
+def test_the_endpoint_resolver_resolves_bedrock_as_botocores_own_at_half_the_parse():
+    """The session's endpoint resolver parses botocore's endpoints.json into plain dicts (half the CPU of the
+    loader's ordered dicts, ~30 ms at 512 MB on a cold start): it resolves what botocore's own resolves."""
+    import json as plain_json
+    from collections import OrderedDict
+
+    import botocore.session
+
+    ours = bedrock._session()._get_internal_component("endpoint_resolver")
+    theirs = botocore.session.Session()._get_internal_component("endpoint_resolver")
+    assert type(ours._endpoint_data["partitions"][0]) is dict  # not botocore's OrderedDict: the cheaper parse
+    assert plain_json.dumps(ours._endpoint_data) == plain_json.dumps(theirs._endpoint_data)  # same order too
+    assert isinstance(theirs._endpoint_data["partitions"][0], OrderedDict)
+    assert ours.uses_builtin_data == theirs.uses_builtin_data
+    for region in ("us-east-1", "eu-west-3", "ap-southeast-2", "us-gov-west-1", "cn-north-1", "xx-nowhere-1"):
+        for fips in (False, True):
+            for dualstack in (False, True):
+                asked = ("bedrock-runtime", region)
+                flags = {"use_fips_endpoint": fips, "use_dualstack_endpoint": dualstack}
+                assert ours.construct_endpoint(*asked, **flags) == theirs.construct_endpoint(*asked, **flags)

@@ -46,7 +46,7 @@ _PRIMING: dict[str, threading.Thread] = {}
 """Per SDK, the thread building what its first call needs (``_prime_in_background``), until it is done."""
 PRIME_WAIT_SECONDS = 2.0
 PRIMERS: dict[str, Callable[[], None]] = {}
-"""``prime_modules`` for an SDK that is not OpenAI-shaped, by module (``boto3``: registered by ``providers.bedrock``,
+"""``prime_modules`` for an SDK that is not OpenAI-shaped, by module (``botocore``: registered by ``providers.bedrock``,
 which has no HTTP client of ours to prime)."""
 """The longest the first answer's chunks wait for that thread (it takes ~15 ms of CPU: ~50 ms at 512 MB)."""
 _LOCK = threading.Lock()
