@@ -86,7 +86,13 @@ def _copy(path: Path, table: str = "") -> tuple[Any, Counting]:
         backend = Counting(DynamoDBBackend(table))
     else:
         backend = Counting(SQLiteBackend(path))
-    settings = Settings(conversation_store_path=str(path), conversation_table_name=table)
+    # A generous store-call time: what is measured is how long calls take, and the smoke run in a loaded make test
+    # once saw a queued request refused as store_unavailable (the default 5 s, moto in this process).
+    settings = Settings(
+        conversation_store_path=str(path),
+        conversation_table_name=table,
+        conversation_store_timeout_seconds=60.0,
+    )
     from chatloop.providers.chain import FallbackChain
     from chatloop.tools.base import ToolRegistry
 
@@ -173,7 +179,9 @@ def _follower_delays(a: httpx.Client, b: httpx.Client, b_counted: Counting) -> d
 def _cancel_to_end(a: httpx.Client, b: httpx.Client) -> float:
     from chatloop.api.openai.responses import background
 
-    queued = a.post("/v1/responses", json={"input": "slowly", "background": True}).json()
+    posted = a.post("/v1/responses", json={"input": "slowly", "background": True})
+    assert posted.status_code == 200, f"queueing answered {posted.status_code}: {posted.text}"
+    queued = posted.json()
     while b.get(f"/v1/responses/{queued['id']}").json()["status"] != "in_progress":
         time.sleep(0.01)
     time.sleep(0.1)
