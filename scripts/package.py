@@ -133,7 +133,8 @@ def first_turn():
     from chatloop.tools.javascript import sandbox
 
     sandbox.suspend_all()  # the registry's sandbox is built, its Deno process never started
-    app.app.state.runtime.tools.registry()
+    runtime = app.app.state.runtime
+    getattr(runtime, "tools", runtime).registry()  # an older tree, built by the bench, has it on the runtime
     warmup.prime("groq")  # the default chain's SDK: its modules, client, chunk schema
     build_schemas()  # the request bodies' validators
     urllib.request.Request("https://api.groq.com/openai/v1")  # as httpx reads a response's cookies: 2 patterns
