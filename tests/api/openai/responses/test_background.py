@@ -10,6 +10,7 @@ import asyncio
 import json
 import time
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import openai
@@ -310,21 +311,7 @@ def test_a_background_turn_refused_when_its_worker_runs_it_fails_with_its_webhoo
 def test_a_background_turn_whose_worker_breaks_is_ended_failed_not_left_running(tmp_path, monkeypatch):
     """An unexpected fault in the worker's turn (here listing the MCP tools) ends the response ``failed`` at once,
     with its webhook; it is not left ``in_progress`` until a reader decides it is dead."""
-    from chatloop.api.runs import webhooks
-
-    sent: list[bytes] = []
-
-    async def post(url: str, body: bytes, *args: Any) -> int:
-        sent.append(body)
-        return 200
-
-    monkeypatch.setattr(webhooks, "_post", post)
-    settings = Settings(
-        conversation_store_path=str(tmp_path / "broken.sqlite3"),
-        webhook_url="http://127.0.0.1:9/hooks",
-        webhook_allow_private=True,
-        webhook_secret="a webhook secret",
-    )
+    sent, settings = webhooks_kept(monkeypatch, tmp_path / "broken.sqlite3")
     with app_server(settings, model=Writer(), registry=ToolRegistry()) as server:
 
         async def broken(*args: Any, **kwargs: Any) -> Any:
@@ -341,21 +328,7 @@ def test_a_background_turn_whose_worker_breaks_is_ended_failed_not_left_running(
 def test_a_background_response_deleted_while_it_runs_sends_no_webhook(tmp_path, monkeypatch):
     """Deletion wins (issue 41), for its webhook too: a response deleted while its turn runs is not announced as
     ``response.completed`` when the turn ends, since a receiver that fetches it would find nothing."""
-    from chatloop.api.runs import webhooks
-
-    sent: list[bytes] = []
-
-    async def post(url: str, body: bytes, *args: Any) -> int:
-        sent.append(body)
-        return 200
-
-    monkeypatch.setattr(webhooks, "_post", post)
-    settings = Settings(
-        conversation_store_path=str(tmp_path / "deleted.sqlite3"),
-        webhook_url="http://127.0.0.1:9/hooks",
-        webhook_allow_private=True,
-        webhook_secret="a webhook secret",
-    )
+    sent, settings = webhooks_kept(monkeypatch, tmp_path / "deleted.sqlite3")
     writer = Finishing()
     with app_server(settings, model=writer, registry=ToolRegistry()) as server:
         sdk = client(server)
@@ -386,3 +359,23 @@ class Finishing(Writer):
         async for item in super().stream(request):
             yield item
         self.finished.append(self.calls[-1])
+
+
+def webhooks_kept(monkeypatch: pytest.MonkeyPatch, store: Path) -> tuple[list[bytes], Settings]:
+    """Settings for an app over the SQLite file ``store`` whose webhooks are kept in the list, not sent."""
+    from chatloop.api.runs import webhooks
+
+    sent: list[bytes] = []
+
+    async def post(url: str, body: bytes, *args: Any) -> int:
+        sent.append(body)
+        return 200
+
+    monkeypatch.setattr(webhooks, "_post", post)
+    settings = Settings(
+        conversation_store_path=str(store),
+        webhook_url="http://127.0.0.1:9/hooks",
+        webhook_allow_private=True,
+        webhook_secret="a webhook secret",
+    )
+    return sent, settings
