@@ -1,7 +1,7 @@
 """The boto3 client the DynamoDB backend calls, and what its failures mean to the store.
 
 - ``ClientPool``: one client per whole second of the caller's time left (up to 10), built on first use (boto3 is
-  imported then, not at start-up), whose timeouts and retries fit in that budget: a store that hangs ends the
+  imported then, not at start-up), whose timeouts and retries fit in that time: a store that hangs ends the
   call, and the request, in time.
 - ``store_errors()``: botocore's failures (connection, timeout, throttling, a missing table) become
   ``StoreUnavailable`` naming the error class, never a key or an endpoint's answer.
@@ -33,7 +33,7 @@ TRANSACTION_CANCELLED = "TransactionCanceledException"
 
 
 class ClientPool:
-    """Clients by time budget, shared by the threads the store runs its calls in."""
+    """Clients by store-call time, shared by the threads the store runs its calls in."""
 
     def __init__(self) -> None:
         self._clients: dict[int, DynamoDBClient] = {}
@@ -41,17 +41,17 @@ class ClientPool:
 
     def get(self, timeout: float) -> DynamoDBClient:
         """A client whose connect/read timeouts and retries fit in ``timeout`` (one client per whole second of
-        budget, up to 10, built once)."""
-        budget = max(1, min(10, math.ceil(timeout)))
+        call time, up to 10, built once)."""
+        seconds = max(1, min(10, math.ceil(timeout)))
         with self._lock:
-            client = self._clients.get(budget)
+            client = self._clients.get(seconds)
             if client is None:
                 import boto3
 
                 built: DynamoDBClient = boto3.session.Session().client(
-                    "dynamodb", config=bounded_config(budget)
+                    "dynamodb", config=bounded_config(seconds)
                 )
-                self._clients[budget] = client = built
+                self._clients[seconds] = client = built
             return client
 
 

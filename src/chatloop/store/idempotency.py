@@ -1,14 +1,14 @@
 """Idempotency records: Powertools Idempotency's DynamoDB persistence layer for one table (IDEMPOTENCY_TABLE_NAME),
-every call inside a time budget. The record store only: what a record means to a request (replay, 409, 422) is the
+every call inside its store-call time. The record store only: what a record means to a request (replay, 409, 422) is the
 route wrapper's (``api/idempotency/idempotent.py``).
 
-One layer (and boto3 client) per call budget in ``BUCKETS``, each built on first use and kept for the container:
+One layer (and boto3 client) per store-call time in ``BUCKETS``, each built on first use and kept for the container:
 ``records.layer(1.5)`` is the 1 s bucket's layer, whose every call (connect, read, retries) ends within 1 s.
 
 Usage::
 
     records = IdempotencyRecords("chatloop-idempotency", expires_after_seconds=3600)   # Runtime.idempotency
-    records.layer(budget).save_inprogress({"key": ..., "body": ...}, remaining_ms)
+    records.layer(call_time).save_inprogress({"key": ..., "body": ...}, remaining_ms)
 """
 
 from __future__ import annotations
@@ -47,12 +47,12 @@ class IdempotencyRecords:
         self._layers: dict[float, DynamoDBPersistenceLayer] = {}
         self._session: Session | None = None
 
-    def layer(self, budget: float = BUCKETS[-1]) -> DynamoDBPersistenceLayer:
-        """The persistence layer whose every call ends within ``budget`` seconds (the largest bucket that fits);
+    def layer(self, call_time: float = BUCKETS[-1]) -> DynamoDBPersistenceLayer:
+        """The persistence layer whose every call ends within ``call_time`` seconds (the largest bucket that fits);
         ``RecordTimeout`` when even the smallest does not."""
-        bucket = max((b for b in BUCKETS if b <= budget), default=None)
+        bucket = max((b for b in BUCKETS if b <= call_time), default=None)
         if bucket is None:
-            raise RecordTimeout(f"{max(budget, 0):.2f} s is too little for a store call")
+            raise RecordTimeout(f"{max(call_time, 0):.2f} s is too little for a store call")
         if bucket not in self._layers:
             from aws_lambda_powertools.utilities.idempotency import (
                 DynamoDBPersistenceLayer,

@@ -29,6 +29,8 @@ from tests.support.tools import FakeSearch
 API = ROOT / "src" / "chatloop" / "api"
 
 STEPS = (
+    "refuse_unsupported",  # the OpenAI parameters this server cannot honour: a 400 naming the first
+    "answers_of",  # approval answers read and claimed: by the admission only
     "checked_turn",  # the shared checks, in their order
     "named_choice",  # tool_choice, chat-completions-shaped
     "checked_client_tools",

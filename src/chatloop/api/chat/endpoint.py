@@ -99,9 +99,8 @@ class ChatDoor(Door[ChatBody, ChatPlan]):
             )
 
             thread = await threads.chat_thread(
-                request, body.conversation, body.messages, body.approvals or []
+                request, admission, body.conversation, body.messages, body.approvals or []
             )
-            admission.took(thread.answers)
             messages = conversation([*thread.history, *body.messages], settings.max_messages)
             messages = await threads.compacted(ctx, thread, messages, body.messages, body.model)
         else:

@@ -10,7 +10,7 @@ copy replays and follows the running turn: the page reloaded mid-answer shows th
 
 Usage (``api.chat.endpoint``)::
 
-    thread = await chat_thread(request, "conv_…", body.messages)   # 4xx/503 before any model call
+    thread = await chat_thread(request, admission, "conv_…", body.messages)   # 4xx/503 before any model call
     events = running_turn(request, thread, events)                  # runs to its end; stoppable from any copy
 """
 
@@ -37,7 +37,6 @@ from chatloop.api.runs.follow import follow_chat_turn
 from chatloop.api.runs.journal import Journal
 from chatloop.api.runs.turn import ask_to_stop, chat_turn, stop_here
 from chatloop.api.turns import compaction
-from chatloop.api.turns.approvals import answers_of
 from chatloop.api.turns.checks import conversation, read_body
 from chatloop.api.turns.schemas import ChatApproval, StopBody
 from chatloop.api.turns.serve import held_secrets
@@ -52,6 +51,7 @@ from chatloop.store.model import Item, StoreUnavailable, new_id
 
 if TYPE_CHECKING:
     from chatloop.api.items.objects import CompactionItem
+    from chatloop.api.turns.admission import Admission
 
 
 @dataclass
@@ -72,7 +72,11 @@ class ChatThread:
 
 
 async def chat_thread(
-    request: Request, conversation: str, new: list[object], approvals: Sequence[ChatApproval] = ()
+    request: Request,
+    admission: Admission,
+    conversation: str,
+    new: list[object],
+    approvals: Sequence[ChatApproval] = (),
 ) -> ChatThread:
     """The conversation a ``/chat`` request continues (a 4xx or 503 before any model call when it cannot be had).
     With a conversation the client sends only what is new: user (or system) messages, and answers to its
@@ -92,7 +96,7 @@ async def chat_thread(
     given = tuple(McpApprovalResponseInput.model_validate(a.as_item()) for a in approvals)
     ctx = RequestContext.of(request)
     await compaction.open_items(ctx, items)  # a compaction item stands for what came before it
-    answers = await answers_of(ctx, [*items, *given], len(items))
+    answers = await admission.claim([*items, *given], len(items))
     history = messages_of([*items, *given], answers.ids)
     return ChatThread(owner, conversation_id, history, messages, answers.answers, given)
 

@@ -14,7 +14,7 @@ route wrapper.
   counted (``IdempotencyErrors``).
 - Every DynamoDB call fits the request's deadline: at most IDEMPOTENCY_TIMEOUT_SECONDS and a fifth of the time
   left before the turn (half after it), connect and read timeouts and retries included (one botocore client per
-  budget bucket, built on first use and kept for the container). A store that hangs degrades like one that
+  store-call time bucket, built on first use and kept for the container). A store that hangs degrades like one that
   refuses: a store failure.
 - A turn that ends without a stored answer (an error, a non-200, an answer too large, a client that went away)
   releases its in-progress record (deleted, as Powertools does on failure), so a retry with the same key runs
@@ -86,7 +86,7 @@ Claim = Claimed | Unrecorded | Answered
 """What claiming a request's record decided (``_claim``)."""
 
 
-def budget_of(request: Request, share: float = STORE_SHARE) -> float:
+def call_time(request: Request, share: float = STORE_SHARE) -> float:
     """Seconds one store call may take now: IDEMPOTENCY_TIMEOUT_SECONDS, and at most ``share`` of the time left
     (a fifth before the turn, half after it)."""
     ctx = RequestContext.of(request)
@@ -145,7 +145,7 @@ async def _claim(
     )
 
     try:
-        layer = records.layer(budget_of(request))  # no region or credentials fails here: a store failure too
+        layer = records.layer(call_time(request))  # no region or credentials fails here: a store failure too
         remaining_ms = RequestContext.of(request).remaining_ms()
         await to_thread.run_sync(layer.save_inprogress, data, remaining_ms)
         return Claimed()
@@ -154,7 +154,7 @@ async def _claim(
     except IdempotencyItemAlreadyExistsError as exc:
         try:
             record = exc.old_data_record or await to_thread.run_sync(
-                records.layer(budget_of(request)).get_record, data
+                records.layer(call_time(request)).get_record, data
             )
         except IdempotencyValidationError:
             return Answered(_mismatch(request))
@@ -213,7 +213,7 @@ async def _release(records: IdempotencyRecords, data: dict[str, str], request: R
     the request is being cancelled (a client that went away) too."""
     with anyio.CancelScope(shield=True):
         try:
-            layer = records.layer(budget_of(request, END_SHARE))
+            layer = records.layer(call_time(request, END_SHARE))
             await to_thread.run_sync(layer.delete_record, data, RuntimeError("not completed"))
         except Exception as failure:
             _store_failed(failure)
@@ -237,7 +237,7 @@ async def _save(
     }
     with anyio.CancelScope(shield=True):
         try:
-            layer = records.layer(budget_of(request, END_SHARE))
+            layer = records.layer(call_time(request, END_SHARE))
             await to_thread.run_sync(layer.save_success, data, dict(stored))
         except Exception as failure:
             _store_failed(failure)

@@ -40,15 +40,19 @@ RESPONSE_ID = re.compile(r"^resp_[A-Za-z0-9_-]{1,128}$")
 
 
 def store_context(request: Request) -> tuple[ConversationStore, str, Deadline]:
-    """The conversation store, the caller it is read for (a 401 when the request names none) and the deadline of one
-    store call."""
+    """The conversation store, the owner of the records it reads and writes (the caller: a 401 when the request
+    names none) and the deadline of one store call."""
     ctx = RequestContext.of(request)
-    owner = ctx.caller
-    if owner is None:
+    caller = ctx.caller
+    if caller is None:
         raise RequestError(
             401, "unauthenticated", "this request names no caller (no API key id or IAM identity)"
         )
-    return ctx.runtime.stores.conversations(), owner, ctx.store_deadline()
+    return (
+        ctx.runtime.stores.conversations(),
+        caller,
+        ctx.store_deadline(),
+    )  # the caller's records: it owns them
 
 
 LIST_PARAMETERS = ("order", "limit", "after", "include")

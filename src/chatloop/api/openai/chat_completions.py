@@ -21,7 +21,7 @@ from chatloop.api.http.errors import openai_error
 from chatloop.api.http.wire import sse_frame
 from chatloop.api.openai.extension import extension
 from chatloop.api.turns.admission import Admission
-from chatloop.api.turns.checks import conversation, refuse_unsupported
+from chatloop.api.turns.checks import conversation
 from chatloop.api.turns.pipeline import Admitted, Door, Plan, run_door
 from chatloop.api.turns.schemas import OpenAIChatBody
 from chatloop.api.turns.serve import INTERNAL_ERROR, failed_turn, serve_turn
@@ -150,9 +150,6 @@ class CompletionsDoor(Door[OpenAIChatBody, CompletionsPlan]):
 
     schema = OpenAIChatBody
     approvals = "hide"
-
-    def refuse(self, body: OpenAIChatBody) -> None:
-        refuse_unsupported(body)
 
     async def prepare(
         self, request: Request, ctx: RequestContext, body: OpenAIChatBody, admission: Admission

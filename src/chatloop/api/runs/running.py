@@ -47,7 +47,7 @@ class Stop:
 
 @dataclass
 class Tracked:
-    """A running turn others may stop: its key (caller, conversation or response id), its ``Stop``, and what the
+    """A running turn others may stop: its key (owner, conversation or response id), its ``Stop``, and what the
     process does meanwhile (``watch``: read the store for a cancel request) and afterwards (``end``: record it)."""
 
     key: tuple[str, str]
@@ -57,7 +57,7 @@ class Tracked:
 
 
 STOPS: dict[tuple[str, str], Stop] = {}
-"""The stops of the turns running in this process, by (caller, conversation or response id)."""
+"""The stops of the turns running in this process, by (owner, conversation or response id)."""
 _RUNNING: set[asyncio.Task[None]] = set()
 
 

@@ -6,7 +6,7 @@ cancel. Before, each stage released the answers on its own error path (four of t
 Usage (``api.turns.pipeline``, the one caller)::
 
     async with Admission(ctx) as admission:
-        admission.took(answers.answers)          # claimed: given back if anything below fails
+        answers = await admission.claim(items, len(history))   # claimed: given back if anything below fails
         metered = await admission.budget(turn, model, registry)   # a 429 here gives the answers back
 """
 
@@ -22,6 +22,9 @@ from chatloop.observability import logger
 if TYPE_CHECKING:
     from chatloop.api.http.context import RequestContext
     from chatloop.api.http.ratelimit_headers import AdmittedTurn
+    from chatloop.api.items.inputs import InputItem
+    from chatloop.api.turns.approvals import Answers
+    from chatloop.config import MCPServerConfig
     from chatloop.engine import TurnRequest
     from chatloop.engine.approvals import ApprovalAnswer
     from chatloop.providers.base import ChatModel
@@ -56,9 +59,16 @@ class Admission:
             except Exception:  # the refusal the client gets is the first error, not the give-back's
                 logger.exception("approval answers could not be given back after a refused turn")
 
-    def took(self, answers: Sequence[ApprovalAnswer]) -> None:
-        """Approval answers this request claimed (``approvals.answers_of``): each one used once, by this turn."""
-        self._answers.extend(answers)
+    async def claim(
+        self, items: Sequence[InputItem], start: int, servers: Sequence[MCPServerConfig] = ()
+    ) -> Answers:
+        """The approval stage: the new answers among ``items[start:]`` read and claimed (``approvals.answers_of``,
+        a 400 or 401 now), each one used once, by this turn, and given back if the admission fails."""
+        from chatloop.api.turns.approvals import answers_of  # every turn reads its answers; few have any
+
+        answers = await answers_of(self.ctx, items, start, servers)
+        self._answers.extend(answers.answers)
+        return answers
 
     async def budget(self, turn: TurnRequest, model: FallbackChain, registry: ToolRegistry) -> ChatModel:
         """The budget stage: the turn's model metered by the caller's budget (a 429 or 503 now)."""

@@ -77,8 +77,8 @@ class CompactionSetting(BaseModel):
 
 # --- sealing --------------------------------------------------------------------------------------------------
 def seal(key: bytes, owner: str, payload: JSONObject) -> str:
-    """``payload`` as ``encrypted_content``: AES-256-GCM, a random 96-bit nonce, the caller as associated data, in
-    its one spelling (``api.turns.sealing``)."""
+    """``payload`` as ``encrypted_content``: AES-256-GCM, a random 96-bit nonce, its owner (the caller it is made
+    for) as associated data, in its one spelling (``api.turns.sealing``)."""
     return sealing.seal(key, _aad(owner), payload)
 
 
@@ -118,11 +118,11 @@ async def open_items(ctx: RequestContext, items: Sequence[object]) -> None:
     compactions = [i for i in items if isinstance(i, CompactionInput)]
     if not compactions:
         return
-    owner = identified(ctx, "input")
+    caller = identified(ctx, "input")
     key = await _key(ctx)
     for item in compactions:
         try:
-            item.open(str(unseal(key, owner, item.encrypted_content)["summary"]))
+            item.open(str(unseal(key, caller, item.encrypted_content)["summary"]))
         except ValueError as exc:
             raise RequestError(
                 400, "invalid_request", f"compaction item {item.id or ''!r}: {exc}", "input"
@@ -177,7 +177,7 @@ async def compaction_item(
     ctx: RequestContext, model: ChatModel, messages: Sequence[Message]
 ) -> tuple[CompactionItem, Usage, CompactionInput]:
     """A sealed ``compaction`` item summarizing ``messages``, what the summary cost, and the item as input (open)."""
-    owner = identified(ctx, None)  # before the summary's model call
+    caller = identified(ctx, None)  # before the summary's model call
     started = time.perf_counter()
     response = await summarize(ctx, model, messages)
     summary = response.content.strip()[:MAX_SUMMARY_CHARS]
@@ -185,7 +185,7 @@ async def compaction_item(
     item: CompactionItem = {
         "id": new_id("cmp"),
         "type": "compaction",
-        "encrypted_content": seal(await _key(ctx), owner, payload),
+        "encrypted_content": seal(await _key(ctx), caller, payload),
         "created_by": response.model,
     }
     logger.info(

@@ -5,8 +5,10 @@ how its input becomes the conversation (``prepare``), its policy values (``appro
 or hide the tools that would), and how it answers (``serve``). ``run_door`` runs the steps every turn shares, in this
 order, each from this one place (tests/api/test_pipeline.py checks it):
 
-1. read the body (``read_body``; a 400 naming the field) and refuse what the door does not support;
-2. ``prepare``: the door's conversation (history, approval answers claimed, compaction), inside the admission;
+1. read the body (``read_body``; a 400 naming the field) and refuse what the server cannot honour
+   (``refuse_unsupported``: the /v1 doors' OpenAI parameters);
+2. ``prepare``: the door's conversation (history, approval answers claimed by ``Admission.claim``, compaction), inside
+   the admission;
 3. the turn's checks: ``tool_choice``, its tools, the model, the context window, structured output, parameters,
    then the ``TurnRequest`` (a 4xx before any model call);
 4. a background turn is queued instead (``queue``, the door's), its budget slot taken first;
@@ -42,8 +44,10 @@ from chatloop.api.turns.checks import (
     model_params,
     named_choice,
     read_body,
+    refuse_unsupported,
     structured_output,
 )
+from chatloop.api.turns.schemas import OpenAIParams
 from chatloop.api.turns.serve import turn_events
 from chatloop.jsontypes import JSONObject
 from chatloop.tools.base import ToolRegistry
@@ -122,11 +126,8 @@ class Door(Generic[Body, P]):
     """Every turn asks the runtime for its MCP tools (the Responses API's ``mcp_list_tools`` items), even with no
     server configured; otherwise the MCP package is not imported until a server is."""
 
-    def refuse(self, body: Body) -> None:
-        """A 400 for a parameter the door does not support (none by default)."""
-
     async def prepare(self, request: Request, ctx: RequestContext, body: Body, admission: Admission) -> P:
-        """The conversation and the turn's values; claimed approval answers go to ``admission.took``."""
+        """The conversation and the turn's values; approval answers are claimed by ``admission.claim``."""
         raise NotImplementedError
 
     def tool_names(self, runtime: Runtime, plan: P, choice: ChatChoice) -> list[str] | None:
@@ -162,7 +163,10 @@ async def run_door(request: Request, door: Door[Body, P], body: Body | None = No
     ctx = RequestContext.of(request)
     if body is None:
         body = await read_body(request, door.schema)
-    door.refuse(body)
+    if isinstance(
+        body, OpenAIParams
+    ):  # the /v1 doors: what this server cannot honour is refused, not ignored
+        refuse_unsupported(body)
     async with Admission(ctx) as admission:
         plan = await door.prepare(request, ctx, body, admission)
         turn, model = checked_turn(ctx.runtime, door, plan)

@@ -25,7 +25,6 @@ from chatloop.api.openai.responses.render import ResponsesRenderer, echo_of
 from chatloop.api.openai.responses.schemas import ResponsesBody
 from chatloop.api.openai.responses.turn import ResponsesPlan, plan_of
 from chatloop.api.turns.admission import Admission
-from chatloop.api.turns.checks import refuse_unsupported
 from chatloop.api.turns.pipeline import Admitted, Door
 from chatloop.api.turns.serve import observed_by, serve_turn
 
@@ -57,9 +56,6 @@ class ResponsesDoor(Door[ResponsesBody, ResponsesPlan]):
 
     def __init__(self, later: Later | None = None) -> None:
         self.later = later
-
-    def refuse(self, body: ResponsesBody) -> None:
-        refuse_unsupported(body)
 
     async def prepare(
         self, request: Request, ctx: RequestContext, body: ResponsesBody, admission: Admission

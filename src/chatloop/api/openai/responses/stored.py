@@ -103,8 +103,8 @@ async def prepare(request: Request, body: ResponsesBody) -> Keeping:
     if body.store is False and not wants_history:
         return Keeping(None, None, None)
     ctx = RequestContext.of(request)
-    owner = ctx.caller
-    if owner is None:
+    caller = ctx.caller
+    if caller is None:
         if body.store or wants_history:
             raise RequestError(
                 401,
@@ -114,14 +114,14 @@ async def prepare(request: Request, body: ResponsesBody) -> Keeping:
         return Keeping(None, None, None)  # store left to its default: nothing can be kept for nobody
     runtime = ctx.runtime
     deadline = ctx.store_deadline()
-    keeping = Keeping(runtime.stores.conversations() if body.store is not False else None, owner, deadline)
+    keeping = Keeping(runtime.stores.conversations() if body.store is not False else None, caller, deadline)
     store = runtime.stores.conversations()
     with store_errors():
         if body.previous_response_id is not None:
-            keeping.history = await _chain(store, owner, checked_id(body.previous_response_id), deadline)
+            keeping.history = await _chain(store, caller, checked_id(body.previous_response_id), deadline)
         elif body.conversation is not None:
             keeping.conversation_id = conversation_id_of(body.conversation)
-            keeping.history = await conversation_history(store, owner, keeping.conversation_id, deadline)
+            keeping.history = await conversation_history(store, caller, keeping.conversation_id, deadline)
     return keeping
 
 

@@ -25,7 +25,6 @@ from chatloop.api.openai.responses.schemas import ResponsesBody, ResponsesFuncti
 from chatloop.api.openai.responses.stored import Keeping
 from chatloop.api.turns import compaction
 from chatloop.api.turns.admission import Admission
-from chatloop.api.turns.approvals import answers_of
 from chatloop.api.turns.checks import ChatChoice, conversation
 from chatloop.api.turns.pipeline import Plan
 from chatloop.engine.messages import Message
@@ -106,8 +105,7 @@ async def plan_of(
     servers = await client_servers(
         body.tools, runtime.settings, runtime.tools.mcp_labels(), identified=ctx.caller is not None
     )
-    answers = await answers_of(ctx, items, len(history), servers)
-    admission.took(answers.answers)
+    answers = await admission.claim(items, len(history), servers)
     messages = conversation(conversation_of(body, history, answers.ids), runtime.settings.max_messages)
     compacted = await when_past_threshold(ctx, body, messages, bool(history), queues)
     if compacted is not None:  # the summary stands for it all; the request's newest question follows it
