@@ -36,3 +36,37 @@ def one_request_at_a_time(monkeypatch) -> None:
             return original(self, request)
 
     monkeypatch.setattr(BotocoreStubber, "process_request", atomic)
+
+
+ANY_INVOKE = object()
+"""``invocations_kept``'s default: an invocation of any function, type and payload."""
+
+
+def invocations_kept(
+    monkeypatch, answers: int = 0, expected: Any = ANY_INVOKE
+) -> tuple[list[dict[str, Any]], Any]:
+    """The background worker's Lambda client, stubbed: each ``lambda.invoke`` it makes is kept in the list (its
+    parameters) and answered 202, ``answers`` times at most (one more fails the request, as an unreachable Lambda
+    would); ``expected``, the parameters each must have. Returns the list and the stubber (to assert nothing is
+    left pending)."""
+    import boto3
+    from botocore.stub import ANY, Stubber
+
+    from chatloop.api.openai.responses import worker
+
+    client = boto3.client(
+        "lambda", region_name="us-east-1", aws_access_key_id="testing", aws_secret_access_key="testing"
+    )
+    kept: list[dict[str, Any]] = []
+    client.meta.events.register(
+        "provide-client-params.lambda.Invoke", lambda params, **_: kept.append(dict(params))
+    )
+    stubber = Stubber(client)
+    wanted = (
+        {"FunctionName": ANY, "InvocationType": ANY, "Payload": ANY} if expected is ANY_INVOKE else expected
+    )
+    for _ in range(answers):
+        stubber.add_response("invoke", {"StatusCode": 202}, wanted)
+    stubber.activate()
+    monkeypatch.setitem(worker._CLIENTS, 5.0, client)
+    return kept, stubber

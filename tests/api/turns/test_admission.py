@@ -26,6 +26,7 @@ from chatloop.config import Settings
 from chatloop.providers.base import ModelRequest, ModelResponse, TextDelta, Usage
 from chatloop.store.budget_sqlite import SQLiteLedger
 from chatloop.tools.base import ToolRegistry
+from tests.support.aws import invocations_kept
 from tests.support.events import response_body, rest_event
 from tests.support.handler import handle
 from tests.support.server import app_server
@@ -64,10 +65,6 @@ def call(method: str, path: str, body: Any = None) -> tuple[int, dict[str, Any]]
 
 @pytest.mark.parametrize("compacted", [False, True])
 def test_a_spent_caller_queues_no_background_turn(tmp_path, app_runtime, monkeypatch, compacted):
-    import boto3
-    from botocore.stub import Stubber
-
-    from chatloop.api.openai.responses import worker
 
     path = tmp_path / "store.sqlite3"
     settings = Settings(
@@ -78,15 +75,9 @@ def test_a_spent_caller_queues_no_background_turn(tmp_path, app_runtime, monkeyp
     )
     model = Spender()
     app_runtime(settings, model=model, registry=ToolRegistry())
-    lambda_client = boto3.client(
-        "lambda", region_name="us-east-1", aws_access_key_id="testing", aws_secret_access_key="testing"
-    )
-    invoked: list[dict[str, Any]] = []
-    lambda_client.meta.events.register(
-        "provide-client-params.lambda.Invoke", lambda params, **_: invoked.append(dict(params))
-    )
-    Stubber(lambda_client).activate()  # no answer stubbed: any invocation would fail the request (a 503)
-    monkeypatch.setitem(worker._CLIENTS, 5.0, lambda_client)
+    invoked, _ = invocations_kept(
+        monkeypatch
+    )  # no answer stubbed: any invocation would fail the request (a 503)
 
     status, _ = call(
         "POST", "/v1/responses", {"input": "spend the day", "store": False, "max_output_tokens": 50}
@@ -178,10 +169,6 @@ def test_a_caller_past_its_request_rate_gets_no_summary_written_before_the_429(t
 def test_a_queued_turn_that_never_runs_gives_its_slot_back(tmp_path, app_runtime, monkeypatch):
     """Cancelled while queued, or deleted before its worker starts: the slot its queueing took is given back then,
     not when its lease (BACKGROUND_TIMEOUT_SECONDS) expires. The Lambda path: invocations recorded, one delivered."""
-    import boto3
-    from botocore.stub import ANY, Stubber
-
-    from chatloop.api.openai.responses import worker
 
     settings = Settings(
         conversation_store_path=str(tmp_path / "store.sqlite3"),
@@ -190,20 +177,7 @@ def test_a_queued_turn_that_never_runs_gives_its_slot_back(tmp_path, app_runtime
     )
     model = Spender()
     app_runtime(settings, model=model, registry=ToolRegistry())
-    lambda_client = boto3.client(
-        "lambda", region_name="us-east-1", aws_access_key_id="testing", aws_secret_access_key="testing"
-    )
-    invoked: list[dict[str, Any]] = []
-    lambda_client.meta.events.register(
-        "provide-client-params.lambda.Invoke", lambda params, **_: invoked.append(dict(params))
-    )
-    stubber = Stubber(lambda_client)
-    for _ in range(2):
-        stubber.add_response(
-            "invoke", {"StatusCode": 202}, {"FunctionName": ANY, "InvocationType": ANY, "Payload": ANY}
-        )
-    stubber.activate()
-    monkeypatch.setitem(worker._CLIENTS, 5.0, lambda_client)
+    invoked, _ = invocations_kept(monkeypatch, answers=2)
     plain = {"input": "a plain turn", "store": False}
 
     status, queued = call("POST", "/v1/responses", {"input": "later", "background": True})

@@ -103,12 +103,10 @@ def test_a_queued_requests_mcp_secrets_are_nowhere_in_the_dynamodb_table(
     tmp_path, app_runtime, monkeypatch, guarded
 ):
     import boto3
-    from botocore.stub import ANY, Stubber
     from moto import mock_aws
 
-    from chatloop.api.openai.responses import worker
     from chatloop.store.dynamodb_layout import create_table
-    from tests.support.aws import FAKE_CREDENTIALS
+    from tests.support.aws import FAKE_CREDENTIALS, invocations_kept
 
     for name, value in FAKE_CREDENTIALS.items():
         monkeypatch.setenv(name, value)
@@ -122,18 +120,7 @@ def test_a_queued_requests_mcp_secrets_are_nowhere_in_the_dynamodb_table(
             mcp_allowed_urls=f"{guarded.root}/",
         )
         app_runtime(settings, model=ScriptedModel(searcher), registry=ToolRegistry(), keys=KEYS)
-        lambda_client = boto3.client("lambda", region_name="us-east-1")
-        sent: list[dict[str, Any]] = []
-        lambda_client.meta.events.register(
-            "provide-client-params.lambda.Invoke", lambda params, **_: sent.append(dict(params))
-        )
-        stubber = Stubber(lambda_client)
-        for _ in range(2):
-            stubber.add_response(
-                "invoke", {"StatusCode": 202}, {"FunctionName": ANY, "InvocationType": ANY, "Payload": ANY}
-            )
-        stubber.activate()
-        monkeypatch.setitem(worker._CLIENTS, 5.0, lambda_client)
+        sent, _ = invocations_kept(monkeypatch, answers=2)
 
         def as_caller(method: str, path: str, body: Any = None) -> dict[str, Any]:
             event = rest_event(method, path, None if body is None else json.dumps(body))

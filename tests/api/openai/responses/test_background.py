@@ -19,6 +19,7 @@ import pytest
 from chatloop.config import Settings
 from chatloop.providers.base import ModelRequest, ModelResponse, TextDelta
 from chatloop.tools.base import ToolRegistry
+from tests.support.aws import invocations_kept
 from tests.support.events import response_body, rest_event
 from tests.support.handler import handle
 from tests.support.server import Server, app_server, client
@@ -146,10 +147,7 @@ def test_a_follower_ends_well_formed_at_its_deadline_and_resumes(tmp_path):
 
 # --- the Lambda path, buffered mode (the handler) ------------------------------------------------------------
 def test_the_buffered_handler_invokes_itself_and_runs_the_event_once(tmp_path, app_runtime, monkeypatch):
-    import boto3
-    from botocore.stub import ANY, Stubber
-
-    from chatloop.api.openai.responses import worker
+    from botocore.stub import ANY
 
     writer = Writer()
     settings = Settings(
@@ -158,18 +156,8 @@ def test_the_buffered_handler_invokes_itself_and_runs_the_event_once(tmp_path, a
         lambda_function_version="7",
     )
     app_runtime(settings, model=writer, registry=ToolRegistry())
-    lambda_client = boto3.client(
-        "lambda", region_name="us-east-1", aws_access_key_id="testing", aws_secret_access_key="testing"
-    )
-    sent: list[dict[str, Any]] = []
-    lambda_client.meta.events.register(
-        "provide-client-params.lambda.Invoke", lambda params, **_: sent.append(dict(params))
-    )
-    stubber = Stubber(lambda_client)
     expected = {"FunctionName": "chatloop-chat", "InvocationType": "Event", "Qualifier": "7", "Payload": ANY}
-    stubber.add_response("invoke", {"StatusCode": 202}, expected)
-    stubber.activate()
-    monkeypatch.setitem(worker._CLIENTS, 5.0, lambda_client)
+    sent, stubber = invocations_kept(monkeypatch, answers=1, expected=expected)
 
     def call(method: str, path: str, body: Any = None) -> tuple[int, dict[str, Any]]:
         event = rest_event(method, path, json.dumps(body) if body is not None else None)
@@ -257,10 +245,6 @@ def test_a_background_turn_refused_when_its_worker_runs_it_fails_with_its_webhoo
     import base64
     from concurrent.futures import ThreadPoolExecutor
 
-    import boto3
-    from botocore.stub import ANY, Stubber
-
-    from chatloop.api.openai.responses import worker
     from chatloop.api.runs import webhooks
     from chatloop.deadline import Deadline
     from chatloop.store.budget import Limits
@@ -282,19 +266,7 @@ def test_a_background_turn_refused_when_its_worker_runs_it_fails_with_its_webhoo
     )
     model = Writer()
     runtime = app_runtime(settings, model=model, registry=ToolRegistry())
-    lambda_client = boto3.client(
-        "lambda", region_name="us-east-1", aws_access_key_id="testing", aws_secret_access_key="testing"
-    )
-    invoked: list[dict[str, Any]] = []
-    lambda_client.meta.events.register(
-        "provide-client-params.lambda.Invoke", lambda params, **_: invoked.append(dict(params))
-    )
-    stubber = Stubber(lambda_client)
-    stubber.add_response(
-        "invoke", {"StatusCode": 202}, {"FunctionName": ANY, "InvocationType": ANY, "Payload": ANY}
-    )
-    stubber.activate()
-    monkeypatch.setitem(worker._CLIENTS, 5.0, lambda_client)
+    invoked, _ = invocations_kept(monkeypatch, answers=1)
     event = rest_event("POST", "/v1/responses", json.dumps({"input": "over budget", "background": True}))
     event["requestContext"]["identity"]["apiKeyId"] = "key-a"
     queued = handle(event)
