@@ -107,11 +107,9 @@ def sdk_modules(settings: Settings) -> list[str]:
 
 def configured_modules(settings: Settings) -> list[str]:
     """What configuration adds to a first request's imports, imported into the snapshot and never called before it:
-    the Bedrock member (imported by a chain that names one, not by ``import app``), Powertools' Parameters (boto3, for the keys secret) and Idempotency (~0.45 s at 512 MB), and the OpenTelemetry
+    Powertools' Parameters (boto3, for the keys secret) and Idempotency (~0.45 s at 512 MB), and the OpenTelemetry
     SDK and exporter when traces are exported (its providers start after restore)."""
     modules = []
-    if "botocore" in sdk_modules(settings):  # the Bedrock member registers its priming (``warmup.PRIMERS``)
-        modules.append("chatloop.providers.bedrock")
     if settings.provider_keys_secret_arn:
         modules.append("aws_lambda_powertools.utilities.parameters")
     if settings.idempotency_table_name:

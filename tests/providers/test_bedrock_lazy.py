@@ -134,11 +134,11 @@ import json, sys
 sys.path[:0] = [sys.argv[1] + "/src", sys.argv[1]]
 import app
 from chatloop.config import Settings
-from chatloop.snapstart import configured_modules, sdk_modules
+from chatloop.snapstart import sdk_modules
 
 after_import = "chatloop.providers.bedrock" in sys.modules
 settings = Settings(model_chain="bedrock:amazon.nova-lite-v1:0")
-app.app.state.runtime.prime(sdk_modules(settings), configured_modules(settings))
+app.app.state.runtime.prime(sdk_modules(settings))  # what a snapshot (or the code cache's build) runs
 from chatloop.providers import bedrock
 print(json.dumps([after_import, len(bedrock._PRIMED_SESSION), len(bedrock._CLIENTS)]))
 """
