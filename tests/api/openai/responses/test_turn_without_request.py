@@ -11,6 +11,8 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 from starlette.responses import Response
 
 from chatloop.api.http.context import QUEUED, RequestContext, TurnJob
@@ -98,6 +100,19 @@ def test_a_given_body_is_checked_as_a_requests_is_before_any_model_call(tmp_path
     assert (large.value.status, broken.value.status) == (413, 400) and model.calls == 0
 
 
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(raw=st.binary(max_size=200) | st.text(max_size=200).map(str.encode))
+def test_any_given_body_is_a_4xx_or_a_turn_never_a_crash(raw, tmp_path, app_runtime):
+    """A WebSocket message's body is the client's, as hostile as a request's: bad bytes are a 4xx naming no secret,
+    before any model call."""
+    model = answering("fine")
+    runtime = app_runtime(Settings(max_body_bytes=100), model=model, registry=ToolRegistry())
+    try:
+        asyncio.run(run_door(without_request(runtime, raw, "fuzz"), SendingDoor()))
+    except RequestError as error:
+        assert 400 <= error.status < 500 and model.calls == 0
+
+
 def test_a_jobs_context_is_its_owner_its_responses_id_and_its_deadline_with_no_connection(app_runtime):
     runtime = app_runtime(Settings(), model=answering("unused"), registry=ToolRegistry())
     deadline = Deadline.after(600)
@@ -106,3 +121,15 @@ def test_a_jobs_context_is_its_owner_its_responses_id_and_its_deadline_with_no_c
     assert ctx.connection is None and ctx.gateway == {} and not ctx.in_lambda and ctx.invocation is None
     with pytest.raises(TypeError):  # its body is the job's, handed to run_door: there is no request to read
         asyncio.run(ctx.raw_body(1000))
+
+
+def test_a_turn_with_no_connection_that_was_not_queued_is_counted_by_the_budget(tmp_path, app_runtime):
+    """Only what ``prior`` says was done is skipped: having no connection is not being a queued job."""
+    model = answering("counted")
+    settings = Settings(conversation_store_path=str(tmp_path / "s.sqlite3"), budget_requests_per_minute=1)
+    runtime = app_runtime(settings, model=model, registry=ToolRegistry())
+    body = json.dumps({"input": "hi", "store": False}).encode()
+    asyncio.run(run_door(without_request(runtime, body, "first"), SendingDoor()))
+    with pytest.raises(RequestError) as refused:
+        asyncio.run(run_door(without_request(runtime, body, "second"), SendingDoor()))
+    assert refused.value.status == 429 and model.calls == 1
