@@ -100,7 +100,7 @@ def _copy(path: Path, table: str = "") -> tuple[Any, Counting]:
         settings,
         chain=FallbackChain([Streamer()]),
         registry=ToolRegistry(),
-        conversations=Store(backend, 3600),
+        state=Store(backend, 3600),
     )
     return Server(create_app(settings, runtime=runtime)), backend
 

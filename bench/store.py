@@ -108,7 +108,7 @@ def _continued(store, reps: int, messages: int) -> dict:
 
     saved = lambda_app.app.state.runtime
     lambda_app.app.state.runtime = Runtime(
-        Settings(), chain=FallbackChain([_Echo()]), registry=ToolRegistry(), conversations=store
+        Settings(), chain=FallbackChain([_Echo()]), registry=ToolRegistry(), state=store
     )
 
     def post(body: dict) -> tuple[float, dict]:

@@ -7,14 +7,17 @@ Shipping ``.pyc`` files covers modules, not what modules compile as they run:
   ``__setattr__``/``__delattr__`` as source text and ``exec``\\ s it;
 - ``typing`` compiles every string annotation it turns into a ``ForwardRef`` (pydantic's models, the ``TypedDict``\\ s
   of ``pydantic_core`` and of the SDKs);
-- ``re`` parses and compiles every module-level pattern (in pure Python, the ``re._parser``/``re._compiler`` pair).
+- ``re`` parses and compiles every module-level pattern (in pure Python, the ``re._parser``/``re._compiler`` pair);
+- ``collections.namedtuple`` passes each class's ``__new__`` to ``eval``, and ``typing_inspection.typing_objects``
+  (pydantic's) 30 small check functions to ``exec`` as it is imported.
 
 ``import app``, the groq SDK and a first turn do ~600, ~1,000 and ~170 of these: measured by instruction count
 (callgrind), 1,830 M instructions without the table and ~1,300 M with it, about 90 ms of CPU, which at 512 MB's
 0.29 of a core is ~0.3 s of a cold start.
 
-``install()`` (``chatloop.coldstart`` calls it before anything else is imported) gives ``dataclasses`` an ``exec``
-and ``typing`` a ``compile`` (module globals, which Python looks up before the builtins), and ``re._compiler`` a
+``install()`` (``chatloop.coldstart`` calls it before anything else is imported) gives ``dataclasses`` an ``exec``,
+``typing`` a ``compile`` and ``collections`` an ``eval`` (module globals, which Python looks up before the builtins;
+``typing_inspection.typing_objects`` gets its ``exec`` as it is imported: ``_GivesExec``), and ``re._compiler`` a
 ``compile``, that take the result from the shipped table when it holds the same source text or pattern, and do what
 they did before otherwise. An entry is what the interpreter makes of that text (same filename and mode, no inherited
 ``__future__`` flags: neither module has any; a pattern's own compiled program, checked at build time to give an
@@ -132,6 +135,13 @@ class CodeCache:
             source = self.compile(source, "<string>", "exec")
         builtins.exec(source, globals, locals, **closure)  # noqa: S102  # the call dataclasses made, as it made it
 
+    def eval(self, source: Any, globals: Any = None, locals: Any = None, /) -> Any:
+        """``eval()`` as ``collections.namedtuple`` calls it (a text and a namespace), its text compiled by
+        ``compile``."""
+        if type(source) is str and globals is not None:
+            source = self.compile(source, "<string>", "eval")
+        return builtins.eval(source, globals, locals)  # noqa: S307  # the call namedtuple made, as it made it
+
     def compile_pattern(self, pattern: Any, flags: int = 0) -> Any:
         """``re._compiler.compile``: a pattern's program from the table, else compiled as before."""
         if type(pattern) not in (str, bytes) or flags & re.DEBUG:
@@ -215,13 +225,47 @@ def install(path: str | None = None, cache: CodeCache | None = None) -> CodeCach
         if cache is None:
             return None
     re._compiler.compile = cache.compile_pattern  # type: ignore[attr-defined]  # first: the imports below use it
+    import collections
+
+    collections.eval = cache.eval  # type: ignore[attr-defined]  # before dataclasses: it imports inspect's namedtuples
     import dataclasses
     import typing
 
     dataclasses.exec = cache.exec  # type: ignore[attr-defined]  # a module global: found before the builtin
     typing.compile = cache.compile  # type: ignore[attr-defined]
+    if EXECS_AS_IMPORTED not in sys.modules:  # imported later (by pydantic): given its exec then
+        sys.meta_path.insert(0, _GivesExec(cache))
     _CACHE = cache
     return cache
+
+
+EXECS_AS_IMPORTED = "typing_inspection.typing_objects"
+"""A module that passes source text to ``exec`` while it is imported: its ``exec`` must be in its namespace before its
+code runs, so ``install`` puts it there as the import creates the module (``_GivesExec``)."""
+
+
+class _GivesExec:
+    """A meta path finder for ``EXECS_AS_IMPORTED`` only: the module the other finders find, given the cache's
+    ``exec`` as a module global before its code runs (found before the builtin, as in ``dataclasses``)."""
+
+    def __init__(self, cache: CodeCache) -> None:
+        self.cache = cache
+
+    def find_spec(self, name: str, path: Any = None, target: Any = None) -> Any:
+        if name != EXECS_AS_IMPORTED:
+            return None
+        from importlib.machinery import PathFinder
+
+        spec = PathFinder.find_spec(name, path, target)
+        if spec is not None and spec.loader is not None:
+            original, cache = spec.loader.exec_module, self.cache
+
+            def exec_module(module: Any) -> None:
+                module.exec = cache.exec
+                original(module)
+
+            spec.loader.exec_module = exec_module  # type: ignore[method-assign]  # this one spec's loader
+        return spec
 
 
 def uninstall() -> None:
@@ -233,6 +277,8 @@ def uninstall() -> None:
     re._compiler.compile = _COMPILE_PATTERN  # type: ignore[attr-defined]
     vars(dataclasses).pop("exec", None)  # the builtins again
     vars(typing).pop("compile", None)
+    vars(sys.modules["collections"]).pop("eval", None)
+    sys.meta_path[:] = [finder for finder in sys.meta_path if not isinstance(finder, _GivesExec)]
     _CACHE = None
 
 

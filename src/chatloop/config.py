@@ -25,6 +25,7 @@ from typing import Any
 
 from chatloop.config_checks import check_mcp_prefixes, check_otel, check_webhook
 from chatloop.config_env import ConfigError as ConfigError
+from chatloop.config_env import aws_region as aws_region
 from chatloop.config_env import default_store_path as default_store_path
 from chatloop.config_env import env_name as env_name
 from chatloop.config_env import from_environment as from_environment

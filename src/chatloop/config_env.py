@@ -41,6 +41,12 @@ def from_environment(name: str, environ: Mapping[str, str] | None = None) -> str
     return env.get(name) or None
 
 
+def aws_region(environ: Mapping[str, str] | None = None) -> str | None:
+    """The AWS region the function runs in (``AWS_REGION``, as Lambda sets it, else ``AWS_DEFAULT_REGION``): where
+    Bedrock is called, read without importing the Bedrock member (a chain may name none)."""
+    return from_environment("AWS_REGION", environ) or from_environment("AWS_DEFAULT_REGION", environ)
+
+
 def env_name(field_name: str) -> str:
     """The environment variable a setting is read from: ``max_iterations`` -> ``MAX_ITERATIONS``."""
     return _ENV_NAMES.get(field_name, field_name.upper())

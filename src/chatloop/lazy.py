@@ -35,6 +35,8 @@ FIRST_USE = {
     "chatloop.providers.budgeted": "per-caller budgets (the store's ledger): only when a BUDGET_* limit is set",
     "chatloop.store.budget_dynamodb": "the budget ledger in DynamoDB, only when a BUDGET_* limit and a table are set",
     "chatloop.store.budget_sqlite": "the budget ledger in SQLite, only when a BUDGET_* limit is set and no table",
+    "chatloop.providers.bedrock": "the Bedrock member (the Converse mapping, botocore): with the first chain that "
+    "names a bedrock: model",
     "chatloop.tools.mcp": "MCP servers' tools: with the first turn that uses an MCP server",
     "chatloop.tools.mcp.client": "the mcp SDK (~100 ms): with the first MCP server listed, or into a snapshot",
     "chatloop.api.turns.approvals": "tool approvals (sealed ids, the store's one-use claims): only with a tool that "

@@ -127,3 +127,32 @@ def test_the_endpoint_resolver_resolves_bedrock_as_botocores_own_at_half_the_par
                 asked = ("bedrock-runtime", region)
                 flags = {"use_fips_endpoint": fips, "use_dualstack_endpoint": dualstack}
                 assert ours.construct_endpoint(*asked, **flags) == theirs.construct_endpoint(*asked, **flags)
+
+
+SNAPSHOT_PROBE = """
+import json, sys
+sys.path[:0] = [sys.argv[1] + "/src", sys.argv[1]]
+import app
+from chatloop.config import Settings
+from chatloop.snapstart import sdk_modules
+
+after_import = "chatloop.providers.bedrock" in sys.modules
+settings = Settings(model_chain="bedrock:amazon.nova-lite-v1:0")
+app.app.state.runtime.prime(sdk_modules(settings))  # what a snapshot (or the code cache's build) runs
+from chatloop.providers import bedrock
+print(json.dumps([after_import, len(bedrock._PRIMED_SESSION), len(bedrock._CLIENTS)]))
+"""
+
+
+def test_the_bedrock_member_is_imported_by_a_chain_or_a_snapshot_that_names_bedrock_not_by_import_app():
+    """~4 ms of every cold start (the member and its Converse mapping) left to the chains that name Bedrock; a
+    snapshot of such a chain still primes botocore (the member registers its priming when imported)."""
+    env = {"PATH": "/usr/bin:/bin", "POWERTOOLS_SERVICE_NAME": "t", "POWERTOOLS_LOG_LEVEL": "ERROR"}
+    env["AWS_REGION"] = "us-east-1"
+    done = subprocess.run(
+        [sys.executable, "-c", SNAPSHOT_PROBE, str(ROOT)], env=env, capture_output=True, text=True, timeout=60
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    after_import, primed_sessions, clients = json.loads(done.stdout.strip().splitlines()[-1])
+    assert after_import is False
+    assert primed_sessions == 1 and clients == 0

@@ -26,7 +26,7 @@ from chatloop.api.runtime import Runtime
 from chatloop.config import Settings
 from chatloop.providers.base import ChatModel
 from chatloop.providers.chain import FallbackChain
-from chatloop.store.service import ConversationStore
+from chatloop.store.service import StateStore
 from chatloop.tools.base import ToolRegistry
 from tests.support.events import FakeContext, response_body, rest_event
 
@@ -41,7 +41,7 @@ def build_runtime(
     registry: ToolRegistry | None = None,
     keys: Mapping[str, str | None] | None = None,
     keys_loader: KeysLoader | None = None,
-    conversations: ConversationStore | None = None,
+    state: StateStore | None = None,
 ) -> Runtime:
     """A ``Runtime`` as the app builds one, from ``settings`` (default: ``Settings()``) and the parts a test fixes:
     ``model`` (a chain of that one model) or ``chain``; ``registry`` (default: the real sandbox, built on first use);
@@ -53,7 +53,7 @@ def build_runtime(
         assert keys_loader is None, "give keys or a keys_loader, not both"
         fixed = dict(keys)
         keys_loader = lambda settings: dict(fixed)  # noqa: E731
-    parts: dict[str, Any] = {"chain": chain, "registry": registry, "conversations": conversations}
+    parts: dict[str, Any] = {"chain": chain, "registry": registry, "state": state}
     if keys_loader is not None:
         parts["keys_loader"] = keys_loader
     return Runtime(settings if settings is not None else Settings(), **parts)

@@ -26,7 +26,7 @@ import threading
 from collections.abc import AsyncIterator
 from typing import Any
 
-from chatloop.config import from_environment
+from chatloop.config import aws_region, from_environment
 from chatloop.deadline import until
 from chatloop.observability import logger
 from chatloop.providers import warmup
@@ -94,11 +94,6 @@ _TOO_LONG = (
     "maximum context",
     "exceeds the",
 )
-
-
-def region() -> str | None:
-    """The region Bedrock is called in (``AWS_REGION``, as Lambda sets it, else ``AWS_DEFAULT_REGION``)."""
-    return from_environment("AWS_REGION") or from_environment("AWS_DEFAULT_REGION")
 
 
 def client(region_name: str) -> Any:
@@ -223,7 +218,7 @@ class BedrockModel:
         if time_left <= 0:
             raise DeadlineExceeded("no time left for a model call", model=self.name)
         params = converse_params(self.info, request)
-        where = region()
+        where = aws_region()
         if where is None:
             raise AuthFailed(f"{self.name}: no AWS_REGION configured", model=self.name)
         # The last model of a chain is waited for until the deadline (issue #41): there is no next one to skip to.

@@ -17,10 +17,10 @@ Usage::
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
+from typing import Any
 
-from chatloop.config import DEFAULT_MODEL_CHAIN, ConfigError, Settings, from_environment
+from chatloop.config import DEFAULT_MODEL_CHAIN, ConfigError, Settings, aws_region, from_environment
 from chatloop.observability import logger
-from chatloop.providers import bedrock
 from chatloop.providers.base import ChatModel
 from chatloop.providers.catalog import Catalog, ProviderInfo, split_entry
 from chatloop.providers.chain import FallbackChain
@@ -28,13 +28,22 @@ from chatloop.providers.demo import DemoModel
 from chatloop.providers.groq import GroqModel
 from chatloop.providers.openai import OpenAIModel
 
+
+def _bedrock_model(*args: Any, **kwargs: Any) -> ChatModel:
+    """A ``bedrock:`` member: its module (the Converse mapping, botocore's client) is imported with the first chain
+    that names one, not by ``import app`` (most chains name none; ~4 ms of every cold start otherwise)."""
+    from chatloop.providers.bedrock import BedrockModel
+
+    return BedrockModel(*args, **kwargs)
+
+
 # ``local:`` is any OpenAI-compatible server at LOCAL_BASE_URL (llama-server --jinja, Ollama, vLLM), through the openai
 # SDK, beside OpenAI's own API in the same chain.
 ADAPTERS: dict[str, Callable[..., ChatModel]] = {
     "groq": GroqModel,
     "openai": OpenAIModel,
     "local": OpenAIModel,
-    "bedrock": bedrock.BedrockModel,
+    "bedrock": _bedrock_model,
 }
 
 
@@ -42,7 +51,7 @@ def provider_usable(provider: ProviderInfo, keys: Mapping[str, str | None]) -> b
     """A hosted provider needs its key; a self-hosted one (``key_required: false``) needs its base URL; Bedrock
     needs a region (its credentials are the role's, found when it is called)."""
     if provider.name == "bedrock":
-        return bedrock.region() is not None
+        return aws_region() is not None
     if provider.key_required:
         return bool(keys.get(provider.name))
     return bool(provider.base_url_env and from_environment(provider.base_url_env))

@@ -48,6 +48,9 @@ PRIME_WAIT_SECONDS = 2.0
 PRIMERS: dict[str, Callable[[], None]] = {}
 """``prime_modules`` for an SDK that is not OpenAI-shaped, by module (``botocore``: registered by ``providers.bedrock``,
 which has no HTTP client of ours to prime)."""
+REGISTERED_BY = {"botocore": "chatloop.providers.bedrock"}
+"""The module that registers an SDK's ``PRIMERS`` entry when imported: imported by ``prime`` if nothing has yet (a
+chain names the SDK's member only when it is built; a snapshot may prime before that)."""
 """The longest the first answer's chunks wait for that thread (it takes ~15 ms of CPU: ~50 ms at 512 MB)."""
 _LOCK = threading.Lock()
 CA_DIR = "chatloop-ca"
@@ -147,6 +150,10 @@ def prime(sdk_module: str) -> None:
     with _LOCK:
         claimed = sdk_module not in _PRIMED
         _PRIMED.add(sdk_module)
+    if sdk_module in REGISTERED_BY:
+        importlib.import_module(
+            REGISTERED_BY[sdk_module]
+        )  # registers the SDK's priming (once: a module is cached)
     if sdk_module in PRIMERS:
         if claimed:
             PRIMERS[sdk_module]()
@@ -172,6 +179,8 @@ def prime(sdk_module: str) -> None:
 
 def prime_modules(sdk_module: str) -> None:
     """``prime`` without the HTTP client: the modules, the chunk schema, the platform facts, the TLS context."""
+    if sdk_module in REGISTERED_BY:
+        importlib.import_module(REGISTERED_BY[sdk_module])
     if sdk_module in PRIMERS:
         PRIMERS[sdk_module]()
         return

@@ -7,7 +7,7 @@ each over one backend of two.
 - ``DynamoDBBackend`` (``store/dynamodb.py``): one table when ``CONVERSATION_TABLE_NAME`` is set (deployed).
 
 Modules: ``model`` (the values and the ``Backend`` protocol), ``protocol`` (what the API calls: a small protocol
-per aggregate, and ``ConversationStore``, one of each), ``core`` (the steps they share: a backend call within the
+per aggregate, and ``StateStore``, one of each), ``core`` (the steps they share: a backend call within the
 deadline, records with their TTL, pages, event lists), one module per aggregate (``conversations``, ``responses``,
 ``runs``, ``claims``), ``service`` (``Store``: the aggregates over one backend), ``sqlite``, and ``dynamodb`` (the
 operations) with ``dynamodb_layout`` (how records map to table items) and ``dynamodb_client`` (the client and its
@@ -44,7 +44,7 @@ from chatloop.store.model import (
     StoreUnavailable,
     new_id,
 )
-from chatloop.store.service import ConversationStore, Store
+from chatloop.store.service import StateStore, Store
 
 if TYPE_CHECKING:
     from chatloop.config import Settings
@@ -52,11 +52,11 @@ if TYPE_CHECKING:
 
 __all__ = [
     "Conversation",
-    "ConversationStore",
     "Item",
     "ListName",
     "Page",
     "PageQuery",
+    "StateStore",
     "Store",
     "StoreUnavailable",
     "StoredEvent",

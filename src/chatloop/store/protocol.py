@@ -1,5 +1,5 @@
 """What the API needs of the store, as small protocols by aggregate (conversations, responses, runs, claims) and
-``ConversationStore``, the store that holds one of each (``Store`` in ``service.py`` is the one implementation,
+``StateStore``, the store that holds one of each (``Store`` in ``service.py`` is the one implementation,
 over SQLite or DynamoDB; a test builds a real one, on a temporary SQLite file). The budget ledger is its own
 (``store.budget.Ledger``), and so are the idempotency records (``store.idempotency``).
 
@@ -9,7 +9,7 @@ in its list.
 
 Usage::
 
-    async def show(store: ConversationStore, owner: str, conversation_id: str, deadline: Deadline) -> JSONObject:
+    async def show(store: StateStore, owner: str, conversation_id: str, deadline: Deadline) -> JSONObject:
         conversation = await store.conversations.get(owner, conversation_id, deadline)
         return conversation.as_object() if conversation else {"error": "not found"}
 """
@@ -28,10 +28,10 @@ from chatloop.store.runs import Run, RunStatus
 __all__ = [
     "ClaimRecords",
     "ConversationRecords",
-    "ConversationStore",
     "CursorNotFound",
     "ResponseRecords",
     "RunRecords",
+    "StateStore",
 ]
 
 
@@ -158,7 +158,7 @@ class ClaimRecords(Protocol):
     async def release(self, owner: str, claim_id: str, deadline: Deadline) -> None: ...
 
 
-class ConversationStore(Protocol):
+class StateStore(Protocol):
     """The store the API calls: one of each aggregate, all in one table or file."""
 
     @property

@@ -1,4 +1,4 @@
-"""``Store``: the one implementation of ``ConversationStore`` (``protocol.py``): one ``Core`` (a synchronous
+"""``Store``: the one implementation of ``StateStore`` (``protocol.py``): one ``Core`` (a synchronous
 ``Backend``, SQLite or DynamoDB, run in a worker thread within each call's deadline) and each aggregate over it.
 
 Usage::
@@ -15,15 +15,15 @@ from chatloop.store.claims import Claims
 from chatloop.store.conversations import Conversations
 from chatloop.store.core import MAX_EVENTS_READ, Core, CursorNotFound, owner_key
 from chatloop.store.model import Backend
-from chatloop.store.protocol import ConversationStore
+from chatloop.store.protocol import StateStore
 from chatloop.store.responses import Responses
 from chatloop.store.runs import Runs
 
-__all__ = ["MAX_EVENTS_READ", "ConversationStore", "CursorNotFound", "Store", "owner_key"]
+__all__ = ["MAX_EVENTS_READ", "CursorNotFound", "StateStore", "Store", "owner_key"]
 
 
 class Store:
-    """``ConversationStore`` over a ``Backend``; ``ttl_seconds`` from creation for every record and its lists."""
+    """``StateStore`` over a ``Backend``; ``ttl_seconds`` from creation for every record and its lists."""
 
     def __init__(self, backend: Backend, ttl_seconds: int):
         self.core = Core(backend, ttl_seconds)

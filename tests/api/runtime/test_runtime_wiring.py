@@ -21,9 +21,9 @@ def test_no_key_is_read_and_no_store_file_made_before_a_request_needs_them(tmp_p
     assert runtime.models.chain().entries()  # the first turn reads the keys, once
     runtime.models.chain()
     assert reads == [settings]
-    store = runtime.stores.conversations()
+    store = runtime.stores.state()
     asyncio.run(store.conversations.create("alice", {}, [], Deadline.after(10)))
-    assert (tmp_path / "c.sqlite3").exists() and runtime.stores.conversations() is store
+    assert (tmp_path / "c.sqlite3").exists() and runtime.stores.state() is store
 
 
 def test_settings_swapped_on_a_running_app_reach_every_part(tmp_path):
@@ -32,5 +32,5 @@ def test_settings_swapped_on_a_running_app_reach_every_part(tmp_path):
     runtime.settings = swapped
     assert runtime.models.settings is runtime.tools.settings is runtime.stores.settings is swapped
     assert runtime.limits.max_iterations == 3
-    asyncio.run(runtime.stores.conversations().conversations.create("alice", {}, [], Deadline.after(10)))
+    asyncio.run(runtime.stores.state().conversations.create("alice", {}, [], Deadline.after(10)))
     assert (tmp_path / "b.sqlite3").exists() and not (tmp_path / "a.sqlite3").exists()

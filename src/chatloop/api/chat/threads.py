@@ -129,7 +129,7 @@ def running_turn(
     """The turn's events, run to the end (and stored by ``save_chat_turn``) whether or not the client stays,
     journaled (a reloaded page follows it on any copy: ``GET /chat/follow``), and ended with an ``error`` and a
     ``done`` when a client stops it (``POST /chat/stop``, on any copy)."""
-    store = ctx.runtime.stores.conversations()
+    store = ctx.runtime.stores.state()
 
     def stopped() -> list[Event]:
         return [
@@ -223,7 +223,7 @@ async def save_chat_turn(ctx: RequestContext, thread: ChatThread, events: list[E
         outputs.insert(0, Item(thread.compaction["id"], json_object(thread.compaction)))
     deadline = ctx.write_deadline()
     try:
-        await ctx.runtime.stores.conversations().conversations.append_items(
+        await ctx.runtime.stores.state().conversations.append_items(
             thread.owner, thread.conversation_id, [*inputs, *outputs], deadline
         )
     except StoreUnavailable as error:

@@ -1,4 +1,4 @@
-"""The conversation store from a request: the caller's store (``store_context``), its failures as a 503
+"""The state store from a request: the caller's store (``store_context``), its failures as a 503
 (``store_errors``), the one 404 for what is missing or another caller's (``not_found``), and OpenAI's list and
 resume parameters (``page_query``, ``starting_after``, read through ``api.http.query``). Shared by every route that
 reads or writes kept state: conversations, stored responses, background responses, ``/chat`` threads and approvals.
@@ -29,7 +29,7 @@ from chatloop.store.model import Order, PageQuery, StoreUnavailable
 
 if TYPE_CHECKING:
     from chatloop.deadline import Deadline
-    from chatloop.store.service import ConversationStore
+    from chatloop.store.service import StateStore
 
 CONVERSATION_ID = re.compile(r"^conv_[A-Za-z0-9]{1,128}$")
 ITEM_ID = re.compile(r"^[a-z]{2,8}_[A-Za-z0-9_-]{1,128}$")
@@ -39,13 +39,13 @@ ITEM_ID = re.compile(r"^[a-z]{2,8}_[A-Za-z0-9_-]{1,128}$")
 RESPONSE_ID = re.compile(r"^resp_[A-Za-z0-9_-]{1,128}$")
 
 
-def store_context(request: Request) -> tuple[ConversationStore, str, Deadline]:
-    """The conversation store, the owner of the records it reads and writes (the caller: a 401 when the request
+def store_context(request: Request) -> tuple[StateStore, str, Deadline]:
+    """The state store, the owner of the records it reads and writes (the caller: a 401 when the request
     names none) and the deadline of one store call."""
     return owned_store(RequestContext.of(request))
 
 
-def owned_store(ctx: RequestContext) -> tuple[ConversationStore, str, Deadline]:
+def owned_store(ctx: RequestContext) -> tuple[StateStore, str, Deadline]:
     """``store_context`` for a turn's context (an HTTP request's, a job's, a WebSocket message's)."""
     caller = ctx.caller
     if caller is None:
@@ -53,7 +53,7 @@ def owned_store(ctx: RequestContext) -> tuple[ConversationStore, str, Deadline]:
             401, "unauthenticated", "this request names no caller (no API key id or IAM identity)"
         )
     return (
-        ctx.runtime.stores.conversations(),
+        ctx.runtime.stores.state(),
         caller,
         ctx.store_deadline(),
     )  # the caller's records: it owns them

@@ -34,7 +34,7 @@ from chatloop.store.model import Item, Page, PageQuery, new_id
 
 if TYPE_CHECKING:
     from chatloop.deadline import Deadline
-    from chatloop.store.protocol import ConversationStore
+    from chatloop.store.protocol import StateStore
 
 
 def stored_items(items: Sequence[InputItem]) -> list[Item]:
@@ -119,7 +119,7 @@ HISTORY_PAGE = 100
 
 
 async def conversation_history(
-    store: ConversationStore, owner: str, conversation_id: str, deadline: Deadline
+    store: StateStore, owner: str, conversation_id: str, deadline: Deadline
 ) -> list[InputItem]:
     """The conversation's items, oldest first, as input items (a 404 when the caller has no such conversation)."""
 

@@ -44,7 +44,7 @@ from chatloop.jsontypes import JSONObject
 from chatloop.observability import logger
 from chatloop.redaction import redact
 from chatloop.store.model import StoredEvent, StoredResponse, StoreUnavailable
-from chatloop.store.protocol import ConversationStore
+from chatloop.store.protocol import StateStore
 from chatloop.store.runs import ACTIVE
 
 if TYPE_CHECKING:
@@ -111,7 +111,7 @@ async def follow(
 
 
 def follow_response(
-    store: ConversationStore,
+    store: StateStore,
     owner: str,
     response_id: str,
     first: Sequence[StoredEvent],
@@ -128,7 +128,7 @@ def follow_response(
 
 
 async def follow_chat_turn(
-    store: ConversationStore,
+    store: StateStore,
     owner: str,
     conversation_id: str,
     after: int,
@@ -174,7 +174,7 @@ def resume_here(after: int, why: str = "this stream reached its time limit") -> 
 
 
 async def _ended_unjournaled(
-    store: ConversationStore, owner: str, response_id: str, after: int, longest: float
+    store: StateStore, owner: str, response_id: str, after: int, longest: float
 ) -> JSONObject | None:
     """The terminal event of a response that ended without one in the journal (its last write failed, or it died and
     this read turned it ``failed``); None while it runs."""
@@ -201,7 +201,7 @@ def terminal_event(body: JSONObject, number: int) -> JSONObject:
 
 
 async def settled(
-    store: ConversationStore, owner: str, response_id: str, longest: float, deadline: Deadline
+    store: StateStore, owner: str, response_id: str, longest: float, deadline: Deadline
 ) -> StoredResponse | None:
     """The stored response as it stands; a dead turn (see the module docstring) is ended ``failed`` first."""
     stored = await store.responses.get(owner, response_id, deadline)
@@ -225,7 +225,7 @@ async def settled(
 
 
 async def end_response(
-    store: ConversationStore,
+    store: StateStore,
     owner: str,
     response_id: str,
     stored: StoredResponse,

@@ -37,7 +37,7 @@ from chatloop.deadline import Deadline
 from chatloop.jsontypes import json_object
 from chatloop.observability import logger
 from chatloop.store.model import StoredEvent, StoreUnavailable
-from chatloop.store.protocol import ConversationStore
+from chatloop.store.protocol import StateStore
 
 if TYPE_CHECKING:
     from chatloop.store.protocol import RunRecords
@@ -74,7 +74,7 @@ class EventLog:
     after: Read
 
 
-def response_log(store: ConversationStore, owner: str, response_id: str) -> EventLog:
+def response_log(store: StateStore, owner: str, response_id: str) -> EventLog:
     """A stored response's events (kept with the response, deleted with it)."""
 
     async def append(batch: list[StoredEvent], deadline: Deadline) -> object:

@@ -17,7 +17,7 @@ from chatloop.api.runs.running import CANCEL_POLL_SECONDS, Stop
 from chatloop.deadline import Deadline
 from chatloop.observability import logger
 from chatloop.store.model import StoreUnavailable
-from chatloop.store.protocol import ConversationStore
+from chatloop.store.protocol import StateStore
 from chatloop.store.runs import ACTIVE, RunStatus
 
 STORE_CALL_SECONDS = 5.0
@@ -29,7 +29,7 @@ def call_deadline() -> Deadline:
 
 
 def watcher(
-    store: ConversationStore, owner: str, key: str, turn: str, *, begin: bool
+    store: StateStore, owner: str, key: str, turn: str, *, begin: bool
 ) -> Callable[[Stop], Coroutine[Any, Any, None]]:
     """Reads the run every ``CANCEL_POLL_SECONDS`` and stops the turn when a client asked (``begin``: records the
     run first, ``in_progress``)."""
@@ -58,7 +58,7 @@ def watcher(
     return watch
 
 
-async def end_run(store: ConversationStore, owner: str, key: str, turn: str, status: RunStatus) -> None:
+async def end_run(store: StateStore, owner: str, key: str, turn: str, status: RunStatus) -> None:
     """Move the run to its final ``status`` (if it is still this turn's and active)."""
     try:
         await store.runs.move(owner, key, turn, ACTIVE, status, call_deadline())

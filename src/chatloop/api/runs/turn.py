@@ -36,7 +36,7 @@ from chatloop.deadline import Deadline
 from chatloop.jsontypes import json_object
 from chatloop.observability import logger
 from chatloop.store.model import Item, StoreUnavailable, new_id
-from chatloop.store.protocol import ConversationStore
+from chatloop.store.protocol import StateStore
 from chatloop.store.runs import Run, RunStatus
 
 if TYPE_CHECKING:
@@ -49,7 +49,7 @@ T = TypeVar("T")
 class RunningTurn:
     """A stored turn as it runs (see the module docstring)."""
 
-    store: ConversationStore
+    store: StateStore
     owner: str
     key: str
     """What a stop names: the conversation's id (``/chat``) or the response's."""
@@ -87,7 +87,7 @@ class RunningTurn:
             await self.ended(status)
 
 
-def chat_turn(store: ConversationStore, owner: str, conversation_id: str) -> RunningTurn:
+def chat_turn(store: StateStore, owner: str, conversation_id: str) -> RunningTurn:
     """A new ``/chat`` turn in a stored conversation: its run (``run_<conversation id>``, naming the turn) and its
     journal (``run_<turn id>``) are written beside the turn, with its first events, never before its first token; it
     ends ``cancelled`` when a client stopped it, else ``completed``."""
@@ -108,7 +108,7 @@ def chat_turn(store: ConversationStore, owner: str, conversation_id: str) -> Run
 
 
 def response_turn(
-    store: ConversationStore,
+    store: StateStore,
     owner: str,
     response_id: str,
     *,
@@ -154,7 +154,7 @@ def response_turn(
     )
 
 
-async def _deleted(store: ConversationStore, owner: str, response_id: str, deadline: Deadline) -> bool:
+async def _deleted(store: StateStore, owner: str, response_id: str, deadline: Deadline) -> bool:
     """Whether the response is gone (deleted while its turn ran); False when the store cannot tell (the webhook is
     then sent: a receiver told of a response it cannot fetch is better than one never told of an ending)."""
     try:
@@ -164,7 +164,7 @@ async def _deleted(store: ConversationStore, owner: str, response_id: str, deadl
 
 
 async def settle_record(
-    store: ConversationStore, owner: str, response_id: str, journal: Journal, deadline: Callable[[], Deadline]
+    store: StateStore, owner: str, response_id: str, journal: Journal, deadline: Callable[[], Deadline]
 ) -> RunStatus:
     """The record's final status: what the terminal event says; a failed or cancelled turn (which the door does not
     store) has its record take that response; no terminal event at all is a failure."""
@@ -185,13 +185,13 @@ async def settle_record(
     return final
 
 
-async def ask_to_stop(store: ConversationStore, owner: str, key: str, deadline: Deadline) -> Run | None:
+async def ask_to_stop(store: StateStore, owner: str, key: str, deadline: Deadline) -> Run | None:
     """Ask the turn running under ``key`` on whichever copy runs it to stop: a cancel request on its run (read by
     its watcher within ``running.CANCEL_POLL_SECONDS``); the run as it stands afterwards (None: no run)."""
     return await store.runs.cancel(owner, key, deadline)
 
 
-async def cancel_queued(store: ConversationStore, owner: str, key: str, deadline: Deadline) -> bool:
+async def cancel_queued(store: StateStore, owner: str, key: str, deadline: Deadline) -> bool:
     """End a run no worker has claimed yet, ``queued -> cancelled``, once: False when a worker claimed it first (it
     stops through its watcher), or it ended."""
     return await store.runs.move(owner, key, key, {"queued"}, "cancelled", deadline) is not None

@@ -14,7 +14,7 @@ Usage::
     runtime = Runtime(Settings.from_env())
     model = runtime.models.for_turn("groq:llama-3.3-70b-versatile", strict=True)   # a FallbackChain for one turn
     registry = await runtime.tools.for_turn(deadline)              # the built-in tool and the MCP servers' tools
-    store = runtime.stores.conversations()                         # opened on first use
+    store = runtime.stores.state()                         # opened on first use
     runtime.prime(["groq"], ["chatloop.api.openai.responses.endpoint"])   # before a snapshot: no key, process or connection
     runtime.forget_credentials()                                   # keys and the chain are read again on next use
 """
@@ -38,7 +38,7 @@ from chatloop.tools.base import ToolRegistry
 
 if TYPE_CHECKING:
     from chatloop.providers.budgeted import Book
-    from chatloop.store.protocol import ConversationStore
+    from chatloop.store.protocol import StateStore
 
 __all__ = [
     "BUILTIN_TOOLS",
@@ -101,11 +101,11 @@ class Runtime:
         chain: FallbackChain | None = None,
         registry: ToolRegistry | None = None,
         keys_loader: KeysLoader = load_provider_keys,
-        conversations: ConversationStore | None = None,
+        state: StateStore | None = None,
     ):
         self.models = Models(settings, chain=chain, keys_loader=keys_loader)
         self.tools = Tools(settings, registry)
-        self.stores = Stores(settings, conversations)
+        self.stores = Stores(settings, state)
         self._settings = settings
         self._limits = (settings, engine_limits(settings))
         self._budgets: Book | None = None

@@ -12,12 +12,12 @@ Usage::
 
 from __future__ import annotations
 
+import sys
 import threading
 from collections.abc import Callable
 
 from chatloop.config import DEFAULT_MODEL_CHAIN, Settings
 from chatloop.observability import logger
-from chatloop.providers import bedrock
 from chatloop.providers.catalog import Catalog, split_entry
 from chatloop.providers.chain import FallbackChain
 from chatloop.providers.factory import (
@@ -115,7 +115,9 @@ class Models:
             self._chain = None
             self._chain_error = None
         drop_clients()
-        bedrock.drop_clients()
+        bedrock = sys.modules.get("chatloop.providers.bedrock")  # imported only by a chain that names Bedrock
+        if bedrock is not None:
+            bedrock.drop_clients()
 
     def for_turn(self, requested: str | None, strict: bool) -> FallbackChain:
         """The chain for one turn, started at ``requested`` when it names a chain entry or an available catalog

@@ -1,11 +1,11 @@
-"""``Stores``: what the container keeps beyond a request: the conversation store (DynamoDB or the SQLite file,
-opened on first use: no I/O until a request needs it) and, when IDEMPOTENCY_TABLE_NAME is set, the idempotency
+"""``Stores``: what the container keeps beyond a request: the state store (every aggregate: conversations,
+responses, runs, claims; DynamoDB or the SQLite file, opened on first use: no I/O until a request needs it) and, when IDEMPOTENCY_TABLE_NAME is set, the idempotency
 records. The budget ledger is the budgets' own (``Runtime.budgets``).
 
 Usage::
 
     stores = Stores(Settings.from_env())
-    store = stores.conversations()                         # store.conversations, .responses, .runs, .claims
+    store = stores.state()                         # store.conversations, .responses, .runs, .claims
     stores.idempotency                                     # None: IDEMPOTENCY_TABLE_NAME is not set
 """
 
@@ -18,15 +18,15 @@ from chatloop.config import Settings
 
 if TYPE_CHECKING:
     from chatloop.store.idempotency import IdempotencyRecords
-    from chatloop.store.protocol import ConversationStore
+    from chatloop.store.protocol import StateStore
 
 
 class Stores:
     """The stores of the container (``settings`` may be swapped by the runtime that holds it)."""
 
-    def __init__(self, settings: Settings, conversations: ConversationStore | None = None):
+    def __init__(self, settings: Settings, state: StateStore | None = None):
         self.settings = settings
-        self._conversations = conversations
+        self._state = state
         self._lock = threading.Lock()
         self.idempotency: IdempotencyRecords | None = None
         if settings.idempotency_table_name:
@@ -36,11 +36,11 @@ class Stores:
                 settings.idempotency_table_name, settings.idempotency_expiry_seconds
             )
 
-    def conversations(self) -> ConversationStore:
-        """The conversation store, opened on first use."""
+    def state(self) -> StateStore:
+        """The state store, opened on first use."""
         with self._lock:
-            if self._conversations is None:
+            if self._state is None:
                 from chatloop.store import open_store
 
-                self._conversations = open_store(self.settings)
-            return self._conversations
+                self._state = open_store(self.settings)
+            return self._state

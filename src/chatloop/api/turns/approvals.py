@@ -278,7 +278,7 @@ async def _claim(ctx: RequestContext, ids: Sequence[str]) -> list[bool]:
         raise RequestError(
             401, "unauthenticated", "answering an approval needs a caller (an API key or identity)"
         )
-    store = ctx.runtime.stores.conversations()
+    store = ctx.runtime.stores.state()
     deadline = ctx.store_deadline()
     with store_errors():
         return [await store.claims.claim(ctx.caller, f"apr_{rid}", deadline) for rid in ids]
@@ -289,7 +289,7 @@ async def give_back(ctx: RequestContext, answers: Sequence[ApprovalAnswer]) -> N
     answer may be sent again, and is still used once."""
     if not answers or ctx.caller is None:
         return
-    store = ctx.runtime.stores.conversations()
+    store = ctx.runtime.stores.state()
     with store_errors():
         for answer in answers:
             await store.claims.release(ctx.caller, f"apr_{answer.call.id}", ctx.store_deadline())

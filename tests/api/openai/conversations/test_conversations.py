@@ -179,7 +179,7 @@ def test_a_store_that_hangs_or_is_down_is_a_503_within_the_timeout(tmp_path, fai
     else:
         (tmp_path / "file").write_text("a file where a directory should be")
         store = Store(SQLiteBackend(tmp_path / "file" / "c.sqlite3"), 3600)
-    with Server(create_app(settings, runtime=runtime_for(settings, conversations=store))) as running:
+    with Server(create_app(settings, runtime=runtime_for(settings, state=store))) as running:
         started = time.monotonic()
         with pytest.raises(openai.InternalServerError) as raised:
             client(running).conversations.create(metadata={"a": "b"})

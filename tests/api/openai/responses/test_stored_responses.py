@@ -266,7 +266,7 @@ def test_a_store_that_fails_is_a_503_for_state_and_no_answer_is_lost_without_it(
         settings,
         chain=FallbackChain([recorder]),
         registry=ToolRegistry([ExecuteJavaScriptTool(sandbox)]),
-        conversations=store,
+        state=store,
     )
     with Server(create_app(settings, runtime=runtime)) as running:
         alice = client(running)
@@ -355,7 +355,7 @@ def test_a_turn_that_ran_to_its_deadline_is_still_stored(tmp_path, app_runtime, 
         settings,
         model=WritesUntilItsDeadline(),
         registry=ToolRegistry(),
-        conversations=Store(SlowWrites(tmp_path / "s.sqlite3"), 3600),
+        state=Store(SlowWrites(tmp_path / "s.sqlite3"), 3600),
     )
 
     def call(method: str, path: str, body: Any = None) -> dict[str, Any]:

@@ -131,7 +131,7 @@ async def _start_worker(ctx: RequestContext, owner: str, rid: str) -> None:
         )
     except Exception as error:  # the turn never starts: say so now, and leave no queued record behind
         logger.exception("the asynchronous invocation of a background response failed")
-        store = ctx.runtime.stores.conversations()
+        store = ctx.runtime.stores.state()
         with store_errors():
             stored = await store.responses.get(owner, rid, call_deadline())
             if stored is not None:

@@ -32,7 +32,7 @@ def stream(
     """The turn's stream (redacted SSE chunks), produced to its end by a task of its own and journaled; a turn
     whose run was recorded when it was queued (``ctx.prior.recorded``: a background one's) continues that record
     and can be cancelled."""
-    store, owner = ctx.runtime.stores.conversations(), keeping.owner
+    store, owner = ctx.runtime.stores.state(), keeping.owner
     if owner is None:
         raise TypeError("a journaled response is kept for a caller")
     rid = response_id(ctx.request_id)

@@ -65,7 +65,7 @@ from chatloop.store.service import CursorNotFound
 if TYPE_CHECKING:
     from chatloop.api.openai.responses.objects import FinishedResponse
     from chatloop.deadline import Deadline
-    from chatloop.store.service import ConversationStore
+    from chatloop.store.service import StateStore
 
 MAX_CHAIN = 100
 """How many earlier responses a ``previous_response_id`` chain may follow back (each is two reads)."""
@@ -75,7 +75,7 @@ MAX_CHAIN = 100
 class Keeping:
     """What one ``/v1/responses`` request keeps and continues from: decided before the turn, used after it."""
 
-    store: ConversationStore | None
+    store: StateStore | None
     owner: str | None
     deadline: Deadline | None
     conversation_id: str | None = None
@@ -113,8 +113,8 @@ async def prepare(ctx: RequestContext, body: ResponsesBody) -> Keeping:
         return Keeping(None, None, None)  # store left to its default: nothing can be kept for nobody
     runtime = ctx.runtime
     deadline = ctx.store_deadline()
-    keeping = Keeping(runtime.stores.conversations() if body.store is not False else None, caller, deadline)
-    store = runtime.stores.conversations()
+    keeping = Keeping(runtime.stores.state() if body.store is not False else None, caller, deadline)
+    store = runtime.stores.state()
     with store_errors():
         if body.previous_response_id is not None:
             keeping.history = await _chain(store, caller, checked_id(body.previous_response_id), deadline)
@@ -135,7 +135,7 @@ async def save(
     Returns the response as it should be shown: ``store: false`` when it could not be kept."""
     if keeping.owner is None or (keeping.store is None and keeping.conversation_id is None):
         return response
-    store = ctx.runtime.stores.conversations()
+    store = ctx.runtime.stores.state()
     deadline = ctx.write_deadline()
     inputs = input_items(body)
     outputs = [Item(o["id"], json_object(o)) for o in response["output"]]
@@ -157,7 +157,7 @@ async def save(
 
 async def _journaled(
     keeping: Keeping,
-    store: ConversationStore,
+    store: StateStore,
     response: FinishedResponse,
     outputs: list[Item],
     deadline: Deadline,
@@ -258,9 +258,7 @@ async def list_input_items(request: Request) -> Response:
 
 
 # --- shared steps ---------------------------------------------------------------------------------
-async def _chain(
-    store: ConversationStore, owner: str, response_id: str, deadline: Deadline
-) -> list[InputItem]:
+async def _chain(store: StateStore, owner: str, response_id: str, deadline: Deadline) -> list[InputItem]:
     """Every earlier response's input and output items, oldest first, following ``previous_response_id`` back."""
     turns: list[list[JSONObject]] = []
     current: str | None = response_id

@@ -37,7 +37,7 @@ if TYPE_CHECKING:
     from chatloop.api.runtime import Runtime
     from chatloop.config import Settings
     from chatloop.store.model import StoredResponse
-    from chatloop.store.protocol import ConversationStore, RunRecords
+    from chatloop.store.protocol import RunRecords, StateStore
 
 EVENT_KEY = "chatloop_background"
 """The asynchronous invocation's payload: ``{"chatloop_background": {"response_id": …, "owner": …}}``."""
@@ -72,7 +72,7 @@ async def run_worker(runtime: Runtime, event: Mapping[str, Any], seconds_left: f
     rid, owner = task.get("response_id"), task.get("owner")
     if not isinstance(rid, str) or not isinstance(owner, str) or not rid.startswith(RESPONSE_ID_PREFIX):
         return {"ran": False, "reason": "malformed event"}
-    store = runtime.stores.conversations()
+    store = runtime.stores.state()
     runs = store.runs
     claimed = await runs.move(owner, rid, rid, {"queued"}, "in_progress", call_deadline())
     if claimed is None:
@@ -98,7 +98,7 @@ async def run_worker(runtime: Runtime, event: Mapping[str, Any], seconds_left: f
 
 
 async def _run(
-    ctx: RequestContext, job: TurnJob, store: ConversationStore, runs: RunRecords, stored: StoredResponse
+    ctx: RequestContext, job: TurnJob, store: StateStore, runs: RunRecords, stored: StoredResponse
 ) -> JSONObject:
     """The claimed job run to its end: ``{"ran": true, "status": …}``."""
     runtime, owner, rid = ctx.runtime, job.owner, job.response_id
