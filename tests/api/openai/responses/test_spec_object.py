@@ -36,7 +36,11 @@ WEATHER = {
     "type": "function",
     "name": "get_weather",
     "description": "Get the current weather for a location",
-    "parameters": {"type": "object", "properties": {"location": {"type": "string"}}, "required": ["location"]},
+    "parameters": {
+        "type": "object",
+        "properties": {"location": {"type": "string"}},
+        "required": ["location"],
+    },
 }
 """The function tool of the spec's compliance suite (``tool-calling``): no ``strict``, as its clients send it."""
 
@@ -112,7 +116,9 @@ def script(request: ModelRequest, n: int) -> ModelResponse:
     if "fail" in last:
         raise RequestTooLarge("the prompt is past the tier's limit", model="scripted:model")  # no cooldown
     if "weather" in last and request.tools:
-        return ModelResponse("", tool_calls=[call("get_weather", {"location": "SF"})], finish_reason="tool_calls")
+        return ModelResponse(
+            "", tool_calls=[call("get_weather", {"location": "SF"})], finish_reason="tool_calls"
+        )
     if "cut" in last:
         return ModelResponse("", content="Once upon a", finish_reason="length")
     return ModelResponse("", content="Hello there, friend.", finish_reason="stop")
