@@ -45,7 +45,7 @@ def model(tmp_path, app_runtime) -> ScriptedModel:
 
 def test_the_spec_names_these_fields_and_only_model_is_required():
     """What the tests below hold the route to: the spec's body as the generated model has it."""
-    assert SPEC_FIELDS == {"model", "input", "previous_response_id", "instructions", "prompt_cache_key"}
+    assert {"model", "input", "previous_response_id", "instructions", "prompt_cache_key"} == SPEC_FIELDS
     assert spec.CompactResponseMethodPublicBody.model_json_schema()["required"] == ["model"]
 
 

@@ -12,7 +12,6 @@ Usage::
 from __future__ import annotations
 
 import time
-
 from typing import Annotated
 
 from pydantic import BaseModel, ConfigDict, Field, StrictStr
