@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-import jsonschema
+import jsonschema  # type: ignore[import-untyped]  # no stubs in the dev pins
 import openresponses_types as spec
 import pytest
 

@@ -18,7 +18,7 @@ from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
 import httpx
-import jsonschema
+import jsonschema  # type: ignore[import-untyped]  # no stubs in the dev pins
 import openai.types.responses as sdk_types
 import openresponses_types as spec
 import pytest
@@ -75,8 +75,9 @@ def _schema(model: type[BaseModel]) -> dict[str, Any]:
     return schema
 
 
-SCHEMAS = {model: _schema(model) for model in {spec.ResponseResource, *EVENT_MODELS.values()}}
-SDK_EVENT = TypeAdapter(sdk_types.ResponseStreamEvent)
+SPEC_MODELS: list[type[BaseModel]] = [spec.ResponseResource, *EVENT_MODELS.values()]
+SCHEMAS = {model: _schema(model) for model in SPEC_MODELS}
+SDK_EVENT: TypeAdapter[Any] = TypeAdapter(sdk_types.ResponseStreamEvent)
 
 
 def schema_errors(model: type[BaseModel], data: dict[str, Any]) -> list[str]:
