@@ -12,6 +12,7 @@ The app runs under uvicorn in this process over a SQLite store, with a scripted 
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import json
 import time
 from collections.abc import AsyncIterator, Iterator
@@ -25,10 +26,12 @@ import pytest
 from pydantic import BaseModel, TypeAdapter
 
 from chatloop.config import Settings
+from chatloop.deadline import Deadline
 from chatloop.providers.base import ModelRequest, ModelResponse, StreamItem
 from chatloop.providers.failures import RequestTooLarge
 from chatloop.tools.base import ToolRegistry
 from tests.support.events import parse_sse
+from tests.support.handler import build_runtime
 from tests.support.models import ScriptedModel, call
 from tests.support.server import Server, app_server
 
@@ -229,6 +232,24 @@ def test_the_turn_s_values_are_echoed_the_providers_defaults_when_none_was_given
     assert given["tools"] == [{**WEATHER, "strict": True}]
     assert given["tool_choice"] == {"type": "function", "name": "get_weather"}
     assert given["instructions"] == "Be brief." and given["metadata"] == {"k": "v"}
+
+
+def test_a_response_stored_before_these_fields_is_read_back_as_the_spec_requires(server, http):
+    """A record the previous version wrote (kept CONVERSATION_TTL_SECONDS) is answered with the fields it lacks."""
+    answer, _ = create(http, input="hi", tools=[WEATHER])
+    assert answer is not None
+    gone = ("completed_at", "presence_penalty", "frequency_penalty")
+    usage = {**answer["usage"], "input_tokens_details": {"cached_tokens": 0}}
+    old = {k: v for k, v in answer.items() if k not in gone}
+    old |= {"temperature": None, "top_p": None, "tools": [WEATHER], "usage": usage}
+    old["text"] = {"format": {"type": "text"}, "verbosity": None}
+    # Written as that version wrote it, through another copy's store over the same file.
+    store = build_runtime(server.runtime.settings).stores.conversations()
+    owner = "local-key:" + hashlib.sha256(b"alice").hexdigest()[:32]
+    assert asyncio.run(store.responses.update(owner, answer["id"], old, [], Deadline.after(10)))
+    again = conforms(http.get(f"/responses/{answer['id']}").json())
+    assert again["completed_at"] is None and (again["temperature"], again["presence_penalty"]) == (1.0, 0.0)
+    assert again["tools"] == [{**WEATHER, "strict": None}] and again["output"] == answer["output"]
 
 
 def test_a_json_schema_format_is_echoed_whole(http):

@@ -110,6 +110,35 @@ def _text(body: ResponsesBody) -> TextConfig:
     return text
 
 
+def as_spec(body: JSONObject) -> JSONObject:
+    """A stored ``response`` as the spec requires it. One kept before these fields were written (issue 44; records
+    live CONVERSATION_TTL_SECONDS) is given them as they applied then: ``completed_at`` null, the sampling defaults
+    where a number is null or missing, function tools whole, no null ``verbosity``, ``cache_write_tokens`` 0. One
+    kept since is returned as it is.
+
+    Usage::
+
+        return JSONBody(as_spec(stored.body))
+    """
+    if "completed_at" in body:
+        return body
+    missing = {n: v for n, v in SAMPLING_DEFAULTS.items() if not isinstance(body.get(n), int | float)}
+    fixed: dict[str, object] = {**body, "completed_at": None, **missing}
+    tools = body.get("tools")
+    if isinstance(tools, list):
+        whole = {"description": None, "parameters": None, "strict": None}
+        fixed["tools"] = [
+            {**whole, **t} if isinstance(t, dict) and t.get("type") == "function" else t for t in tools
+        ]
+    text = body.get("text")
+    if isinstance(text, dict) and text.get("verbosity", "") is None:
+        fixed["text"] = {k: v for k, v in text.items() if k != "verbosity"}
+    usage = body.get("usage")
+    if isinstance(usage, dict) and isinstance(details := usage.get("input_tokens_details"), dict):
+        fixed["usage"] = {**usage, "input_tokens_details": {"cache_write_tokens": 0, **details}}
+    return json_object(fixed)
+
+
 # --- output ------------------------------------------------------------------------------------------
 def skeleton(request_id: str, echo: ResponseEcho, created: int) -> ResponseObject:
     """The ``response`` before its turn ran: ``in_progress``, no output, the request's settings echoed."""
