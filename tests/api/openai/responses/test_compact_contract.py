@@ -12,6 +12,8 @@ from typing import Any
 import jsonschema  # type: ignore[import-untyped]  # no stubs in the dev pins
 import openresponses_types as spec
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from chatloop.config import Settings
 from chatloop.providers.base import ModelRequest, ModelResponse
@@ -76,6 +78,20 @@ def test_a_field_the_compact_body_does_not_take_is_refused_by_name(model, field)
         "/v1/responses/compact", {"model": "chatloop", "input": "hi", field: REFUSED[field]}
     )
     assert status == 400 and refused["error"]["param"] == field, refused
+    assert model.calls == 0
+
+
+ACCEPTED = SPEC_FIELDS | {"prompt_cache_retention"}
+FIELD = st.text(st.characters(min_codepoint=0x21, max_codepoint=0x2FFF), min_size=1, max_size=24)
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(
+    name=FIELD.filter(lambda n: n not in ACCEPTED), value=st.none() | st.booleans() | st.integers() | FIELD
+)
+def test_any_other_field_is_refused_by_its_name(model, name, value):
+    status, refused = call("/v1/responses/compact", {"model": "chatloop", "input": "hi", name: value})
+    assert status == 400 and refused["error"]["param"] == name, refused
     assert model.calls == 0
 
 
