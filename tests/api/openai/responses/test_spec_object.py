@@ -277,6 +277,9 @@ def test_a_background_response_conforms_queued_followed_polled_and_cancelled(htt
     cancelled = http.post(f"/responses/{slow['id']}/cancel")
     assert cancelled.status_code == 200, cancelled.text
     assert conforms(cancelled.json())["status"] == "cancelled" and cancelled.json()["completed_at"] is None
+    replayed = http.get(f"/responses/{slow['id']}", params={"stream": "true"})
+    ended = events_conform([d for _, d in parse_sse(replayed.text)])[-1]
+    assert ended["type"] == "response.failed" and ended["response"]["status"] == "cancelled"
 
 
 def test_the_spec_s_error_event_shape_is_sent_with_openai_s_flat_fields():
