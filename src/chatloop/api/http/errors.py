@@ -41,6 +41,15 @@ def openai_error(
     return {"error": {"message": message, "type": kind, "param": param, "code": code}}
 
 
+def stream_error(
+    code: str, message: str, param: str | None = None, kind: str = "server_error"
+) -> dict[str, object]:
+    """The fields of a Responses stream's ``error`` event: openai-python reads ``code``, ``message`` and ``param``
+    flat (``ResponseErrorEvent``), the Open Responses spec in an ``error`` object (``ErrorStreamingEvent``: type,
+    code, message, param); both are sent, so either reader finds them."""
+    return {"code": code, "message": message, "param": param, **openai_error(message, code, kind, param)}
+
+
 class RequestError(Exception):
     def __init__(
         self,

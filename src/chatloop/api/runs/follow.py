@@ -163,7 +163,9 @@ def call_seconds() -> float:
 
 
 def resume_here(after: int, why: str = "this stream reached its time limit") -> JSONObject:
-    """The ``error`` event a follower ends with when the response has not ended: where to resume it."""
+    """The ``error`` event a follower ends with when the response has not ended: where to resume it. Flat (openai-python's
+    ``ResponseErrorEvent``), without the spec's nested ``error`` object: openai-python raises on an event that has one
+    (``_streaming.py``), and a follower must read this one as an event to resume."""
     return {
         "type": "error",
         "sequence_number": after,

@@ -40,7 +40,7 @@ from chatloop.api.http.context import RESPONSE_ID_PREFIX, RequestContext, respon
 from chatloop.api.http.errors import RequestError
 from chatloop.api.http.wire import JSONBody
 from chatloop.api.items.store import checked_id, not_found, store_context, store_errors
-from chatloop.api.openai.responses.render import skeleton
+from chatloop.api.openai.responses.render import as_spec, skeleton
 from chatloop.api.openai.responses.schemas import ResponsesBody
 from chatloop.api.openai.responses.sealed_request import seal_secrets
 from chatloop.api.openai.responses.stored import Keeping, input_items
@@ -212,7 +212,7 @@ async def cancel_response(request: Request) -> Response:
             stored = await end_response(store, owner, rid, stored, "cancelled", deadline)
             await released_from_queue(RequestContext.of(request), rid.removeprefix(RESPONSE_ID_PREFIX))
             await notify(RequestContext.of(request).settings, rid, "cancelled")
-            return JSONBody(stored.body)
+            return JSONBody(as_spec(stored.body))
         stop_here((owner, rid))
         waited = Deadline.after(min(CANCEL_WAIT_SECONDS, deadline.remaining()))
         while stored is not None and stored.body.get("status") in ("queued", "in_progress"):
@@ -222,4 +222,4 @@ async def cancel_response(request: Request) -> Response:
             stored = await store.responses.get(owner, rid, deadline)
     if stored is None:
         raise not_found("response", rid)
-    return JSONBody(stored.body)
+    return JSONBody(as_spec(stored.body))

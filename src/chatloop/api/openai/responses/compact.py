@@ -12,8 +12,9 @@ Usage::
 from __future__ import annotations
 
 import time
+from typing import Annotated
 
-from pydantic import ConfigDict, StrictStr
+from pydantic import BaseModel, ConfigDict, Field, StrictStr
 from starlette.requests import Request
 from starlette.responses import Response
 
@@ -41,21 +42,46 @@ from chatloop.store.model import new_id
 from chatloop.tools.base import ToolRegistry
 
 
-class CompactBody(ResponsesBody):
-    """What ``responses.compact`` sends: ``model``, ``input``, ``instructions``, ``previous_response_id`` (and
-    prompt-cache hints, which change nothing here)."""
+class CompactBody(BaseModel):
+    """What ``responses.compact`` takes: the Open Responses spec's ``CompactResponseMethodPublicBody`` (``model``
+    required; ``input``, ``previous_response_id``, ``instructions``, ``prompt_cache_key``) and OpenAI's
+    ``prompt_cache_retention``. The cache hints change no answer here (the summary call is not a cached prefix) and
+    are accepted as hints; any other field is refused by name (``extra="forbid"``: a 400 naming it)."""
 
     model_config = ConfigDict(extra="forbid", defer_build=True)
 
+    model: StrictStr
+    input: StrictStr | list[InputItem] | None = None
+    previous_response_id: StrictStr | None = None
+    instructions: StrictStr | None = None
+    prompt_cache_key: Annotated[StrictStr, Field(max_length=1024)] | None = None
     prompt_cache_retention: StrictStr | None = None
+
+    def as_request(self) -> ResponsesBody:
+        """The conversation it names, as a ``/v1/responses`` body that stores nothing (a 400 naming ``input`` when
+        it names none)."""
+        if self.input is None and self.previous_response_id is None:
+            raise RequestError(
+                400,
+                "invalid_request",
+                "input: give the conversation to compact, or a previous_response_id",
+                "input",
+            )
+        return ResponsesBody.model_construct(
+            input=[] if self.input is None else self.input,
+            model=self.model,
+            instructions=self.instructions,
+            previous_response_id=self.previous_response_id,
+            store=False,
+        )
 
 
 async def compact(request: Request) -> Response:
     ctx = RequestContext.of(request)
     runtime = ctx.runtime
-    body = await read_body(ctx, CompactBody)
+    body = (await read_body(ctx, CompactBody)).as_request()
     identified(ctx, None)  # a 400 before anything is counted: an item sealed to no one would open for anyone
-    keeping = await stored.prepare(ctx, body.model_copy(update={"store": False}))
+    keeping = await stored.prepare(ctx, body)
     items = [*keeping.history, *current_items(body)]
     await open_items(ctx, items)
     messages = conversation(conversation_of(body, keeping.history), runtime.settings.max_messages)

@@ -10,14 +10,15 @@ Usage::
     if TYPE_CHECKING:
         from chatloop.api.openai.responses.objects import ResponseUsage
 
-    usage: ResponseUsage = {"input_tokens": 10, "input_tokens_details": {"cached_tokens": 0}, "output_tokens": 2,
+    usage: ResponseUsage = {"input_tokens": 10, "input_tokens_details": {"cached_tokens": 0, "cache_write_tokens": 0},
+                            "output_tokens": 2,
                             "output_tokens_details": {"reasoning_tokens": 0}, "total_tokens": 12}
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Literal, TypeAlias, TypedDict
+from typing import Literal, NotRequired, TypeAlias, TypedDict
 
 from chatloop.api.items.objects import OutputItem
 from chatloop.jsontypes import JSONObject
@@ -25,10 +26,11 @@ from chatloop.jsontypes import JSONObject
 
 # --- the response object ------------------------------------------------------------------------------------
 class TextConfig(TypedDict):
-    """``ResponseTextConfig``: the requested ``text.format`` (``{"type": "text"}`` by default)."""
+    """``ResponseTextConfig``: the requested ``text.format`` (``{"type": "text"}`` by default); ``verbosity`` only
+    when the request gave one (the spec allows one of low/medium/high, or none at all: never null)."""
 
     format: JSONObject
-    verbosity: str | None
+    verbosity: NotRequired[str]
 
 
 class ReasoningConfig(TypedDict):
@@ -43,14 +45,18 @@ class ConversationRef(TypedDict):
 
 
 class ResponseEcho(TypedDict):
-    """The request's settings, as a ``Response`` repeats them (``api.openai.responses.render.echo_of``)."""
+    """The request's settings, as a ``Response`` repeats them (``api.openai.responses.render.echo_of``): the values
+    the turn used, the providers' defaults where the request gave none (numbers, never null: the spec's
+    ``ResponseResource`` requires them)."""
 
     model: str
     instructions: str | None
     max_output_tokens: int | None
     parallel_tool_calls: bool
-    temperature: float | None
-    top_p: float | None
+    temperature: float
+    top_p: float
+    presence_penalty: float
+    frequency_penalty: float
     tool_choice: str | JSONObject
     tools: list[JSONObject]
     text: TextConfig
@@ -71,6 +77,7 @@ class ResponseEcho(TypedDict):
 
 class InputTokensDetails(TypedDict):
     cached_tokens: int
+    cache_write_tokens: int
 
 
 class OutputTokensDetails(TypedDict):
@@ -105,11 +112,13 @@ ResponseStatus: TypeAlias = Literal["queued", "in_progress", "completed", "incom
 
 
 class ResponseObject(ResponseEcho):
-    """``Response``: the echoed settings, the ``output`` items, the status and usage."""
+    """``Response``: the echoed settings, the ``output`` items, the status and usage; ``completed_at`` once it
+    completed (null before, and for a response that did not complete)."""
 
     id: str
     object: Literal["response"]
     created_at: int
+    completed_at: int | None
     status: ResponseStatus
     error: ResponseError | None
     incomplete_details: IncompleteDetails | None

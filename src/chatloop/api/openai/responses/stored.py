@@ -54,6 +54,7 @@ from chatloop.api.items.stored import (
     conversation_history,
     stored_items,
 )
+from chatloop.api.openai.responses.render import as_spec
 from chatloop.api.openai.responses.schemas import ResponsesBody
 from chatloop.api.runs.follow import follow_response, longest_turn, replay, settled
 from chatloop.api.runs.journal import Journal, response_log, stored_event
@@ -211,7 +212,7 @@ async def retrieve_response(request: Request) -> Response:
         stored = await settled(store, owner, response_id, longest, deadline)
     if stored is None:
         raise not_found("response", response_id)
-    return JSONBody(stored.body)
+    return JSONBody(as_spec(stored.body))
 
 
 RETRIEVE_PARAMETERS = ("stream", "starting_after", "include", "include_obfuscation")
