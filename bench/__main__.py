@@ -55,7 +55,7 @@ def steps(quick: bool, js_tool: ExecuteJavaScriptTool) -> list[tuple[str, Callab
         ("scenarios", lambda: scenarios.measure(js_tool, 1 if quick else 5)),
         ("overhead", lambda: overhead.measure(3 if quick else 50)),
         ("sandbox", lambda: sandbox.measure(reps)),
-        ("cold_start", lambda: cold_start.measure(3 if quick else 12)),
+        ("cold_start", lambda: cold_start.measure(1 if quick else 12)),  # 6 samples of each in make bench
         ("fallback", lambda: fallback.measure(3 if quick else 40)),
         ("handler", lambda: handler.measure(2 if quick else 30, js_tool)),
         ("throughput", lambda: throughput.measure(0.5 if quick else 5.0)),
