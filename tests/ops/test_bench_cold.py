@@ -1,5 +1,5 @@
 """The bench's smoke run, group "cold" (tests/support/bench_smoke.py): scenarios, engine overhead, cold start (the
-built layer's `import app`), tool calls written as text, the context estimator."""
+built layer's `import app`), tool calls written as text, the context estimator, MCP tools, against an earlier cut."""
 
 import re
 
@@ -19,6 +19,8 @@ def test_bench_smoke_run_cold(tmp_path):
         "## 4. Cold start",
         "## 6. Tool calls written as text",
         "## 9. Context estimator",
+        "## 15. MCP tools",
+        "## 16. Against",
     ):
         assert section in report
     row = next(line for line in report.splitlines() if line.startswith("| compound interest |"))

@@ -3,7 +3,7 @@ process, and each group is a test file of its own (tests/ops/test_bench_*.py), s
 groups side by side instead of one ~2-minute run bounding the whole suite's time. The groups together are every
 step (tests/ops/test_bench.py checks that), balanced by what each step takes (the bench prints ``bench: <step> done
 in <s> s``); the two that run the built layer (``cold_start``, ``lambda_size``: bench/artefacts.py builds it once,
-the other waits on its lock) are in different groups.
+the other waits on its lock) are in different groups, with little else after them.
 
 Usage::
 
@@ -20,8 +20,8 @@ from pathlib import Path
 from tests.support.repo import ROOT
 
 GROUPS: dict[str, tuple[str, ...]] = {
-    "cold": ("scenarios", "overhead", "handler", "cold_start", "textcalls", "context"),
-    "lambda": ("lambda_size", "responses", "idempotency", "mcp", "state", "against", "budgets", "bedrock"),
+    "cold": ("scenarios", "overhead", "handler", "cold_start", "textcalls", "context", "mcp", "against"),
+    "lambda": ("lambda_size", "responses", "idempotency", "state", "budgets", "bedrock"),
     "fleet": ("fallback", "throughput", "page", "store", "fleet", "webhooks"),
     "streams": ("sandbox", "streaming", "ttft", "tracing", "small_models"),
 }
