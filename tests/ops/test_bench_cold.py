@@ -1,5 +1,6 @@
 """The bench's smoke run, group "cold" (tests/support/bench_smoke.py): scenarios, engine overhead, cold start (the
-built layer's `import app`), tool calls written as text, the context estimator, MCP tools, against an earlier cut."""
+built layer's `import app`), fallback and local throughput, tool calls written as text, the context estimator, the
+chat page, the conversation store, MCP tools, against an earlier cut, webhooks."""
 
 import re
 
@@ -17,10 +18,14 @@ def test_bench_smoke_run_cold(tmp_path):
         "## 1. Scenarios",
         "## 2. Engine overhead",
         "## 4. Cold start",
+        "## 5. Fallback",
         "## 6. Tool calls written as text",
         "## 9. Context estimator",
+        "## 11. The chat page",
+        "## 12. The conversation store",
         "## 15. MCP tools",
         "## 16. Against",
+        "## Webhooks",
     ):
         assert section in report
     row = next(line for line in report.splitlines() if line.startswith("| compound interest |"))

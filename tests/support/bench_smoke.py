@@ -20,9 +20,12 @@ from pathlib import Path
 from tests.support.repo import ROOT
 
 GROUPS: dict[str, tuple[str, ...]] = {
-    "cold": ("scenarios", "overhead", "handler", "cold_start", "textcalls", "context", "mcp", "against"),
+    "cold": (
+        *("scenarios", "overhead", "handler", "cold_start", "textcalls", "context", "mcp", "against"),
+        *("fallback", "throughput", "page", "store", "webhooks"),
+    ),
     "lambda": ("lambda_size", "responses", "idempotency", "state", "budgets", "bedrock"),
-    "fleet": ("fallback", "throughput", "page", "store", "fleet", "webhooks"),
+    "fleet": ("fleet",),  # ~24 s alone: two copies over one store, SQLite then DynamoDB
     "streams": ("sandbox", "streaming", "ttft", "tracing", "small_models"),
 }
 """The bench's steps (bench/__main__.py ``steps``) by smoke group; a section needing two steps (``overhead`` with
