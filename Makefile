@@ -56,10 +56,11 @@ $(NODE_CLIENTS): package.json package-lock.json
 # The suite runs in JOBS pytest-xdist workers (5 on 2 cores: most tests wait on servers, subprocesses and sockets
 # rather than compute); JOBS=1 or SERIAL=1 runs it in one process, one test at a time. --dist loadfile keeps each
 # file on one worker, so its module fixtures (servers, browsers, fleets) start once; the files go out longest first
-# (tests/support/schedule.py), not in xdist's order by number of tests.
+# (tests/support/schedule.py), not in xdist's order by number of tests. langsmith (a langchain dependency) registers a
+# pytest plugin no test uses; importing it costs ~1 s of CPU in each of the six processes, so it is not loaded.
 JOBS ?= $(if $(SERIAL),1,5)
 test: install ## run the whole test suite (installs first if needed); FAST=1 skips the slow suites (CI runs all); SERIAL=1 one at a time
-	$(BIN)/python -m pytest --durations=20 $(if $(filter-out 1,$(JOBS)),-n $(JOBS) --dist loadfile --no-loadscope-reorder) $(if $(FAST),-m "not slow")
+	$(BIN)/python -m pytest -p no:langsmith_plugin --durations=20 $(if $(filter-out 1,$(JOBS)),-n $(JOBS) --dist loadfile --no-loadscope-reorder) $(if $(FAST),-m "not slow")
 
 lint: install ## ruff (lint + format), mypy (--strict on src/), cfn-lint on the SAM template and its translation
 	$(BIN)/ruff check src tests scripts bench

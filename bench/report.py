@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import platform
 import sys
+from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -48,7 +49,11 @@ def chart(rows: list[dict], path: Path) -> None:
 
 
 def report(results: dict, quick: bool) -> str:
-    rows = results["scenarios"]
+    """RESULTS.md from the measurements in ``results``: every section whose measurements are there, in order (the
+    smoke run's groups, ``python -m bench --only``, each measure some)::
+
+        text = report({"scenarios": scenarios.measure(js_tool, 1), ...}, quick=True)
+    """
     lines = [
         "# Benchmark results",
         "",
@@ -58,6 +63,16 @@ def report(results: dict, quick: bool) -> str:
         + ("  (quick smoke run: few repetitions)" if quick else ""),
         "- Reproduce: `make bench` (writes this file and `scenarios.png`)",
         "",
+    ]
+    for needs, section in SECTIONS:
+        if all(name in results for name in needs):  # a group of the smoke run measures only some
+            lines += section(results)
+    return "\n".join(lines)
+
+
+def _scenarios(results: dict) -> list[str]:
+    rows = results["scenarios"]
+    lines = [
         "## 1. Scenarios: this engine vs the seeds' starting point",
         "",
         "Baseline = `tool_choice` forced to `required`, `parallel_tool_calls` false, no success detection, no duplicate "
@@ -91,6 +106,11 @@ def report(results: dict, quick: bool) -> str:
         "![scenarios](scenarios.png)",
         "",
     ]
+    return lines
+
+
+def _overhead(results: dict) -> list[str]:
+    lines: list[str] = []
     o = results["overhead"]
     lines += [
         "## 2. Engine overhead and the warm end-to-end turn",
@@ -105,6 +125,11 @@ def report(results: dict, quick: bool) -> str:
         f"p90 {results['handler']['warm_turn_p90_ms']:.1f} ms over {results['handler']['warm_turns']} turns",
         "",
     ]
+    return lines
+
+
+def _sandbox(results: dict) -> list[str]:
+    lines: list[str] = []
     s = results["sandbox"]
     lines += [
         "## 3. Sandbox (Deno, `--jitless`, rlimits, a fresh Worker per run in a reused process)",
@@ -140,6 +165,11 @@ def report(results: dict, quick: bool) -> str:
             "a process per run cost ~40 ms of CPU (measured before the change, same machine).",
             "",
         ]
+    return lines
+
+
+def _cold_start(results: dict) -> list[str]:
+    lines: list[str] = []
     c = results["cold_start"]
     lambda_line = (
         f"- `import app` as on Lambda (bare python3.12 -I -B, only the built layer and function on sys.path, a read-only "
@@ -159,6 +189,11 @@ def report(results: dict, quick: bool) -> str:
         f"{c['app_openai_ms']:.0f} ms",
         "",
     ]
+    return lines
+
+
+def _fallback(results: dict) -> list[str]:
+    lines: list[str] = []
     f, t = results["fallback"], results["throughput"]
     lines += [
         "## 5. Fallback overhead and local throughput",
@@ -170,6 +205,11 @@ def report(results: dict, quick: bool) -> str:
         f"{t['errors']} errors ({t['requests']} requests)",
         "",
     ]
+    return lines
+
+
+def _textcalls(results: dict) -> list[str]:
+    lines: list[str] = []
     x = results["textcalls"]
     lines += [
         "## 6. Tool calls written as text",
@@ -183,6 +223,11 @@ def report(results: dict, quick: bool) -> str:
         f"{x['filter_us_per_delta']:.1f} µs per delta).",
         "",
     ]
+    return lines
+
+
+def _streaming(results: dict) -> list[str]:
+    lines: list[str] = []
     m = results["streaming"]
     lines += [
         "## 7. Response modes: stream (run.sh under the Web Adapter's contract) vs buffered (Mangum)",
@@ -195,10 +240,16 @@ def report(results: dict, quick: bool) -> str:
         f"| buffered (the first byte is the last) | {m['buffered_first_byte_ms']:.0f} | {m['buffered_total_ms']:.0f} |",
         "",
         f"Stream mode's cold start: `run.sh` to the readiness path's first 200, **{m['run_sh_ready_ms']:.0f} ms** "
-        f"(uvicorn and `import app`), next to buffered mode's `import app` of {c['app_ms']:.0f} ms in section 4. "
-        "On Lambda the adapter's own start comes on top.",
+        "(uvicorn and `import app`), next to buffered mode's `import app`"
+        + (f" of {results['cold_start']['app_ms']:.0f} ms" if "cold_start" in results else "")
+        + " in section 4. On Lambda the adapter's own start comes on top.",
         "",
     ]
+    return lines
+
+
+def _responses(results: dict) -> list[str]:
+    lines: list[str] = []
     r = results["responses"]
     lines += [
         "## 8. Responses API vs chat completions",
@@ -213,6 +264,11 @@ def report(results: dict, quick: bool) -> str:
         f"Target: the extra renderer costs ≤ 5 % ({'met' if max(r['ratio'], r['stream_ratio']) <= 1.05 else 'MISSED'}).",
         "",
     ]
+    return lines
+
+
+def _context(results: dict) -> list[str]:
+    lines: list[str] = []
     x = results["context"]
     lines += [
         "## 9. Context estimator",
@@ -237,6 +293,11 @@ def report(results: dict, quick: bool) -> str:
         lines.append("")
     else:
         lines += ["(Real token counts need node and node_modules: `make install`.)", ""]
+    return lines
+
+
+def _idempotency(results: dict) -> list[str]:
+    lines: list[str] = []
     d = results["idempotency"]
     lines += [
         "## 10. Retried requests (Idempotency-Key)",
@@ -246,6 +307,11 @@ def report(results: dict, quick: bool) -> str:
         "in-process, so this is the handler's own cost, not DynamoDB's network latency).",
         "",
     ]
+    return lines
+
+
+def _page(results: dict) -> list[str]:
+    lines: list[str] = []
     g = results["page"]
     paint = (
         f"**{g['first_paint_ms']:.0f} ms** median first contentful paint in Chromium from `make run`'s app on "
@@ -261,16 +327,12 @@ def report(results: dict, quick: bool) -> str:
         f"uncompressed (target ≤ 150 KB: {'met' if g['weight_bytes'] <= 150_000 else 'MISSED'}), all served by the app",
         "",
     ]
-    lines += _store_section(results["store"])
-    if "fleet" in results:  # bench/fleet.py: turns that live in the store
-        from bench.fleet import section
+    return lines
 
-        lines += section(results["fleet"])
-    if "lambda_size" in results:
-        lines += lambda_size_section(results["lambda_size"])
-    lines += ttft_section(results["ttft"])
+
+def _mcp(results: dict) -> list[str]:
     m = results["mcp"]
-    lines += [
+    return [
         "## 15. MCP tools",
         "",
         f"Against a local MCP server (the `mcp` SDK's MCPServer on 127.0.0.1, streamable HTTP, stateless), medians over "
@@ -286,27 +348,65 @@ def report(results: dict, quick: bool) -> str:
         f"| importing the `mcp` SDK (once per container, on the first turn that lists a server) | {m['sdk_import_ms']:.0f} |",
         "",
     ]
-    if "state" in results:  # compaction and approvals (bench/state.py)
-        from bench.state import section as state_section
 
-        lines += state_section(results["state"])
-    lines += against_section(results["against"])
-    lines += tracing.section(results["tracing"]) if "tracing" in results else []
-    if "budgets" in results:  # bench/budgets.py (#35)
-        from bench import budgets
 
-        lines += budgets.section(results["budgets"])
-    lines += small_models.section(results["small_models"]) if "small_models" in results else []
-    if "webhooks" in results:  # bench/webhooks.py (#41)
-        from bench import webhooks
+def _fleet(results: dict) -> list[str]:  # bench/fleet.py: turns that live in the store
+    from bench.fleet import section
 
-        lines += webhooks.section(results["webhooks"])
+    return section(results["fleet"])
 
-    if "bedrock" in results:  # bench/bedrock.py (#43)
-        from bench import bedrock
 
-        lines += bedrock.section(results["bedrock"])
-    return "\n".join(lines)
+def _state(results: dict) -> list[str]:  # compaction and approvals (bench/state.py)
+    from bench.state import section
+
+    return section(results["state"])
+
+
+def _budgets(results: dict) -> list[str]:  # bench/budgets.py (#35)
+    from bench import budgets
+
+    return budgets.section(results["budgets"])
+
+
+def _webhooks(results: dict) -> list[str]:  # bench/webhooks.py (#41)
+    from bench import webhooks
+
+    return webhooks.section(results["webhooks"])
+
+
+def _bedrock(results: dict) -> list[str]:  # bench/bedrock.py (#43)
+    from bench import bedrock
+
+    return bedrock.section(results["bedrock"])
+
+
+SECTIONS: list[tuple[tuple[str, ...], Callable[[dict], list[str]]]] = [
+    (("scenarios",), _scenarios),
+    (("overhead", "handler"), _overhead),
+    (("sandbox",), _sandbox),
+    (("cold_start",), _cold_start),
+    (("fallback", "throughput"), _fallback),
+    (("textcalls",), _textcalls),
+    (("streaming",), _streaming),
+    (("responses",), _responses),
+    (("context",), _context),
+    (("idempotency",), _idempotency),
+    (("page",), _page),
+    (("store",), lambda results: _store_section(results["store"])),
+    (("fleet",), _fleet),
+    (("lambda_size",), lambda results: lambda_size_section(results["lambda_size"])),
+    (("ttft",), lambda results: ttft_section(results["ttft"])),
+    (("mcp",), _mcp),
+    (("state",), _state),
+    (("against",), lambda results: against_section(results["against"])),
+    (("tracing",), lambda results: tracing.section(results["tracing"])),
+    (("budgets",), _budgets),
+    (("small_models",), lambda results: small_models.section(results["small_models"])),
+    (("webhooks",), _webhooks),
+    (("bedrock",), _bedrock),
+]
+"""The report's sections in order, each with the measurements (``results``' keys, bench/__main__.py's steps) it
+needs: a run that measured only some (``python -m bench --only``) writes only theirs."""
 
 
 def against_section(a: dict) -> list[str]:
