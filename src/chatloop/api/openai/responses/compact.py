@@ -20,7 +20,7 @@ from starlette.responses import Response
 from chatloop.api.http.context import RequestContext, response_id
 from chatloop.api.http.errors import RequestError
 from chatloop.api.http.wire import JSONBody
-from chatloop.api.items.inputs import InputItem, InputMessage
+from chatloop.api.items.inputs import InputImage, InputItem, InputMessage, InputText
 from chatloop.api.openai.responses import stored
 from chatloop.api.openai.responses.render import usage_of
 from chatloop.api.openai.responses.schemas import ResponsesBody
@@ -88,7 +88,14 @@ def _user_messages(items: list[InputItem]) -> list[JSONObject]:
             "id": new_id("msg"),
             "role": "user",
             "status": "completed",
-            "content": [{"type": "input_text", "text": i.text()}],
+            "content": [
+                p.stored() if isinstance(p, InputImage) else {"type": "input_text", "text": p.text}
+                for p in (
+                    i.content
+                    if isinstance(i.content, list)
+                    else [InputText(type="input_text", text=i.text())]
+                )
+            ],
         }
         for i in items
         if isinstance(i, InputMessage) and i.role == "user"
