@@ -17,9 +17,9 @@ from hypothesis import strategies as st
 from chatloop.config import Settings
 from chatloop.tools.base import ToolRegistry
 from tests.support import fake_bedrock as bedrock_replies
+from tests.support.events import response_body, rest_event
 from tests.support.fake_llm import text
 from tests.support.handler import handle, post
-from tests.support.events import response_body, rest_event
 from tests.support.images import data_url, gif, padded_png, png
 
 KEYS = {"groq": "gsk_test_key_0000000000", "openai": "sk-test-key-000000000000", "local": None}
@@ -33,6 +33,7 @@ ROUTES = ["/chat", "/v1/chat/completions", "/v1/responses"]
 
 def body_with(route: str, url: str, detail: str = "low", **extra: Any) -> dict[str, Any]:
     """A request asking about one image, in ``route``'s own shape."""
+    parts: list[dict[str, Any]]
     if route == "/v1/responses":
         parts = [
             {"type": "input_text", "text": "What is this?"},
@@ -43,7 +44,7 @@ def body_with(route: str, url: str, detail: str = "low", **extra: Any) -> dict[s
         {"type": "text", "text": "What is this?"},
         {"type": "image_url", "image_url": {"url": url, "detail": detail}},
     ]
-    body = {"messages": [{"role": "user", "content": parts}], **extra}
+    body: dict[str, Any] = {"messages": [{"role": "user", "content": parts}], **extra}
     return {**body, "stream": False} if route == "/chat" else {"model": "chatloop", **body}
 
 
