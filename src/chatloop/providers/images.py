@@ -21,7 +21,6 @@ import math
 import struct
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
-from functools import lru_cache
 
 from chatloop.jsontypes import JSONObject
 
@@ -191,14 +190,26 @@ def anthropic_image_tokens(width: int, height: int) -> int:
     return math.ceil(w * h / PIXELS_PER_TOKEN)
 
 
-@lru_cache(maxsize=64)
+_SIZES: dict[tuple[int, int], tuple[int, int] | None] = {}
+"""The sizes of data: URLs already read, by the URL's hash and length (not the URL: a cache of 4 MB strings would keep
+them alive in the container). The chain estimates the same conversation several times a turn."""
+_SIZES_KEPT = 256
+
+
 def image_tokens(url: str, detail: str = "auto") -> int:
     """The tokens an image part is counted as in the context estimate: the larger of OpenAI's and Anthropic's rule
     for its size, read from a ``data:`` URL's header; ``UNKNOWN_SIZE_TOKENS`` when the size is not known (a URL is
-    never fetched). Cached: the chain estimates the same conversation several times a turn."""
+    never fetched)."""
     if detail == "low":
         return LOW_DETAIL_TOKENS
-    size = _data_url_size(url) if url.startswith("data:") else None
+    size = None
+    if url.startswith("data:"):
+        key = (hash(url), len(url))  # a str caches its hash: the same part costs nothing the second time
+        if key not in _SIZES:
+            if len(_SIZES) >= _SIZES_KEPT:
+                _SIZES.clear()
+            _SIZES[key] = _data_url_size(url)
+        size = _SIZES[key]
     if size is None:
         return UNKNOWN_SIZE_TOKENS
     return max(openai_image_tokens(*size, detail), anthropic_image_tokens(*size))

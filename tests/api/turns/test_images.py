@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import base64
 import json
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -18,7 +19,7 @@ from chatloop.config import Settings
 from chatloop.tools.base import ToolRegistry
 from tests.support import fake_bedrock as bedrock_replies
 from tests.support.events import response_body, rest_event
-from tests.support.fake_llm import text
+from tests.support.fake_llm import FakeLLM, text
 from tests.support.handler import handle, post
 from tests.support.images import data_url, gif, padded_png, png
 
@@ -55,6 +56,24 @@ def answer_of(route: str, body: str) -> str:
     if route == "/v1/chat/completions":
         return str(data["choices"][0]["message"]["content"])
     return "".join(c["text"] for o in data["output"] if o["type"] == "message" for c in o["content"])
+
+
+@pytest.fixture(scope="module")
+def upstream() -> Iterator[FakeLLM]:
+    """One scripted upstream for the module (a server's shutdown costs half a second), its base URLs set."""
+    with FakeLLM() as llm, pytest.MonkeyPatch.context() as patch:
+        patch.setenv("GROQ_BASE_URL", llm.groq_base_url)
+        patch.setenv("OPENAI_BASE_URL", llm.openai_base_url)
+        yield llm
+
+
+@pytest.fixture
+def fake_llm(upstream: FakeLLM) -> FakeLLM:
+    """The module's upstream, with no request, script or default left from another test."""
+    upstream.requests.clear()
+    upstream.queues.clear()
+    upstream.default = None
+    return upstream
 
 
 @pytest.fixture
@@ -221,3 +240,37 @@ def test_a_stored_response_keeps_a_1_mb_image_byte_for_byte(chain, fake_llm):
     assert response["statusCode"] == 200, response_body(response)
     again = fake_llm.requests[-1]["body"]["messages"]
     assert again[0]["content"][1] == {"type": "image_url", "image_url": {"url": url, "detail": "auto"}}
+
+
+JSON = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.text(max_size=12),
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=8), inner, max_size=3),
+    max_leaves=8,
+)
+ANY_PART = st.one_of(
+    JSON,
+    st.fixed_dictionaries(
+        {"type": st.just("input_image")}, optional={"image_url": JSON, "detail": JSON, "file_id": JSON}
+    ),
+    st.fixed_dictionaries({"type": st.just("image_url")}, optional={"image_url": JSON}),
+)
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(part=ANY_PART, route=st.sampled_from(["/v1/responses", "/v1/chat/completions"]))
+def test_any_part_is_answered_or_refused_never_a_crash(chain, fake_llm, part, route):
+    chain(f"openai:{GPT}")
+    fake_llm.requests.clear()
+    fake_llm.default = lambda body: text(GPT, "fine")
+    content = [{"type": "input_text" if route == "/v1/responses" else "text", "text": "look"}, part]
+    message = [{"role": "user", "content": content}]
+    body = (
+        {"model": "chatloop", "input": message}
+        if route == "/v1/responses"
+        else {"model": "chatloop", "messages": message}
+    )
+    status, answer = post(route, body)
+    assert status in (200, 400), answer
+    if status == 400:
+        assert json.loads(answer)["error"]["param"].startswith(("input", "messages")), answer
+        assert fake_llm.requests == []
