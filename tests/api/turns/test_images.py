@@ -19,7 +19,7 @@ from chatloop.config import Settings
 from chatloop.tools.base import ToolRegistry
 from tests.support import fake_bedrock as bedrock_replies
 from tests.support.events import response_body, rest_event
-from tests.support.fake_llm import FakeLLM, text
+from tests.support.fake_llm import FakeLLM, error, text
 from tests.support.handler import handle, post
 from tests.support.images import data_url, gif, padded_png, png
 
@@ -274,3 +274,40 @@ def test_any_part_is_answered_or_refused_never_a_crash(chain, fake_llm, part, ro
     if status == 400:
         assert json.loads(answer)["error"]["param"].startswith(("input", "messages")), answer
         assert fake_llm.requests == []
+
+
+def test_compaction_tells_an_image_and_keeps_it(chain, fake_llm):
+    chain(f"openai:{GPT}")
+    fake_llm.default = lambda body: text(GPT, "The user sent a receipt and asked about it.")
+    body = body_with("/v1/responses", PICTURE)
+    del body["store"]
+    response = handle(as_caller(rest_event("POST", "/v1/responses/compact", body)))
+    assert response["statusCode"] == 200, response_body(response)
+    (asked,) = fake_llm.requests
+    told = json.dumps(asked["body"]["messages"])
+    assert "[image]" in told and PICTURE not in told  # the summary is written from text, never the bytes
+    kept, compaction = json.loads(response_body(response))["output"]
+    assert kept["content"][1] == {
+        "type": "input_image",
+        "image_url": PICTURE,
+        "file_id": None,
+        "detail": "low",
+    }
+    assert compaction["type"] == "compaction"
+    hostile = body_with("/v1/responses", "http://example.com/a.png")
+    del hostile["store"]
+    response = handle(as_caller(rest_event("POST", "/v1/responses/compact", hostile)))
+    assert response["statusCode"] == 400 and len(fake_llm.requests) == 1
+
+
+def test_a_model_the_catalog_does_not_know_is_tried_and_its_refusal_passes_the_turn_on(
+    chain, fake_llm, monkeypatch
+):
+    monkeypatch.setenv("LOCAL_BASE_URL", fake_llm.openai_base_url)
+    chain(f"local:tiny-text-model,openai:{GPT}")
+    fake_llm.script("tiny-text-model", error(400, None, "this model does not support image input"))
+    fake_llm.script(GPT, text(GPT, "A chart."))
+    status, body = post("/v1/chat/completions", body_with("/v1/chat/completions", PICTURE))
+    assert status == 200 and answer_of("/v1/chat/completions", body) == "A chart.", body
+    (tried,) = fake_llm.requests_for("tiny-text-model")
+    assert tried["body"]["messages"][-1]["content"][1]["image_url"]["url"] == PICTURE

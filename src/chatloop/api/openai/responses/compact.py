@@ -34,6 +34,8 @@ from chatloop.api.turns.compaction import (
     summary_chain,
     summary_request,
 )
+from chatloop.api.turns.images import ImageLimits
+from chatloop.api.turns.input_images import response_images
 from chatloop.api.turns.serve import budgeted
 from chatloop.jsontypes import JSONObject, json_object
 from chatloop.providers.failures import ModelError
@@ -55,6 +57,9 @@ async def compact(request: Request) -> Response:
     runtime = ctx.runtime
     body = await read_body(request, CompactBody)
     identified(ctx, None)  # a 400 before anything is counted: an item sealed to no one would open for anyone
+    response_images(
+        current_items(body), ImageLimits.of(runtime.settings)
+    )  # kept in the output: checked as a turn's
     keeping = await stored.prepare(request, body.model_copy(update={"store": False}))
     items = [*keeping.history, *current_items(body)]
     await open_items(ctx, items)
