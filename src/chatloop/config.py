@@ -85,6 +85,13 @@ class Settings:
     every provider here reads)."""
     image_url_max_chars: int = 2048
     """IMAGE_URL_MAX_CHARS: the longest image URL (https) taken; the server never fetches it (docs/api.md#images)."""
+    image_fetch: bool = False
+    """IMAGE_FETCH: fetch an image sent by URL for a model whose API takes only the bytes (Bedrock), through the
+    address policy of webhooks (``chatloop.netpolicy``), at most IMAGE_MAX_BYTES. Off: such a model is passed over for
+    a turn with an image by URL, and the server never fetches anything."""
+    image_fetch_allow_private: bool = False
+    """IMAGE_FETCH_ALLOW_PRIVATE: let IMAGE_FETCH reach a loopback or private address (local development, tests); a
+    link-local or cloud-metadata address is refused whatever it says."""
     api_base_path: str = "/"
     """API_BASE_PATH: path prefix stripped by Mangum (a custom domain's base path or a named HTTP API stage)."""
     # --- hardening, round 3 (api): dependencies inside the deadline, adapter trust ----------

@@ -52,3 +52,67 @@ def webp(width: int, height: int) -> bytes:
 
 def data_url(data: bytes, media_type: str = "image/png") -> str:
     return f"data:{media_type};base64,{base64.b64encode(data).decode()}"
+
+
+class ImageServer:
+    """An https server on 127.0.0.1 (a trustme CA: ``ca_file`` trusts it) serving ``files`` by path; any other path is
+    a redirect to ``/cat.gif`` (a fetch must not follow it). Every request path is recorded.
+
+    Usage::
+
+        with ImageServer({"/cat.gif": gif(3, 2)}) as images:
+            images.url("/cat.gif"), images.ca_file, images.paths
+    """
+
+    def __init__(self, files: dict[str, bytes]) -> None:
+        import ssl
+        import tempfile
+        import threading
+        from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+        import trustme
+
+        served = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def log_message(self, *args: object) -> None:
+                pass
+
+            def do_GET(self) -> None:
+                served.paths.append(self.path)
+                body = files.get(self.path)
+                if body is None:
+                    self.send_response(302)
+                    self.send_header("location", "/cat.gif")
+                    self.send_header("content-length", "0")
+                    self.end_headers()
+                    return
+                self.send_response(200)
+                self.send_header("content-type", "application/octet-stream")
+                self.send_header("content-length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+        self.paths: list[str] = []
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.server.daemon_threads = True
+        ca = trustme.CA()
+        context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        ca.issue_cert("127.0.0.1").configure_cert(context)
+        self.server.socket = context.wrap_socket(self.server.socket, server_side=True)
+        with tempfile.NamedTemporaryFile("wb", suffix=".pem", delete=False) as bundle:
+            bundle.write(ca.cert_pem.bytes())
+        self.ca_file = bundle.name
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+
+    def url(self, path: str) -> str:
+        return f"https://127.0.0.1:{self.server.server_address[1]}{path}"
+
+    def __enter__(self) -> ImageServer:
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+        os.unlink(self.ca_file)

@@ -24,7 +24,8 @@ import logging
 import os
 import threading
 from collections.abc import AsyncIterator
-from typing import Any
+from dataclasses import replace
+from typing import TYPE_CHECKING, Any
 
 from chatloop.config import from_environment
 from chatloop.deadline import until
@@ -38,12 +39,17 @@ from chatloop.providers.failures import (
     BadRequest,
     ContextTooLong,
     DeadlineExceeded,
+    ImageUnreadable,
     ModelError,
     ModelGone,
     RateLimited,
     Transient,
 )
+from chatloop.providers.images import carried_images
 from chatloop.redaction import register_secret
+
+if TYPE_CHECKING:
+    from chatloop.providers.image_fetch import ImageFetch
 
 SERVICE = "bedrock-runtime"
 SDK_MODULE = "botocore"
@@ -212,16 +218,31 @@ class BedrockModel:
         api_key: str | None = None,
         base_url: str | None = None,
         first_chunk_timeout: float = 10.0,
+        image_fetch: ImageFetch | None = None,
     ):
         self.info = info
         self.provider = provider
         self.name = info.name
         self.first_chunk_timeout = first_chunk_timeout
+        self.image_fetch = image_fetch
+        """IMAGE_FETCH: images by URL fetched and sent as bytes (Converse takes no URL); None: such a turn passes
+        this model over (``chain.blind``)."""
+
+    @property
+    def fetches_images(self) -> bool:
+        return self.image_fetch is not None
 
     async def stream(self, request: ModelRequest) -> AsyncIterator[StreamItem]:
         time_left = request.deadline.remaining()
         if time_left <= 0:
             raise DeadlineExceeded("no time left for a model call", model=self.name)
+        if self.image_fetch is not None and carried_images(request.messages).by_url:
+            try:
+                fetched = await self.image_fetch.inline(request.messages, request.deadline)
+            except ImageUnreadable as exc:
+                exc.model = self.name
+                raise
+            request = replace(request, messages=fetched)
         params = converse_params(self.info, request)
         where = region()
         if where is None:

@@ -276,7 +276,9 @@ class FallbackChain:
         info = self.catalog.get(model.name)
         if request.tools and not info.tools:
             return "no tool support"
-        refused = _refusal(info, request.response_format, request.params) or blind(info, self._images)
+        refused = _refusal(info, request.response_format, request.params) or blind(
+            info, self._images, fetches=_fetches(model)
+        )
         if refused:
             return refused
         if min_context and info.context_window is not None and info.context_window <= min_context:
@@ -308,7 +310,9 @@ class FallbackChain:
         passed_over: list[str] = []
         for model in self.models:
             info = self.catalog.get(model.name)
-            refused = _refusal(info, response_format, asked) or (blind(info, images) if images else None)
+            refused = _refusal(info, response_format, asked) or (
+                blind(info, images, fetches=_fetches(model)) if images else None
+            )
             (passed_over if refused else able).append(model.name)
         return able, passed_over
 
@@ -352,15 +356,21 @@ def _refusal(info: ModelInfo, response_format: JSONObject | None, params: Iterab
     return None
 
 
-def blind(info: ModelInfo, images: Images) -> str | None:
-    """Why a model cannot be sent a conversation's ``images`` (None: it can, or its entry does not say: tried)."""
+def blind(info: ModelInfo, images: Images, fetches: bool = False) -> str | None:
+    """Why a model cannot be sent a conversation's ``images`` (None: it can, or its entry does not say: tried).
+    ``fetches``: the model fetches an image by URL itself when its API takes only bytes (IMAGE_FETCH)."""
     if not images.count:
         return None
     if info.vision is False:
         return "no vision support"
-    if images.by_url and not info.image_urls:
-        return "cannot read an image by URL (its API takes the bytes; the server does not fetch)"
+    if images.by_url and not info.image_urls and not fetches:
+        return "cannot read an image by URL (its API takes the bytes; IMAGE_FETCH is off)"
     return None
+
+
+def _fetches(model: ChatModel) -> bool:
+    """Whether ``model`` fetches images by URL for an API that takes only bytes (a Bedrock member with IMAGE_FETCH)."""
+    return bool(getattr(model, "fetches_images", False))
 
 
 def _said(error: ModelError) -> str:

@@ -21,7 +21,7 @@ from tests.support import fake_bedrock as bedrock_replies
 from tests.support.events import response_body, rest_event
 from tests.support.fake_llm import FakeLLM, error, text
 from tests.support.handler import handle, post
-from tests.support.images import data_url, gif, padded_png, png
+from tests.support.images import ImageServer, data_url, gif, padded_png, png
 
 KEYS = {"groq": "gsk_test_key_0000000000", "openai": "sk-test-key-000000000000", "local": None}
 SCOUT = "meta-llama/llama-4-scout-17b-16e-instruct"
@@ -311,3 +311,36 @@ def test_a_model_the_catalog_does_not_know_is_tried_and_its_refusal_passes_the_t
     assert status == 200 and answer_of("/v1/chat/completions", body) == "A chart.", body
     (tried,) = fake_llm.requests_for("tiny-text-model")
     assert tried["body"]["messages"][-1]["content"][1]["image_url"]["url"] == PICTURE
+
+
+def test_with_image_fetch_bedrock_fetches_a_url_image_and_a_refused_fetch_passes_it_over(
+    app_runtime, fake_bedrock, fake_llm, monkeypatch, caplog
+):
+    with ImageServer({"/cat.gif": gif(3, 2)}) as images:
+        monkeypatch.setenv("SSL_CERT_FILE", images.ca_file)
+        url = images.url("/cat.gif")
+        settings = Settings(
+            model_chain=f"bedrock:{NOVA},openai:{GPT}", image_fetch=True, image_fetch_allow_private=True
+        )
+        app_runtime(settings, registry=ToolRegistry([]), keys=KEYS)
+        fake_bedrock.script(NOVA, bedrock_replies.text("A tiny GIF."))
+        status, body = post("/v1/responses", body_with("/v1/responses", url))
+        assert status == 200 and answer_of("/v1/responses", body) == "A tiny GIF.", body
+        (sent,) = fake_bedrock.requests_for(NOVA)
+        assert base64.b64decode(sent["body"]["messages"][0]["content"][1]["image"]["source"]["bytes"]) == gif(
+            3, 2
+        )
+        # Without IMAGE_FETCH_ALLOW_PRIVATE the loopback server is refused: Bedrock is passed over, OpenAI takes the URL.
+        app_runtime(
+            Settings(model_chain=settings.model_chain, image_fetch=True),
+            registry=ToolRegistry([]),
+            keys=KEYS,
+        )
+        fake_llm.script(GPT, text(GPT, "A cat."))
+        status, body = post("/v1/responses", body_with("/v1/responses", url, stream=True))
+        assert status == 200, body
+        (fallback,) = [m for m in caplog.messages if m.startswith("model fallback")]
+        assert f"from=bedrock:{NOVA} to=openai:{GPT} reason=image_unreadable" in fallback
+        assert "A cat." in body and len(fake_bedrock.requests_for(NOVA)) == 1
+        (asked,) = fake_llm.requests_for(GPT)
+        assert asked["body"]["messages"][-1]["content"][1]["image_url"]["url"] == url
