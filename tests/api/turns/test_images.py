@@ -238,8 +238,10 @@ def test_a_stored_response_keeps_a_1_mb_image_byte_for_byte(chain, fake_llm):
     follow_up = {"model": "chatloop", "input": "And now?", "previous_response_id": rid, "store": False}
     response = handle(as_caller(rest_event("POST", "/v1/responses", follow_up)))
     assert response["statusCode"] == 200, response_body(response)
-    again = fake_llm.requests[-1]["body"]["messages"]
-    assert again[0]["content"][1] == {"type": "image_url", "image_url": {"url": url, "detail": "auto"}}
+    (_, continued) = fake_llm.requests_for(GPT)
+    first, latest = [m for m in continued["body"]["messages"] if m["role"] == "user"]
+    assert first["content"][1] == {"type": "image_url", "image_url": {"url": url, "detail": "auto"}}
+    assert latest["content"] == "And now?"
 
 
 JSON = st.recursive(
