@@ -24,7 +24,6 @@ import logging
 import os
 import threading
 from collections.abc import AsyncIterator
-from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from chatloop.config import from_environment
@@ -39,13 +38,11 @@ from chatloop.providers.failures import (
     BadRequest,
     ContextTooLong,
     DeadlineExceeded,
-    ImageUnreadable,
     ModelError,
     ModelGone,
     RateLimited,
     Transient,
 )
-from chatloop.providers.images import carried_images
 from chatloop.redaction import register_secret
 
 if TYPE_CHECKING:
@@ -224,25 +221,17 @@ class BedrockModel:
         self.provider = provider
         self.name = info.name
         self.first_chunk_timeout = first_chunk_timeout
-        self.image_fetch = image_fetch
-        """IMAGE_FETCH: images by URL fetched and sent as bytes (Converse takes no URL); None: such a turn passes
-        this model over (``chain.blind``)."""
-
-    @property
-    def fetches_images(self) -> bool:
-        return self.image_fetch is not None
+        self.image_fetch = (
+            image_fetch  # IMAGE_FETCH; None: a turn with an image by URL passes it over (chain.blind)
+        )
+        self.fetches_images = image_fetch is not None
 
     async def stream(self, request: ModelRequest) -> AsyncIterator[StreamItem]:
         time_left = request.deadline.remaining()
         if time_left <= 0:
             raise DeadlineExceeded("no time left for a model call", model=self.name)
-        if self.image_fetch is not None and carried_images(request.messages).by_url:
-            try:
-                fetched = await self.image_fetch.inline(request.messages, request.deadline)
-            except ImageUnreadable as exc:
-                exc.model = self.name
-                raise
-            request = replace(request, messages=fetched)
+        if self.image_fetch is not None:  # images by URL sent as bytes: Converse takes no URL
+            request = await self.image_fetch.for_request(request, self.name)
         params = converse_params(self.info, request)
         where = region()
         if where is None:

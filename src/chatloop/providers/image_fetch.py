@@ -12,6 +12,7 @@ Usage::
 
     fetch = ImageFetch(max_bytes=3_000_000, media_types=("image/png",), allow_private=False)
     messages = await fetch.inline(request.messages, deadline)      # URL image parts as data: URLs
+    request = await fetch.for_request(request, "bedrock:amazon.nova-pro-v1:0")   # a model's call: the same
 """
 
 from __future__ import annotations
@@ -19,15 +20,16 @@ from __future__ import annotations
 import asyncio
 import base64
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING
 from urllib.parse import urlsplit
 
 from chatloop import netpolicy
 from chatloop.jsontypes import JSONObject, JSONValue
 from chatloop.pinning import pinned_transport
+from chatloop.providers.base import ModelRequest
 from chatloop.providers.failures import ImageUnreadable
-from chatloop.providers.images import image_parts, media_type_of, part_detail, part_url
+from chatloop.providers.images import carried_images, image_parts, media_type_of, part_detail, part_url
 
 if TYPE_CHECKING:
     from chatloop.deadline import Deadline
@@ -46,6 +48,16 @@ class ImageFetch:
     allow_private: bool = False
     _kept: dict[str, tuple[float, str]] = field(default_factory=dict, repr=False)
     """URL -> (when, data: URL) of recent fetches, at most ``KEPT_IMAGES`` of them."""
+
+    async def for_request(self, request: ModelRequest, model: str) -> ModelRequest:
+        """``request`` with its images by URL inlined (itself when it has none); a failure names ``model``."""
+        if not carried_images(request.messages).by_url:
+            return request
+        try:
+            return replace(request, messages=await self.inline(request.messages, request.deadline))
+        except ImageUnreadable as exc:
+            exc.model = model
+            raise
 
     async def inline(self, messages: list[JSONObject], deadline: Deadline) -> list[JSONObject]:
         """``messages`` with each image by URL replaced by a ``data:`` URL of its bytes (a message without one is
