@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import base64
 import os
+import random
 import struct
 import zlib
 
@@ -27,9 +28,9 @@ def png(width: int, height: int, extra: bytes = b"") -> bytes:
     return b"\x89PNG\r\n\x1a\n" + chunks + _chunk(b"IDAT", zlib.compress(rows)) + _chunk(b"IEND", b"")
 
 
-def padded_png(size: int) -> bytes:
-    """A PNG of about ``size`` bytes (random, so nothing compresses it away)."""
-    return png(64, 64, os.urandom(size))
+def padded_png(size: int, seed: int = 44) -> bytes:
+    """A PNG of about ``size`` bytes (random, so nothing compresses it away; the same for the same ``seed``)."""
+    return png(64, 64, random.Random(seed).randbytes(size))  # noqa: S311 - test data, not a secret
 
 
 def jpeg(width: int, height: int, exif: int = 0) -> bytes:
