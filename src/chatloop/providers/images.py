@@ -67,7 +67,7 @@ def read_data_url(
     media_type = header.removeprefix("data:").removesuffix(";base64").lower()
     allowed = tuple(media_types)
     if media_type not in allowed:
-        raise ImageError(f"type {media_type or '(none)'!r} is not taken (one of {', '.join(allowed)})")
+        raise ImageError(f"type {media_type[:40] or '(none)'!r} is not taken (one of {', '.join(allowed)})")
     if max_bytes is not None and len(payload) > (max_bytes + 2) // 3 * 4 + 4:  # refused before it is decoded
         raise ImageError(f"the image is larger than {max_bytes} bytes")
     try:

@@ -199,7 +199,7 @@ def test_hostile_image_parts_are_400s_naming_the_part(chain, fake_llm, image, ro
         ({"type": "input_image", "image_url": "http://example.com/a.png"}, "user", "must be https"),
     ],
 )
-def test_a_bad_input_image_is_a_400_naming_it(chain, fake_llm, part, role, problem):
+def test_a_bad_input_image_is_a_400_naming_it(chain, fake_llm, caplog, part, role, problem):
     chain(f"openai:{GPT}")
     content = [{"type": "input_text", "text": "look"}, part]
     status, body = post("/v1/responses", {"model": "chatloop", "input": [{"role": role, "content": content}]})
@@ -207,6 +207,8 @@ def test_a_bad_input_image_is_a_400_naming_it(chain, fake_llm, part, role, probl
     error = json.loads(body)["error"]
     assert error["param"] == "input[0].content[1]" and problem in error["message"], error
     assert fake_llm.requests == []
+    (logged,) = [m for m in caplog.messages if m.startswith("Image refused: input[0].content[1]: ")]
+    assert problem in logged
 
 
 def test_more_images_than_the_limit_is_a_400_naming_the_first_past_it(chain, fake_llm):

@@ -2,7 +2,8 @@
 models can see them.
 
 Each door names its own parts: ``messages[0].content[1]`` (chat completions, /chat) or ``input[0].content[1]`` (the
-Responses API). An image is an https URL (passed to the provider as it is: the server never fetches it) or a
+Responses API). An image is an https URL (passed to the provider as it is: the server does not fetch it, unless
+IMAGE_FETCH lets a model that takes only bytes do so: ``providers.image_fetch``) or a
 ``data:`` URL (its bytes checked: type, size, base64, and that the bytes are the type they claim), only in a user
 message, at most IMAGE_MAX_COUNT a request. Anything else is a 400 naming the part.
 
@@ -49,6 +50,8 @@ class ImageLimits:
 
 
 def refused(where: str, problem: str) -> RequestError:
+    """The 400 for an image part, logged as a refusal (never the image itself: ``problem`` does not quote it)."""
+    logger.info(f"Image refused: {where}: {problem}")
     return RequestError(400, "invalid_image", f"{where}: {problem}", param=where)
 
 
