@@ -1,4 +1,5 @@
-"""Every setting of the handler, read once from the environment, and the one door to the environment.
+"""Every setting of the handler, read once from the environment, and the one door to the environment: longer than
+400 lines because every setting lives here, each with its documentation (one typed home, as the docs' table is one).
 
 Each field of ``Settings`` documents its environment variable; docs/configuration.md's table lists the same
 names. Nothing else in the package reads ``os.environ`` (but this module's helpers, ``config_env`` reading and
@@ -23,7 +24,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
 from typing import Any
 
-from chatloop.config_checks import check_mcp_prefixes, check_otel, check_webhook
+from chatloop.config_checks import check_images, check_mcp_prefixes, check_otel, check_webhook, image_types
 from chatloop.config_env import ConfigError as ConfigError
 from chatloop.config_env import aws_region as aws_region
 from chatloop.config_env import default_store_path as default_store_path
@@ -74,6 +75,19 @@ class Settings:
     """MAX_JSON_DEPTH: a body nested deeper (lists and objects) gets a 400."""
     max_messages: int = 2000
     """MAX_MESSAGES: a conversation with more messages gets a 413."""
+    # --- images (docs/api.md#images): checked at the door, never fetched unless IMAGE_FETCH -------
+    image_max_count: int = 5
+    """IMAGE_MAX_COUNT: image parts a request's own input may carry (Groq takes at most 5 a request)."""
+    image_max_bytes: int = 3_000_000
+    """IMAGE_MAX_BYTES: the largest image a ``data:`` URL (or IMAGE_FETCH) may hold, decoded."""
+    image_media_types: str = "png,jpeg,gif,webp"
+    """IMAGE_MEDIA_TYPES: comma-separated image types taken, among png, jpeg, gif and webp."""
+    image_url_max_chars: int = 2048
+    """IMAGE_URL_MAX_CHARS: the longest image URL (https) taken."""
+    image_fetch: bool = False
+    """IMAGE_FETCH: fetch an image sent by URL for a model that takes only bytes (Bedrock), by ``netpolicy``."""
+    image_fetch_allow_private: bool = False
+    """IMAGE_FETCH_ALLOW_PRIVATE: let IMAGE_FETCH reach a loopback or private address (never a link-local one)."""
     api_base_path: str = "/"
     """API_BASE_PATH: path prefix stripped by Mangum (a custom domain's base path or a named HTTP API stage)."""
     # --- hardening, round 3 (api): dependencies inside the deadline, adapter trust ----------
@@ -317,6 +331,10 @@ class Settings:
                 return True
         return False
 
+    def image_types(self) -> tuple[str, ...]:
+        """IMAGE_MEDIA_TYPES as media types (``image/png``, ...)."""
+        return image_types(self.image_media_types)
+
     def mcp_url_prefixes(self) -> list[str]:
         """MCP_ALLOWED_URLS as a list (empty: no client-supplied MCP server is accepted)."""
         return [p.strip() for p in self.mcp_allowed_urls.split(",") if p.strip()]
@@ -372,6 +390,9 @@ class Settings:
             raise ConfigError("BUDGET_STORE_FAILURE must be closed or open")
         if min(self._budget_limits()) < 0:
             raise ConfigError("BUDGET_* limits must not be negative (0: no limit)")
+        check_images(
+            self.image_max_count, self.image_max_bytes, self.image_url_max_chars, self.image_media_types
+        )
         if self.background_timeout_seconds <= 0:
             raise ConfigError("BACKGROUND_TIMEOUT_SECONDS must be positive")
         if self.webhook_url:

@@ -1,5 +1,5 @@
 """Checks of ``chatloop.config``'s settings that take more than a comparison: WEBHOOK_URL's address, MCP_ALLOWED_URLS'
-prefixes, the OpenTelemetry exporter and its timeouts.
+prefixes, the OpenTelemetry exporter and its timeouts, the image limits.
 
 Usage::
 
@@ -52,3 +52,25 @@ def check_otel(traces_exporter: str, timeouts: tuple[int, ...]) -> None:
         raise ConfigError("OTEL_EXPORTER_OTLP_*TIMEOUT must not be negative (milliseconds)")
     if traces_exporter.lower() not in {"", "otlp", "none"}:
         raise ConfigError("OTEL_TRACES_EXPORTER must be otlp or none (OTLP/HTTP is the exporter supported)")
+
+
+IMAGE_TYPES = frozenset({"image/png", "image/jpeg", "image/gif", "image/webp"})
+"""The image types IMAGE_MEDIA_TYPES may name: what every provider here reads (``providers.images.MEDIA_TYPES``)."""
+
+
+def image_types(text: str) -> tuple[str, ...]:
+    """IMAGE_MEDIA_TYPES as media types.
+
+    >>> image_types("png, JPEG")
+    ('image/png', 'image/jpeg')
+    """
+    return tuple(f"image/{t.strip().lower()}" for t in text.split(",") if t.strip())
+
+
+def check_images(max_count: int, max_bytes: int, url_max_chars: int, media_types: str) -> None:
+    """The image limits: positive, and IMAGE_MEDIA_TYPES some of png, jpeg, gif, webp."""
+    if min(max_count, max_bytes, url_max_chars) < 1:
+        raise ConfigError("IMAGE_MAX_COUNT, IMAGE_MAX_BYTES and IMAGE_URL_MAX_CHARS must be positive")
+    types = image_types(media_types)
+    if not types or set(types) - IMAGE_TYPES:
+        raise ConfigError("IMAGE_MEDIA_TYPES must name some of png, jpeg, gif, webp")

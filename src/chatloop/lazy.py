@@ -32,6 +32,8 @@ FIRST_USE = {
     "chatloop.store.idempotency": "the idempotency records, only when IDEMPOTENCY_TABLE_NAME is set",
     "chatloop.store.dynamodb": "the store's DynamoDB backend (boto3), only when CONVERSATION_TABLE_NAME is set",
     "chatloop.store.sqlite": "the store's SQLite backend, only when no table is configured",
+    "chatloop.providers.image_fetch": "fetching images by URL for Bedrock (netpolicy, a pinned httpx2 client): only "
+    "with IMAGE_FETCH",
     "chatloop.providers.budgeted": "per-caller budgets (the store's ledger): only when a BUDGET_* limit is set",
     "chatloop.store.budget_dynamodb": "the budget ledger in DynamoDB, only when a BUDGET_* limit and a table are set",
     "chatloop.store.budget_sqlite": "the budget ledger in SQLite, only when a BUDGET_* limit is set and no table",

@@ -24,7 +24,7 @@ import logging
 import os
 import threading
 from collections.abc import AsyncIterator
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from chatloop.config import aws_region, from_environment
 from chatloop.deadline import until
@@ -44,6 +44,9 @@ from chatloop.providers.failures import (
     Transient,
 )
 from chatloop.redaction import register_secret
+
+if TYPE_CHECKING:
+    from chatloop.providers.image_fetch import ImageFetch
 
 SERVICE = "bedrock-runtime"
 SDK_MODULE = "botocore"
@@ -207,16 +210,23 @@ class BedrockModel:
         api_key: str | None = None,
         base_url: str | None = None,
         first_chunk_timeout: float = 10.0,
+        image_fetch: ImageFetch | None = None,
     ):
         self.info = info
         self.provider = provider
         self.name = info.name
         self.first_chunk_timeout = first_chunk_timeout
+        self.image_fetch = (
+            image_fetch  # IMAGE_FETCH; None: a turn with an image by URL passes it over (chain.blind)
+        )
+        self.fetches_images = image_fetch is not None
 
     async def stream(self, request: ModelRequest) -> AsyncIterator[StreamItem]:
         time_left = request.deadline.remaining()
         if time_left <= 0:
             raise DeadlineExceeded("no time left for a model call", model=self.name)
+        if self.image_fetch is not None:  # images by URL sent as bytes: Converse takes no URL
+            request = await self.image_fetch.for_request(request, self.name)
         params = converse_params(self.info, request)
         where = aws_region()
         if where is None:

@@ -138,7 +138,17 @@ def _member(
     if not info.known:
         logger.info(f"model chain: {info.name} is not in the catalog; using conservative defaults")
     first_chunk = (settings or Settings()).model_first_chunk_timeout_seconds
-    return adapter(info, provider_info, api_key=keys.get(provider), first_chunk_timeout=first_chunk), ""
+    extra: dict[str, object] = {}
+    if provider == "bedrock" and settings is not None and settings.image_fetch:
+        from chatloop.providers.image_fetch import ImageFetch  # only with IMAGE_FETCH (cold start)
+
+        fetch = ImageFetch(
+            settings.image_max_bytes, settings.image_types(), settings.image_fetch_allow_private
+        )
+        extra["image_fetch"] = fetch
+    return adapter(
+        info, provider_info, api_key=keys.get(provider), first_chunk_timeout=first_chunk, **extra
+    ), ""
 
 
 def build_chain(

@@ -82,6 +82,13 @@ class Transient(ModelError):
     kind = "transient"
 
 
+class ImageUnreadable(ModelError):
+    """An image by URL could not be fetched for a model that takes only the bytes (IMAGE_FETCH): another model of
+    the chain may take the URL itself."""
+
+    kind = "image_unreadable"
+
+
 class DeadlineExceeded(ModelError):
     """The call ran out of the time the deadline gave it: no other model would have time either."""
 

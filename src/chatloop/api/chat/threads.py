@@ -214,7 +214,7 @@ async def save_chat_turn(ctx: RequestContext, thread: ChatThread, events: list[E
     output.finish()
     inputs = stored_items(
         [
-            *[InputMessage.model_validate({"role": m["role"], "content": m["content"]}) for m in thread.new],
+            *[InputMessage.of_chat(str(m["role"]), m["content"]) for m in thread.new],
             *thread.answer_items,
         ]
     )

@@ -34,13 +34,17 @@ from chatloop.api.items.store import (
 from chatloop.api.items.stored import stored_items
 from chatloop.api.openai.conversations.schemas import ConversationCreate, ConversationUpdate, ItemsCreate
 from chatloop.api.turns.checks import read_body
+from chatloop.api.turns.images import ImageLimits
+from chatloop.api.turns.input_images import response_images
 from chatloop.store.service import CursorNotFound
 
 
 # --- the endpoints --------------------------------------------------------------------------------
 async def create_conversation(request: Request) -> Response:
     store, owner, deadline = store_context(request)
-    body = await read_body(RequestContext.of(request), ConversationCreate)
+    ctx = RequestContext.of(request)
+    body = await read_body(ctx, ConversationCreate)
+    response_images(body.items or [], ImageLimits.of(ctx.settings), base="items")
     items = stored_items(body.items or [])
     with store_errors():
         conversation = await store.conversations.create(owner, body.metadata or {}, items, deadline)
@@ -108,7 +112,9 @@ async def create_items(request: Request) -> Response:
     store, owner, deadline = store_context(request)
     conversation_id = _conversation_id(request)
     refuse_include(request)
-    body = await read_body(RequestContext.of(request), ItemsCreate)
+    ctx = RequestContext.of(request)
+    body = await read_body(ctx, ItemsCreate)
+    response_images(body.items, ImageLimits.of(ctx.settings), base="items")
     items = stored_items(body.items)
     with store_errors():
         added = await store.conversations.append_items(owner, conversation_id, items, deadline)
