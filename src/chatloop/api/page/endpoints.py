@@ -27,6 +27,7 @@ from chatloop.api.http.errors import RequestError
 PAGE_DIR = Path(__file__).with_name("static")
 ASSETS = {
     "app.js": "text/javascript; charset=utf-8",
+    "images.js": "text/javascript; charset=utf-8",
     "app.css": "text/css; charset=utf-8",
     "vendor/marked.umd.js": "text/javascript; charset=utf-8",
     "vendor/purify.min.js": "text/javascript; charset=utf-8",
@@ -77,8 +78,20 @@ def base_path(request: Request) -> str:
     return path if path.endswith("/") else f"{path}/"
 
 
+def image_limits(request: Request) -> dict[str, str]:
+    """What the page's composer checks an image against before it is sent, as the server checks it: the types
+    ``/chat`` takes, and (empty when the server sets none) how many go with one message and how large each may be."""
+    return {
+        "IMAGE_TYPES": "image/png,image/jpeg,image/gif,image/webp",
+        "MAX_IMAGES": "",
+        "MAX_IMAGE_BYTES": "",
+    }
+
+
 async def page(request: Request) -> Response:
     text = _read("index.html").decode().replace("{{BASE}}", html.escape(base_path(request), quote=True))
+    for name, value in image_limits(request).items():
+        text = text.replace(f"{{{{{name}}}}}", html.escape(value, quote=True))
     return Response(text, media_type="text/html; charset=utf-8", headers=_headers("no-cache"))
 
 
