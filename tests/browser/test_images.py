@@ -152,11 +152,16 @@ def test_attached_pasted_and_dropped_images_go_with_the_question(open_page, serv
     assert page.errors == []
 
 
-def test_an_image_the_server_would_refuse_is_refused_on_the_page(open_page, server):
+def test_an_image_the_server_would_refuse_is_refused_on_the_page_and_a_name_stays_text(open_page, server):
     page = open_page(server, "refused-key")
     attach(page, "notes.txt", b"not an image", mime="text/plain")
     expect(page.locator("#notice")).to_contain_text(
         "“notes.txt” was not attached: the server takes PNG, JPEG"
     )
     expect(page.locator("#attachments img")).to_have_count(0)
+    hostile = '<img src=x onerror="window.pwned=1">.png'
+    attach(page, hostile, png(1, 1))
+    expect(page.locator("#attachments img")).to_have_count(1)
+    assert page.locator("#attachments img").get_attribute("alt") == hostile  # the name is text, not markup
+    assert page.locator("#attachments img[onerror]").count() == 0 and page.evaluate("window.pwned") is None
     assert page.errors == []
