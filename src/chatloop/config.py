@@ -38,6 +38,8 @@ from chatloop.config_mcp import under_prefix as under_prefix
 DEFAULT_MODEL_CHAIN = (
     "groq:openai/gpt-oss-120b,groq:llama-3.3-70b-versatile,groq:llama-3.1-8b-instant,openai:gpt-4.1-mini"
 )
+IMAGE_TYPES = frozenset({"image/png", "image/jpeg", "image/gif", "image/webp"})
+"""The image types IMAGE_MEDIA_TYPES may name: what every provider here reads (``providers.images.MEDIA_TYPES``)."""
 KEY_VARIABLES = {"groq": "GROQ_API_KEY", "openai": "OPENAI_API_KEY", "local": "LOCAL_API_KEY"}
 """Each provider's API key variable (in the environment, or a field of PROVIDER_KEYS_SECRET_ARN's secret): the one
 list ``secrets`` reads keys by and ``observability`` registers for redaction at import."""
@@ -73,6 +75,16 @@ class Settings:
     """MAX_JSON_DEPTH: a body nested deeper (lists and objects) gets a 400."""
     max_messages: int = 2000
     """MAX_MESSAGES: a conversation with more messages gets a 413."""
+    image_max_count: int = 5
+    """IMAGE_MAX_COUNT: image parts a request's own input may carry (Groq takes at most 5 a request)."""
+    image_max_bytes: int = 3_000_000
+    """IMAGE_MAX_BYTES: the largest image a ``data:`` URL may hold, decoded (~4 MB of base64: Groq's limit for one);
+    the body, its ``data:`` URLs included, stays within MAX_BODY_BYTES."""
+    image_media_types: str = "png,jpeg,gif,webp"
+    """IMAGE_MEDIA_TYPES: comma-separated image types a ``data:`` URL may hold, among png, jpeg, gif and webp (what
+    every provider here reads)."""
+    image_url_max_chars: int = 2048
+    """IMAGE_URL_MAX_CHARS: the longest image URL (https) taken; the server never fetches it (docs/api.md#images)."""
     api_base_path: str = "/"
     """API_BASE_PATH: path prefix stripped by Mangum (a custom domain's base path or a named HTTP API stage)."""
     # --- hardening, round 3 (api): dependencies inside the deadline, adapter trust ----------
@@ -316,6 +328,14 @@ class Settings:
                 return True
         return False
 
+    def image_types(self) -> tuple[str, ...]:
+        """IMAGE_MEDIA_TYPES as media types.
+
+        >>> Settings(image_media_types="png, jpeg").image_types()
+        ('image/png', 'image/jpeg')
+        """
+        return tuple(f"image/{t.strip().lower()}" for t in self.image_media_types.split(",") if t.strip())
+
     def mcp_url_prefixes(self) -> list[str]:
         """MCP_ALLOWED_URLS as a list (empty: no client-supplied MCP server is accepted)."""
         return [p.strip() for p in self.mcp_allowed_urls.split(",") if p.strip()]
@@ -371,6 +391,10 @@ class Settings:
             raise ConfigError("BUDGET_STORE_FAILURE must be closed or open")
         if min(self._budget_limits()) < 0:
             raise ConfigError("BUDGET_* limits must not be negative (0: no limit)")
+        if min(self.image_max_count, self.image_max_bytes, self.image_url_max_chars) < 1:
+            raise ConfigError("IMAGE_MAX_COUNT, IMAGE_MAX_BYTES and IMAGE_URL_MAX_CHARS must be positive")
+        if not self.image_types() or set(self.image_types()) - IMAGE_TYPES:
+            raise ConfigError("IMAGE_MEDIA_TYPES must name some of png, jpeg, gif, webp")
         if self.background_timeout_seconds <= 0:
             raise ConfigError("BACKGROUND_TIMEOUT_SECONDS must be positive")
         if self.webhook_url:

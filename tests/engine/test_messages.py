@@ -102,7 +102,7 @@ def test_legacy_call_text_is_removed_from_history():
         (
             [{"role": "user", "content": [{"type": "image_url", "image_url": {}}]}],
             0,
-            "'image_url' is not supported",
+            "needs image_url.url",
         ),
         (
             [

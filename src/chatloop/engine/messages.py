@@ -29,10 +29,12 @@ ROLES = {"system", "developer", "user", "assistant", "tool"}
 class ConversationError(ValueError):
     """A client conversation the engine cannot send to a model."""
 
-    def __init__(self, index: int | None, message: str):
+    def __init__(self, index: int | None, message: str, part: int | None = None):
         self.index = index
-        where = f"messages[{index}]: " if index is not None else "messages: "
-        super().__init__(where + message)
+        self.param = "messages" if index is None else f"messages[{index}]"
+        if part is not None:
+            self.param += f".content[{part}]"
+        super().__init__(f"{self.param}: {message}")
 
 
 def normalize_conversation(raw: object) -> list[Message]:
@@ -105,7 +107,12 @@ class _Conversation:
     def other(self, index: int, role: str, message: Mapping[str, object]) -> None:
         """A system, developer or user message."""
         self._no_pending_before(index)
-        content = _text(index, message.get("content"), allow_null=False)
+        raw = message.get("content")
+        content: JSONValue = (
+            _with_images(index, raw)
+            if role == "user" and isinstance(raw, list) and _has_images(raw)
+            else _text(index, raw, allow_null=False)
+        )
         entry: Message = {"role": "system" if role == "developer" else role, "content": content}
         name = message.get("name")
         if role == "user" and isinstance(name, str):
@@ -141,6 +148,8 @@ def _text(index: int, content: object, allow_null: bool) -> str:
                 parts.append(part)
             elif isinstance(part, dict) and part.get("type") == "text" and isinstance(part.get("text"), str):
                 parts.append(part["text"])
+            elif isinstance(part, dict) and part.get("type") == "image_url":
+                raise ConversationError(index, "an image is taken in a user message only", part=n)
             else:
                 kind = part.get("type") if isinstance(part, dict) else type(part).__name__
                 raise ConversationError(
@@ -150,6 +159,39 @@ def _text(index: int, content: object, allow_null: bool) -> str:
     raise ConversationError(
         index, f"content must be a string, a list of text parts or null, not {type(content).__name__}"
     )
+
+
+def _has_images(content: object) -> bool:
+    return isinstance(content, list) and any(
+        isinstance(p, dict) and p.get("type") == "image_url" for p in content
+    )
+
+
+def _with_images(index: int, content: list[object]) -> list[JSONValue]:
+    """A user message's content list that holds images, kept as a list: text parts and ``image_url`` parts (``url``
+    and ``detail`` only). Their URLs were checked at the door (``api.turns.images``); here only their shape."""
+    parts: list[JSONValue] = []
+    for n, part in enumerate(content):
+        if isinstance(part, str):
+            parts.append({"type": "text", "text": part})
+            continue
+        if not isinstance(part, dict) or part.get("type") not in ("text", "image_url"):
+            kind = part.get("type") if isinstance(part, dict) else type(part).__name__
+            raise ConversationError(index, f"content part of type {kind!r} is not supported", part=n)
+        if part["type"] == "text":
+            if not isinstance(part.get("text"), str):
+                raise ConversationError(index, "a text part needs a text string", part=n)
+            parts.append({"type": "text", "text": part["text"]})
+            continue
+        image = part.get("image_url")
+        url = image.get("url") if isinstance(image, dict) else None
+        detail = image.get("detail", "auto") if isinstance(image, dict) else None
+        if not isinstance(url, str) or not isinstance(detail, str):
+            raise ConversationError(
+                index, "an image_url part needs image_url.url (and a detail string)", part=n
+            )
+        parts.append({"type": "image_url", "image_url": {"url": url, "detail": detail}})
+    return parts
 
 
 def _tool_call(index: int, n: int, call: object) -> tuple[str, str, str]:

@@ -44,6 +44,11 @@ class ModelInfo:
     does not say (tried, like an unknown format)."""
     tool_choices: tuple[str, ...] | None = None
     """The forms of Converse's ``toolChoice`` a Bedrock model takes (``auto``, ``any``, ``tool``); None: not said."""
+    vision: bool | None = None
+    """Whether the model reads images; None when the catalog does not say (a turn with images tries it: a provider
+    that refuses them makes the chain go on)."""
+    image_urls: bool = True
+    """Whether its provider's API takes an image by URL (False: only the bytes, as Bedrock's Converse)."""
 
     def honours(self, response_format: JSONObject | None) -> bool | None:
         """Whether this model can be sent ``response_format`` (no format, or ``text``, is always fine); None: unknown."""
@@ -66,6 +71,8 @@ class ProviderInfo:
     tool_message_name: bool
     key_required: bool = True
     """False for self-hosted OpenAI-compatible servers (llama-server, Ollama, vLLM) that take any key or none."""
+    image_urls: bool = True
+    """False for an API that takes images as bytes only (Bedrock's Converse fetches no URL)."""
 
 
 @dataclass
@@ -91,6 +98,7 @@ class Catalog:
 
     def _read(self, name: str) -> ModelInfo:
         provider, model_id = split_entry(name)
+        provider_info = self.providers.get(provider)
         raw = {**self.defaults, **self.models.get(f"{provider}:{model_id}", {})}
         window = raw.get("context_window")
         max_tokens_param = raw.get("max_tokens_param", "max_tokens")
@@ -108,6 +116,8 @@ class Catalog:
             response_formats=_strings(raw["response_format"]) if "response_format" in raw else None,
             params=_strings(raw["params"]) if "params" in raw else None,
             tool_choices=_strings(raw["tool_choice"]) if "tool_choice" in raw else None,
+            vision=bool(raw["vision"]) if "vision" in raw else None,
+            image_urls=provider_info.image_urls if provider_info else True,
         )
 
     def provider(self, name: str) -> ProviderInfo | None:
@@ -133,9 +143,9 @@ class CatalogError(ValueError):
 
 MAX_CONTEXT_WINDOW = 100_000_000
 """Tokens: a window beyond this is a typo (the largest models hold a few million)."""
-_FLAGS = ("tools", "parallel_tool_calls", "decommissioned")
+_FLAGS = ("tools", "parallel_tool_calls", "decommissioned", "vision")
 _STRING_LISTS = ("drop_params",)
-_PROVIDER_FLAGS = ("stream_usage", "tool_message_name", "key_required")
+_PROVIDER_FLAGS = ("stream_usage", "tool_message_name", "key_required", "image_urls")
 
 
 def validate_catalog(data: object, source: str) -> None:
@@ -226,6 +236,7 @@ def _load(path: str, overlay: str | None = None) -> Catalog:
             bool(p.get("stream_usage")),
             bool(p.get("tool_message_name", True)),
             bool(p.get("key_required", True)),
+            bool(p.get("image_urls", True)),
         )
         for name, p in data["providers"].items()
     }

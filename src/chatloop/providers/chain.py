@@ -46,6 +46,7 @@ from chatloop.providers.failures import (
     ToolUseFailed,
 )
 from chatloop.providers.health import ChainHealth, provider_of
+from chatloop.providers.images import Images, carried_images
 from chatloop.providers.recovery import may_retry, recovered_calls, with_corrective_note
 from chatloop.providers.window import Window, fit, fitted
 
@@ -83,6 +84,8 @@ class FallbackChain:
         self._failed_providers: set[str] = set()
         self._needs: dict[str, int] = {}
         """Per model, the tokens the current request needs of its window (set by ``stream``)."""
+        self._images = Images()
+        """The images the current request carries (set by ``stream``): a model that cannot see them is passed over."""
 
     @property
     def name(self) -> str:
@@ -230,6 +233,7 @@ class FallbackChain:
         """``request`` fitted to the windows of the models that may take it (``window.fit``), the ``ContextFit``
         to report, and what it needs of each model's window (the conversation is read once for all)."""
         self._needs = {}
+        self._images = carried_images(request.messages)
         candidates = [m for m in self._order() if not self._unusable(m, request, 0)] or self._order()
         needs = self.health.estimator.needs(request, self.entries())
         fitting = fit([self._window(m.name, needs[m.name]) for m in candidates], request.allow_trimming)
@@ -272,7 +276,7 @@ class FallbackChain:
         info = self.catalog.get(model.name)
         if request.tools and not info.tools:
             return "no tool support"
-        refused = _refusal(info, request.response_format, request.params)
+        refused = _refusal(info, request.response_format, request.params) or blind(info, self._images)
         if refused:
             return refused
         if min_context and info.context_window is not None and info.context_window <= min_context:
@@ -283,12 +287,17 @@ class FallbackChain:
         return None
 
     def supports(
-        self, *, response_format: JSONObject | None = None, params: Iterable[str] = ()
+        self,
+        *,
+        response_format: JSONObject | None = None,
+        params: Iterable[str] = (),
+        images: Images | None = None,
     ) -> tuple[list[str], list[str]]:
         """Which of the chain's models a request asking for ``response_format`` and ``params`` goes to, and which it
         passes over, each in the chain's order: a model whose catalog entry lists what is asked is sent it, one whose
         entry does not say is tried too (a provider's refusal passes the turn on), one whose entry says no is passed
-        over (the rule ``stream`` skips models by).
+        over (the rule ``stream`` skips models by). With ``images``, a model that cannot see them (its entry says no
+        vision, or it needs the bytes of an image sent by URL) is passed over too.
 
         Usage::
 
@@ -298,18 +307,21 @@ class FallbackChain:
         able: list[str] = []
         passed_over: list[str] = []
         for model in self.models:
-            refused = _refusal(self.catalog.get(model.name), response_format, asked)
+            info = self.catalog.get(model.name)
+            refused = _refusal(info, response_format, asked) or (blind(info, images) if images else None)
             (passed_over if refused else able).append(model.name)
         return able, passed_over
 
     def _guessed(self, model: ChatModel, request: ModelRequest, error: ModelError) -> bool:
         """A request refused by a model that was sent something its catalog entry does not vouch for (a format or a
-        parameter it says nothing about): the refusal is that model's skip reason, and the chain goes on."""
+        parameter it says nothing about, or images when it does not say it sees): the refusal is that model's skip reason, and the chain goes on."""
         if not isinstance(error, BadRequest):
             return False
         info = self.catalog.get(model.name)
-        return info.honours(request.response_format) is None or any(
-            info.takes(p) is None for p in request.params
+        return (
+            info.honours(request.response_format) is None
+            or any(info.takes(p) is None for p in request.params)
+            or (self._images.count > 0 and info.vision is None)
         )
 
     def _next_usable(
@@ -337,6 +349,17 @@ def _refusal(info: ModelInfo, response_format: JSONObject | None, params: Iterab
     refused = [p for p in params if info.takes(p) is False]
     if refused:
         return f"does not take {', '.join(refused)}"
+    return None
+
+
+def blind(info: ModelInfo, images: Images) -> str | None:
+    """Why a model cannot be sent a conversation's ``images`` (None: it can, or its entry does not say: tried)."""
+    if not images.count:
+        return None
+    if info.vision is False:
+        return "no vision support"
+    if images.by_url and not info.image_urls:
+        return "cannot read an image by URL (its API takes the bytes; the server does not fetch)"
     return None
 
 

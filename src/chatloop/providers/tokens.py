@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 
 from chatloop.jsontypes import JSONObject
 from chatloop.providers.base import ModelRequest
+from chatloop.providers.images import image_tokens, part_detail, part_url
 
 CLASS_TOKENS = {
     "l": 0.26,  # ASCII lowercase letters: English packs ~4.5 characters a token
@@ -120,7 +121,7 @@ def message_tokens(message: JSONObject) -> float:
     if isinstance(content, str):
         tokens = text_tokens(content)
     elif isinstance(content, list):
-        tokens = sum(text_tokens(str(p.get("text", ""))) for p in content if isinstance(p, dict))
+        tokens = sum(_part_tokens(p) for p in content if isinstance(p, dict))
     else:
         tokens = 0.0
     for function in _called_functions(message):
@@ -128,6 +129,14 @@ def message_tokens(message: JSONObject) -> float:
             text_tokens(str(function.get("name", ""))) + text_tokens(str(function.get("arguments", ""))) + 8
         )
     return tokens + MESSAGE_TOKENS
+
+
+def _part_tokens(part: JSONObject) -> float:
+    """A content part's tokens: its text, or an image as the providers count it (``images.image_tokens``; the
+    characters of a ``data:`` URL are not text the model reads)."""
+    if part.get("type") == "image_url":
+        return float(image_tokens(part_url(part), part_detail(part)))
+    return text_tokens(str(part.get("text", "")))
 
 
 def message_chars(message: JSONObject) -> int:

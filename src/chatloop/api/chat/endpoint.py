@@ -21,6 +21,7 @@ from chatloop.api.http.wire import sse_frame
 from chatloop.api.runtime import Runtime
 from chatloop.api.turns.admission import Admission
 from chatloop.api.turns.checks import ChatChoice, conversation
+from chatloop.api.turns.images import ImageLimits, chat_images
 from chatloop.api.turns.pipeline import Admitted, Door, Plan, run_door
 from chatloop.api.turns.schemas import ChatBody
 from chatloop.api.turns.serve import INTERNAL_ERROR, serve_turn
@@ -86,6 +87,7 @@ class ChatDoor(Door[ChatBody, ChatPlan]):
         self, request: Request, ctx: RequestContext, body: ChatBody, admission: Admission
     ) -> ChatPlan:
         settings, thread = ctx.runtime.settings, None
+        images = chat_images(body.messages, ImageLimits.of(settings))
         if body.approvals and body.conversation is None:
             raise RequestError(
                 400,
@@ -115,6 +117,7 @@ class ChatDoor(Door[ChatBody, ChatPlan]):
             max_iterations=body.max_iterations,
             approvals=thread.answers if thread else (),
             conversation_id=thread.conversation_id if thread else None,
+            images=images,
             body=body,
             thread=thread,
         )

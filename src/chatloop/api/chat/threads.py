@@ -207,7 +207,7 @@ async def save_chat_turn(request: Request, thread: ChatThread, events: list[Even
     output.finish()
     inputs = stored_items(
         [
-            *[InputMessage.model_validate({"role": m["role"], "content": m["content"]}) for m in thread.new],
+            *[InputMessage.of_chat(str(m["role"]), m["content"]) for m in thread.new],
             *thread.answer_items,
         ]
     )

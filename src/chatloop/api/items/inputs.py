@@ -16,6 +16,7 @@ from pydantic import BaseModel, ConfigDict, Field, StrictStr
 from chatloop.api.items.approvals import McpApprovalRequestInput, McpApprovalResponseInput
 from chatloop.api.items.compaction import CompactionInput
 from chatloop.api.items.mcp import McpCallInput, McpListToolsInput
+from chatloop.jsontypes import JSONObject, JSONValue
 
 LAZY = ConfigDict(defer_build=True)
 
@@ -27,6 +28,26 @@ class InputText(BaseModel):
     text: StrictStr
 
 
+class InputImage(BaseModel):
+    """An ``input_image`` part: an image by ``image_url`` (https, or a ``data:`` URL), checked at the door
+    (``api.turns.images``: only in a user message, ``file_id`` refused by name, the limits)."""
+
+    model_config = LAZY
+
+    type: Literal["input_image"]
+    image_url: StrictStr | None = None
+    file_id: StrictStr | None = None
+    detail: StrictStr = "auto"
+
+    def stored(self) -> JSONObject:
+        """As OpenAI shows a kept ``input_image`` part."""
+        return {"type": "input_image", "image_url": self.image_url, "file_id": None, "detail": self.detail}
+
+    def chat_part(self) -> JSONObject:
+        """As chat completions (and the engine) take it."""
+        return {"type": "image_url", "image_url": {"url": self.image_url or "", "detail": self.detail}}
+
+
 class InputMessage(BaseModel):
     """A ``message`` item (the ``type`` may be left out, as the SDKs' "easy input message" does)."""
 
@@ -34,10 +55,46 @@ class InputMessage(BaseModel):
 
     type: Literal["message"] = "message"
     role: Literal["user", "assistant", "system", "developer"]
-    content: StrictStr | list[InputText]
+    content: StrictStr | list[InputText | InputImage]
 
     def text(self) -> str:
-        return self.content if isinstance(self.content, str) else "".join(p.text for p in self.content)
+        """The message's text (its images left out)."""
+        if isinstance(self.content, str):
+            return self.content
+        return "".join(p.text for p in self.content if isinstance(p, InputText))
+
+    def images(self) -> list[InputImage]:
+        return [] if isinstance(self.content, str) else [p for p in self.content if isinstance(p, InputImage)]
+
+    def chat_content(self) -> str | list[JSONValue]:
+        """The content as an engine message holds it: the text, or, with images, text and ``image_url`` parts in
+        order."""
+        if not self.images():
+            return self.text()
+        return [
+            p.chat_part() if isinstance(p, InputImage) else {"type": "text", "text": p.text}
+            for p in self.content
+            if not isinstance(p, str)
+        ]
+
+    @classmethod
+    def of_chat(cls, role: str, content: object) -> InputMessage:
+        """An engine (chat-completions-shaped) message as an input item: ``image_url`` parts become
+        ``input_image``."""
+        if isinstance(content, list):
+            content = [
+                {"type": "input_image", **_image_of(p)}
+                if isinstance(p, dict) and p.get("type") == "image_url"
+                else p
+                for p in content
+            ]
+        return cls.model_validate({"role": role, "content": content})
+
+
+def _image_of(part: JSONObject) -> JSONObject:
+    image = part.get("image_url")
+    image = image if isinstance(image, dict) else {}
+    return {"image_url": image.get("url"), "detail": image.get("detail", "auto")}
 
 
 class FunctionCallItem(BaseModel):

@@ -35,7 +35,7 @@ def messages_of(items: Sequence[InputItem], answering: frozenset[str] = frozense
     for item in items:
         if isinstance(item, InputMessage):
             role = "system" if item.role == "developer" else item.role
-            messages.append({"role": role, "content": item.text()})
+            messages.append({"role": role, "content": item.chat_content()})
         elif isinstance(item, FunctionCallItem):
             call = _call(item.call_id, item.name, item.arguments)
             _add_call(messages, call, lambda last: last["role"] == "assistant")

@@ -24,12 +24,13 @@ from chatloop.api.items.inputs import (
     CodeInterpreterCallItem,
     FunctionCallItem,
     FunctionCallOutputItem,
+    InputImage,
     InputItem,
     InputMessage,
 )
 from chatloop.api.items.mcp import McpCallInput, McpListToolsInput
 from chatloop.api.items.store import not_found
-from chatloop.jsontypes import JSONObject
+from chatloop.jsontypes import JSONObject, JSONValue
 from chatloop.store.model import Item, Page, PageQuery, new_id
 
 if TYPE_CHECKING:
@@ -63,12 +64,18 @@ def _stored(item: InputItem) -> tuple[str, JSONObject] | None:
         part: JSONObject = {"type": kind, "text": item.text()}
         if kind == "output_text":
             part["annotations"] = []
+        parts: list[JSONValue] = [part]
+        if item.images() and not isinstance(item.content, str):  # kept part by part, images in their place
+            parts = [
+                p.stored() if isinstance(p, InputImage) else {"type": kind, "text": p.text}
+                for p in item.content
+            ]
         return item_id, {
             "type": "message",
             "id": item_id,
             "role": item.role,
             "status": "completed",
-            "content": [part],
+            "content": parts,
         }
     if isinstance(item, FunctionCallItem):
         item_id = new_id("fc")

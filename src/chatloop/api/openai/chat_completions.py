@@ -22,6 +22,7 @@ from chatloop.api.http.wire import sse_frame
 from chatloop.api.openai.extension import extension
 from chatloop.api.turns.admission import Admission
 from chatloop.api.turns.checks import conversation
+from chatloop.api.turns.images import ImageLimits, chat_images
 from chatloop.api.turns.pipeline import Admitted, Door, Plan, run_door
 from chatloop.api.turns.schemas import OpenAIChatBody
 from chatloop.api.turns.serve import INTERNAL_ERROR, failed_turn, serve_turn
@@ -154,6 +155,7 @@ class CompletionsDoor(Door[OpenAIChatBody, CompletionsPlan]):
     async def prepare(
         self, request: Request, ctx: RequestContext, body: OpenAIChatBody, admission: Admission
     ) -> CompletionsPlan:
+        images = chat_images(body.messages, ImageLimits.of(ctx.runtime.settings))
         return CompletionsPlan(
             conversation(body.messages, ctx.runtime.settings.max_messages),
             body.tool_choice,
@@ -163,6 +165,7 @@ class CompletionsDoor(Door[OpenAIChatBody, CompletionsPlan]):
             functions=body.tools or [],
             requested_format=lambda: body.response_format,
             forwarded=body.forwarded(),
+            images=images,
             body=body,
         )
 

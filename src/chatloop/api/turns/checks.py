@@ -59,7 +59,7 @@ def conversation(messages: Sequence[object], max_messages: int) -> list[Message]
     try:
         return normalize_conversation(messages)
     except ConversationError as exc:
-        raise RequestError(400, "invalid_messages", str(exc), param="messages") from None
+        raise RequestError(400, "invalid_messages", str(exc), param=exc.param) from None
 
 
 def model_for(runtime: Runtime, requested: str | None, *, openai: bool = False) -> FallbackChain:

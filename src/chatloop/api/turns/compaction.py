@@ -41,7 +41,7 @@ from chatloop.api.turns.checks import model_for
 from chatloop.api.turns.serve import budgeted
 from chatloop.api.turns.statekey import state_key
 from chatloop.engine.messages import Message
-from chatloop.jsontypes import JSONObject
+from chatloop.jsontypes import JSONObject, JSONValue
 from chatloop.observability import logger
 from chatloop.providers.base import ChatModel, ModelRequest, ModelResponse, Usage
 from chatloop.providers.failures import ModelError, Transient
@@ -130,6 +130,15 @@ async def open_items(ctx: RequestContext, items: Sequence[object]) -> None:
 
 
 # --- writing --------------------------------------------------------------------------------------------------
+def _told(parts: list[JSONValue]) -> str:
+    """A content list as the summarizing model reads it: its text, an image as ``[image]`` (never its bytes)."""
+    return "".join(
+        "[image]" if p.get("type") == "image_url" else str(p.get("text", ""))
+        for p in parts
+        if isinstance(p, dict)
+    )
+
+
 def transcript(messages: Sequence[Message]) -> str:
     """The conversation as the summarizing model reads it: one block per message, tool calls and results named."""
     blocks: list[str] = []
@@ -138,6 +147,8 @@ def transcript(messages: Sequence[Message]) -> str:
         text = (
             content
             if isinstance(content, str)
+            else _told(content)
+            if isinstance(content, list)
             else json.dumps(content, ensure_ascii=False)
             if content
             else ""

@@ -47,6 +47,7 @@ from chatloop.api.turns.checks import (
     refuse_unsupported,
     structured_output,
 )
+from chatloop.api.turns.images import see_images
 from chatloop.api.turns.schemas import OpenAIParams
 from chatloop.api.turns.serve import turn_events
 from chatloop.jsontypes import JSONObject
@@ -99,6 +100,11 @@ class Plan:
     """The request's own MCP servers (the Responses API's ``mcp`` tools)."""
     rules: Mapping[str, ApprovalRule] = field(default_factory=dict)
     conversation_id: str | None = None
+    images: list[str] = field(default_factory=list)
+    """The params of the request's own image parts (``messages[0].content[1]``), checked by the door
+    (``api.turns.images``): the first is named when no model of the chain can see them."""
+    input_param: str = "messages"
+    """What the door calls its input (``input`` on the Responses API): named when only the history holds images."""
 
 
 P = TypeVar("P", bound=Plan)
@@ -187,6 +193,7 @@ def checked_turn(runtime: Runtime, door: Door[Body, P], plan: P) -> tuple[TurnRe
     client_tools = door.client_tools(runtime, plan, choice)
     model = model_for(runtime, plan.model, openai=plan.openai)
     check_context(model, plan.messages, plan.max_tokens, whole=not plan.allow_trimming)
+    see_images(model, plan.messages, plan.images, plan.input_param)
     response_format = structured_output(model, plan.requested_format(), plan.format_param)
     turn = turn_request(
         plan.messages,

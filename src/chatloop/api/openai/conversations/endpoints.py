@@ -19,6 +19,7 @@ from __future__ import annotations
 from starlette.requests import Request
 from starlette.responses import Response
 
+from chatloop.api.http.context import RequestContext
 from chatloop.api.http.errors import RequestError
 from chatloop.api.http.wire import JSONBody
 from chatloop.api.items.store import (
@@ -33,6 +34,8 @@ from chatloop.api.items.store import (
 from chatloop.api.items.stored import stored_items
 from chatloop.api.openai.conversations.schemas import ConversationCreate, ConversationUpdate, ItemsCreate
 from chatloop.api.turns.checks import read_body
+from chatloop.api.turns.images import ImageLimits
+from chatloop.api.turns.input_images import response_images
 from chatloop.store.service import CursorNotFound
 
 
@@ -40,6 +43,7 @@ from chatloop.store.service import CursorNotFound
 async def create_conversation(request: Request) -> Response:
     store, owner, deadline = store_context(request)
     body = await read_body(request, ConversationCreate)
+    response_images(body.items or [], ImageLimits.of(RequestContext.of(request).settings), base="items")
     items = stored_items(body.items or [])
     with store_errors():
         conversation = await store.conversations.create(owner, body.metadata or {}, items, deadline)
@@ -108,6 +112,7 @@ async def create_items(request: Request) -> Response:
     conversation_id = _conversation_id(request)
     refuse_include(request)
     body = await read_body(request, ItemsCreate)
+    response_images(body.items, ImageLimits.of(RequestContext.of(request).settings), base="items")
     items = stored_items(body.items)
     with store_errors():
         added = await store.conversations.append_items(owner, conversation_id, items, deadline)

@@ -20,7 +20,7 @@ from starlette.responses import Response
 from chatloop.api.http.context import RequestContext, response_id
 from chatloop.api.http.errors import RequestError
 from chatloop.api.http.wire import JSONBody
-from chatloop.api.items.inputs import InputItem, InputMessage
+from chatloop.api.items.inputs import InputImage, InputItem, InputMessage, InputText
 from chatloop.api.openai.responses import stored
 from chatloop.api.openai.responses.render import usage_of
 from chatloop.api.openai.responses.schemas import ResponsesBody
@@ -34,6 +34,8 @@ from chatloop.api.turns.compaction import (
     summary_chain,
     summary_request,
 )
+from chatloop.api.turns.images import ImageLimits
+from chatloop.api.turns.input_images import response_images
 from chatloop.api.turns.serve import budgeted
 from chatloop.jsontypes import JSONObject, json_object
 from chatloop.providers.failures import ModelError
@@ -55,6 +57,9 @@ async def compact(request: Request) -> Response:
     runtime = ctx.runtime
     body = await read_body(request, CompactBody)
     identified(ctx, None)  # a 400 before anything is counted: an item sealed to no one would open for anyone
+    response_images(
+        current_items(body), ImageLimits.of(runtime.settings)
+    )  # kept in the output: checked as a turn's
     keeping = await stored.prepare(request, body.model_copy(update={"store": False}))
     items = [*keeping.history, *current_items(body)]
     await open_items(ctx, items)
@@ -88,7 +93,14 @@ def _user_messages(items: list[InputItem]) -> list[JSONObject]:
             "id": new_id("msg"),
             "role": "user",
             "status": "completed",
-            "content": [{"type": "input_text", "text": i.text()}],
+            "content": [
+                p.stored() if isinstance(p, InputImage) else {"type": "input_text", "text": p.text}
+                for p in (
+                    i.content
+                    if isinstance(i.content, list)
+                    else [InputText(type="input_text", text=i.text())]
+                )
+            ],
         }
         for i in items
         if isinstance(i, InputMessage) and i.role == "user"

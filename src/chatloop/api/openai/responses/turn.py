@@ -26,6 +26,8 @@ from chatloop.api.openai.responses.stored import Keeping
 from chatloop.api.turns import compaction
 from chatloop.api.turns.admission import Admission
 from chatloop.api.turns.checks import ChatChoice, conversation
+from chatloop.api.turns.images import ImageLimits
+from chatloop.api.turns.input_images import response_images
 from chatloop.api.turns.pipeline import Plan
 from chatloop.engine.messages import Message
 
@@ -96,6 +98,7 @@ async def plan_of(
     it claims (given back by ``admission`` if the turn is refused)."""
     runtime = ctx.runtime
     history = keeping.history
+    images = response_images(current_items(body), ImageLimits.of(runtime.settings))
     items = [*history, *current_items(body)]
     if body.context_management:  # a summary would be sealed to its caller: a 400 when there is none
         compaction.identified(ctx, "context_management")
@@ -131,6 +134,8 @@ async def plan_of(
         servers=servers,
         rules=client_rules(body.tools),
         conversation_id=keeping.conversation_id,
+        images=images,
+        input_param="input",
         body=body,
         keeping=keeping,
         compacted=[compacted[0]] if compacted else [],
