@@ -1,15 +1,15 @@
 """Images on the chat page (issue 44), in Debian's Chromium through Playwright as in tests/browser/test_page.py: a
 person attaches an image with the button, pastes one (Ctrl/Cmd+V) and drops one on the composer, sees each as a
 removable thumbnail, and sends them with the question as ``image_url`` parts; the transcript shows them, also when
-the conversation is reopened. Against the app under uvicorn with a real embedded store and a scripted vision model
-that names the images it was given (their size, read from the PNG bytes it received)."""
+the conversation is reopened; an image over the server's limits (the page is served with them) is refused on the
+page. Against the app under uvicorn with a real embedded store and a scripted vision model that names the images it
+was given (their size, read from the PNG bytes it received)."""
 
 from __future__ import annotations
 
 import base64
 import json
 import struct
-import zlib
 from collections.abc import Iterator
 from typing import Any
 
@@ -19,25 +19,10 @@ from chatloop.config import Settings
 from chatloop.providers.base import ModelRequest, ModelResponse
 from chatloop.tools.base import ToolRegistry
 from tests.support.browser import expect, needs_chromium
+from tests.support.images import gif, padded_png, png
 from tests.support.server import Server, app_server
 
 pytestmark = needs_chromium
-
-
-def png(width: int, height: int) -> bytes:
-    """A grey PNG of ``width`` x ``height`` pixels (no imaging library: the format's four chunks by hand)."""
-
-    def chunk(kind: bytes, data: bytes) -> bytes:
-        return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data))
-
-    rows = b"".join(b"\0" + b"\x80" * width for _ in range(height))
-    header = struct.pack(">IIBBBBB", width, height, 8, 0, 0, 0, 0)
-    return (
-        b"\x89PNG\r\n\x1a\n"
-        + chunk(b"IHDR", header)
-        + chunk(b"IDAT", zlib.compress(rows))
-        + chunk(b"IEND", b"")
-    )
 
 
 def named(url: str) -> str:
@@ -69,7 +54,11 @@ class Vision:
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory) -> Iterator[Server]:
-    settings = Settings(conversation_store_path=str(tmp_path_factory.mktemp("store") / "page.sqlite3"))
+    settings = Settings(
+        conversation_store_path=str(tmp_path_factory.mktemp("store") / "page.sqlite3"),
+        image_max_count=2,
+        image_max_bytes=4000,
+    )
     with app_server(settings, model=Vision(), registry=ToolRegistry()) as running:
         yield running
 
@@ -112,48 +101,49 @@ def drop(page: Any, name: str, data: bytes) -> None:
 def test_attached_pasted_and_dropped_images_go_with_the_question(open_page, server):
     page = open_page(server, "images-key")
     sent: list[Any] = []
-
-    def answer(
-        route: Any,
-    ) -> None:  # until /chat takes images (branch images): the request as the page sent it
-        sent.append(json.loads(route.request.post_data))
-        seen = [named(p["image_url"]["url"]) for p in sent[-1]["messages"][0]["content"][1:]]
-        done = {
-            "message": {"role": "assistant", "content": f"I see {' and '.join(seen)}."},
-            "stop_reason": "stop",
-        }
-        route.fulfill(
-            status=200, content_type="text/event-stream", body=f"event: done\ndata: {json.dumps(done)}\n\n"
-        )
-
-    page.route("**/chat", answer)
+    page.route("**/chat", lambda route: (sent.append(json.loads(route.request.post_data)), route.continue_()))
     attach(page, "chart.png", png(3, 2))
     paste(page, png(5, 4))
-    drop(page, "dropped.png", png(7, 6))
     thumbnails = page.locator("#attachments img")
-    expect(thumbnails).to_have_count(3)
-    assert thumbnails.evaluate_all("all => all.map(i => i.alt)") == ["chart.png", "image.png", "dropped.png"]
-    page.get_by_role("button", name="Remove “dropped.png”").click()
     expect(thumbnails).to_have_count(2)
+    drop(page, "dropped.png", png(7, 6))  # one more than the server takes with a message (IMAGE_MAX_COUNT=2)
+    expect(page.locator("#notice")).to_contain_text(
+        "“dropped.png” was not attached: the server takes at most 2 images with one message."
+    )
+    page.get_by_role("button", name="Remove “image.png”").click()  # the pasted one
+    drop(page, "dropped.png", png(7, 6))
+    expect(thumbnails).to_have_count(2)
+    assert thumbnails.evaluate_all("all => all.map(i => i.alt)") == ["chart.png", "dropped.png"]
     page.fill("#question", "what is this")
     page.press("#question", "Enter")
-    expect(page.locator(".turn.assistant .answer")).to_contain_text("I see a 3x2 PNG and a 5x4 PNG")
-    message = sent[0]["messages"][0]
-    assert message["content"][0] == {"type": "text", "text": "what is this"}
-    assert [named(part["image_url"]["url"]) for part in message["content"][1:]] == ["a 3x2 PNG", "a 5x4 PNG"]
+    expect(page.locator(".turn.assistant .answer")).to_have_text(
+        "what is this: I see a 3x2 PNG and a 7x6 PNG."
+    )
+    content = sent[0]["messages"][0]["content"]  # as the page sent it
+    assert content[0] == {"type": "text", "text": "what is this"}
+    assert [(part["type"], named(part["image_url"]["url"])) for part in content[1:]] == [
+        ("image_url", "a 3x2 PNG"),
+        ("image_url", "a 7x6 PNG"),
+    ]
     expect(page.locator("#attachments")).to_be_hidden()  # sent: the composer is empty again
-    shown = page.locator(".turn.user img")
-    expect(shown).to_have_count(2)
-    assert shown.evaluate_all("all => all.map(i => i.naturalWidth)") == [3, 5]  # the images themselves
-    return  # the stored conversation: once /chat takes images
+    widths = "all => all.map(i => i.complete && i.naturalWidth)"
+    expect(page.locator(".turn.user img")).to_have_count(2)
+    assert page.locator(".turn.user img").evaluate_all(widths) == [3, 7]  # the images themselves
     page.reload()  # reopened from the store: the question's images come back with it
     expect(page.locator(".turn.user img")).to_have_count(2)
-    assert page.locator(".turn.user img").evaluate_all("all => all.map(i => i.naturalWidth)") == [3, 5]
+    expect(page.locator(".turn.user")).to_contain_text("what is this")
+    page.wait_for_function("[...document.querySelectorAll('.turn.user img')].every(i => i.complete)")
+    assert page.locator(".turn.user img").evaluate_all(widths) == [3, 7]
     assert page.errors == []
 
 
-def test_an_image_the_server_would_refuse_is_refused_on_the_page_and_a_name_stays_text(open_page, server):
+def test_images_the_server_would_refuse_are_refused_on_the_page_and_a_name_stays_text(open_page, server):
     page = open_page(server, "refused-key")
+    big = padded_png(5000)
+    attach(page, "big.png", big)  # over IMAGE_MAX_BYTES=4000: refused here, nothing is sent
+    expect(page.locator("#notice")).to_contain_text(
+        f"“big.png” was not attached: it is {len(big) / 1000:.1f} KB, and the server takes images of at most 4 KB."
+    )
     attach(page, "notes.txt", b"not an image", mime="text/plain")
     expect(page.locator("#notice")).to_contain_text(
         "“notes.txt” was not attached: the server takes PNG, JPEG"
@@ -164,4 +154,14 @@ def test_an_image_the_server_would_refuse_is_refused_on_the_page_and_a_name_stay
     expect(page.locator("#attachments img")).to_have_count(1)
     assert page.locator("#attachments img").get_attribute("alt") == hostile  # the name is text, not markup
     assert page.locator("#attachments img[onerror]").count() == 0 and page.evaluate("window.pwned") is None
+    page.get_by_role("button", name=f"Remove “{hostile}”").press("Enter")  # by keyboard
+    expect(page.locator("#attachments")).to_be_hidden()
+    expect(page.get_by_role("button", name="Attach image")).to_be_focused()
+
+    attach(page, "odd.png", gif(2, 2))  # a GIF labelled PNG: only the server reads the bytes, and refuses it
+    page.fill("#question", "and this?")
+    page.press("#question", "Enter")
+    expect(page.locator("#notice")).to_contain_text("The server answered 400.")
+    expect(page.locator("#attachments img")).to_have_count(1)  # nothing lost: the image and question stay
+    assert page.input_value("#question") == "and this?" and page.locator(".turn").count() == 0
     assert page.errors == []

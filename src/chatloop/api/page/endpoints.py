@@ -22,6 +22,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from chatloop.api.http.adapter import gateway_context
+from chatloop.api.http.context import RequestContext
 from chatloop.api.http.errors import RequestError
 
 PAGE_DIR = Path(__file__).with_name("static")
@@ -79,12 +80,17 @@ def base_path(request: Request) -> str:
 
 
 def image_limits(request: Request) -> dict[str, str]:
-    """What the page's composer checks an image against before it is sent, as the server checks it: the types
-    ``/chat`` takes, and (empty when the server sets none) how many go with one message and how large each may be."""
+    """What the page's composer checks an image against before it is sent, as ``/chat`` checks it (the types it
+    takes, how many go with one message, how large each may be, decoded): the server's own settings, so a refusal is
+    said on the page before megabytes are uploaded.
+
+    The page carries them on its file input: ``accept="image/png,..." data-max-images="5" data-max-bytes="3000000"``.
+    """
+    settings = RequestContext.of(request).runtime.settings
     return {
-        "IMAGE_TYPES": "image/png,image/jpeg,image/gif,image/webp",
-        "MAX_IMAGES": "",
-        "MAX_IMAGE_BYTES": "",
+        "IMAGE_TYPES": ",".join(settings.image_types()),
+        "MAX_IMAGES": str(settings.image_max_count),
+        "MAX_IMAGE_BYTES": str(settings.image_max_bytes),
     }
 
 

@@ -20,7 +20,7 @@ const Images = (() => {
     };
   }
 
-  const size = (bytes) => (bytes >= 1e6 ? `${(bytes / 1e6).toFixed(1)} MB` : `${Math.ceil(bytes / 1e3)} KB`);
+  const size = (bytes) => (bytes >= 1e6 ? `${+(bytes / 1e6).toFixed(1)} MB` : `${+(bytes / 1e3).toFixed(1)} KB`);
   const kinds = (types) => types.map((t) => t.split("/")[1].toUpperCase()).join(", ");
 
   function read(file) {
@@ -42,9 +42,13 @@ const Images = (() => {
       if (!limit.types.includes(file.type)) {
         problems.push(`“${name}” was not attached: the server takes ${kinds(limit.types)} images only.`);
       } else if (file.size > limit.bytes) {
-        problems.push(`“${name}” was not attached: it is ${size(file.size)}, and the server takes images of at most ${size(limit.bytes)}.`);
+        // Rounded alike ("3 MB" over "3 MB"), the two are said in bytes.
+        const exact = size(file.size) === size(limit.bytes);
+        const [is, most] = [file.size, limit.bytes].map((b) => (exact ? `${b} bytes` : size(b)));
+        problems.push(`“${name}” was not attached: it is ${is}, and the server takes images of at most ${most}.`);
       } else if (attached.length >= limit.count) {
-        problems.push(`“${name}” was not attached: the server takes at most ${limit.count} image${limit.count === 1 ? "" : "s"} with one message.`);
+        const images = `${limit.count} image${limit.count === 1 ? "" : "s"}`;
+        problems.push(`“${name}” was not attached: the server takes at most ${images} with one message.`);
       } else {
         const entry = { name, url: null };
         attached.push(entry); // its place is taken now: a second paste meanwhile counts it
