@@ -58,6 +58,7 @@ def server(tmp_path_factory) -> Iterator[Server]:
         conversation_store_path=str(tmp_path_factory.mktemp("store") / "page.sqlite3"),
         image_max_count=2,
         image_max_bytes=4000,
+        max_body_bytes=9000,
     )
     with app_server(settings, model=Vision(), registry=ToolRegistry()) as running:
         yield running
@@ -144,6 +145,13 @@ def test_images_the_server_would_refuse_are_refused_on_the_page_and_a_name_stays
     expect(page.locator("#notice")).to_contain_text(
         f"“big.png” was not attached: it is {len(big) / 1000:.1f} KB, and the server takes images of at most 4 KB."
     )
+    attach(page, "a.png", padded_png(3300))
+    attach(
+        page, "b.png", padded_png(3300)
+    )  # each within IMAGE_MAX_BYTES, both as data: URLs over MAX_BODY_BYTES
+    expect(page.locator("#notice")).to_contain_text("“b.png” was not attached: with it the message would be")
+    expect(page.locator("#notice")).to_contain_text("over the server's 9 KB.")
+    page.get_by_role("button", name="Remove “a.png”").click()
     attach(page, "notes.txt", b"not an image", mime="text/plain")
     expect(page.locator("#notice")).to_contain_text(
         "“notes.txt” was not attached: the server takes PNG, JPEG"

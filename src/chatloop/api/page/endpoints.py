@@ -81,16 +81,18 @@ def base_path(request: Request) -> str:
 
 def image_limits(request: Request) -> dict[str, str]:
     """What the page's composer checks an image against before it is sent, as ``/chat`` checks it (the types it
-    takes, how many go with one message, how large each may be, decoded): the server's own settings, so a refusal is
-    said on the page before megabytes are uploaded.
+    takes, how many go with one message, how large each may be, decoded, and the body their ``data:`` URLs fill):
+    the server's own settings, so a refusal is said on the page before megabytes are uploaded.
 
-    The page carries them on its file input: ``accept="image/png,..." data-max-images="5" data-max-bytes="3000000"``.
+    The page carries them on its file input: ``accept="image/png,..." data-max-images="5" data-max-bytes="3000000"
+    data-max-body="6000000"``.
     """
     settings = RequestContext.of(request).runtime.settings
     return {
         "IMAGE_TYPES": ",".join(settings.image_types()),
         "MAX_IMAGES": str(settings.image_max_count),
         "MAX_IMAGE_BYTES": str(settings.image_max_bytes),
+        "MAX_BODY_BYTES": str(settings.max_body_bytes),
     }
 
 

@@ -7,7 +7,7 @@
 
 const Images = (() => {
   const SHOWN = /^data:image\/(png|jpeg|gif|webp);base64,[A-Za-z0-9+/=\s]*$/;
-  let attached = []; // {name, url}: url is null while the file is read
+  let attached = []; // {name, url, encoded}: url is null while the file is read; encoded is its length
   let say = () => {};
   const $ = (id) => document.getElementById(id);
 
@@ -16,12 +16,17 @@ const Images = (() => {
     return {
       count: Number(given.maxImages) || Infinity,
       bytes: Number(given.maxBytes) || Infinity,
+      body: Number(given.maxBody) || Infinity,
       types: $("attach").accept.split(","),
     };
   }
 
   const size = (bytes) => (bytes >= 1e6 ? `${+(bytes / 1e6).toFixed(1)} MB` : `${+(bytes / 1e3).toFixed(1)} KB`);
   const kinds = (types) => types.map((t) => t.split("/")[1].toUpperCase()).join(", ");
+
+  // A data: URL's length: base64 of the file and its "data:image/...;base64," (the server counts it in MAX_BODY_BYTES).
+  const encoded = (file) => Math.ceil(file.size / 3) * 4 + 30;
+  const ENVELOPE = 1000; // the JSON around the parts: the role, the conversation's id, the field names
 
   function read(file) {
     return new Promise((resolve, reject) => {
@@ -37,6 +42,8 @@ const Images = (() => {
     const limit = limits();
     const problems = [];
     const reading = [];
+    let body = ENVELOPE + new Blob([$("question").value]).size;
+    for (const entry of attached) body += entry.encoded;
     for (const file of files) {
       const name = file.name || "pasted image";
       if (!limit.types.includes(file.type)) {
@@ -49,8 +56,12 @@ const Images = (() => {
       } else if (attached.length >= limit.count) {
         const images = `${limit.count} image${limit.count === 1 ? "" : "s"}`;
         problems.push(`“${name}” was not attached: the server takes at most ${images} with one message.`);
+      } else if (body + encoded(file) > limit.body) {
+        const all = size(body + encoded(file));
+        problems.push(`“${name}” was not attached: with it the message would be ${all}, over the server's ${size(limit.body)}.`);
       } else {
-        const entry = { name, url: null };
+        const entry = { name, url: null, encoded: encoded(file) };
+        body += entry.encoded;
         attached.push(entry); // its place is taken now: a second paste meanwhile counts it
         reading.push(read(file).then((url) => (entry.url = url), () => {
           attached = attached.filter((e) => e !== entry);
@@ -163,7 +174,7 @@ const Images = (() => {
     },
     restore(taken) {
       // A refused message's images come back to the composer, as its text does.
-      attached = [...taken.map((i) => ({ name: i.alt, url: i.url })), ...attached];
+      attached = [...taken.map((i) => ({ name: i.alt, url: i.url, encoded: i.url.length })), ...attached];
       show();
     },
     content(text, taken) {
