@@ -22,11 +22,13 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from chatloop.api.http.adapter import gateway_context
+from chatloop.api.http.context import RequestContext
 from chatloop.api.http.errors import RequestError
 
 PAGE_DIR = Path(__file__).with_name("static")
 ASSETS = {
     "app.js": "text/javascript; charset=utf-8",
+    "images.js": "text/javascript; charset=utf-8",
     "app.css": "text/css; charset=utf-8",
     "vendor/marked.umd.js": "text/javascript; charset=utf-8",
     "vendor/purify.min.js": "text/javascript; charset=utf-8",
@@ -77,8 +79,27 @@ def base_path(request: Request) -> str:
     return path if path.endswith("/") else f"{path}/"
 
 
+def image_limits(request: Request) -> dict[str, str]:
+    """What the page's composer checks an image against before it is sent, as ``/chat`` checks it (the types it
+    takes, how many go with one message, how large each may be, decoded, and the body their ``data:`` URLs fill):
+    the server's own settings, so a refusal is said on the page before megabytes are uploaded.
+
+    The page carries them on its file input: ``accept="image/png,..." data-max-images="5" data-max-bytes="3000000"
+    data-max-body="6000000"``.
+    """
+    settings = RequestContext.of(request).runtime.settings
+    return {
+        "IMAGE_TYPES": ",".join(settings.image_types()),
+        "MAX_IMAGES": str(settings.image_max_count),
+        "MAX_IMAGE_BYTES": str(settings.image_max_bytes),
+        "MAX_BODY_BYTES": str(settings.max_body_bytes),
+    }
+
+
 async def page(request: Request) -> Response:
     text = _read("index.html").decode().replace("{{BASE}}", html.escape(base_path(request), quote=True))
+    for name, value in image_limits(request).items():
+        text = text.replace(f"{{{{{name}}}}}", html.escape(value, quote=True))
     return Response(text, media_type="text/html; charset=utf-8", headers=_headers("no-cache"))
 
 

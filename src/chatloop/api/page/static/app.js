@@ -230,10 +230,11 @@ function* events(buffer) {
   }
 }
 
-async function send(question, approvals = null) {
-  // ``approvals``: answers to the conversation's approval requests, sent instead of a new message.
+async function send(question, approvals = null, images = []) {
+  // ``approvals``: answers to the conversation's approval requests, sent instead of a new message; ``images``: the
+  // composer's images ({url, alt}), sent with the question.
   notice("");
-  const user = element("section", "turn user", question);
+  const user = Images.turn(question, images);
   $("log").append(user);
   state.controller = new AbortController();
   busy(true);
@@ -242,18 +243,18 @@ async function send(question, approvals = null) {
   let thread = null;
   try {
     try {
-      thread = await conversationFor(question, state.controller.signal);
+      thread = await conversationFor(question || "Image", state.controller.signal);
     } catch (error) {
       if (error.name === "AbortError") throw error;
       notice(error.message);
       user.remove();
-      if (!approvals) $("question").value = question; // nothing was lost: send it again when ready
+      if (!approvals) keep(question, images); // nothing was lost: send it again when ready
       return;
     }
     // The server has the conversation: only the new message goes, and the turn is stored with it.
     const body = approvals
       ? { conversation: thread.id, messages: [], approvals, stream: true }
-      : { conversation: thread.id, messages: [{ role: "user", content: question }], stream: true };
+      : { conversation: thread.id, messages: [{ role: "user", content: Images.content(question, images) }], stream: true };
     if ($("model").value) body.model = $("model").value;
     markPending(thread.id, question, state.lastItem);
     const response = await fetch("chat", {
@@ -274,10 +275,10 @@ async function send(question, approvals = null) {
       notice(detail && !HTTP_ERRORS[response.status] ? `${known} ${detail}` : known);
       refused(thread, response.status, code);
       user.remove();
-      if (!approvals) $("question").value = question; // nothing was lost: send it again when ready
+      if (!approvals) keep(question, images); // nothing was lost: send it again when ready
       return;
     }
-    state.history.push({ role: "user", content: question });
+    state.history.push({ role: "user", content: Images.content(question, images) });
     turn = new Turn();
     const reader = response.body.getReader();
     const decoder = new TextDecoder();
@@ -325,7 +326,12 @@ async function stopTurn() {
 function busy(on) {
   $("send").hidden = on;
   $("stop").hidden = !on;
-  $("question").disabled = on;
+  $("question").disabled = $("attach-button").disabled = on;
+}
+
+function keep(question, images) {
+  $("question").value = question;
+  Images.restore(images);
 }
 
 // --- conversations kept on the server (issue 26) -----------------------------------------------------
@@ -493,7 +499,7 @@ function renderItems(items) {
   const answered = new Set(items.filter((i) => i.type === "mcp_approval_response").map((i) => i.approval_request_id));
   for (const item of items) {
     if (item.type === "message" && item.role === "user") {
-      $("log").append(element("section", "turn user", textOf(item)));
+      $("log").append(Images.stored(item.content));
       turn = null;
     } else if (isAnswer(item)) {
       turn ??= new Turn();
@@ -786,12 +792,13 @@ function initConversations() {
 document.addEventListener("DOMContentLoaded", () => {
   loadSettings();
   loadModels();
+  Images.setup(notice);
   $("ask").addEventListener("submit", (event) => {
     event.preventDefault();
     const question = $("question").value.trim();
-    if (!question || state.controller || state.waiting) return;
+    if ((!question && !Images.count()) || !Images.ready() || state.controller || state.waiting) return;
     $("question").value = "";
-    send(question);
+    send(question, null, Images.take());
   });
   $("question").addEventListener("keydown", (event) => {
     if (event.key === "Enter" && !event.shiftKey && !event.isComposing) {
