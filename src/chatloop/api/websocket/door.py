@@ -54,10 +54,14 @@ class SocketDoor(ResponsesDoor):
         stream_id: str | None,
         *,
         ttl_seconds: int,
+        ending: Callable[[], Awaitable[None]] | None = None,
     ) -> None:
         super().__init__(later=None, listener=self._told)
         self.connection_id, self.caller, self.send = connection_id, caller, send
         self.stream_id, self.ttl_seconds = stream_id, ttl_seconds
+        self.ending = ending
+        """Called just before the terminal event goes out (the session gives the lane back: the client may send
+        its next ``response.create`` as soon as it has that event)."""
         self.pending: list[dict[str, object]] = []
         self.history: list[JSONObject] = []
         """The chain the turn continues (stored item shapes): what the connection remembers, with the turn's own."""
@@ -114,6 +118,8 @@ class SocketDoor(ResponsesDoor):
         for event in pending:
             if event.get("type") in TERMINAL:
                 await self._remember(ctx, event)  # before the client can ask to continue it
+                if self.ending is not None:
+                    await self.ending()
             cleaned = redact_value(event)  # no configured secret or key-shaped string leaves, as on HTTP
             message = json_object(cleaned if isinstance(cleaned, dict) else event)
             if self.stream_id is not None:
