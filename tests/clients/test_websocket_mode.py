@@ -205,21 +205,40 @@ def test_stream_id_lanes_run_side_by_side_and_one_lane_at_a_time_without(server)
 def test_a_message_over_the_limit_closes_the_socket_with_1009(upstream, store_path, sandbox):
     from websockets.exceptions import ConnectionClosed
 
-    with serve(upstream, store_path, sandbox, websocket_max_message_bytes=1000) as small:
-        with client(small).responses.connect() as connection:
-            connection.response.create(model="chatloop", input="x" * 2000, store=False)
-            with pytest.raises(ConnectionClosed) as closed:
-                connection.recv()
+    small = serve(upstream, store_path, sandbox, websocket_max_message_bytes=1000)
+    with small as served, client(served).responses.connect() as connection:
+        connection.response.create(model="chatloop", input="x" * 2000, store=False)
+        with pytest.raises(ConnectionClosed) as closed:
+            connection.recv()
     assert closed.value.rcvd is not None and closed.value.rcvd.code == 1009
 
 
 def test_an_idle_socket_is_closed_as_api_gateway_closes_it(upstream, store_path, sandbox):
     from websockets.exceptions import ConnectionClosed
 
-    with serve(upstream, store_path, sandbox, websocket_idle_seconds=0.5) as quick:
-        with client(quick).responses.connect() as connection:
-            # a running turn is no idle time: this one starts after as long as the idle limit
-            create(connection, input="slow but not idle", store=False)
-            with pytest.raises(ConnectionClosed) as closed:
-                connection.recv()
+    quick = serve(upstream, store_path, sandbox, websocket_idle_seconds=0.5)
+    with quick as served, client(served).responses.connect() as connection:
+        # a running turn is no idle time: this one starts after as long as the idle limit
+        create(connection, input="slow but not idle", store=False)
+        with pytest.raises(ConnectionClosed) as closed:
+            connection.recv()
     assert closed.value.rcvd is not None and closed.value.rcvd.code == 1001
+
+
+@pytest.mark.slow  # node's start and the SDK's import
+def test_openai_nodes_websocket_client(server):
+    from tests.clients.test_openai_contract import run_node
+
+    result = run_node("responses_ws.mjs", env={"CHATLOOP_BASE_URL": server.base_url})
+    assert result["tool"]["types"][-1] == "response.completed"
+    assert "response.code_interpreter_call_code.done" in result["tool"]["types"]
+    assert "42" in result["tool"]["text"]
+    assert result["continued"] == "heard: my name is Ada | what is my name?"  # store: false, from its memory
+    assert result["second"]
+    assert result["unknown"] == {
+        "type": "error",
+        "code": "previous_response_not_found",
+        "param": "previous_response_id",
+    }
+    assert result["errors"] == ["previous_response_not_found"]  # the SDK's error handler heard of it too
+    assert result["recovered"] == "heard: remember the lighthouse | what did I ask?"
