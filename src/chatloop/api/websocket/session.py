@@ -20,12 +20,9 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from types import SimpleNamespace
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
-from starlette.requests import Request
-
-from chatloop.api.http.context import SCOPE_KEY, RequestContext
+from chatloop.api.http.context import RequestContext
 from chatloop.api.http.errors import RequestError
 from chatloop.api.openai.responses.schemas import ResponsesBody
 from chatloop.api.turns.checks import body_of
@@ -110,7 +107,9 @@ async def _run(
             ttl_seconds=settings.websocket_max_connection_seconds,
             ending=lane.release,
         )
-        await run_door(turn_request(runtime, socket, deadline, request_id), door, body)
+        # A context with no connection: what the handshake established and this message's own inputs.
+        ctx = RequestContext(runtime, caller=socket.caller, request_id=request_id, deadline=deadline)
+        await run_door(ctx, door, body)
     finally:
         await lane.release()
 
@@ -147,29 +146,3 @@ def _in_flight(stream_id: str | None) -> RequestError:
         f"a response is already running {where}: wait for its terminal event, or name another stream_id "
         "to run responses side by side",
     )
-
-
-def turn_request(runtime: Runtime, socket: Socket, deadline: Deadline, request_id: str) -> Request:
-    """The request one ``response.create`` runs as: a ``POST /v1/responses`` with no headers and no body (what the
-    parts that read a request see), whose context carries the socket's caller, the turn's deadline and its request
-    id (the response's id is ``resp_`` + it)."""
-    scope: dict[str, Any] = {
-        "type": "http",
-        "asgi": {"version": "3.0"},
-        "http_version": "1.1",
-        "method": "POST",
-        "scheme": "http",
-        "path": "/v1/responses",
-        "raw_path": b"/v1/responses",
-        "root_path": "",
-        "query_string": b"",
-        "headers": [],
-        "client": None,
-        "server": None,
-        "app": SimpleNamespace(state=SimpleNamespace(runtime=runtime)),
-    }
-    request = Request(scope)
-    context = scope[SCOPE_KEY] = RequestContext(request)
-    # Worked out once per request elsewhere, from the request; here the socket and the turn say them.
-    context.__dict__.update(caller=socket.caller, deadline=deadline, request_id=request_id)
-    return request
