@@ -227,7 +227,7 @@ def test_an_idle_socket_is_closed_as_api_gateway_closes_it(upstream, store_path,
 
 @pytest.mark.slow  # node's start and the SDK's import
 def test_openai_nodes_websocket_client(server):
-    from tests.clients.test_openai_contract import run_node
+    from tests.support.node import run_node
 
     result = run_node("responses_ws.mjs", env={"CHATLOOP_BASE_URL": server.base_url})
     assert result["tool"]["types"][-1] == "response.completed"
