@@ -41,6 +41,7 @@ from bench import (
     tracing,
     ttft,
     webhooks,
+    websocket,
 )
 from chatloop.tools.javascript import ExecuteJavaScriptTool, JavaScriptSandbox
 
@@ -94,6 +95,7 @@ def main() -> int:
         ("small_models", lambda: small_models.measure(2 if quick else 50)),
         ("webhooks", lambda: webhooks.measure(2 if quick else 30)),
         ("bedrock", lambda: bedrock.measure(2 if quick else 30)),
+        ("websocket", lambda: websocket.measure(2 if quick else 15)),
     ]
     results: dict[str, Any] = {}
     for name, step in steps:

@@ -306,6 +306,10 @@ def report(results: dict, quick: bool) -> str:
         from bench import bedrock
 
         lines += bedrock.section(results["bedrock"])
+    if "websocket" in results:  # bench/websocket.py (#44)
+        from bench import websocket
+
+        lines += websocket.section(results["websocket"])
     return "\n".join(lines)
 
 
