@@ -242,3 +242,17 @@ def test_openai_nodes_websocket_client(server):
     }
     assert result["errors"] == ["previous_response_not_found"]  # the SDK's error handler heard of it too
     assert result["recovered"] == "heard: remember the lighthouse | what did I ask?"
+
+
+def test_another_sites_page_cannot_open_a_socket(server):
+    from websockets.exceptions import InvalidStatus
+    from websockets.sync.client import connect
+
+    url = server.root.replace("http", "ws", 1) + "/v1/responses"
+    with pytest.raises(InvalidStatus) as refused:
+        connect(url, origin="https://evil.example")
+    assert refused.value.response.status_code == 403
+    own = server.root.replace("http://", "")
+    with connect(url, origin=f"http://{own}") as page:  # the app's own page
+        page.send(json.dumps({"type": "response.create", "model": "chatloop", "input": "hi", "store": False}))
+        assert json.loads(page.recv())["type"] == "response.created"

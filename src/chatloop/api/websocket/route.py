@@ -2,7 +2,8 @@
 (the same path as the POST: Starlette routes a ``websocket`` scope apart from ``http`` ones), under uvicorn
 (``make run``) and behind the Lambda Web Adapter alike.
 
-The handshake establishes the caller as the HTTP API does (``caller_of`` on the upgrade request); the connection is
+The handshake establishes the caller as the HTTP API does (``caller_of`` on the upgrade request; another site's
+page is refused: ``same_origin``); the connection is
 then opened in the store (its memory is keyed to it and that caller) and each text message is answered by
 ``session.answer``: concurrently when their ``stream_id``s differ, in order on one named lane, and a second
 ``response.create`` without one while a response runs is an ``error`` (the session's lane claim). API Gateway's
@@ -25,6 +26,7 @@ import json
 import time
 import uuid
 from dataclasses import dataclass, field
+from urllib.parse import urlsplit
 
 import anyio
 from starlette.websockets import WebSocket, WebSocketState
@@ -38,6 +40,7 @@ from chatloop.jsontypes import JSONObject
 from chatloop.observability import logger
 from chatloop.store.model import StoreUnavailable, new_id
 
+POLICY_VIOLATION = 1008
 MESSAGE_TOO_BIG = 1009
 GOING_AWAY = 1001
 INTERNAL_ERROR = 1011
@@ -119,6 +122,12 @@ async def responses_socket(websocket: WebSocket) -> None:
     """WebSocket mode on ``/v1/responses``: the handshake, then every message answered until the socket closes."""
     runtime = websocket.app.state.runtime
     settings: Settings = runtime.settings
+    if not same_origin(websocket):
+        logger.info(
+            "WebSocket handshake refused: another site's page", extra={"origin": websocket.headers["origin"]}
+        )
+        await websocket.close(POLICY_VIOLATION)  # before accept: the handshake's answer is a 403
+        return
     socket = Socket(new_id("ws"), caller_of(websocket))
     connections = runtime.stores.conversations().connections
     await websocket.accept()
@@ -147,6 +156,16 @@ async def responses_socket(websocket: WebSocket) -> None:
                 Deadline.after(settings.conversation_store_timeout_seconds),
             )
         logger.info("WebSocket connection closed", extra={"connection_id": socket.connection_id})
+
+
+def same_origin(websocket: WebSocket) -> bool:
+    """No ``Origin`` (an SDK, a server), or the page's own host. A browser lets any site's page open a WebSocket to
+    any address with no CORS check, and a socket acts as the caller its handshake names (``local`` under ``make
+    run``): another site's page is refused, as its cross-origin ``fetch`` of the same route would be."""
+    origin = websocket.headers.get("origin")
+    if origin is None:
+        return True
+    return urlsplit(origin).netloc.lower() == websocket.headers.get("host", "").lower()
 
 
 async def _serve(websocket: WebSocket, socket: Socket, watch: Watch, clock: Clock) -> None:

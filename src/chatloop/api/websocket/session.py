@@ -22,6 +22,8 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+import anyio
+
 from chatloop.api.http.context import RequestContext
 from chatloop.api.http.errors import RequestError
 from chatloop.api.openai.responses.schemas import ResponsesBody
@@ -111,7 +113,10 @@ async def _run(
         ctx = RequestContext(runtime, caller=socket.caller, request_id=request_id, deadline=deadline)
         await run_door(ctx, door, body)
     finally:
-        await lane.release()
+        with anyio.CancelScope(
+            shield=True
+        ):  # a socket gone mid-turn cancels it: the lane is given back still
+            await lane.release()
 
 
 class Lane:
