@@ -109,3 +109,25 @@ def test_the_http_routes_budget_and_decision_lines_hold_over_the_socket(tmp_path
     assert refused["status"] == 429 and refused["error"]["type"] == "rate_limit_exceeded"
     assert "retry-after" in refused["error"]["headers"]
     assert any("Tool execution decision" in r.getMessage() for r in caplog.records)
+
+
+def test_a_lane_remembers_its_last_response_and_another_lane_may_fork_it(tmp_path):
+    one, other = copies(tmp_path)
+
+    async def run() -> None:
+        alice = await opened(one, Socket("conn-1", "alice"))
+        r1 = (await say(one, alice, input="one", store=False))[-1]["response"]["id"]
+        r2 = (await say(other, alice, input="two", store=False, previous_response_id=r1))[-1]["response"][
+            "id"
+        ]
+        # a fork onto another lane leaves r2 to its own lane
+        fork = await say(one, alice, input="fork", store=False, previous_response_id=r2, stream_id="side")
+        assert text(fork) == "heard: one | two | fork" and fork[-1]["stream_id"] == "side"
+        assert text(await say(other, alice, input="three", store=False, previous_response_id=r2)) == (
+            "heard: one | two | three"
+        )
+        # r1 was continued on its own lane: only that lane's last response is remembered
+        stale = await say(one, alice, input="again", store=False, previous_response_id=r1)
+        assert stale[0]["error"]["code"] == "previous_response_not_found"
+
+    asyncio.run(run())

@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import secrets
 
+from chatloop.store.connections import Memory
 from tests.support.store import soon
 
 HOURS_2 = 7200
@@ -17,7 +18,7 @@ async def test_a_memory_is_recalled_only_on_its_open_connection_by_its_caller(ba
     items = [{"type": "message", "role": "user", "content": "hi"}]
     await connections.open("c1", "alice", HOURS_2, soon())
     await connections.remember("c1", "alice", "resp_1", items, HOURS_2, soon())
-    assert await connections.recall("c1", "alice", "resp_1", soon()) == items
+    assert await connections.recall("c1", "alice", "resp_1", soon()) == Memory(items, "")
     assert await connections.recall("c1", "bob", "resp_1", soon()) is None  # another caller
     assert await connections.recall("c2", "alice", "resp_1", soon()) is None  # another connection
     assert await connections.recall("c1", "alice", "resp_2", soon()) is None  # a response it did not make
@@ -29,7 +30,7 @@ async def test_a_connection_without_a_caller_keeps_its_own_memory(backends):
     connections = backends.store().connections
     await connections.open("c1", None, HOURS_2, soon())
     await connections.remember("c1", None, "resp_1", [{"type": "message"}], HOURS_2, soon())
-    assert await connections.recall("c1", None, "resp_1", soon()) == [{"type": "message"}]
+    assert await connections.recall("c1", None, "resp_1", soon()) == Memory([{"type": "message"}], "")
     assert await connections.recall("c1", "alice", "resp_1", soon()) is None
 
 
@@ -51,4 +52,17 @@ async def test_a_memory_too_large_for_one_item_is_kept_whole(backends):
     ]
     await connections.open("c1", "alice", HOURS_2, soon())
     await connections.remember("c1", "alice", "resp_1", items, HOURS_2, soon())
-    assert await connections.recall("c1", "alice", "resp_1", soon()) == items
+    assert await connections.recall("c1", "alice", "resp_1", soon()) == Memory(items, "")
+
+
+async def test_a_lane_keeps_its_last_response(backends):
+    connections = backends.store().connections
+    await connections.open("c1", "alice", HOURS_2, soon())
+    await connections.remember("c1", "alice", "resp_1", [{"n": 1}], HOURS_2, soon(), lane="a")
+    await connections.remember(
+        "c1", "alice", "resp_2", [{"n": 2}], HOURS_2, soon(), lane="a", replacing="resp_1"
+    )
+    await connections.remember("c1", "alice", "resp_3", [{"n": 3}], HOURS_2, soon(), lane="b")  # a fork
+    assert await connections.recall("c1", "alice", "resp_1", soon()) is None
+    assert await connections.recall("c1", "alice", "resp_2", soon()) == Memory([{"n": 2}], "a")
+    assert await connections.recall("c1", "alice", "resp_3", soon()) == Memory([{"n": 3}], "b")

@@ -5,7 +5,8 @@ the store every container reads (on Lambda the next message of a connection may 
 - its memory of the responses it made (``remember`` / ``recall``): what a ``previous_response_id`` continuation
   needs even with ``store: false`` (OpenAI: "the server keeps the previous response in the connection's memory").
   A memory is read only through its open connection and only by that connection's caller: another caller, another
-  connection (a reconnect) or a closed one reads exactly "none";
+  connection (a reconnect) or a closed one reads exactly "none". A lane keeps its last response: continuing one on
+  its own lane forgets it (a fork on another lane does not);
 - the one-response-at-a-time claim of a lane (``claim`` / ``release``): one running response per ``stream_id`` of
   a connection (``""``: the connection without ``stream_id``), across containers, since the backend's create is
   conditional.
@@ -20,11 +21,13 @@ Usage::
     connections = Connections(Core(SQLiteBackend(path), ttl_seconds=3600))
     await connections.open("conn_1", "local", 7200, deadline)
     await connections.remember("conn_1", "local", "resp_1", [item, …], 7200, deadline)
-    await connections.recall("conn_1", "local", "resp_1", deadline)      # [item, …]; None for any other caller
+    await connections.recall("conn_1", "local", "resp_1", deadline)      # Memory([item, …], ""); None for others
     if await connections.claim("conn_1", "", 60, deadline): …             # False while another response runs
 """
 
 from __future__ import annotations
+
+from dataclasses import dataclass
 
 from chatloop.deadline import Deadline
 from chatloop.jsontypes import JSONObject, json_object
@@ -56,6 +59,14 @@ def _lane(connection_id: str, stream_id: str) -> str:
     return f"ws_{connection_id}#{stream_id}"
 
 
+@dataclass(frozen=True)
+class Memory:
+    """A response as its connection remembers it: its chain's items, and the lane it was made on."""
+
+    items: list[JSONObject]
+    lane: str
+
+
 class Connections:
     """The ``ConnectionRecords`` of the store (``store.protocol``)."""
 
@@ -85,26 +96,37 @@ class Connections:
         items: list[JSONObject],
         ttl_seconds: int,
         deadline: Deadline,
+        *,
+        lane: str = "",
+        replacing: str | None = None,
     ) -> None:
-        """Keep what continuing ``response_id`` needs: every item of its chain (input and output, oldest first)."""
+        """Keep what continuing ``response_id`` needs: every item of its chain (input and output, oldest first), made
+        on ``lane``. ``replacing``: the response it continued on the same lane, forgotten now (a lane's memory is
+        its last response; another lane's forks from it are theirs)."""
         core = self.core
-        record = core.new_record("memory", {"items": list(items)}, ttl_seconds)
+        record = core.new_record("memory", {"items": list(items), "lane": lane}, ttl_seconds)
         key = owner_key(_owner(caller))
         # created (not upserted): a chain's items may pass DynamoDB's item limit, which ``create`` splits into parts
         await core.call(deadline, core.backend.create, key, _memory(connection_id, response_id), record, {})
+        if replacing is not None:
+            await core.call(deadline, core.backend.delete, key, _memory(connection_id, replacing), core.now())
 
     async def recall(
         self, connection_id: str, caller: str | None, response_id: str, deadline: Deadline
-    ) -> list[JSONObject] | None:
-        """The items ``remember`` kept for ``response_id`` on this open connection, for this caller; else None."""
+    ) -> Memory | None:
+        """What ``remember`` kept for ``response_id`` on this open connection, for this caller; else None."""
         owner = _owner(caller)
         if await self.core.read(owner, _connection(connection_id), "connection", deadline) is None:
             return None  # closed, expired, or another caller's: its memory is not theirs to use
         record = await self.core.read(owner, _memory(connection_id, response_id), "memory", deadline)
         if record is None:
             return None
-        items = record.body.get("items")
-        return [json_object(i) for i in items if isinstance(i, dict)] if isinstance(items, list) else None
+        items, lane = record.body.get("items"), record.body.get("lane")
+        if not isinstance(items, list):
+            return None
+        return Memory(
+            [json_object(i) for i in items if isinstance(i, dict)], lane if isinstance(lane, str) else ""
+        )
 
     async def claim(self, connection_id: str, stream_id: str, ttl_seconds: int, deadline: Deadline) -> bool:
         """Take the lane ``stream_id`` of the connection for one response: True when it was free. The claim lapses

@@ -21,6 +21,7 @@ from typing import Literal, Protocol
 
 from chatloop.deadline import Deadline
 from chatloop.jsontypes import JSONObject
+from chatloop.store.connections import Memory
 from chatloop.store.core import CursorNotFound
 from chatloop.store.model import Conversation, Item, Page, PageQuery, StoredEvent, StoredResponse
 from chatloop.store.runs import Run, RunStatus
@@ -177,11 +178,14 @@ class ConnectionRecords(Protocol):
         items: list[JSONObject],
         ttl_seconds: int,
         deadline: Deadline,
+        *,
+        lane: str = "",
+        replacing: str | None = None,
     ) -> None: ...
 
     async def recall(
         self, connection_id: str, caller: str | None, response_id: str, deadline: Deadline
-    ) -> list[JSONObject] | None: ...
+    ) -> Memory | None: ...
 
     async def claim(
         self, connection_id: str, stream_id: str, ttl_seconds: int, deadline: Deadline

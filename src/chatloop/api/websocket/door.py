@@ -36,6 +36,7 @@ from chatloop.store.model import StoreUnavailable
 
 if TYPE_CHECKING:
     from chatloop.engine import Event
+    from chatloop.store.connections import Memory
 
 TERMINAL = ("response.completed", "response.incomplete", "response.failed")
 Send = Callable[[JSONObject], Awaitable[None]]
@@ -64,6 +65,8 @@ class SocketDoor(ResponsesDoor):
         self.history: list[JSONObject] = []
         """The chain the turn continues (stored item shapes): what the connection remembers, with the turn's own."""
         self.body: ResponsesBody | None = None
+        self.replacing: str | None = None
+        """The response this one continues on its own lane: forgotten once this one is remembered."""
 
     async def prepare(self, ctx: RequestContext, body: ResponsesBody, admission: Admission) -> ResponsesPlan:
         """The HTTP route's ``prepare``, but a ``previous_response_id`` this connection remembers is continued from
@@ -73,14 +76,16 @@ class SocketDoor(ResponsesDoor):
         remembered = await self._recalled(ctx, body)
         if remembered is not None:  # the rest of the request decided as on HTTP, without the stored chain
             keeping = await stored.prepare(ctx, body.model_copy(update={"previous_response_id": None}))
-            keeping.history = as_input_items(remembered)
-            self.history = remembered
+            keeping.history = as_input_items(remembered.items)
+            self.history = remembered.items
+            if remembered.lane == (self.stream_id or ""):  # the lane goes on: its last response is this one
+                self.replacing = body.previous_response_id
         else:
             keeping = await stored.prepare(ctx, body)
             self.history = [item.body for item in stored_items(keeping.history)]
         return await plan_of(ctx, body, keeping, admission, queues=False)
 
-    async def _recalled(self, ctx: RequestContext, body: ResponsesBody) -> list[JSONObject] | None:
+    async def _recalled(self, ctx: RequestContext, body: ResponsesBody) -> Memory | None:
         if body.previous_response_id is None or body.conversation is not None:
             return None  # with a conversation it is the HTTP route's 400
         connections = ctx.runtime.stores.conversations().connections
@@ -123,6 +128,8 @@ class SocketDoor(ResponsesDoor):
                 [*self.history, *inputs, *outputs],
                 self.ttl_seconds,
                 ctx.write_deadline(),
+                lane=self.stream_id or "",
+                replacing=self.replacing,
             )
         except StoreUnavailable as error:
             logger.warning(f"response {response.get('id')} not remembered by its connection: {error}")
