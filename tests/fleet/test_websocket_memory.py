@@ -131,3 +131,29 @@ def test_a_lane_remembers_its_last_response_and_another_lane_may_fork_it(tmp_pat
         assert stale[0]["error"]["code"] == "previous_response_not_found"
 
     asyncio.run(run())
+
+
+def test_an_approval_asked_on_one_copy_is_answered_over_the_socket_on_the_other(tmp_path, sandbox):
+    from chatloop.tools.javascript import ExecuteJavaScriptTool
+    from tests.support.approvals import KEYS, calculator
+
+    config = Settings(
+        conversation_store_path=str(tmp_path / "store.sqlite3"), approval_required_tools="execute_javascript"
+    )
+    registry = ToolRegistry([ExecuteJavaScriptTool(sandbox)])
+    one, other = (build_runtime(config, model=calculator(), registry=registry, keys=KEYS) for _ in range(2))
+
+    async def run() -> None:
+        alice = await opened(one, Socket("conn-1", "alice"))
+        asked = (await say(one, alice, input="6*7?", store=False))[-1]["response"]
+        (request,) = [o for o in asked["output"] if o["type"] == "mcp_approval_request"]
+        assert request["name"] == "execute_javascript"  # nothing ran before a person said yes
+        answer_item = {"type": "mcp_approval_response", "approval_request_id": request["id"], "approve": True}
+        # answered on another lane (a fork: the asking response stays remembered), then once more
+        fork = {"store": False, "previous_response_id": asked["id"], "stream_id": "answers"}
+        done = await say(other, alice, input=[answer_item], **fork)
+        assert text(done) == "Result: 42"
+        again = await say(one, alice, input=[answer_item], store=False, previous_response_id=asked["id"])
+        assert again[0]["type"] == "error" and "already answered" in again[0]["error"]["message"]  # used once
+
+    asyncio.run(run())
