@@ -2,7 +2,7 @@
 the same connection through ``session.answer`` (the transport-neutral core both transports call: on Lambda the
 next message of a connection may reach another container). A ``store: false`` response is continued on the other
 copy from the connection's memory, but only by the connection's caller; a stored response is continued from a new
-connection on the other copy; and the HTTP route's budgets and decision lines hold over the socket."""
+connection on the other copy; and the HTTP route's approvals, budgets and decision lines hold over the socket."""
 
 from __future__ import annotations
 
