@@ -26,6 +26,7 @@ import anyio
 
 from chatloop.api.http.context import RequestContext
 from chatloop.api.http.errors import RequestError
+from chatloop.api.items.store import store_errors
 from chatloop.api.openai.responses.schemas import ResponsesBody
 from chatloop.api.turns.checks import body_of
 from chatloop.api.turns.pipeline import run_door
@@ -34,7 +35,6 @@ from chatloop.api.websocket.messages import ClientEvent, error_event, read_event
 from chatloop.deadline import Deadline
 from chatloop.jsontypes import JSONObject
 from chatloop.observability import logger
-from chatloop.store.model import StoreUnavailable
 
 if TYPE_CHECKING:
     from chatloop.api.runtime import Runtime
@@ -73,17 +73,14 @@ async def answer(
     create: ClientEvent | None = None
     try:
         create = read_event(message, runtime.settings)
-        await _run(runtime, socket, create, send, deadline, request_id)
+        with store_errors():  # the store failing (the lane's claim, the memory) is the HTTP route's 503
+            await _run(runtime, socket, create, send, deadline, request_id)
     except RequestError as error:
         logger.info(
             "WebSocket message refused",
             extra={"status": error.status, "code": error.code, "param": error.param},
         )
         await send(error_event(error, create.stream_id if create else None))
-    except StoreUnavailable as error:  # the lane's claim: the store failed
-        logger.exception(f"conversation store unavailable: {error}")
-        refused = RequestError(503, "store_unavailable", "the conversation store is unavailable; try again")
-        await send(error_event(refused, create.stream_id if create else None))
     except Exception:  # nothing ends the connection: the client hears of it as the HTTP route's 500
         logger.exception("unhandled error in a WebSocket message")
         failed = RequestError(500, "internal_error", "internal error")
@@ -113,9 +110,8 @@ async def _run(
         ctx = RequestContext(runtime, caller=socket.caller, request_id=request_id, deadline=deadline)
         await run_door(ctx, door, body)
     finally:
-        with anyio.CancelScope(
-            shield=True
-        ):  # a socket gone mid-turn cancels it: the lane is given back still
+        # A socket gone mid-turn cancels the turn: its lane is given back still.
+        with anyio.CancelScope(shield=True):
             await lane.release()
 
 
