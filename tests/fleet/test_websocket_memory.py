@@ -16,6 +16,7 @@ from chatloop.api.websocket.session import Socket, answer
 from chatloop.config import Settings
 from chatloop.deadline import Deadline
 from chatloop.providers.base import ModelRequest, ModelResponse
+from chatloop.providers.failures import ModelError
 from chatloop.tools.base import ToolRegistry
 from tests.support.handler import build_runtime
 from tests.support.models import ScriptedModel
@@ -24,8 +25,10 @@ HOURS_2 = 7200
 
 
 def heard(request: ModelRequest, _: int) -> ModelResponse:
-    """Repeats every user message it was given: what history reached the model."""
+    """Repeats every user message it was given: what history reached the model ("fail": it fails instead)."""
     users = [str(m["content"]) for m in request.messages if m["role"] == "user"]
+    if users[-1] == "fail":
+        raise ModelError("the model is down", model="scripted:model", status=503)
     return ModelResponse("scripted:model", content="heard: " + " | ".join(users), finish_reason="stop")
 
 
@@ -123,12 +126,18 @@ def test_a_lane_remembers_its_last_response_and_another_lane_may_fork_it(tmp_pat
         # a fork onto another lane leaves r2 to its own lane
         fork = await say(one, alice, input="fork", store=False, previous_response_id=r2, stream_id="side")
         assert text(fork) == "heard: one | two | fork" and fork[-1]["stream_id"] == "side"
-        assert text(await say(other, alice, input="three", store=False, previous_response_id=r2)) == (
-            "heard: one | two | three"
-        )
+        three = await say(other, alice, input="three", store=False, previous_response_id=r2)
+        assert text(three) == "heard: one | two | three"
+        r3 = three[-1]["response"]["id"]
         # r1 was continued on its own lane: only that lane's last response is remembered
         stale = await say(one, alice, input="again", store=False, previous_response_id=r1)
         assert stale[0]["error"]["code"] == "previous_response_not_found"
+        # a response that failed is not its lane's last: the one it continued can be tried again
+        failed = await say(one, alice, input="fail", store=False, previous_response_id=r3)
+        assert failed[-1]["type"] == "response.failed"
+        assert text(await say(other, alice, input="retry", store=False, previous_response_id=r3)) == (
+            "heard: one | two | three | retry"
+        )
 
     asyncio.run(run())
 

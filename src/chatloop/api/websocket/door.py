@@ -39,6 +39,8 @@ if TYPE_CHECKING:
     from chatloop.store.connections import Memory
 
 TERMINAL = ("response.completed", "response.incomplete", "response.failed")
+CONTINUABLE = ("response.completed", "response.incomplete")
+"""What is remembered: a failed response is not (the one it continued stays its lane's last: a client retries it)."""
 Send = Callable[[JSONObject], Awaitable[None]]
 """One server event to the client (a dict that becomes one text message)."""
 
@@ -101,7 +103,8 @@ class SocketDoor(ResponsesDoor):
         message as it comes, tagged with the lane's ``stream_id``. Nothing is left to answer over HTTP."""
         async for event in self.serve_events(ctx, plan, admitted, events):
             if event.get("type") in TERMINAL:
-                await self._remember(ctx, event)  # before the client can ask to continue it
+                if event.get("type") in CONTINUABLE:
+                    await self._remember(ctx, event)  # before the client can ask to continue it
                 if self.ending is not None:
                     await self.ending()
             message = json_object(event)
