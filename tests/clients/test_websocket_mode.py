@@ -256,3 +256,19 @@ def test_another_sites_page_cannot_open_a_socket(server):
     with connect(url, origin=f"http://{own}") as page:  # the app's own page
         page.send(json.dumps({"type": "response.create", "model": "chatloop", "input": "hi", "store": False}))
         assert json.loads(page.recv())["type"] == "response.created"
+
+
+def test_one_stream_id_runs_its_responses_in_order(server):
+    with client(server).responses.connect() as connection:
+        connection.response.create(model="chatloop", input="slow first", store=False, stream_id="a")
+        connection.response.create(model="chatloop", input="second", store=False, stream_id="a")
+        events = []
+        while sum(e.type in TERMINAL or e.type == "error" for e in events) < 2:
+            events.append(connection.recv())
+    types = [e.type for e in events]
+    assert not [e for e in events if e.type == "error"]  # queued, not refused
+    assert types.index("response.completed") < types.index("response.created", 1)  # one after the other
+    assert [e.response.output_text for e in events if e.type in TERMINAL] == [
+        "heard: slow first",
+        "heard: second",
+    ]

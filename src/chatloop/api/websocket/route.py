@@ -25,6 +25,7 @@ import contextlib
 import json
 import time
 import uuid
+from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from urllib.parse import urlsplit
 
@@ -168,27 +169,50 @@ def same_origin(websocket: WebSocket) -> bool:
     return urlsplit(origin).netloc.lower() == websocket.headers.get("host", "").lower()
 
 
+class Lanes:
+    """One socket's named lanes, each running its responses in order (OpenAI: "requests with the same ``stream_id``
+    are processed FIFO"); a lane is forgotten once nothing waits on it, so a client naming ever new ``stream_id``s
+    leaves nothing behind."""
+
+    def __init__(self) -> None:
+        self.locks: dict[str, tuple[asyncio.Lock, int]] = {}
+
+    @contextlib.asynccontextmanager
+    async def turn(self, lane: str | None) -> AsyncIterator[None]:
+        if lane is None:  # no stream_id: the session's claim refuses a second one while one runs
+            yield
+            return
+        lock, users = self.locks.get(lane, (asyncio.Lock(), 0))
+        self.locks[lane] = (lock, users + 1)
+        try:
+            async with lock:
+                yield
+        finally:
+            lock, users = self.locks[lane]
+            if users == 1:
+                del self.locks[lane]
+            else:
+                self.locks[lane] = (lock, users - 1)
+
+
 async def _serve(websocket: WebSocket, socket: Socket, watch: Watch, clock: Clock) -> None:
     """Reads messages until the socket closes; each one answered in a task of its own (lanes kept in order)."""
     runtime = websocket.app.state.runtime
     settings = watch.settings
     sending = asyncio.Lock()
-    lanes: dict[str, asyncio.Lock] = {}
+    lanes = Lanes()
 
     async def send(event: JSONObject) -> None:
         async with sending:  # one message at a time on the socket
             if websocket.application_state is WebSocketState.CONNECTED:
-                with contextlib.suppress(
-                    Exception
-                ):  # the client went away: the turn still ends (and is kept)
+                # the client went away: the turn still ends (and a stored one is kept)
+                with contextlib.suppress(Exception):
                     await websocket.send_text(json.dumps(event))
 
     async def one(text: str | bytes) -> None:
-        lane = lane_of(text)
-        order = lanes.setdefault(lane, asyncio.Lock()) if lane is not None else contextlib.nullcontext()
         watch.started(clock)
         try:
-            async with order:
+            async with lanes.turn(lane_of(text)):
                 deadline = Deadline.after(settings.request_timeout_seconds)
                 await answer(runtime, socket, text, send, deadline=deadline, request_id=str(uuid.uuid4()))
         finally:
