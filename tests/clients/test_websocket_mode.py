@@ -272,3 +272,14 @@ def test_one_stream_id_runs_its_responses_in_order(server):
         "heard: slow first",
         "heard: second",
     ]
+
+
+def test_a_socket_is_closed_at_its_longest_life(upstream, store_path, sandbox):
+    from websockets.exceptions import ConnectionClosed
+
+    brief = serve(upstream, store_path, sandbox, websocket_max_connection_seconds=1)
+    with brief as served, client(served).responses.connect() as connection:
+        create(connection, input="within its life", store=False)  # idle time is not what closes it here
+        with pytest.raises(ConnectionClosed) as closed:
+            connection.recv()
+    assert closed.value.rcvd is not None and closed.value.rcvd.code == 1001
