@@ -22,7 +22,7 @@ async def test_a_memory_is_recalled_only_on_its_open_connection_by_its_caller(ba
     assert await connections.recall("c1", "bob", "resp_1", soon()) is None  # another caller
     assert await connections.recall("c2", "alice", "resp_1", soon()) is None  # another connection
     assert await connections.recall("c1", "alice", "resp_2", soon()) is None  # a response it did not make
-    await connections.close("c1", "alice", soon())
+    await connections.close("c1", soon())
     assert await connections.recall("c1", "alice", "resp_1", soon()) is None  # closed: forgotten
 
 

@@ -41,6 +41,8 @@ CLAIM_TRIES = 3
 """A lane given back between a failed create and the read that follows is claimed again, this many times."""
 LANES = "\x00websocket-lanes"
 """The owner of lane claims: they belong to a connection, whoever its caller is."""
+CONNECTIONS = "\x00websocket-connections"
+"""The owner of connection records (each names its caller, hashed, in its body)."""
 
 
 def _owner(caller: str | None) -> str:
@@ -76,17 +78,21 @@ class Connections:
     async def open(
         self, connection_id: str, caller: str | None, ttl_seconds: int, deadline: Deadline
     ) -> None:
-        """Record the connection for ``caller`` (kept at most ``ttl_seconds``; opening it again keeps it)."""
+        """Record the connection for ``caller`` (kept at most ``ttl_seconds``; opening it again keeps it). The record
+        is the connection's (``close`` needs only its id: API Gateway's ``$disconnect`` may carry no identity) and
+        holds its caller as the store keys owners, hashed."""
         core = self.core
-        record = core.new_record("connection", {}, ttl_seconds)
-        key = owner_key(_owner(caller))
-        await core.call(deadline, core.backend.ensure, key, _connection(connection_id), record)
+        record = core.new_record("connection", {"caller": owner_key(_owner(caller))}, ttl_seconds)
+        await core.call(
+            deadline, core.backend.ensure, owner_key(CONNECTIONS), _connection(connection_id), record
+        )
 
-    async def close(self, connection_id: str, caller: str | None, deadline: Deadline) -> None:
+    async def close(self, connection_id: str, deadline: Deadline) -> None:
         """Forget the connection: its memories cannot be recalled any more (they expire with their TTL)."""
         core = self.core
-        key = owner_key(_owner(caller))
-        await core.call(deadline, core.backend.delete, key, _connection(connection_id), core.now())
+        await core.call(
+            deadline, core.backend.delete, owner_key(CONNECTIONS), _connection(connection_id), core.now()
+        )
 
     async def remember(
         self,
@@ -116,7 +122,8 @@ class Connections:
     ) -> Memory | None:
         """What ``remember`` kept for ``response_id`` on this open connection, for this caller; else None."""
         owner = _owner(caller)
-        if await self.core.read(owner, _connection(connection_id), "connection", deadline) is None:
+        connection = await self.core.read(CONNECTIONS, _connection(connection_id), "connection", deadline)
+        if connection is None or connection.body.get("caller") != owner_key(owner):
             return None  # closed, expired, or another caller's: its memory is not theirs to use
         record = await self.core.read(owner, _memory(connection_id, response_id), "memory", deadline)
         if record is None:

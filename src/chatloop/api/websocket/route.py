@@ -27,6 +27,7 @@ import time
 import uuid
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 from urllib.parse import urlsplit
 
 import anyio
@@ -40,6 +41,9 @@ from chatloop.deadline import Deadline
 from chatloop.jsontypes import JSONObject
 from chatloop.observability import logger
 from chatloop.store.model import StoreUnavailable, new_id
+
+if TYPE_CHECKING:
+    from chatloop.api.runtime import Runtime
 
 POLICY_VIOLATION = 1008
 MESSAGE_TOO_BIG = 1009
@@ -121,7 +125,7 @@ def watch_of(websocket: WebSocket) -> Watch:
 
 async def responses_socket(websocket: WebSocket) -> None:
     """WebSocket mode on ``/v1/responses``: the handshake, then every message answered until the socket closes."""
-    runtime = websocket.app.state.runtime
+    runtime: Runtime = websocket.app.state.runtime
     settings: Settings = runtime.settings
     if not same_origin(websocket):
         logger.info(
@@ -152,9 +156,7 @@ async def responses_socket(websocket: WebSocket) -> None:
         watch.remove(clock)
         with contextlib.suppress(StoreUnavailable):
             await connections.close(
-                socket.connection_id,
-                socket.caller,
-                Deadline.after(settings.conversation_store_timeout_seconds),
+                socket.connection_id, Deadline.after(settings.conversation_store_timeout_seconds)
             )
         logger.info("WebSocket connection closed", extra={"connection_id": socket.connection_id})
 
@@ -197,7 +199,7 @@ class Lanes:
 
 async def _serve(websocket: WebSocket, socket: Socket, watch: Watch, clock: Clock) -> None:
     """Reads messages until the socket closes; each one answered in a task of its own (lanes kept in order)."""
-    runtime = websocket.app.state.runtime
+    runtime: Runtime = websocket.app.state.runtime
     settings = watch.settings
     sending = asyncio.Lock()
     lanes = Lanes()
