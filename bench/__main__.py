@@ -43,6 +43,7 @@ from bench import (
     tracing,
     ttft,
     webhooks,
+    websocket,
 )
 from chatloop.tools.javascript import ExecuteJavaScriptTool, JavaScriptSandbox
 
@@ -88,6 +89,7 @@ def steps(quick: bool, js_tool: ExecuteJavaScriptTool) -> list[tuple[str, Callab
         ("small_models", lambda: small_models.measure(2 if quick else 50)),
         ("webhooks", lambda: webhooks.measure(2 if quick else 30)),
         ("bedrock", lambda: bedrock.measure(2 if quick else 30)),
+        ("websocket", lambda: websocket.measure(2 if quick else 15)),
     ]
 
 

@@ -380,6 +380,12 @@ def _bedrock(results: dict) -> list[str]:  # bench/bedrock.py (#43)
     return bedrock.section(results["bedrock"])
 
 
+def _websocket(results: dict) -> list[str]:  # bench/websocket.py (#44)
+    from bench import websocket
+
+    return websocket.section(results["websocket"])
+
+
 SECTIONS: list[tuple[tuple[str, ...], Callable[[dict], list[str]]]] = [
     (("scenarios",), _scenarios),
     (("overhead", "handler"), _overhead),
@@ -404,6 +410,7 @@ SECTIONS: list[tuple[tuple[str, ...], Callable[[dict], list[str]]]] = [
     (("small_models",), lambda results: small_models.section(results["small_models"])),
     (("webhooks",), _webhooks),
     (("bedrock",), _bedrock),
+    (("websocket",), _websocket),
 ]
 """The report's sections in order, each with the measurements (``results``' keys, bench/__main__.py's steps) it
 needs: a run that measured only some (``python -m bench --only``) writes only theirs."""

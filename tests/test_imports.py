@@ -233,7 +233,7 @@ def test_the_lazy_routes_are_the_apps_lazy_routes() -> None:
         for node in ast.walk(tree)
         if isinstance(node, ast.Call)
         and isinstance(node.func, ast.Name)
-        and node.func.id == "lazy"
+        and node.func.id in ("lazy", "lazy_socket")
         and isinstance(node.args[0], ast.Constant)
         and isinstance(node.args[0].value, str)
     }

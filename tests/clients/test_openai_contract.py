@@ -19,9 +19,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
-import shutil
-import subprocess
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -46,7 +43,7 @@ from tests.support.contract import (
 )
 from tests.support.events import CODE_INTERPRETER_EVENTS
 from tests.support.fake_llm import FakeLLM, error, tool_calls
-from tests.support.repo import ROOT
+from tests.support.node import run_node
 from tests.support.server import Server, app_server
 
 RECORD_FUNCTION: dict[str, Any] = {
@@ -172,29 +169,6 @@ def test_pydantic_ai_tool_output_on_the_compound_interest_question(server, upstr
 
 
 # --- the Vercel AI SDK, v6 and its newest major v7 --------------------------------------------------
-CLIENTS = ROOT / "tests" / "clients"
-
-
-def run_node(script: str, *args: str, env: dict[str, str]) -> dict[str, Any]:
-    """Run tests/clients/<script> with ``args``; its last stdout line is the JSON result."""
-    node = shutil.which("node")
-    if node is None:
-        pytest.skip("node is not installed: the Vercel AI SDK tests need it (apt-get install nodejs)")
-    if not (CLIENTS.parent.parent / "node_modules" / "ai-v7").is_dir():
-        pytest.fail("node_modules is missing or stale: `make install` runs npm ci at the repository root")
-    done = subprocess.run(
-        [node, script, *args],
-        cwd=CLIENTS,
-        env={"PATH": os.environ["PATH"], **env},
-        capture_output=True,
-        text=True,
-        timeout=90,
-    )
-    lines = done.stdout.strip().splitlines()
-    assert lines, done.stderr[-2000:]
-    result: dict[str, Any] = json.loads(lines[-1])
-    assert result["ok"], (result, done.stderr[-2000:])
-    return result
 
 
 @pytest.mark.slow

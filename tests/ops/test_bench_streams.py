@@ -1,5 +1,5 @@
 """The bench's smoke run, group "streams" (tests/support/bench_smoke.py): the sandbox, stream vs buffered response
-modes, time to first token, tracing, small models."""
+modes, time to first token, tracing, small models, WebSocket mode vs HTTP SSE."""
 
 import re
 
@@ -17,6 +17,7 @@ def test_bench_smoke_run_streams(tmp_path):
         "## 14. Time to first token",
         "## Tracing (OpenTelemetry)",
         "## 17. Small models",
+        "## WebSocket mode vs HTTP SSE",
     ):
         assert section in report
     stream = next(line for line in report.splitlines() if line.startswith("| stream |"))

@@ -26,7 +26,7 @@ GROUPS: dict[str, tuple[str, ...]] = {
     ),
     "lambda": ("lambda_size", "responses", "idempotency", "state", "budgets", "bedrock"),
     "fleet": ("fleet",),  # ~24 s alone: two copies over one store, SQLite then DynamoDB
-    "streams": ("sandbox", "streaming", "ttft", "tracing", "small_models"),
+    "streams": ("sandbox", "streaming", "ttft", "tracing", "small_models", "websocket"),
 }
 """The bench's steps (bench/__main__.py ``steps``) by smoke group; a section needing two steps (``overhead`` with
 ``handler``, ``fallback`` with ``throughput``) has both in one group."""

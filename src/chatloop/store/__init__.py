@@ -9,7 +9,7 @@ each over one backend of two.
 Modules: ``model`` (the values and the ``Backend`` protocol), ``protocol`` (what the API calls: a small protocol
 per aggregate, and ``StateStore``, one of each), ``core`` (the steps they share: a backend call within the
 deadline, records with their TTL, pages, event lists), one module per aggregate (``conversations``, ``responses``,
-``runs``, ``claims``), ``service`` (``Store``: the aggregates over one backend), ``sqlite``, and ``dynamodb`` (the
+``runs``, ``claims``, ``connections``: WebSocket mode's connections, memory and lanes), ``service`` (``Store``: the aggregates over one backend), ``sqlite``, and ``dynamodb`` (the
 operations) with ``dynamodb_layout`` (how records map to table items) and ``dynamodb_client`` (the client and its
 errors). The budget ledger (``budget``) and the idempotency records (``idempotency``) are aggregates of their own.
 

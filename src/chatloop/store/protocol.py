@@ -21,12 +21,14 @@ from typing import Literal, Protocol
 
 from chatloop.deadline import Deadline
 from chatloop.jsontypes import JSONObject
+from chatloop.store.connections import Memory
 from chatloop.store.core import CursorNotFound
 from chatloop.store.model import Conversation, Item, Page, PageQuery, StoredEvent, StoredResponse
 from chatloop.store.runs import Run, RunStatus
 
 __all__ = [
     "ClaimRecords",
+    "ConnectionRecords",
     "ConversationRecords",
     "CursorNotFound",
     "ResponseRecords",
@@ -158,6 +160,40 @@ class ClaimRecords(Protocol):
     async def release(self, owner: str, claim_id: str, deadline: Deadline) -> None: ...
 
 
+class ConnectionRecords(Protocol):
+    """WebSocket connections, their memory of the responses they made, and their lanes
+    (``store.connections.Connections``)."""
+
+    async def open(
+        self, connection_id: str, caller: str | None, ttl_seconds: int, deadline: Deadline
+    ) -> None: ...
+
+    async def close(self, connection_id: str, deadline: Deadline) -> None: ...
+
+    async def remember(
+        self,
+        connection_id: str,
+        caller: str | None,
+        response_id: str,
+        items: list[JSONObject],
+        ttl_seconds: int,
+        deadline: Deadline,
+        *,
+        lane: str = "",
+        replacing: str | None = None,
+    ) -> None: ...
+
+    async def recall(
+        self, connection_id: str, caller: str | None, response_id: str, deadline: Deadline
+    ) -> Memory | None: ...
+
+    async def claim(
+        self, connection_id: str, stream_id: str, ttl_seconds: int, deadline: Deadline
+    ) -> bool: ...
+
+    async def release(self, connection_id: str, stream_id: str, deadline: Deadline) -> None: ...
+
+
 class StateStore(Protocol):
     """The store the API calls: one of each aggregate, all in one table or file."""
 
@@ -172,3 +208,6 @@ class StateStore(Protocol):
 
     @property
     def claims(self) -> ClaimRecords: ...
+
+    @property
+    def connections(self) -> ConnectionRecords: ...

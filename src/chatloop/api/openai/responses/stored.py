@@ -272,8 +272,13 @@ async def _chain(store: StateStore, owner: str, response_id: str, deadline: Dead
                 param="previous_response_id",
             )
         stored = await store.responses.get(owner, current, deadline)
-        if stored is None:
-            raise not_found("response", current, param="previous_response_id")
+        if stored is None:  # OpenAI's code for it, on HTTP and in WebSocket mode alike
+            raise RequestError(
+                404,
+                "previous_response_not_found",
+                f"Previous response with id '{current}' not found.",
+                param="previous_response_id",
+            )
         read = partial(store.responses.list_items, owner, current, "input", deadline=deadline)
         inputs = await all_items(read, PageQuery("asc", HISTORY_PAGE))
         output = stored.body.get("output")
