@@ -27,6 +27,9 @@ from chatloop.api.http.caller import identities
 
 Kind = Literal["connect", "message", "disconnect"]
 EVENT_TYPES: dict[str, Kind] = {"CONNECT": "connect", "MESSAGE": "message", "DISCONNECT": "disconnect"}
+WORKER_KEY = "chatloop_websocket"
+"""A turn's asynchronous invocation (``lambda_transport``): ``{"chatloop_websocket": {"connection_id", "caller",
+"endpoint", "request_id", "job", "message"}}``, ``message`` the client's ``response.create``, its secrets sealed."""
 MESSAGE_BYTES = 128 * 1024
 """API Gateway's largest WebSocket message (frames of 32 KB at most make it up): a larger one never reaches us,
 and an event claiming one is refused before anything parses it."""
@@ -56,6 +59,20 @@ def is_websocket_event(event: object) -> bool:
         return False
     context = event.get("requestContext")
     return isinstance(context, Mapping) and context.get("eventType") in EVENT_TYPES
+
+
+def is_worker_event(event: object) -> bool:
+    """Whether a Lambda event is this function's own asynchronous invocation of a WebSocket turn."""
+    return (
+        isinstance(event, Mapping)
+        and isinstance(event.get(WORKER_KEY), Mapping)
+        and "requestContext" not in event  # a client's event through an API never is
+    )
+
+
+def handles(event: object) -> bool:
+    """Whether an event is WebSocket mode's (a route's, or a turn's invocation): ``src/app.py`` asks it first."""
+    return is_websocket_event(event) or is_worker_event(event)
 
 
 def websocket_event(event: Mapping[str, Any]) -> WebSocketEvent:

@@ -1,0 +1,195 @@
+"""WebSocket mode on Lambda: an API Gateway WebSocket API's three routes answered by the buffered handler, and each
+``response.create`` answered by posting the stream's events to the connection (``PostToConnection``).
+
+- ``$connect``: the caller check. API Gateway has checked the key (the route's ``ApiKeyRequired``); the caller is
+  read from the event as the HTTP API reads it (``apigw.caller_from``); none: refused (401), nothing recorded.
+  Accepted: the connection is recorded with its caller (``connections.open``, kept for API Gateway's 2-hour
+  connection maximum), since the next messages carry no identity of their own and may reach another container.
+- ``$disconnect``: the record closed (``connections.close``).
+- ``$default``: answered within API Gateway's 29 s integration limit, whatever the turn takes: a message that is
+  not a ``response.create`` object is answered at once (``session.answer`` sends its ``error`` event); a
+  ``response.create`` is handed to an asynchronous invocation of this same function, as a background response
+  is (``lambda.invoke``, ``InvocationType=Event``, the same version), its MCP servers' credentials sealed
+  (``sealed_request``: nothing secret in clear in the invoke payload). Without ``AWS_LAMBDA_FUNCTION_NAME``
+  (tests, ``make invoke``) the turn runs here, in this invocation.
+- the worker (the asynchronous invocation): claims the job once (Lambda may deliver an event twice), opens its
+  secrets and calls ``session.answer`` with a ``ConnectionPoster`` as its ``Send``; its answer is Lambda's, never
+  the client's. A connection the client closed stops the posting; the turn still ends, and is kept if stored.
+
+Between messages nothing runs: an idle connection is API Gateway's alone, and costs no invocation.
+
+Usage::
+
+    if apigw.handles(event):                       # src/app.py asks it of every event
+        return handle_event(app, event, context.get_remaining_time_in_millis())
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import uuid
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
+
+from chatloop.api.http.errors import RequestError
+from chatloop.api.openai.responses.sealed_request import open_secrets, seal_secrets
+from chatloop.api.openai.responses.worker import invoke_self
+from chatloop.api.runs.record import call_deadline
+from chatloop.api.websocket import session
+from chatloop.api.websocket.apigw import (
+    WORKER_KEY,
+    EventError,
+    WebSocketEvent,
+    caller_from,
+    is_worker_event,
+    status,
+    websocket_event,
+)
+from chatloop.api.websocket.apigw_post import ConnectionPoster, management_client
+from chatloop.deadline import Deadline
+from chatloop.jsontypes import JSONObject
+from chatloop.observability import logger
+
+if TYPE_CHECKING:
+    from starlette.applications import Starlette
+
+    from chatloop.api.runtime import Runtime
+
+CONNECTION_SECONDS = 2 * 3600
+"""API Gateway's longest WebSocket connection: its record is kept that long."""
+INVOKE_SECONDS = 5.0
+
+
+def handle_event(app: Starlette, event: Mapping[str, Any], remaining_ms: float) -> dict[str, Any]:
+    """The handler's answer to a WebSocket API event or a worker invocation (run on the handler's event loop)."""
+    loop = asyncio.get_event_loop()
+    if is_worker_event(event):
+        return loop.run_until_complete(run_worker(app, event, remaining_ms / 1000))
+    return loop.run_until_complete(route(app, event, remaining_ms / 1000))
+
+
+async def route(app: Starlette, raw: Mapping[str, Any], seconds_left: float) -> dict[str, Any]:
+    """One route's event answered: see the module docstring."""
+    try:
+        event = websocket_event(raw)
+    except EventError as error:
+        logger.warning(f"websocket event refused: {error}")
+        return status(400, str(error))
+    runtime: Runtime = app.state.runtime
+    if event.kind == "connect":
+        return await _connect(runtime, event)
+    if event.kind == "disconnect":
+        await runtime.stores.conversations().connections.close(event.connection_id)
+        logger.info(f"websocket {event.connection_id}: disconnected")
+        return status(200)
+    return await _message(app, event, seconds_left)
+
+
+async def _connect(runtime: Runtime, event: WebSocketEvent) -> dict[str, Any]:
+    caller = caller_from(event.context)
+    if caller is None:
+        logger.warning(f"websocket {event.connection_id}: refused at $connect, no caller identity (no API key id)")
+        return status(401, "this connection names no caller (no API key id or IAM identity)")
+    await runtime.stores.conversations().connections.open(event.connection_id, caller, CONNECTION_SECONDS)
+    logger.info(f"websocket {event.connection_id}: connected")
+    return status(200)
+
+
+async def _message(app: Starlette, event: WebSocketEvent, seconds_left: float) -> dict[str, Any]:
+    runtime: Runtime = app.state.runtime
+    settings = runtime.settings
+    caller = await runtime.stores.conversations().connections.caller_of(event.connection_id)
+    endpoint = settings.websocket_management_endpoint or event.endpoint
+    deadline = Deadline.after(seconds_left - settings.lambda_safety_margin_seconds)
+    socket = session.Socket(event.connection_id, caller)
+    body = _create_body(event.message)
+    if caller is None or body is None or not settings.lambda_function_name:
+        # refused at once (session.answer names what is wrong), or no function to hand it to: answered here
+        await _answer(runtime, socket, event.message or "", endpoint, deadline, event.request_id)
+        return status(200)
+    job = f"wsjob_{uuid.uuid4().hex}"
+    sealed = await seal_secrets(runtime, caller, job, body)
+    task: JSONObject = {
+        "connection_id": event.connection_id,
+        "caller": caller,
+        "endpoint": endpoint,
+        "request_id": event.request_id,
+        "job": job,
+        "message": sealed,
+    }
+    payload = json.dumps({WORKER_KEY: task}).encode()
+    try:
+        await asyncio.wait_for(
+            asyncio.to_thread(invoke_self, settings, payload, INVOKE_SECONDS), INVOKE_SECONDS + 1
+        )
+    except Exception:  # the turn never starts: the client is told so, on its socket
+        logger.exception(f"websocket {event.connection_id}: the asynchronous invocation of a turn failed")
+        failure = session.error_event(503, "server_error", "the turn could not be started; try again")
+        poster = ConnectionPoster(management_client(endpoint), event.connection_id, deadline)
+        await poster(failure)
+        await poster.drain()
+        return status(200)
+    logger.info(f"websocket {event.connection_id}: turn {job} handed to an asynchronous invocation")
+    return status(200)
+
+
+def _create_body(message: bytes | str | None) -> JSONObject | None:
+    """The message as a ``response.create`` object, or None for anything else (answered at once with its error)."""
+    if message is None:
+        return None
+    try:
+        value = json.loads(message)
+    except (ValueError, UnicodeDecodeError, RecursionError):
+        return None
+    if not isinstance(value, dict) or value.get("type") != "response.create":
+        return None
+    return value
+
+
+async def _answer(
+    runtime: Runtime, socket: session.Socket, message: bytes | str, endpoint: str, deadline: Deadline, rid: str
+) -> ConnectionPoster:
+    """``session.answer`` posting to the connection; returns the poster once everything it sent was posted."""
+    poster = ConnectionPoster(management_client(endpoint), socket.connection_id, deadline)
+    try:
+        await session.answer(runtime, socket, message, poster, deadline=deadline, request_id=rid)
+    finally:
+        await poster.drain()
+    logger.info(
+        f"websocket {socket.connection_id}: {poster.events} events in {poster.posts} posts"
+        + (f", posting stopped ({poster.stopped})" if poster.stopped else "")
+    )
+    return poster
+
+
+# --- the worker -------------------------------------------------------------------------------------------
+async def run_worker(app: Starlette, event: Mapping[str, Any], seconds_left: float) -> dict[str, Any]:
+    """Run the turn ``event`` carries, once: ``{"ran": true, "posts": …}``, or ``{"ran": false, "reason": …}``."""
+    task = event.get(WORKER_KEY)
+    fields = ("connection_id", "caller", "endpoint", "request_id", "job")
+    if not isinstance(task, Mapping) or not all(isinstance(task.get(f), str) for f in fields):
+        return {"ran": False, "reason": "malformed event"}
+    message = task.get("message")
+    if not isinstance(message, dict):
+        return {"ran": False, "reason": "malformed event"}
+    runtime: Runtime = app.state.runtime
+    caller, job = str(task["caller"]), str(task["job"])
+    if not await runtime.stores.conversations().claims.claim(caller, job, call_deadline()):
+        logger.info(f"websocket turn {job}: not run here (delivered before)")
+        return {"ran": False, "reason": "already claimed"}
+    settings = runtime.settings
+    seconds = min(settings.background_timeout_seconds, seconds_left - settings.lambda_safety_margin_seconds)
+    deadline = Deadline.after(seconds)
+    socket = session.Socket(str(task["connection_id"]), caller)
+    endpoint = str(task["endpoint"])
+    try:
+        opened = await open_secrets(runtime, caller, job, message)
+    except RequestError as error:  # sealed under a key that changed: the client is told, nothing runs
+        poster = ConnectionPoster(management_client(endpoint), socket.connection_id, deadline)
+        await poster(session.error_event(error.status, error.code, error.message))
+        await poster.drain()
+        return {"ran": False, "reason": "sealed secrets did not open"}
+    logger.info(f"websocket turn {job}: running ({seconds:.0f} s at most)")
+    poster = await _answer(runtime, socket, json.dumps(opened), endpoint, deadline, str(task["request_id"]))
+    return {"ran": True, "events": poster.events, "posts": poster.posts, "stopped": poster.stopped}
