@@ -104,6 +104,11 @@ LAYERS: tuple[Layer, ...] = (
         ("chatloop.api.chat", "chatloop.api.openai"),
         "the wire APIs (/chat, OpenAI's): none borrows from another",
     ),
+    Layer(
+        "api.websocket",
+        ("chatloop.api.websocket",),
+        "WebSocket mode: the Responses API's door over a socket, whichever transport carries it",
+    ),
     Layer("api.page", ("chatloop.api.page",), "the chat page (GET /, /static/...)"),
     Layer("api.app", ("chatloop.api", "chatloop.api.app"), "the app: the route table over everything above"),
     Layer("entry", ("app",), "the Lambda handler (src/app.py)"),

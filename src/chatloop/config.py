@@ -39,8 +39,7 @@ DEFAULT_MODEL_CHAIN = (
     "groq:openai/gpt-oss-120b,groq:llama-3.3-70b-versatile,groq:llama-3.1-8b-instant,openai:gpt-4.1-mini"
 )
 KEY_VARIABLES = {"groq": "GROQ_API_KEY", "openai": "OPENAI_API_KEY", "local": "LOCAL_API_KEY"}
-"""Each provider's API key variable (in the environment, or a field of PROVIDER_KEYS_SECRET_ARN's secret): the one
-list ``secrets`` reads keys by and ``observability`` registers for redaction at import."""
+"""Each provider's key variable (in the environment or PROVIDER_KEYS_SECRET_ARN's secret), read and redacted by name."""
 
 
 @dataclass(frozen=True)
@@ -69,6 +68,12 @@ class Settings:
     long conversation is sent."""
     sse_heartbeat_seconds: float = 10.0
     """SSE_HEARTBEAT_SECONDS: a streamed response sends a ``: ping`` comment after this long without bytes."""
+    websocket_max_message_bytes: int = 128 * 1024
+    """WEBSOCKET_MAX_MESSAGE_BYTES: a larger WebSocket message closes it (1009; API Gateway's 128 KB limit)."""
+    websocket_max_connection_seconds: int = 7200
+    """WEBSOCKET_MAX_CONNECTION_SECONDS: a WebSocket connection's longest life (1001; API Gateway's 2 hours)."""
+    websocket_idle_seconds: float = 600.0
+    """WEBSOCKET_IDLE_SECONDS: an idle WebSocket connection is closed (1001; API Gateway's 10 minutes)."""
     max_json_depth: int = 64
     """MAX_JSON_DEPTH: a body nested deeper (lists and objects) gets a 400."""
     max_messages: int = 2000

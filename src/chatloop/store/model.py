@@ -27,9 +27,20 @@ ListName = Literal["items", "input", "output", "events", "conversations"]
 streamed response's events, at the position of their ``sequence_number``. ``conversations``: an owner's index of
 their conversations (each entry expiring with its conversation)."""
 Order = Literal["asc", "desc"]
-RecordKind = Literal["conversation", "response", "index", "run", "claim"]
-RECORD_KINDS: tuple[RecordKind, ...] = ("conversation", "response", "index", "run", "claim")
-"""``claim``: a one-time use recorded (an approval answered), so a second use is told apart (``Store.claims``)."""
+RecordKind = Literal["conversation", "response", "index", "run", "claim", "connection", "memory", "lane"]
+RECORD_KINDS: tuple[RecordKind, ...] = (
+    "conversation",
+    "response",
+    "index",
+    "run",
+    "claim",
+    "connection",
+    "memory",
+    "lane",
+)
+"""``claim``: a one-time use recorded (an approval answered), so a second use is told apart (``Store.claims``).
+``connection``, ``memory``, ``lane``: a WebSocket connection, its memory of a response, a running response's lane
+(``Store.connections``)."""
 ID_RANDOM_BYTES = 24
 """192 bits: an id is never guessed, and never collides."""
 

@@ -27,6 +27,7 @@ from chatloop.store.runs import Run, RunStatus
 
 __all__ = [
     "ClaimRecords",
+    "ConnectionRecords",
     "ConversationRecords",
     "ConversationStore",
     "CursorNotFound",
@@ -158,6 +159,37 @@ class ClaimRecords(Protocol):
     async def release(self, owner: str, claim_id: str, deadline: Deadline) -> None: ...
 
 
+class ConnectionRecords(Protocol):
+    """WebSocket connections, their memory of the responses they made, and their lanes
+    (``store.connections.Connections``)."""
+
+    async def open(
+        self, connection_id: str, caller: str | None, ttl_seconds: int, deadline: Deadline
+    ) -> None: ...
+
+    async def close(self, connection_id: str, caller: str | None, deadline: Deadline) -> None: ...
+
+    async def remember(
+        self,
+        connection_id: str,
+        caller: str | None,
+        response_id: str,
+        items: list[JSONObject],
+        ttl_seconds: int,
+        deadline: Deadline,
+    ) -> None: ...
+
+    async def recall(
+        self, connection_id: str, caller: str | None, response_id: str, deadline: Deadline
+    ) -> list[JSONObject] | None: ...
+
+    async def claim(
+        self, connection_id: str, stream_id: str, ttl_seconds: int, deadline: Deadline
+    ) -> bool: ...
+
+    async def release(self, connection_id: str, stream_id: str, deadline: Deadline) -> None: ...
+
+
 class ConversationStore(Protocol):
     """The store the API calls: one of each aggregate, all in one table or file."""
 
@@ -172,3 +204,6 @@ class ConversationStore(Protocol):
 
     @property
     def claims(self) -> ClaimRecords: ...
+
+    @property
+    def connections(self) -> ConnectionRecords: ...

@@ -7,11 +7,13 @@ Usage::
     conversation = await store.conversations.create("caller", {}, [], deadline)
     await store.conversations.get("someone else", conversation.id, deadline)      # None: not theirs
     await store.runs.cancel("caller", "resp_1", deadline)
+    await store.connections.open("conn_1", "caller", 7200, deadline)   # WebSocket mode's connection memory
 """
 
 from __future__ import annotations
 
 from chatloop.store.claims import Claims
+from chatloop.store.connections import Connections
 from chatloop.store.conversations import Conversations
 from chatloop.store.core import MAX_EVENTS_READ, Core, CursorNotFound, owner_key
 from chatloop.store.model import Backend
@@ -31,6 +33,7 @@ class Store:
         self._responses = Responses(self.core)
         self._runs = Runs(self.core)
         self._claims = Claims(self.core)
+        self._connections = Connections(self.core)
 
     @property
     def conversations(self) -> Conversations:
@@ -47,3 +50,7 @@ class Store:
     @property
     def claims(self) -> Claims:
         return self._claims
+
+    @property
+    def connections(self) -> Connections:
+        return self._connections

@@ -38,6 +38,20 @@ Later = Callable[
     [Request, RequestContext, ResponsesPlan, "TurnRequest", "FallbackChain", Admission], Awaitable[Response]
 ]
 """How a background request is queued instead of run (``endpoint.queued``)."""
+Listener = Callable[[dict[str, object]], None]
+"""Told of each stream event's data as it is framed."""
+
+
+def _told(first: Listener, second: Listener | None) -> Listener:
+    """One listener telling both."""
+    if second is None:
+        return first
+
+    def both(event: dict[str, object]) -> None:
+        first(event)
+        second(event)
+
+    return both
 
 
 def echo(plan: ResponsesPlan, model: FallbackChain) -> ResponseEcho:
@@ -54,8 +68,10 @@ class ResponsesDoor(Door[ResponsesBody, ResponsesPlan]):
     approvals = "ask"
     lists_servers = True
 
-    def __init__(self, later: Later | None = None) -> None:
+    def __init__(self, later: Later | None = None, listener: Listener | None = None) -> None:
         self.later = later
+        self.listener = listener
+        """Told of every stream event as it is framed (WebSocket mode sends them as messages: ``api.websocket``)."""
 
     async def prepare(
         self, request: Request, ctx: RequestContext, body: ResponsesBody, admission: Admission
@@ -99,15 +115,15 @@ class ResponsesDoor(Door[ResponsesBody, ResponsesPlan]):
 
         if body.stream and keeping.store is not None and keeping.owner is not None:
             # Stored: the turn runs to its end if the client goes away, journaled so any copy can follow it.
-            def renderer_for(listener: Callable[[dict[str, object]], None]) -> ResponsesRenderer:
-                return ResponsesRenderer(rid, echoed, keep, listener, listed)
+            def renderer_for(journal: Listener) -> ResponsesRenderer:
+                return ResponsesRenderer(rid, echoed, keep, _told(journal, self.listener), listed)
 
             return await journaled.serve(request, body, keeping, renderer_for, events)
         if body.stream:
             # Unstored, but a conversation still gets the turn's items (``store`` is about the response object
             # only), as a JSON answer's does.
             appends = keep if keeping.conversation_id is not None else None
-            renderer = ResponsesRenderer(rid, echoed, appends, listed=listed)
+            renderer = ResponsesRenderer(rid, echoed, appends, self.listener, listed)
             return await serve_turn(ctx, renderer, events, stream=True)
         renderer = ResponsesRenderer(rid, echoed, keep, listed=listed, stream=False)
         # Not streamed, the response is still built from the events (its items), not from the summary alone.
