@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
@@ -117,6 +118,17 @@ def _message(event: Mapping[str, Any]) -> bytes | str:
         except (binascii.Error, ValueError):
             raise EventError("the binary message is not base64") from None
     return body
+
+
+def turn_id(request_id: str) -> str:
+    """A message's turn id from its API Gateway request id (base64 text: ``CvKrAFxPoAMFk_w=``), in the characters
+    a response id takes (``resp_`` + it: ``api.items.store.RESPONSE_ID``); a fresh one when there is none."""
+    safe = request_id.replace("+", "-").replace("/", "_").rstrip("=")
+    return (
+        safe
+        if safe and len(safe) <= 100 and safe.replace("-", "").replace("_", "").isalnum()
+        else uuid.uuid4().hex
+    )
 
 
 def status(code: int, message: str | None = None) -> dict[str, Any]:

@@ -44,21 +44,26 @@ from chatloop.api.websocket.apigw import (
     caller_from,
     is_worker_event,
     status,
+    turn_id,
     websocket_event,
 )
 from chatloop.api.websocket.apigw_post import ConnectionPoster, management_client
+from chatloop.api.websocket.messages import error_event
 from chatloop.deadline import Deadline
 from chatloop.jsontypes import JSONObject
 from chatloop.observability import logger
+from chatloop.store.model import StoreUnavailable
 
 if TYPE_CHECKING:
     from starlette.applications import Starlette
 
     from chatloop.api.runtime import Runtime
 
-CONNECTION_SECONDS = 2 * 3600
-"""API Gateway's longest WebSocket connection: its record is kept that long."""
 INVOKE_SECONDS = 5.0
+CALLERS = "\x00websocket-connection-callers"
+"""The owner under which a connection's caller is remembered at ``$connect`` (NUL: never a caller's own string):
+the next events of a connection carry no identity, so ``$default`` and ``$disconnect`` read it back from there."""
+CALLER_ENTRY = "caller"
 
 
 def handle_event(app: Starlette, event: Mapping[str, Any], remaining_ms: float) -> dict[str, Any]:
@@ -80,8 +85,7 @@ async def route(app: Starlette, raw: Mapping[str, Any], seconds_left: float) -> 
     if event.kind == "connect":
         return await _connect(runtime, event)
     if event.kind == "disconnect":
-        await runtime.stores.conversations().connections.close(event.connection_id)
-        logger.info(f"websocket {event.connection_id}: disconnected")
+        await _disconnect(runtime, event)
         return status(200)
     return await _message(app, event, seconds_left)
 
@@ -89,24 +93,73 @@ async def route(app: Starlette, raw: Mapping[str, Any], seconds_left: float) -> 
 async def _connect(runtime: Runtime, event: WebSocketEvent) -> dict[str, Any]:
     caller = caller_from(event.context)
     if caller is None:
-        logger.warning(f"websocket {event.connection_id}: refused at $connect, no caller identity (no API key id)")
+        logger.warning(
+            f"websocket {event.connection_id}: refused at $connect, no caller identity (no API key id)"
+        )
         return status(401, "this connection names no caller (no API key id or IAM identity)")
-    await runtime.stores.conversations().connections.open(event.connection_id, caller, CONNECTION_SECONDS)
-    logger.info(f"websocket {event.connection_id}: connected")
+    connections = runtime.stores.conversations().connections
+    ttl = runtime.settings.websocket_max_connection_seconds
+    cid = event.connection_id
+    try:
+        await connections.open(cid, caller, ttl, store_deadline(runtime))
+        await connections.open(cid, CALLERS, ttl, store_deadline(runtime))
+        await connections.remember(
+            cid, CALLERS, CALLER_ENTRY, [{"caller": caller}], ttl, store_deadline(runtime)
+        )
+    except StoreUnavailable as error:  # refused: a connection nobody can continue on is no use
+        logger.warning(f"websocket {cid}: refused at $connect, the store is unavailable: {error}")
+        return status(503, "the conversation store is unavailable; try again")
+    logger.info(f"websocket {cid}: connected")
     return status(200)
+
+
+async def caller_of(runtime: Runtime, connection_id: str) -> str | None:
+    """The caller ``$connect`` established for ``connection_id``; None for a connection not (or no longer) open."""
+    connections = runtime.stores.conversations().connections
+    kept = await connections.recall(connection_id, CALLERS, CALLER_ENTRY, store_deadline(runtime))
+    caller = kept[0].get("caller") if kept else None
+    return caller if isinstance(caller, str) else None
+
+
+async def _disconnect(runtime: Runtime, event: WebSocketEvent) -> None:
+    connections = runtime.stores.conversations().connections
+    cid = event.connection_id
+    try:
+        caller = await caller_of(runtime, cid)
+        if caller is not None:
+            await connections.close(cid, caller, store_deadline(runtime))
+        await connections.close(cid, CALLERS, store_deadline(runtime))
+    except StoreUnavailable as error:  # its records expire with the connection's longest life anyway
+        logger.warning(f"websocket {cid}: not closed in the store ({error}); its records expire on their own")
+    logger.info(f"websocket {cid}: disconnected")
+
+
+def store_deadline(runtime: Runtime) -> Deadline:
+    return Deadline.after(runtime.settings.conversation_store_timeout_seconds)
 
 
 async def _message(app: Starlette, event: WebSocketEvent, seconds_left: float) -> dict[str, Any]:
     runtime: Runtime = app.state.runtime
     settings = runtime.settings
-    caller = await runtime.stores.conversations().connections.caller_of(event.connection_id)
     endpoint = settings.websocket_management_endpoint or event.endpoint
     deadline = Deadline.after(seconds_left - settings.lambda_safety_margin_seconds)
+    try:
+        caller = await caller_of(runtime, event.connection_id)
+    except StoreUnavailable as error:
+        logger.warning(f"websocket {event.connection_id}: the store is unavailable: {error}")
+        refused = RequestError(503, "store_unavailable", "the conversation store is unavailable; try again")
+        await _post_one(endpoint, event.connection_id, deadline, error_event(refused))
+        return status(200)
+    if caller is None:  # not open (closed, expired, or never accepted): nothing runs for nobody
+        logger.warning(f"websocket {event.connection_id}: a message on a connection not open; refused")
+        refused = RequestError(401, "unauthenticated", "this connection is not open (reconnect)")
+        await _post_one(endpoint, event.connection_id, deadline, error_event(refused))
+        return status(200)
     socket = session.Socket(event.connection_id, caller)
     body = _create_body(event.message)
-    if caller is None or body is None or not settings.lambda_function_name:
+    if body is None or not settings.lambda_function_name:
         # refused at once (session.answer names what is wrong), or no function to hand it to: answered here
-        await _answer(runtime, socket, event.message or "", endpoint, deadline, event.request_id)
+        await _answer(runtime, socket, event.message or "", endpoint, deadline, turn_id(event.request_id))
         return status(200)
     job = f"wsjob_{uuid.uuid4().hex}"
     sealed = await seal_secrets(runtime, caller, job, body)
@@ -125,13 +178,22 @@ async def _message(app: Starlette, event: WebSocketEvent, seconds_left: float) -
         )
     except Exception:  # the turn never starts: the client is told so, on its socket
         logger.exception(f"websocket {event.connection_id}: the asynchronous invocation of a turn failed")
-        failure = session.error_event(503, "server_error", "the turn could not be started; try again")
-        poster = ConnectionPoster(management_client(endpoint), event.connection_id, deadline)
-        await poster(failure)
-        await poster.drain()
+        failure = RequestError(503, "server_error", "the turn could not be started; try again")
+        await _post_one(endpoint, event.connection_id, deadline, error_event(failure, _stream_id(body)))
         return status(200)
     logger.info(f"websocket {event.connection_id}: turn {job} handed to an asynchronous invocation")
     return status(200)
+
+
+def _stream_id(body: JSONObject) -> str | None:
+    stream_id = body.get("stream_id")
+    return stream_id if isinstance(stream_id, str) else None
+
+
+async def _post_one(endpoint: str, connection_id: str, deadline: Deadline, event: JSONObject) -> None:
+    poster = ConnectionPoster(management_client(endpoint), connection_id, deadline)
+    await poster(event)
+    await poster.drain()
 
 
 def _create_body(message: bytes | str | None) -> JSONObject | None:
@@ -148,7 +210,12 @@ def _create_body(message: bytes | str | None) -> JSONObject | None:
 
 
 async def _answer(
-    runtime: Runtime, socket: session.Socket, message: bytes | str, endpoint: str, deadline: Deadline, rid: str
+    runtime: Runtime,
+    socket: session.Socket,
+    message: bytes | str,
+    endpoint: str,
+    deadline: Deadline,
+    rid: str,
 ) -> ConnectionPoster:
     """``session.answer`` posting to the connection; returns the poster once everything it sent was posted."""
     poster = ConnectionPoster(management_client(endpoint), socket.connection_id, deadline)
@@ -186,10 +253,9 @@ async def run_worker(app: Starlette, event: Mapping[str, Any], seconds_left: flo
     try:
         opened = await open_secrets(runtime, caller, job, message)
     except RequestError as error:  # sealed under a key that changed: the client is told, nothing runs
-        poster = ConnectionPoster(management_client(endpoint), socket.connection_id, deadline)
-        await poster(session.error_event(error.status, error.code, error.message))
-        await poster.drain()
+        await _post_one(endpoint, socket.connection_id, deadline, error_event(error, _stream_id(message)))
         return {"ran": False, "reason": "sealed secrets did not open"}
     logger.info(f"websocket turn {job}: running ({seconds:.0f} s at most)")
-    poster = await _answer(runtime, socket, json.dumps(opened), endpoint, deadline, str(task["request_id"]))
+    rid = turn_id(str(task["request_id"]))
+    poster = await _answer(runtime, socket, json.dumps(opened), endpoint, deadline, rid)
     return {"ran": True, "events": poster.events, "posts": poster.posts, "stopped": poster.stopped}
