@@ -8,7 +8,7 @@ import json
 
 import pytest
 
-from tests.support.cfn import TRANSLATION_WARNINGS, PSEUDO, resolve
+from tests.support.cfn import PSEUDO, TRANSLATION_WARNINGS, resolve
 from tests.support.cfn_lint import lint_each
 
 MODES = ("stream", "buffered")
@@ -87,7 +87,10 @@ def test_the_function_may_post_to_this_apis_connections_only_and_invoke_only_its
     (invoke,) = [s for s in statements if "lambda:InvokeFunction" in s["Action"]]
     arns = [r["Fn::Sub"].replace("${AWS::StackName}", PSEUDO["AWS::StackName"]) for r in invoke["Resource"]]
     assert [a.rsplit(":function:", 1)[1] for a in arns] == ["chatloop-websocket", "chatloop-websocket:*"]
-    assert resources["WebSocketFunction"]["Properties"]["FunctionName"]["Fn::Sub"] == "${AWS::StackName}-websocket"
+    assert (
+        resources["WebSocketFunction"]["Properties"]["FunctionName"]["Fn::Sub"]
+        == "${AWS::StackName}-websocket"
+    )
     env = resources["WebSocketFunction"]["Properties"]["Environment"]["Variables"]
     assert env["WEBSOCKET_MANAGEMENT_ENDPOINT"]["Fn::Sub"].endswith("/responses")
 
