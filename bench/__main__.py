@@ -94,6 +94,10 @@ def main() -> int:
         ("small_models", lambda: small_models.measure(2 if quick else 50)),
         ("webhooks", lambda: webhooks.measure(2 if quick else 30)),
         ("bedrock", lambda: bedrock.measure(2 if quick else 30)),
+        (
+            "websocket_lambda",  # WebSocket mode on Lambda (#44): PostToConnection per event, an idle connection
+            lambda: __import__("bench.websocket_lambda").websocket_lambda.measure(2 if quick else 20),
+        ),
     ]
     results: dict[str, Any] = {}
     for name, step in steps:

@@ -306,6 +306,10 @@ def report(results: dict, quick: bool) -> str:
         from bench import bedrock
 
         lines += bedrock.section(results["bedrock"])
+    if "websocket_lambda" in results:  # bench/websocket_lambda.py (#44)
+        from bench import websocket_lambda
+
+        lines += websocket_lambda.section(results["websocket_lambda"])
     return "\n".join(lines)
 
 

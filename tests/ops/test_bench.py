@@ -43,6 +43,7 @@ def test_bench_smoke_run(tmp_path):
         "## Tracing (OpenTelemetry)",
         "## 17. Small models",
         "## Amazon Bedrock member vs Groq member",
+        "## WebSocket mode on Lambda: PostToConnection",
     ):
         assert section in report
     lambda_sized = report.split("## 13. Lambda-sized")[1].split("## 14.")[0]
