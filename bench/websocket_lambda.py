@@ -135,7 +135,12 @@ def _idle(idle_seconds: float) -> dict[str, int]:
     counted = {"$connect": 0, "idle": 0, "$default": 0, "worker": 0, "$disconnect": 0}
     handed: list[bytes] = []
     original_invoke, original_runtime = lambda_transport.invoke_self, lambda_app.app.state.runtime
-    lambda_transport.invoke_self = lambda settings, payload, timeout: handed.append(payload) or 202  # type: ignore[assignment]
+
+    def kept(settings: Any, payload: bytes, timeout: float) -> int:  # Lambda's 202: queued
+        handed.append(payload)
+        return 202
+
+    lambda_transport.invoke_self = kept
     with mocked_dynamodb("bench-websocket"):
         settings = Settings(
             conversation_table_name="bench-websocket", lambda_function_name="chatloop-websocket"
@@ -154,7 +159,7 @@ def _idle(idle_seconds: float) -> dict[str, int]:
             lambda_app.handler(events["disconnect"], LocalContext())
             counted["$disconnect"] += 1
         finally:
-            lambda_transport.invoke_self = original_invoke  # type: ignore[assignment]
+            lambda_transport.invoke_self = original_invoke
             lambda_app.app.state.runtime = original_runtime
     return counted
 

@@ -68,7 +68,7 @@ def make_gone(client: Any, connection_id: str) -> list[str]:
             "Error": {"Code": "GoneException", "Message": ""},
             "ResponseMetadata": {"HTTPStatusCode": 410},
         }
-        raise ClientError(error, "PostToConnection")  # type: ignore[arg-type]
+        raise ClientError(error, "PostToConnection")
 
     client.meta.events.register("provide-client-params.apigatewaymanagementapi.PostToConnection", gone)
     return refused

@@ -14,6 +14,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from chatloop.api.websocket import apigw_post
 from chatloop.api.websocket.apigw import turn_id
@@ -268,3 +270,47 @@ def test_committed_websocket_events_are_what_the_handler_reads():
     assert (
         copy.deepcopy(kinds["connect"].context)["identity"]["apiKey"] == "test-api-key"
     )  # never logged or kept
+
+
+# --- hostile events: a clear answer, never a crash ------------------------------------------------------------
+HOSTILE = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.text(max_size=40),
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=12), inner, max_size=4),
+    max_leaves=12,
+)
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    st.sampled_from(["CONNECT", "MESSAGE", "DISCONNECT"]),
+    st.dictionaries(
+        st.sampled_from(["connectionId", "domainName", "stage", "requestId", "identity", "routeKey"]), HOSTILE
+    ),
+    HOSTILE,
+    st.one_of(st.none(), st.booleans(), HOSTILE),
+)
+def test_a_malformed_websocket_event_is_refused_by_name_and_never_crashes_the_reader(
+    kind, context, body, encoded
+):
+    from chatloop.api.websocket.apigw import EventError, handles, websocket_event
+
+    raw = {"requestContext": {**context, "eventType": kind}, "body": body, "isBase64Encoded": encoded}
+    assert handles(raw)
+    try:
+        read = websocket_event(raw)
+    except EventError as error:
+        assert str(error)  # says what is wrong
+        return
+    assert read.connection_id == context["connectionId"] and read.endpoint.startswith("https://")
+
+
+def test_a_malformed_event_through_the_handler_is_a_400_naming_the_field_and_posts_nothing(aws, monkeypatch):
+    copies = Copies(SETTINGS, answering("never"))
+    sent, _ = invocations_kept(monkeypatch, answers=0)
+    broken = event("message")
+    del broken["requestContext"]["domainName"]
+    answer = copies.on(0, broken)
+    assert answer["statusCode"] == 400 and "requestContext.domainName" in answer["body"]
+    huge = event("message", "x" * (200 * 1024))
+    assert copies.on(0, huge)["statusCode"] == 400
+    assert posted(CONNECTION) == [] and sent == []
