@@ -314,3 +314,19 @@ def test_a_malformed_event_through_the_handler_is_a_400_naming_the_field_and_pos
     huge = event("message", "x" * (200 * 1024))
     assert copies.on(0, huge)["statusCode"] == 400
     assert posted(CONNECTION) == [] and sent == []
+
+
+def test_a_fault_in_the_turn_ends_it_with_an_error_event_not_its_text(aws, monkeypatch):
+    from chatloop.api.websocket import session
+
+    async def broken(*args: Any, **kwargs: Any) -> None:
+        raise RuntimeError("internal detail that must stay in the logs")
+
+    copies = Copies(SETTINGS, answering("never"))
+    sent, _ = invocations_kept(monkeypatch, answers=1)
+    copies.on(0, event("connect"))
+    monkeypatch.setattr(session, "answer", broken)
+    create = {"type": "response.create", "input": "hi", "stream_id": "lane-2"}
+    (error,) = run_message(copies, create, sent)
+    assert error["type"] == "error" and error["error"]["code"] == "server_error"
+    assert "internal detail" not in json.dumps(error) and error.get("stream_id") == "lane-2"

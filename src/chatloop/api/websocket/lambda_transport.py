@@ -48,7 +48,7 @@ from chatloop.api.websocket.apigw import (
     websocket_event,
 )
 from chatloop.api.websocket.apigw_post import ConnectionPoster, management_client
-from chatloop.api.websocket.messages import error_event
+from chatloop.api.websocket.messages import error_event, lane_of
 from chatloop.deadline import Deadline
 from chatloop.jsontypes import JSONObject
 from chatloop.observability import logger
@@ -217,10 +217,16 @@ async def _answer(
     deadline: Deadline,
     rid: str,
 ) -> ConnectionPoster:
-    """``session.answer`` posting to the connection; returns the poster once everything it sent was posted."""
+    """``session.answer`` posting to the connection; returns the poster once everything it sent was posted. A fault
+    (never a refusal: ``answer`` sends those itself) is logged and the client gets a ``server_error`` event, never
+    the fault's text: a socket left waiting for a terminal event that never comes would hang its client."""
     poster = ConnectionPoster(management_client(endpoint), socket.connection_id, deadline)
     try:
         await session.answer(runtime, socket, message, poster, deadline=deadline, request_id=rid)
+    except Exception:
+        logger.exception(f"websocket {socket.connection_id}: the turn failed")
+        fault = RequestError(500, "server_error", "the response failed on the server")
+        await poster(error_event(fault, lane_of(message)))
     finally:
         await poster.drain()
     logger.info(
