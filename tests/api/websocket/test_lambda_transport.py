@@ -44,8 +44,10 @@ def event(name: str, body: Any = None, connection: str = CONNECTION) -> dict[str
     return loaded
 
 
-def answering(*texts: str) -> ScriptedModel:
-    return ScriptedModel(lambda request, n: ModelResponse(content=texts[min(n, len(texts)) - 1], model=""))
+def answering(*texts: str, chunk: int = 8) -> ScriptedModel:
+    return ScriptedModel(
+        chunk=chunk, script=lambda request, n: ModelResponse(content=texts[min(n, len(texts)) - 1], model="")
+    )
 
 
 class Copies:
@@ -215,13 +217,15 @@ def test_a_gone_connection_ends_the_turn_cleanly_and_keeps_the_stored_response(a
 
 def test_an_event_over_128_kb_is_split_or_trimmed_never_sent_whole(aws, monkeypatch):
     long = "word " * 40_000  # 200 KB of text
-    copies = Copies(SETTINGS, answering(long))
+    copies = Copies(SETTINGS, answering(long, chunk=50_000))  # deltas of 50 KB: each over a 32 KB frame
     sent, _ = invocations_kept(monkeypatch, answers=1)
     copies.on(0, event("connect"))
     got = run_message(copies, {"type": "response.create", "input": "talk", "store": False}, sent)
     assert text_of(got) == long  # every delta arrived, in order
-    sizes = [len(json.dumps(e, ensure_ascii=False).encode()) for e in got]
+    sizes = [len(json.dumps(e, ensure_ascii=False, separators=(",", ":")).encode()) for e in got]  # as sent
     assert max(sizes) <= 128 * 1024
+    deltas = [n for e, n in zip(got, sizes, strict=True) if e["type"] == "response.output_text.delta"]
+    assert len(deltas) >= 8 and max(deltas) <= 32 * 1024  # four 50 KB deltas, each sent as two or more
     assert got[-1]["type"] == "response.completed" and got[-1]["chatloop_trimmed"] is True
 
 
