@@ -334,3 +334,48 @@ def test_a_fault_in_the_turn_ends_it_with_an_error_event_not_its_text(aws, monke
     (error,) = run_message(copies, create, sent)
     assert error["type"] == "error" and error["error"]["code"] == "server_error"
     assert "internal detail" not in json.dumps(error) and error.get("stream_id") == "lane-2"
+
+
+# --- over a moto server: the store and the Management API over HTTP, the endpoint from the setting -------------
+@pytest.fixture
+def moto_server(monkeypatch):
+    import boto3
+
+    from chatloop.store.dynamodb_layout import create_table
+    from tests.support.moto_server import AtomicMotoServer
+
+    for name, value in FAKE_CREDENTIALS.items():
+        monkeypatch.setenv(name, value)
+    monkeypatch.setattr(apigw_post, "_CLIENTS", {})
+    server = AtomicMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
+    server.start()
+    try:
+        host, port = server.get_host_and_port()
+        url = f"http://{host}:{port}"
+        monkeypatch.setenv("AWS_ENDPOINT_URL", url)  # DynamoDB, as the fleet tests reach it
+        create_table(boto3.client("dynamodb", region_name="us-east-1", endpoint_url=url), "conversations")
+        yield url
+    finally:
+        server.stop()
+
+
+def test_over_a_moto_server_a_store_false_continuation_runs_on_the_other_copy(moto_server, monkeypatch):
+    # moto's server takes @connections at its root: WEBSOCKET_MANAGEMENT_ENDPOINT says where, as the template does
+    settings = Settings(
+        conversation_table_name="conversations",
+        lambda_function_name="chatloop-websocket",
+        websocket_management_endpoint=moto_server,
+    )
+    model = answering("Paris.", "About 2.1 million.")
+    copies = Copies(settings, model)
+    sent, _ = invocations_kept(monkeypatch, answers=2)
+    assert copies.on(0, event("connect")) == {"statusCode": 200}
+    first = run_message(
+        copies, {"type": "response.create", "input": "Capital of France?", "store": False}, sent
+    )
+    assert json.loads(sent[0]["Payload"])["chatloop_websocket"]["endpoint"] == moto_server
+    rid = first[-1]["response"]["id"]
+    create = {"type": "response.create", "input": "Population?", "previous_response_id": rid, "store": False}
+    second = run_message(copies, create, sent, on=0)
+    assert text_of(first) == "Paris." and text_of(second) == "About 2.1 million."
+    assert "Capital of France?" in json.dumps(model.requests[1].messages)
