@@ -167,3 +167,19 @@ def test_the_client_retries_nothing_and_is_made_once_per_endpoint(moto):
     assert client.meta.config.retries["total_max_attempts"] == 1
     assert client.meta.region_name == "us-east-1"
     assert json.loads(json.dumps(client.meta.endpoint_url)) == ENDPOINT
+
+
+def test_an_event_too_large_with_no_text_to_trim_stops_posting_instead_of_closing_the_socket(moto):
+    numbers = {"type": "response.completed", "sequence_number": 1, "response": {"usage": list(range(40_000))}}
+    client = management_client(ENDPOINT)
+    poster = ConnectionPoster(client, CONNECTION, Deadline.after(30))
+
+    async def turn() -> None:
+        await poster({"type": "response.created", "sequence_number": 0})
+        await poster.drain()
+        await poster(numbers)
+        await poster.drain()
+
+    asyncio.run(turn())
+    assert [e["type"] for e in posted(CONNECTION)] == ["response.created"]
+    assert poster.stopped == "too_large" and poster.dropped == 1

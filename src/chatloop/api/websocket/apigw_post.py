@@ -103,7 +103,19 @@ class ConnectionPoster:
             batch = coalesced(self._pending) if self.coalesce else list(self._pending)
             first, rest = batch[0], batch[1:]
             self._pending[:] = rest
-            for event, data in fitted([first]):
+            try:
+                messages = fitted([first])
+            except (
+                ValueError
+            ) as error:  # over 128 KB with no text to trim: never sent whole (1009 would close)
+                logger.warning(
+                    f"websocket {self.connection_id}: a {first.get('type')} event cannot be sent: {error}"
+                )
+                self._stop("too_large", "an event could not be fitted to a message")
+                self.dropped += 1 + len(self._pending)
+                self._pending.clear()
+                return
+            for event, data in messages:
                 if not await self._post(data):
                     self.dropped += 1 + len(self._pending)
                     self._pending.clear()
