@@ -142,7 +142,10 @@ async def _message(app: Starlette, event: WebSocketEvent, seconds_left: float) -
     runtime: Runtime = app.state.runtime
     settings = runtime.settings
     endpoint = settings.websocket_management_endpoint or event.endpoint
-    deadline = Deadline.after(seconds_left - settings.lambda_safety_margin_seconds)
+    # what API Gateway waits for $default (REQUEST_TIMEOUT_SECONDS, under its 29 s), within the invocation's time
+    deadline = Deadline.after(
+        min(settings.request_timeout_seconds, seconds_left - settings.lambda_safety_margin_seconds)
+    )
     try:
         caller = await caller_of(runtime, event.connection_id)
     except StoreUnavailable as error:
@@ -162,17 +165,16 @@ async def _message(app: Starlette, event: WebSocketEvent, seconds_left: float) -
         await _answer(runtime, socket, event.message or "", endpoint, deadline, turn_id(event.request_id))
         return status(200)
     job = f"wsjob_{uuid.uuid4().hex}"
-    sealed = await seal_secrets(runtime, caller, job, body)
-    task: JSONObject = {
-        "connection_id": event.connection_id,
-        "caller": caller,
-        "endpoint": endpoint,
-        "request_id": event.request_id,
-        "job": job,
-        "message": sealed,
-    }
-    payload = json.dumps({WORKER_KEY: task}).encode()
     try:
+        task: JSONObject = {
+            "connection_id": event.connection_id,
+            "caller": caller,
+            "endpoint": endpoint,
+            "request_id": event.request_id,
+            "job": job,
+            "message": await seal_secrets(runtime, caller, job, body),  # its MCP credentials never in clear
+        }
+        payload = json.dumps({WORKER_KEY: task}).encode()
         await asyncio.wait_for(
             asyncio.to_thread(invoke_self, settings, payload, INVOKE_SECONDS), INVOKE_SECONDS + 1
         )
