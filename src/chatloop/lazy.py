@@ -23,9 +23,10 @@ ROUTES = (
     "chatloop.api.chat.threads",
     "chatloop.api.openai.conversations.endpoints",
     "chatloop.api.turns.budgets",
+    "chatloop.api.websocket.route",
 )
 """The endpoints not every request needs, imported on their route's first request: the Responses API, the stored
-state, the Conversations API and /v1/usage (~10 ms of ``import app``, pydantic schemas mostly)."""
+state, the Conversations API, /v1/usage and WebSocket mode (~10 ms of ``import app``, pydantic schemas mostly)."""
 
 FIRST_USE = {
     "chatloop.store": "the conversation store and the budget ledger: opened by the first request that needs them",

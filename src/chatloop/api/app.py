@@ -19,7 +19,8 @@ from starlette.exceptions import HTTPException
 from starlette.middleware import Middleware
 from starlette.requests import Request
 from starlette.responses import Response
-from starlette.routing import BaseRoute, Route
+from starlette.routing import BaseRoute, Route, WebSocketRoute
+from starlette.websockets import WebSocket
 
 from chatloop import snapstart
 from chatloop.api.chat import endpoint as chat
@@ -57,6 +58,19 @@ def lazy(module: str, name: str) -> Callable[[Request], Awaitable[Response]]:
     return call
 
 
+def lazy_socket(module: str, name: str) -> Callable[[WebSocket], Awaitable[None]]:
+    """The WebSocket endpoint ``chatloop.api.<module>.<name>``, imported on its first connection (as ``lazy``)."""
+    path = f"chatloop.api.{module}"
+    if path not in LAZY_ROUTES:
+        raise ValueError(f"{path} is not in chatloop.lazy.ROUTES")
+
+    async def call(websocket: WebSocket) -> None:
+        await getattr(importlib.import_module(path), name)(websocket)
+
+    call.__name__ = call.__qualname__ = name
+    return call
+
+
 def routes(settings: Settings) -> list[BaseRoute]:
     """Every route of the app: the turn endpoints, the stored state, models and health, the page, and (stream mode
     under SnapStart) the Web Adapter's hook routes, apart from the others (in this order: Starlette takes the first
@@ -74,6 +88,8 @@ def _turn_routes() -> list[BaseRoute]:
         Route("/chat/follow", lazy("chat.threads", "follow_chat"), methods=["GET"]),
         Route("/v1/chat/completions", idempotent(openai_chat.chat_completions), methods=["POST"]),
         Route("/v1/responses", idempotent(lazy("openai.responses.endpoint", "responses")), methods=["POST"]),
+        # WebSocket mode, on the same path (Starlette routes websocket scopes apart from http ones)
+        WebSocketRoute("/v1/responses", lazy_socket("websocket.route", "responses_socket")),
         Route("/v1/responses/compact", lazy("openai.responses.compact", "compact"), methods=["POST"]),
         Route(
             "/v1/responses/{response_id}",

@@ -34,6 +34,8 @@ from chatloop.store.model import StoreUnavailable
 ANONYMOUS = "\x00websocket-anonymous"
 """The owner of a connection whose handshake named no caller (never a caller string: ``caller_of`` never makes one
 with a NUL). Its memory is still keyed to its connection id, which is server-made and unguessable."""
+CLAIM_TRIES = 3
+"""A lane given back between a failed create and the read that follows is claimed again, this many times."""
 LANES = "\x00websocket-lanes"
 """The owner of lane claims: they belong to a connection, whoever its caller is."""
 
@@ -110,13 +112,15 @@ class Connections:
         core = self.core
         record = core.new_record("lane", {}, ttl_seconds)
         key, lane = owner_key(LANES), _lane(connection_id, stream_id)
-        try:
-            await core.call(deadline, core.backend.create, key, lane, record, {})
-        except StoreUnavailable:
-            if await core.read(LANES, lane, "lane", deadline) is not None:
-                return False  # taken: a response runs on this lane
-            raise
-        return True
+        for _ in range(CLAIM_TRIES):
+            try:
+                await core.call(deadline, core.backend.create, key, lane, record, {})
+            except StoreUnavailable:
+                if await core.read(LANES, lane, "lane", deadline) is not None:
+                    return False  # taken: a response runs on this lane
+                continue  # given back between the two calls: try again
+            return True
+        raise StoreUnavailable(f"the lane of connection {connection_id} could not be claimed")
 
     async def release(self, connection_id: str, stream_id: str, deadline: Deadline) -> None:
         """Give the lane back as its response ends."""

@@ -82,9 +82,7 @@ class ChatDoor(Door[ChatBody, ChatPlan]):
     approvals = "ask"
     bare_without_tools = True
 
-    async def prepare(
-        self, request: Request, ctx: RequestContext, body: ChatBody, admission: Admission
-    ) -> ChatPlan:
+    async def prepare(self, ctx: RequestContext, body: ChatBody, admission: Admission) -> ChatPlan:
         settings, thread = ctx.runtime.settings, None
         if body.approvals and body.conversation is None:
             raise RequestError(
@@ -99,7 +97,7 @@ class ChatDoor(Door[ChatBody, ChatPlan]):
             )
 
             thread = await threads.chat_thread(
-                request, admission, body.conversation, body.messages, body.approvals or []
+                ctx, admission, body.conversation, body.messages, body.approvals or []
             )
             messages = conversation([*thread.history, *body.messages], settings.max_messages)
             messages = await threads.compacted(ctx, thread, messages, body.messages, body.model)
@@ -127,7 +125,6 @@ class ChatDoor(Door[ChatBody, ChatPlan]):
 
     async def serve(
         self,
-        request: Request,
         ctx: RequestContext,
         plan: ChatPlan,
         admitted: Admitted,
@@ -138,12 +135,12 @@ class ChatDoor(Door[ChatBody, ChatPlan]):
         ):  # a stored conversation's turn runs to its end even when the client goes away
             from chatloop.api.chat import threads
 
-            events = threads.running_turn(request, plan.thread, events)
+            events = threads.running_turn(ctx, plan.thread, events)
         return await serve_turn(ctx, ChatRenderer(), events, stream=plan.body.stream)
 
 
 async def chat(request: Request) -> Response:
-    return await run_door(request, ChatDoor())
+    return await run_door(RequestContext.of(request), ChatDoor())
 
 
 def tools_for_chat(runtime: Runtime, body: ChatBody, choice: ChatChoice) -> list[str] | None:

@@ -31,7 +31,13 @@ from chatloop.api.items.approvals import McpApprovalResponseInput
 from chatloop.api.items.inputs import InputMessage
 from chatloop.api.items.messages import messages_of
 from chatloop.api.items.output import ResponseEvents, ResponseOutput
-from chatloop.api.items.store import conversation_id_of, starting_after, store_context, store_errors
+from chatloop.api.items.store import (
+    conversation_id_of,
+    owned_store,
+    starting_after,
+    store_context,
+    store_errors,
+)
 from chatloop.api.items.stored import conversation_history, stored_items
 from chatloop.api.runs.follow import follow_chat_turn
 from chatloop.api.runs.journal import Journal
@@ -72,7 +78,7 @@ class ChatThread:
 
 
 async def chat_thread(
-    request: Request,
+    ctx: RequestContext,
     admission: Admission,
     conversation: str,
     new: list[object],
@@ -89,12 +95,11 @@ async def chat_thread(
             "messages: with a conversation, send only the new user message(s); the earlier turns are on the server",
             param="messages",
         )
-    store, owner, deadline = store_context(request)
+    store, owner, deadline = owned_store(ctx)
     conversation_id = conversation_id_of(conversation)
     with store_errors():
         items = await conversation_history(store, owner, conversation_id, deadline)
     given = tuple(McpApprovalResponseInput.model_validate(a.as_item()) for a in approvals)
-    ctx = RequestContext.of(request)
     await compaction.open_items(ctx, items)  # a compaction item stands for what came before it
     answers = await admission.claim([*items, *given], len(items))
     history = messages_of([*items, *given], answers.ids)
@@ -118,11 +123,13 @@ async def compacted(
     return conversation([summary[1].message(), *new], ctx.runtime.settings.max_messages)
 
 
-def running_turn(request: Request, thread: ChatThread, events: AsyncIterator[Event]) -> AsyncIterator[Event]:
+def running_turn(
+    ctx: RequestContext, thread: ChatThread, events: AsyncIterator[Event]
+) -> AsyncIterator[Event]:
     """The turn's events, run to the end (and stored by ``save_chat_turn``) whether or not the client stays,
     journaled (a reloaded page follows it on any copy: ``GET /chat/follow``), and ended with an ``error`` and a
     ``done`` when a client stops it (``POST /chat/stop``, on any copy)."""
-    store = RequestContext.of(request).runtime.stores.conversations()
+    store = ctx.runtime.stores.conversations()
 
     def stopped() -> list[Event]:
         return [
@@ -131,7 +138,7 @@ def running_turn(request: Request, thread: ChatThread, events: AsyncIterator[Eve
         ]
 
     async def keep(seen: list[Event]) -> None:
-        await save_chat_turn(request, thread, seen)
+        await save_chat_turn(ctx, thread, seen)
 
     running = chat_turn(store, thread.owner, thread.conversation_id)
     stoppable = running.stoppable(held_secrets(events), stopped)
@@ -178,7 +185,7 @@ async def stop_chat(request: Request) -> Response:
     page's Stop button). A stored conversation's turn outlives its client, so that a reload finds the answer; a Stop
     is the one way to end it early. A stopped turn is not stored (the conversation stays as it was). ``stopped`` says
     whether a turn was running, on whichever copy runs it."""
-    body = await read_body(request, StopBody)
+    body = await read_body(RequestContext.of(request), StopBody)
     store, owner, deadline = store_context(request)
     conversation_id = conversation_id_of(body.conversation)
     stopped = stop_here((owner, conversation_id))
@@ -192,7 +199,7 @@ async def stop_chat(request: Request) -> Response:
     return JSONBody({"conversation": conversation_id, "stopped": stopped})
 
 
-async def save_chat_turn(request: Request, thread: ChatThread, events: list[Event]) -> None:
+async def save_chat_turn(ctx: RequestContext, thread: ChatThread, events: list[Event]) -> None:
     """Append the turn to its conversation: the new messages, each sandbox run (a ``code_interpreter_call`` item,
     as the Responses API shows it) and the answer. A turn every model failed leaves the conversation as it was (a
     retry sends the same message again); a store that fails is logged, the answer was already sent."""
@@ -214,7 +221,6 @@ async def save_chat_turn(request: Request, thread: ChatThread, events: list[Even
     outputs = [Item(i["id"], json_object(i)) for i in output.items]
     if thread.compaction is not None:  # it stands for everything before it, the new message included
         outputs.insert(0, Item(thread.compaction["id"], json_object(thread.compaction)))
-    ctx = RequestContext.of(request)
     deadline = ctx.write_deadline()
     try:
         await ctx.runtime.stores.conversations().conversations.append_items(

@@ -1,5 +1,6 @@
-"""``RequestContext``: what every part of one request shares, worked out once (the deadline, the request id, the
-Web Adapter's invocation, the caller, the time left).
+"""``RequestContext``: what every part of one turn's request shares, worked out once (the deadline, the request id,
+the Web Adapter's invocation, the caller, the time left), from explicit inputs: built from an HTTP request, or
+without any connection for a background job (``for_job``) or a WebSocket message.
 
 Idempotency, the endpoints, the stored state and the renderers all ask the same context, so the time left is
 computed in one place and the adapter's headers are parsed once per request.
@@ -11,14 +12,16 @@ Usage::
     ctx.request_id, ctx.caller              # "5bba95d5-…", "apikey:k1x2" | None
     ctx.remaining_ms()                      # how long the invocation has left (idempotency records)
 
-    request = job_request(app, TurnJob(owner, "resp_…", deadline, body))   # a background worker's turn
-    ctx.job                                 # the job it runs (None: a client's request)
+    ctx = RequestContext.for_job(runtime, TurnJob(owner, "resp_…", deadline, body))   # a background job's
+    ctx.prior.counted                       # what its queueing did already (``QUEUED``; a request's: nothing)
 """
 
 from __future__ import annotations
 
+import enum
 import time
 import uuid
+from collections.abc import Mapping
 from dataclasses import dataclass
 from functools import cached_property
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
@@ -27,12 +30,11 @@ from starlette.requests import HTTPConnection, Request
 
 from chatloop.api.http import adapter
 from chatloop.api.http.caller import caller_of
+from chatloop.api.http.request_limits import read_within, within
 from chatloop.deadline import Deadline
 from chatloop.observability import logger
 
 if TYPE_CHECKING:
-    from starlette.applications import Starlette
-
     from chatloop.api.runtime import Runtime
     from chatloop.config import Settings
     from chatloop.jsontypes import JSONObject
@@ -63,14 +65,36 @@ class AdmittedTurn(Protocol):
 
 
 @dataclass(frozen=True)
+class Prior:
+    """What was done for a turn before it runs here, told rather than guessed: a background job's was counted,
+    its approval answers claimed and its run recorded when it was queued (``QUEUED``); a client's request or a
+    WebSocket message has nothing done yet (``NOTHING_YET``)."""
+
+    counted: bool = False
+    """The request counted, its concurrent-turn slot taken (``budgets.admit_queued``): not counted again."""
+    claimed: bool = False
+    """Its approval answers checked and claimed (``approvals.answers_of``): each is this turn's."""
+    recorded: bool = False
+    """Its run in the store (a background response's): watched for a cancel, moved at its end."""
+
+
+NOTHING_YET = Prior()
+"""A client's request's, a WebSocket message's: nothing done before the turn."""
+QUEUED = Prior(counted=True, claimed=True, recorded=True)
+"""A background job's: its queueing counted it, claimed its answers and recorded its run."""
+
+
+@dataclass(frozen=True)
 class TurnJob:
     """A turn run apart from the request that asked for it (a background response's worker): whose it is, the
-    response it makes, how long it may take, and the request body it runs (opened from the store)."""
+    response it makes, how long it may take, the request body it runs (opened from the store), and what its
+    queueing did already."""
 
     owner: str
     response_id: str
     deadline: Deadline
     body: JSONObject
+    prior: Prior = QUEUED
 
     @property
     def request_id(self) -> str:
@@ -78,18 +102,42 @@ class TurnJob:
         return self.response_id.removeprefix(RESPONSE_ID_PREFIX)
 
 
-class RequestContext:
-    """One request's shared facts. Built by ``RequestContext.of`` on first use and kept in the ASGI scope."""
+class _Given(enum.Enum):
+    FROM_CONNECTION = "from the connection"
 
-    def __init__(self, request: HTTPConnection) -> None:
-        self.request = request
-        self.runtime: Runtime = request.app.state.runtime
+
+FROM_CONNECTION = _Given.FROM_CONNECTION
+"""A context input read from its connection (an HTTP request's headers and scope), not given."""
+
+
+class RequestContext:
+    """One turn's (or request's) shared facts, from explicit inputs: the runtime, the caller, the request id, the
+    deadline, the raw body, what was done before (``prior``), and the ``HTTPConnection`` when there is one (an HTTP
+    request, a Starlette WebSocket) for whatever is not given. ``RequestContext.of`` builds an HTTP request's (kept
+    in its ASGI scope); ``for_job`` a background job's, with no connection at all; a WebSocket message's is built
+    the same way, with its own inputs."""
+
+    def __init__(
+        self,
+        runtime: Runtime,
+        connection: HTTPConnection | None = None,
+        *,
+        caller: str | _Given | None = FROM_CONNECTION,
+        request_id: str | None = None,
+        deadline: Deadline | None = None,
+        body: bytes | None = None,
+        prior: Prior = NOTHING_YET,
+    ) -> None:
+        self.runtime = runtime
+        self.connection = connection
+        """The HTTP request or WebSocket this context serves, if any (None: a job, an API Gateway WebSocket event)."""
+        self._scope: Mapping[str, Any] = connection.scope if connection is not None else {}
+        self._caller, self._request_id, self._deadline, self._body = caller, request_id, deadline, body
+        self.prior = prior
         self.started = time.monotonic()
         """When the request's clock started (``make run``: the time left is REQUEST_TIMEOUT_SECONDS from here)."""
-        self.invocation = adapter.invocation_of(request)
+        self.invocation = adapter.invocation_of(connection) if connection is not None else None
         """The Web Adapter's invocation (stream mode, only when the adapter sent it), else None."""
-        self.job: TurnJob | None = None
-        """The background job this context runs (``job_request``), else None: a client's request."""
         self.turn_budget: AdmittedTurn | None = None
         """The turn's budget once admitted (``budgets.admit``): its headers go on the response
         (``RateLimitHeaders``) and it is given back as the turn ends."""
@@ -103,9 +151,17 @@ class RequestContext:
         """The request's context, made (and its log lines correlated: ``correlate_logs``) on first use."""
         context = request.scope.get(SCOPE_KEY)
         if not isinstance(context, RequestContext):
-            context = request.scope[SCOPE_KEY] = cls(request)
+            context = request.scope[SCOPE_KEY] = cls(request.app.state.runtime, request)
             context.correlate_logs()
         return context
+
+    @classmethod
+    def for_job(cls, runtime: Runtime, job: TurnJob) -> RequestContext:
+        """A background job's context, no connection: its caller the job's owner, its request id its response's
+        tail, its deadline the job's, and what its queueing did (``job.prior``)."""
+        return cls(
+            runtime, caller=job.owner, request_id=job.request_id, deadline=job.deadline, prior=job.prior
+        )
 
     def correlate_logs(self) -> None:
         """Behind the Web Adapter, the invocation's request id becomes the log correlation id of every line from
@@ -114,6 +170,15 @@ class RequestContext:
         if self.invocation is not None and not self._lambda_request_id():
             logger.set_correlation_id(self.request_id)
 
+    async def raw_body(self, limit: int) -> bytes:
+        """The request's body, read no further than ``limit`` bytes (a 413 past it): the one the context was given
+        (a WebSocket message's), else the HTTP request's (read once: ``read_within``)."""
+        if self._body is not None:
+            return within(self._body, limit)
+        if not isinstance(self.connection, Request):
+            raise TypeError("this context has no body to read (a job's is given to run_door)")
+        return await read_within(self.connection, limit)
+
     @property
     def settings(self) -> Settings:
         return self.runtime.settings
@@ -121,7 +186,7 @@ class RequestContext:
     @property
     def lambda_remaining_ms(self) -> float | None:
         """Lambda's own clock, buffered mode (Mangum's ``aws.context``); None elsewhere."""
-        context = self.request.scope.get("aws.context")
+        context = self._scope.get("aws.context")
         if context is not None and hasattr(context, "get_remaining_time_in_millis"):
             return float(context.get_remaining_time_in_millis())
         return None
@@ -129,7 +194,7 @@ class RequestContext:
     @property
     def in_lambda(self) -> bool:
         """Served by Lambda: behind Mangum (an ``aws.context``) or behind the Web Adapter."""
-        return "aws.context" in self.request.scope or self.invocation is not None
+        return "aws.context" in self._scope or self.invocation is not None
 
     def remaining_ms(self) -> int:
         """How long this invocation has left: Lambda's clock, the adapter's deadline, or (``make run``) the request
@@ -146,8 +211,8 @@ class RequestContext:
     def deadline(self) -> Deadline:
         """One deadline per request: the smaller of the Lambda's remaining time (less a margin) and the request timeout
         (counted from the request's start, the clock ``remaining_ms`` reads too)."""
-        if self.job is not None:  # the worker's own deadline, for the background turn's whole time
-            return self.job.deadline
+        if self._deadline is not None:  # given: a job's own, for the background turn's whole time
+            return self._deadline
         elapsed = time.monotonic() - self.started
         return Deadline.after(self._seconds_left(self.settings.request_timeout_seconds - elapsed))
 
@@ -178,8 +243,8 @@ class RequestContext:
     @cached_property
     def request_id(self) -> str:
         """API Gateway's request id, Lambda's, the adapter's, or a new one (``make run``); a job's: its response's."""
-        if self.job is not None:
-            return self.job.request_id
+        if self._request_id is not None:
+            return self._request_id
         rid = self._lambda_request_id()
         if not rid and self.invocation is not None:
             rid = self.invocation.request_id
@@ -187,45 +252,20 @@ class RequestContext:
 
     def _lambda_request_id(self) -> str | None:
         """The request id of the Lambda event Mangum adapted (API Gateway's, else Lambda's), buffered mode."""
-        event = self.request.scope.get("aws.event") or {}
-        context = self.request.scope.get("aws.context")
+        event = self._scope.get("aws.event") or {}
+        context = self._scope.get("aws.context")
         rid = (event.get("requestContext") or {}).get("requestId") or getattr(context, "aws_request_id", None)
         return str(rid) if rid else None
 
     @cached_property
     def gateway(self) -> dict[str, object]:
-        """API Gateway's request context (``adapter.gateway_context``), read once per request."""
-        return adapter.gateway_context(self.request)
+        """API Gateway's request context (``adapter.gateway_context``), read once per request ({}: no connection)."""
+        return adapter.gateway_context(self.connection) if self.connection is not None else {}
 
     @cached_property
     def caller(self) -> str | None:
         """Who is asking (``caller_of``): the identity every per-caller scope uses; None when there is none. A job's:
         the caller that queued it."""
-        if self.job is not None:
-            return self.job.owner
-        return caller_of(self.request)
-
-
-def job_request(app: Starlette, job: TurnJob) -> Request:
-    """The request a background job's turn runs as: an empty ``POST /v1/responses`` on ``app`` (no headers, no body:
-    what the parts that read a request's scope see), whose context (``RequestContext.of``) carries ``job``: its
-    caller, response and deadline. The job's body is run as it is (``pipeline.run_door``'s ``body``)."""
-    scope: dict[str, Any] = {
-        "type": "http",
-        "asgi": {"version": "3.0"},
-        "http_version": "1.1",
-        "method": "POST",
-        "scheme": "http",
-        "path": "/v1/responses",
-        "raw_path": b"/v1/responses",
-        "root_path": "",
-        "query_string": b"",
-        "headers": [],
-        "client": None,
-        "server": None,
-        "app": app,
-    }
-    request = Request(scope)
-    context = scope[SCOPE_KEY] = RequestContext(request)
-    context.job = job
-    return request
+        if not isinstance(self._caller, _Given):
+            return self._caller
+        return caller_of(self.connection) if self.connection is not None else None

@@ -48,7 +48,11 @@ async def read_within(request: Request, limit: int) -> bytes:
                 400, "invalid_request", "the client went away before sending its body"
             ) from None
         request._body = b"".join(chunks)  # what Starlette's own request.body() keeps, for every later reader
-    body: bytes = request._body
+    return within(request._body, limit)
+
+
+def within(body: bytes, limit: int) -> bytes:
+    """``body`` when it is no larger than ``limit`` bytes, else the 413 (a body given whole: a WebSocket message's)."""
     if len(body) > limit:
         raise _too_large(limit)
     return body

@@ -40,13 +40,18 @@ def traced_if_enabled(
 
     scope = TurnScope(
         ctx.request_id,
-        headers={k: v for k, v in ctx.request.headers.items() if k in PROPAGATION_HEADERS},
+        headers={k: v for k, v in _headers(ctx) if k in PROPAGATION_HEADERS},
         conversation_id=conversation_id,
         flush=ctx.in_lambda,
         deadline=ctx.deadline,
         lambda_trace_id=_lambda_trace_id(ctx),
     )
     return trace_turn(ctx.settings, scope, chain, run)
+
+
+def _headers(ctx: RequestContext) -> list[tuple[str, str]]:
+    """The connection's headers (none for a job's turn, which has no connection)."""
+    return list(ctx.connection.headers.items()) if ctx.connection is not None else []
 
 
 def _lambda_trace_id(ctx: RequestContext) -> str | None:

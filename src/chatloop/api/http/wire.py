@@ -48,6 +48,25 @@ def sse_frame(data: object, event: str | None = None) -> str:
     return f"{head}data: {dumps_unredacted(data)}\n\n"
 
 
+async def sse_data(chunks: AsyncIterator[bytes]) -> AsyncIterator[dict[str, object]]:
+    """The JSON objects of a stream's ``data:`` lines, in order: the events an SSE stream sends (its chunks whole
+    frames, redacted as they leave: ``api.turns.serve.turn_chunks``), for a transport that sends each one as it is
+    (a WebSocket message each).
+
+    Usage::
+
+        async for event in sse_data(turn_chunks(renderer, events)):   # {"type": "response.created", …}
+            await send(event)
+    """
+    async for chunk in chunks:
+        for frame in chunk.decode().split("\n\n"):
+            for line in frame.split("\n"):
+                if line.startswith("data: "):
+                    data = json.loads(line.removeprefix("data: "))
+                    if isinstance(data, dict):
+                        yield data
+
+
 class JSONBody(JSONResponse):
     """Starlette's JSONResponse, rendered so that it can always be encoded."""
 

@@ -42,7 +42,11 @@ RESPONSE_ID = re.compile(r"^resp_[A-Za-z0-9_-]{1,128}$")
 def store_context(request: Request) -> tuple[ConversationStore, str, Deadline]:
     """The conversation store, the owner of the records it reads and writes (the caller: a 401 when the request
     names none) and the deadline of one store call."""
-    ctx = RequestContext.of(request)
+    return owned_store(RequestContext.of(request))
+
+
+def owned_store(ctx: RequestContext) -> tuple[ConversationStore, str, Deadline]:
+    """``store_context`` for a turn's context (an HTTP request's, a job's, a WebSocket message's)."""
     caller = ctx.caller
     if caller is None:
         raise RequestError(

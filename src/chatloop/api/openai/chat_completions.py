@@ -152,7 +152,7 @@ class CompletionsDoor(Door[OpenAIChatBody, CompletionsPlan]):
     approvals = "hide"
 
     async def prepare(
-        self, request: Request, ctx: RequestContext, body: OpenAIChatBody, admission: Admission
+        self, ctx: RequestContext, body: OpenAIChatBody, admission: Admission
     ) -> CompletionsPlan:
         return CompletionsPlan(
             conversation(body.messages, ctx.runtime.settings.max_messages),
@@ -168,7 +168,6 @@ class CompletionsDoor(Door[OpenAIChatBody, CompletionsPlan]):
 
     async def serve(
         self,
-        request: Request,
         ctx: RequestContext,
         plan: CompletionsPlan,
         admitted: Admitted,
@@ -181,4 +180,4 @@ class CompletionsDoor(Door[OpenAIChatBody, CompletionsPlan]):
 
 
 async def chat_completions(request: Request) -> Response:
-    return await run_door(request, CompletionsDoor())
+    return await run_door(RequestContext.of(request), CompletionsDoor())

@@ -27,11 +27,8 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping, Sequence
-from typing import TypeAlias
+from typing import TYPE_CHECKING, TypeAlias
 
-from starlette.requests import Request
-
-from chatloop.api.http.context import RequestContext
 from chatloop.api.http.wire import sse_frame
 from chatloop.api.runs.journal import (
     CHAT_TERMINAL,
@@ -49,6 +46,9 @@ from chatloop.redaction import redact
 from chatloop.store.model import StoredEvent, StoredResponse, StoreUnavailable
 from chatloop.store.protocol import ConversationStore
 from chatloop.store.runs import ACTIVE
+
+if TYPE_CHECKING:
+    from chatloop.config import Settings
 
 POLL_FIRST_SECONDS = 0.05
 POLL_MAX_SECONDS = 0.5
@@ -244,9 +244,8 @@ async def end_response(
     return StoredResponse(stored.id, stored.created_at, body, stored.expires_at)
 
 
-def longest_turn(request: Request) -> float:
+def longest_turn(settings: Settings) -> float:
     """How long a turn may run at most: a stored turn still running after it is dead."""
-    settings = RequestContext.of(request).settings
     return max(settings.background_timeout_seconds, settings.request_timeout_seconds)
 
 

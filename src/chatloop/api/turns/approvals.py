@@ -269,9 +269,10 @@ async def answers_of(
 
 
 async def _claim(ctx: RequestContext, ids: Sequence[str]) -> list[bool]:
-    """Each id's one use recorded in the store: True where this request is the first. A background worker runs a
-    request that was checked, and claimed its answers, when it was queued: its claims are that request's."""
-    if ctx.job is not None:
+    """Each id's one use recorded in the store: True where this request is the first. A turn whose answers were
+    claimed before it runs here (``ctx.prior.claimed``: a background job's, checked and claimed when it was queued)
+    has that request's claims."""
+    if ctx.prior.claimed:
         return [True] * len(ids)
     if ctx.caller is None:
         raise RequestError(

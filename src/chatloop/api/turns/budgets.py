@@ -140,12 +140,12 @@ async def admit(
     """``model`` metered by the caller's budget, its first call reserved now (see the module docstring): the
     client's messages, the tools the turn offers and the answer's reserve (the engine's guidance note and any
     excess of the real usage are settled after the call). A request is counted (a request, a concurrent turn) once:
-    a background worker's turn was when it was queued (``admit_queued``); a turn that starts with a summary takes
-    over the summary's admission (``compaction.past``: its slot). ``longest``: the longest the turn may run, which
+    a background job's turn was when it was queued (``admit_queued``: ``ctx.prior.counted``); a turn that starts
+    with a summary takes over the summary's admission (``compaction.past``: its slot). ``longest``: the longest the turn may run, which
     its concurrent-turn lease lasts (and ``LEASE_MARGIN_SECONDS``); the request's deadline by default."""
     earlier = ctx.turn_budget
     taken = earlier if isinstance(earlier, TurnBudget) else None
-    counted = ctx.job is None and taken is None
+    counted = not ctx.prior.counted and taken is None
     book = book_of(ctx.runtime)
     caller = caller_for_budget(ctx) if book is not None else None
     if book is None or caller is None:

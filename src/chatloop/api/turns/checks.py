@@ -3,7 +3,7 @@
 
 Usage (an endpoint)::
 
-    body = await read_body(request, OpenAIChatBody)
+    body = await read_body(RequestContext.of(request), OpenAIChatBody)
     messages = conversation(body.messages, ctx.settings.max_messages)
     model = model_for(ctx.runtime, body.model, openai=True)
     check_context(model, messages, body.max_tokens)
@@ -15,11 +15,10 @@ from collections.abc import Sequence
 from typing import TypeAlias, TypeVar
 
 from pydantic import BaseModel, ValidationError
-from starlette.requests import Request
 
 from chatloop.api.http.context import RequestContext
 from chatloop.api.http.errors import RequestError, from_validation
-from chatloop.api.http.request_limits import check_message_count, parse_json_body, read_within
+from chatloop.api.http.request_limits import check_message_count, parse_json_body
 from chatloop.api.runtime import Runtime, UnknownModel
 from chatloop.api.turns.schemas import ClientTool, OpenAIParams, ResponseFormat
 from chatloop.engine.messages import ConversationError, Message, normalize_conversation
@@ -33,10 +32,10 @@ from chatloop.secrets import KeysUnavailable
 Body = TypeVar("Body", bound=BaseModel)
 
 
-async def read_body(request: Request, schema: type[Body]) -> Body:
-    """The request's JSON body as ``schema`` (MAX_BODY_BYTES and MAX_JSON_DEPTH enforced first)."""
-    settings = RequestContext.of(request).settings
-    raw = await read_within(request, settings.max_body_bytes)
+async def read_body(ctx: RequestContext, schema: type[Body]) -> Body:
+    """The context's JSON body as ``schema`` (MAX_BODY_BYTES and MAX_JSON_DEPTH enforced first)."""
+    settings = ctx.settings
+    raw = await ctx.raw_body(settings.max_body_bytes)
     data = parse_json_body(raw, settings.max_json_depth)
     return body_of(data, schema)
 

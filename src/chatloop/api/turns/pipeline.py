@@ -20,7 +20,9 @@ Steps 2-5 are one admission (``api.turns.admission``): whatever they took is giv
 Usage (a door's route)::
 
     async def chat(request: Request) -> Response:
-        return await run_door(request, ChatDoor())
+        return await run_door(RequestContext.of(request), ChatDoor())
+
+    await run_door(RequestContext.for_job(runtime, job), ResponsesDoor(), body)   # a background job's turn
 """
 
 from __future__ import annotations
@@ -30,7 +32,6 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Generic, Literal, TypeVar
 
 from pydantic import BaseModel
-from starlette.requests import Request
 from starlette.responses import Response
 
 from chatloop.api.http.context import RequestContext
@@ -126,7 +127,7 @@ class Door(Generic[Body, P]):
     """Every turn asks the runtime for its MCP tools (the Responses API's ``mcp_list_tools`` items), even with no
     server configured; otherwise the MCP package is not imported until a server is."""
 
-    async def prepare(self, request: Request, ctx: RequestContext, body: Body, admission: Admission) -> P:
+    async def prepare(self, ctx: RequestContext, body: Body, admission: Admission) -> P:
         """The conversation and the turn's values; approval answers are claimed by ``admission.claim``."""
         raise NotImplementedError
 
@@ -141,7 +142,6 @@ class Door(Generic[Body, P]):
 
     async def queue(
         self,
-        request: Request,
         ctx: RequestContext,
         plan: P,
         turn: TurnRequest,
@@ -152,32 +152,31 @@ class Door(Generic[Body, P]):
         return None
 
     async def serve(
-        self, request: Request, ctx: RequestContext, plan: P, admitted: Admitted, events: AsyncIterator[Event]
+        self, ctx: RequestContext, plan: P, admitted: Admitted, events: AsyncIterator[Event]
     ) -> Response:
         raise NotImplementedError
 
 
-async def run_door(request: Request, door: Door[Body, P], body: Body | None = None) -> Response:
-    """The request's turn through ``door``: ``body`` when it was read already (a background job's, opened from the
-    store), else the request's."""
-    ctx = RequestContext.of(request)
+async def run_door(ctx: RequestContext, door: Door[Body, P], body: Body | None = None) -> Response:
+    """The turn of ``ctx`` (an HTTP request's, a background job's: no request at all) through ``door``: ``body``
+    when it was read already (a job's, opened from the store), else the context's (``read_body``)."""
     if body is None:
-        body = await read_body(request, door.schema)
+        body = await read_body(ctx, door.schema)
     if isinstance(
         body, OpenAIParams
     ):  # the /v1 doors: what this server cannot honour is refused, not ignored
         refuse_unsupported(body)
     async with Admission(ctx) as admission:
-        plan = await door.prepare(request, ctx, body, admission)
+        plan = await door.prepare(ctx, body, admission)
         turn, model = checked_turn(ctx.runtime, door, plan)
-        later = await door.queue(request, ctx, plan, turn, model, admission)
+        later = await door.queue(ctx, plan, turn, model, admission)
         if later is not None:
             return later
         registry, mcp = await turn_tools(ctx, door, turn, plan.servers)
         await offered_approvals(ctx, door.approvals, turn, registry, mcp, plan)
         metered = await admission.budget(turn, model, registry)
     events = turn_events(ctx, turn, model, registry, plan.conversation_id, metered=metered)
-    return await door.serve(request, ctx, plan, Admitted(turn, model, registry, mcp), events)
+    return await door.serve(ctx, plan, Admitted(turn, model, registry, mcp), events)
 
 
 def checked_turn(runtime: Runtime, door: Door[Body, P], plan: P) -> tuple[TurnRequest, FallbackChain]:

@@ -191,8 +191,7 @@ async def serve_turn(
     """The turn's response through ``renderer``: its event stream (``keep_running`` may wrap the bytes, as a stored
     response does to outlive its client), or its JSON body once the turn is done."""
     if stream:
-        chunks = guarded(renderer, events)
-        return event_stream(keep_running(chunks) if keep_running else chunks, ctx)
+        return event_stream(turn_chunks(renderer, events, keep_running), ctx)
     summary = TurnSummary.failed()  # a turn always ends with its Done: this stands in for none
     errors: list[TurnError] = []
     async for event in events:
@@ -202,6 +201,18 @@ async def serve_turn(
             errors.append(event)
     status, body = await renderer.answer(summary, errors)
     return JSONBody(body, status_code=status, headers={"x-request-id": ctx.request_id})
+
+
+def turn_chunks(
+    renderer: Renderer,
+    events: AsyncIterator[Event],
+    keep_running: Callable[[AsyncIterator[bytes]], AsyncIterator[bytes]] | None = None,
+) -> AsyncIterator[bytes]:
+    """The turn's stream as it leaves, whatever carries it: the renderer's chunks, redacted and guarded
+    (``guarded``), and wrapped by ``keep_running`` (a stored response's, to outlive its client). ``event_stream``
+    sends them as SSE; ``wire.sse_data`` gives back the events they carry."""
+    chunks = guarded(renderer, events)
+    return keep_running(chunks) if keep_running else chunks
 
 
 def event_stream(chunks: AsyncIterator[bytes], ctx: RequestContext) -> StreamingResponse:

@@ -3,14 +3,15 @@ differences, and nothing else: a ``previous_response_id`` is first looked up in 
 ``store: false`` response can be continued, sending only the new input), and the stream's events go to the socket
 as messages (each event's data, tagged with the request's ``stream_id``) instead of SSE frames. Everything else
 (the checks, approvals, compaction, budgets, tracing, storing and journaling a ``store: true`` response) is the
-HTTP route's, run by the one pipeline (``api.turns.pipeline.run_door``).
+HTTP route's, run by the one pipeline (``api.turns.pipeline.run_door``), and the events are the door's own
+(``ResponsesDoor.serve_events``: the dicts its SSE frames carry, redacted as they leave).
 
 Before a response's terminal event goes out, the connection remembers it (``store.connections``: every item of its
 chain), so the client's next ``response.create`` can continue it at once, on whichever copy it reaches.
 
 Usage (``api.websocket.session``)::
 
-    await run_door(request, SocketDoor(socket, send, stream_id, ttl_seconds=7200), body)
+    await run_door(ctx, SocketDoor(connection_id, caller, send, stream_id, ttl_seconds=7200), body)
 """
 
 from __future__ import annotations
@@ -18,8 +19,7 @@ from __future__ import annotations
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import TYPE_CHECKING
 
-from starlette.requests import Request
-from starlette.responses import Response, StreamingResponse
+from starlette.responses import Response
 
 from chatloop.api.http.context import RequestContext
 from chatloop.api.items.store import store_errors
@@ -32,7 +32,6 @@ from chatloop.api.turns.admission import Admission
 from chatloop.api.turns.pipeline import Admitted
 from chatloop.jsontypes import JSONObject, json_object
 from chatloop.observability import logger
-from chatloop.redaction import redact_value
 from chatloop.store.model import StoreUnavailable
 
 if TYPE_CHECKING:
@@ -54,32 +53,30 @@ class SocketDoor(ResponsesDoor):
         stream_id: str | None,
         *,
         ttl_seconds: int,
+        ending: Callable[[], Awaitable[None]] | None = None,
     ) -> None:
-        super().__init__(later=None, listener=self._told)
+        super().__init__(later=None)
         self.connection_id, self.caller, self.send = connection_id, caller, send
         self.stream_id, self.ttl_seconds = stream_id, ttl_seconds
-        self.pending: list[dict[str, object]] = []
+        self.ending = ending
+        """Called just before the terminal event goes out (the session gives the lane back: the client may send
+        its next ``response.create`` as soon as it has that event)."""
         self.history: list[JSONObject] = []
         """The chain the turn continues (stored item shapes): what the connection remembers, with the turn's own."""
         self.body: ResponsesBody | None = None
 
-    def _told(self, event: dict[str, object]) -> None:
-        self.pending.append(event)
-
-    async def prepare(
-        self, request: Request, ctx: RequestContext, body: ResponsesBody, admission: Admission
-    ) -> ResponsesPlan:
+    async def prepare(self, ctx: RequestContext, body: ResponsesBody, admission: Admission) -> ResponsesPlan:
         """The HTTP route's ``prepare``, but a ``previous_response_id`` this connection remembers is continued from
         its memory (``store`` or not); any other is read from the stored responses, as on HTTP (a 404 when there is
         none)."""
         self.body = body
         remembered = await self._recalled(ctx, body)
         if remembered is not None:  # the rest of the request decided as on HTTP, without the stored chain
-            keeping = await stored.prepare(request, body.model_copy(update={"previous_response_id": None}))
+            keeping = await stored.prepare(ctx, body.model_copy(update={"previous_response_id": None}))
             keeping.history = as_input_items(remembered)
             self.history = remembered
         else:
-            keeping = await stored.prepare(request, body)
+            keeping = await stored.prepare(ctx, body)
             self.history = [item.body for item in stored_items(keeping.history)]
         return await plan_of(ctx, body, keeping, admission, queues=False)
 
@@ -93,32 +90,20 @@ class SocketDoor(ResponsesDoor):
             )
 
     async def serve(
-        self,
-        request: Request,
-        ctx: RequestContext,
-        plan: ResponsesPlan,
-        admitted: Admitted,
-        events: AsyncIterator[Event],
+        self, ctx: RequestContext, plan: ResponsesPlan, admitted: Admitted, events: AsyncIterator[Event]
     ) -> Response:
-        """The HTTP route's stream (stored and journaled as there), its events sent as messages as they come."""
-        response = await super().serve(request, ctx, plan, admitted, events)
-        if not isinstance(response, StreamingResponse):
-            raise TypeError("WebSocket mode streams every response")
-        async for _ in response.body_iterator:  # the bytes are the SSE rendering of what ``pending`` holds
-            await self._flush(ctx)
-        await self._flush(ctx)
-        return response
-
-    async def _flush(self, ctx: RequestContext) -> None:
-        pending, self.pending = self.pending, []
-        for event in pending:
+        """The HTTP route's stream (kept and journaled as there, redacted as it leaves), each event sent as a
+        message as it comes, tagged with the lane's ``stream_id``. Nothing is left to answer over HTTP."""
+        async for event in self.serve_events(ctx, plan, admitted, events):
             if event.get("type") in TERMINAL:
                 await self._remember(ctx, event)  # before the client can ask to continue it
-            cleaned = redact_value(event)  # no configured secret or key-shaped string leaves, as on HTTP
-            message = json_object(cleaned if isinstance(cleaned, dict) else event)
+                if self.ending is not None:
+                    await self.ending()
+            message = json_object(event)
             if self.stream_id is not None:
                 message["stream_id"] = self.stream_id
             await self.send(message)
+        return Response(status_code=204)
 
     async def _remember(self, ctx: RequestContext, terminal: dict[str, object]) -> None:
         """The response's chain kept in the connection's memory (logged, not fatal, when the store fails: a

@@ -20,12 +20,9 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from types import SimpleNamespace
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
-from starlette.requests import Request
-
-from chatloop.api.http.context import SCOPE_KEY, RequestContext
+from chatloop.api.http.context import RequestContext
 from chatloop.api.http.errors import RequestError
 from chatloop.api.openai.responses.schemas import ResponsesBody
 from chatloop.api.turns.checks import body_of
@@ -82,22 +79,24 @@ async def answer(
         )
         await send(error_event(error, create.stream_id if create else None))
     except StoreUnavailable as error:  # the lane's claim: the store failed
-        logger.warning(f"conversation store unavailable: {error}")
+        logger.exception(f"conversation store unavailable: {error}")
         refused = RequestError(503, "store_unavailable", "the conversation store is unavailable; try again")
         await send(error_event(refused, create.stream_id if create else None))
+    except Exception:  # nothing ends the connection: the client hears of it as the HTTP route's 500
+        logger.exception("unhandled error in a WebSocket message")
+        failed = RequestError(500, "internal_error", "internal error")
+        await send(error_event(failed, create.stream_id if create else None))
 
 
 async def _run(
     runtime: Runtime, socket: Socket, create: ClientEvent, send: Send, deadline: Deadline, request_id: str
 ) -> None:
-    """The response on its lane: claimed for the turn (an error while another runs there), given back after."""
+    """The response on its lane: claimed for the turn (an error while another runs there), given back as its
+    terminal event goes out (or however it ends)."""
     settings = runtime.settings
     body = body_of(create.body, ResponsesBody)  # the POST's 400 for a bad body, before the lane is taken
-    lane = create.stream_id or ""
-    connections = runtime.stores.conversations().connections
-    claim_deadline = deadline.earliest(settings.conversation_store_timeout_seconds)
-    ttl = int(deadline.remaining()) + LANE_MARGIN_SECONDS
-    if not await connections.claim(socket.connection_id, lane, ttl, claim_deadline):
+    lane = Lane(runtime, socket.connection_id, create.stream_id or "")
+    if not await lane.claim(deadline):
         raise _in_flight(create.stream_id)
     try:
         door = SocketDoor(
@@ -106,12 +105,37 @@ async def _run(
             send,
             create.stream_id,
             ttl_seconds=settings.websocket_max_connection_seconds,
+            ending=lane.release,
         )
-        await run_door(turn_request(runtime, socket, deadline, request_id), door, body)
+        # A context with no connection: what the handshake established and this message's own inputs.
+        ctx = RequestContext(runtime, caller=socket.caller, request_id=request_id, deadline=deadline)
+        await run_door(ctx, door, body)
     finally:
-        await connections.release(
-            socket.connection_id, lane, Deadline.after(settings.conversation_store_timeout_seconds)
-        )
+        await lane.release()
+
+
+class Lane:
+    """One response's hold on its lane of the connection (``store.connections``' claim), given back once: after
+    that the lane may already be the next response's."""
+
+    def __init__(self, runtime: Runtime, connection_id: str, stream_id: str) -> None:
+        self.connections = runtime.stores.conversations().connections
+        self.store_seconds = runtime.settings.conversation_store_timeout_seconds
+        self.connection_id, self.stream_id = connection_id, stream_id
+        self.held = False
+
+    async def claim(self, deadline: Deadline) -> bool:
+        ttl = int(deadline.remaining()) + LANE_MARGIN_SECONDS
+        store_time = deadline.earliest(self.store_seconds)
+        self.held = await self.connections.claim(self.connection_id, self.stream_id, ttl, store_time)
+        return self.held
+
+    async def release(self) -> None:
+        if self.held:
+            self.held = False
+            await self.connections.release(
+                self.connection_id, self.stream_id, Deadline.after(self.store_seconds)
+            )
 
 
 def _in_flight(stream_id: str | None) -> RequestError:
@@ -122,29 +146,3 @@ def _in_flight(stream_id: str | None) -> RequestError:
         f"a response is already running {where}: wait for its terminal event, or name another stream_id "
         "to run responses side by side",
     )
-
-
-def turn_request(runtime: Runtime, socket: Socket, deadline: Deadline, request_id: str) -> Request:
-    """The request one ``response.create`` runs as: a ``POST /v1/responses`` with no headers and no body (what the
-    parts that read a request see), whose context carries the socket's caller, the turn's deadline and its request
-    id (the response's id is ``resp_`` + it)."""
-    scope: dict[str, Any] = {
-        "type": "http",
-        "asgi": {"version": "3.0"},
-        "http_version": "1.1",
-        "method": "POST",
-        "scheme": "http",
-        "path": "/v1/responses",
-        "raw_path": b"/v1/responses",
-        "root_path": "",
-        "query_string": b"",
-        "headers": [],
-        "client": None,
-        "server": None,
-        "app": SimpleNamespace(state=SimpleNamespace(runtime=runtime)),
-    }
-    request = Request(scope)
-    context = scope[SCOPE_KEY] = RequestContext(request)
-    # Worked out once per request elsewhere, from the request; here the socket and the turn say them.
-    context.__dict__.update(caller=socket.caller, deadline=deadline, request_id=request_id)
-    return request

@@ -19,6 +19,7 @@ from __future__ import annotations
 from starlette.requests import Request
 from starlette.responses import Response
 
+from chatloop.api.http.context import RequestContext
 from chatloop.api.http.errors import RequestError
 from chatloop.api.http.wire import JSONBody
 from chatloop.api.items.store import (
@@ -39,7 +40,7 @@ from chatloop.store.service import CursorNotFound
 # --- the endpoints --------------------------------------------------------------------------------
 async def create_conversation(request: Request) -> Response:
     store, owner, deadline = store_context(request)
-    body = await read_body(request, ConversationCreate)
+    body = await read_body(RequestContext.of(request), ConversationCreate)
     items = stored_items(body.items or [])
     with store_errors():
         conversation = await store.conversations.create(owner, body.metadata or {}, items, deadline)
@@ -69,7 +70,7 @@ async def retrieve_conversation(request: Request) -> Response:
 async def update_conversation(request: Request) -> Response:
     store, owner, deadline = store_context(request)
     conversation_id = _conversation_id(request)
-    body = await read_body(request, ConversationUpdate)
+    body = await read_body(RequestContext.of(request), ConversationUpdate)
     with store_errors():
         conversation = await store.conversations.update(owner, conversation_id, body.metadata or {}, deadline)
     if conversation is None:
@@ -107,7 +108,7 @@ async def create_items(request: Request) -> Response:
     store, owner, deadline = store_context(request)
     conversation_id = _conversation_id(request)
     refuse_include(request)
-    body = await read_body(request, ItemsCreate)
+    body = await read_body(RequestContext.of(request), ItemsCreate)
     items = stored_items(body.items)
     with store_errors():
         added = await store.conversations.append_items(owner, conversation_id, items, deadline)

@@ -21,7 +21,7 @@ Usage::
 
     POST /v1/responses {"background": true, "input": "…"}       -> 200 {"id": "resp_…", "status": "queued", …}
     POST /v1/responses/resp_…/cancel                           -> the response, cancelled (or already ended)
-    await run_worker(app, {"chatloop_background": {"response_id": "resp_…", "owner": "…"}}, seconds_left=880.0)
+    await run_worker(runtime, {"chatloop_background": {"response_id": "resp_…", "owner": "…"}}, seconds_left=880.0)
 """
 
 from __future__ import annotations
@@ -61,6 +61,7 @@ if TYPE_CHECKING:
     from starlette.applications import Starlette
 
     from chatloop.api.openai.responses.objects import ResponseEcho
+    from chatloop.api.runtime import Runtime
     from chatloop.config import Settings
     from chatloop.store.protocol import RunRecords
 
@@ -74,10 +75,9 @@ def is_event(event: object) -> bool:
 
 
 # --- queueing ---------------------------------------------------------------------------------------------
-async def queue(request: Request, body: ResponsesBody, keeping: Keeping, echo: ResponseEcho) -> Response:
+async def queue(ctx: RequestContext, body: ResponsesBody, keeping: Keeping, echo: ResponseEcho) -> Response:
     """Keep the response ``queued`` (its record, ``response.queued`` as event 0, the run with the request), start
     its worker, and answer: the response, or with ``stream`` its events followed from the journal."""
-    ctx = RequestContext.of(request)
     runs = queueable(keeping)
     if keeping.store is None or keeping.owner is None:
         raise TypeError("a queueable response is stored for a caller")
@@ -85,18 +85,20 @@ async def queue(request: Request, body: ResponsesBody, keeping: Keeping, echo: R
     rid = response_id(ctx.request_id)
     queued = _queued(rid, echo)
     # Kept until its worker runs it: its MCP servers' credentials sealed, never at rest in the clear.
-    raw = await seal_secrets(ctx.runtime, owner, rid, json_object(json.loads(await request.body())))
+    raw = await seal_secrets(
+        ctx.runtime, owner, rid, json_object(json.loads(await ctx.raw_body(ctx.settings.max_body_bytes)))
+    )
     first = {"type": "response.queued", "sequence_number": 0, "response": queued}
     with store_errors():
         await store.responses.create(owner, queued, input_items(body), deadline)
         await response_log(store, owner, rid).append([stored_event(first)], deadline)
         await runs.begin(owner, rid, rid, "queued", deadline, raw, background=True)
-    await _start_worker(request, owner, rid)
+    await _start_worker(ctx, owner, rid)
     logger.info(f"background response {rid} queued")
     if not body.stream:
         return JSONBody(queued)
     events = [StoredEvent(0, json_object(first))]
-    followed = follow_response(store, owner, rid, events, 0, ctx.deadline, longest_turn(request))
+    followed = follow_response(store, owner, rid, events, 0, ctx.deadline, longest_turn(ctx.settings))
     return StreamingResponse(
         replay(followed),
         media_type="text/event-stream",
@@ -117,12 +119,11 @@ def _queued(rid: str, echo: ResponseEcho) -> JSONObject:
     return json_object({**queued, "status": "queued", "background": True, "store": True})
 
 
-async def _start_worker(request: Request, owner: str, rid: str) -> None:
-    ctx = RequestContext.of(request)
+async def _start_worker(ctx: RequestContext, owner: str, rid: str) -> None:
     settings = ctx.settings
     payload: JSONObject = {EVENT_KEY: {"response_id": rid, "owner": owner}}
     if not settings.lambda_function_name:  # make run: this process runs it
-        keep_task(asyncio.get_running_loop().create_task(_run_here(request.app, payload, settings)))
+        keep_task(asyncio.get_running_loop().create_task(_run_here(ctx.runtime, payload, settings)))
         return
     try:
         await asyncio.wait_for(
@@ -141,9 +142,9 @@ async def _start_worker(request: Request, owner: str, rid: str) -> None:
         ) from error
 
 
-async def _run_here(app: Starlette, payload: JSONObject, settings: Settings) -> None:
+async def _run_here(runtime: Runtime, payload: JSONObject, settings: Settings) -> None:
     try:
-        await run_worker(app, payload, settings.background_timeout_seconds)
+        await run_worker(runtime, payload, settings.background_timeout_seconds)
     except Exception:
         logger.exception("a background turn failed in this process")
 
@@ -165,10 +166,10 @@ async def events(request: Request) -> Response:
         raise RequestError(400, "invalid_request", "the event is not JSON") from None
     if not is_event(event):
         raise RequestError(400, "invalid_request", "not an event this function handles")
-    invocation = RequestContext.of(request).invocation
-    settings = RequestContext.of(request).settings
+    ctx = RequestContext.of(request)
+    invocation, settings = ctx.invocation, ctx.settings
     seconds_left = invocation.seconds_left() if invocation else settings.background_timeout_seconds
-    return JSONBody(await run_worker(request.app, event, seconds_left))
+    return JSONBody(await run_worker(ctx.runtime, event, seconds_left))
 
 
 def _through_gateway(request: Request) -> bool:
@@ -188,7 +189,7 @@ def _through_gateway(request: Request) -> bool:
 def handle_event(app: Starlette, event: Mapping[str, Any], remaining_ms: float) -> JSONObject:
     """Buffered mode: the handler's answer to the asynchronous invocation (run on the handler's event loop)."""
     loop = asyncio.get_event_loop()
-    return loop.run_until_complete(run_worker(app, event, remaining_ms / 1000))
+    return loop.run_until_complete(run_worker(app.state.runtime, event, remaining_ms / 1000))
 
 
 async def cancel_response(request: Request) -> Response:
@@ -196,7 +197,7 @@ async def cancel_response(request: Request) -> Response:
     response as it stands afterwards (``cancelled``, or how it ended before)."""
     store, owner, deadline = store_context(request)
     rid = checked_id(str(request.path_params["response_id"]))
-    longest = longest_turn(request)
+    longest = longest_turn(RequestContext.of(request).settings)
     with store_errors():
         stored = await settled(store, owner, rid, longest, deadline)
         if stored is None:

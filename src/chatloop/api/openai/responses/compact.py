@@ -53,9 +53,9 @@ class CompactBody(ResponsesBody):
 async def compact(request: Request) -> Response:
     ctx = RequestContext.of(request)
     runtime = ctx.runtime
-    body = await read_body(request, CompactBody)
+    body = await read_body(ctx, CompactBody)
     identified(ctx, None)  # a 400 before anything is counted: an item sealed to no one would open for anyone
-    keeping = await stored.prepare(request, body.model_copy(update={"store": False}))
+    keeping = await stored.prepare(ctx, body.model_copy(update={"store": False}))
     items = [*keeping.history, *current_items(body)]
     await open_items(ctx, items)
     messages = conversation(conversation_of(body, keeping.history), runtime.settings.max_messages)

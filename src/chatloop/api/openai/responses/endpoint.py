@@ -30,11 +30,10 @@ if TYPE_CHECKING:
 async def responses(request: Request) -> Response:
     """OpenAI's Responses API: the same turn as chat completions, rendered as a ``response``; stored, and continued
     from a stored response or a conversation, by ``api.openai.responses.stored``."""
-    return await run_door(request, ResponsesDoor(later=queued))
+    return await run_door(RequestContext.of(request), ResponsesDoor(later=queued))
 
 
 async def queued(
-    request: Request,
     ctx: RequestContext,
     plan: ResponsesPlan,
     turn: TurnRequest,
@@ -45,4 +44,4 @@ async def queued(
     now, not a record that fails later); if it is not queued after all, the admission gives back what it took."""
     queueable(plan.keeping)  # a 400 first: bad input is not counted
     await admission.queue_slot(turn, model, ctx.runtime.tools.registry())
-    return await queue(request, plan.body, plan.keeping, echo(plan, model))
+    return await queue(ctx, plan.body, plan.keeping, echo(plan, model))

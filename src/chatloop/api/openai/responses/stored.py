@@ -89,7 +89,7 @@ class Keeping:
         return self.store is not None and self.owner is not None
 
 
-async def prepare(request: Request, body: ResponsesBody) -> Keeping:
+async def prepare(ctx: RequestContext, body: ResponsesBody) -> Keeping:
     """Decide whether this request is stored, and read the history it continues from (a 4xx or 503 before any
     model call when that history cannot be had)."""
     wants_history = body.previous_response_id is not None or body.conversation is not None
@@ -102,7 +102,6 @@ async def prepare(request: Request, body: ResponsesBody) -> Keeping:
         )
     if body.store is False and not wants_history:
         return Keeping(None, None, None)
-    ctx = RequestContext.of(request)
     caller = ctx.caller
     if caller is None:
         if body.store or wants_history:
@@ -127,7 +126,7 @@ async def prepare(request: Request, body: ResponsesBody) -> Keeping:
 
 async def save(
     keeping: Keeping,
-    request: Request,
+    ctx: RequestContext,
     body: ResponsesBody,
     response: FinishedResponse,
     events: Sequence[Mapping[str, object]],
@@ -136,7 +135,6 @@ async def save(
     Returns the response as it should be shown: ``store: false`` when it could not be kept."""
     if keeping.owner is None or (keeping.store is None and keeping.conversation_id is None):
         return response
-    ctx = RequestContext.of(request)
     store = ctx.runtime.stores.conversations()
     deadline = ctx.write_deadline()
     inputs = input_items(body)
@@ -198,7 +196,7 @@ async def retrieve_response(request: Request) -> Response:
     query = Query(request, known=RETRIEVE_PARAMETERS)
     stream, after = query.boolean("stream", default=False), starting_after(query)
     _refuse_retrieve_options(query)
-    longest = longest_turn(request)
+    longest = longest_turn(RequestContext.of(request).settings)
     if stream:
         with store_errors():
             events = await response_log(store, owner, response_id).after(after, deadline)
@@ -275,8 +273,13 @@ async def _chain(
                 param="previous_response_id",
             )
         stored = await store.responses.get(owner, current, deadline)
-        if stored is None:
-            raise not_found("response", current, param="previous_response_id")
+        if stored is None:  # OpenAI's code for it, on HTTP and in WebSocket mode alike
+            raise RequestError(
+                404,
+                "previous_response_not_found",
+                f"Previous response with id '{current}' not found.",
+                param="previous_response_id",
+            )
         read = partial(store.responses.list_items, owner, current, "input", deadline=deadline)
         inputs = await all_items(read, PageQuery("asc", HISTORY_PAGE))
         output = stored.body.get("output")

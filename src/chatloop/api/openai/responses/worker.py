@@ -1,12 +1,13 @@
 """The background worker: a queued ``/v1/responses`` turn run once, apart from the request that queued it
 (``api.openai.responses.background`` queues it and hands it over: ``invoke_self`` on Lambda, a task of this process
 under ``make run``). The worker claims the turn (``queued -> in_progress``, so a second delivery runs nothing), then
-runs it as a ``TurnJob`` (its caller, its response's id, its deadline, the stored request) through the same
-``/v1/responses`` door as a client's request, never queued again; its events reach clients through the journal.
+runs it as a ``TurnJob`` (its caller, its response's id, its deadline, the stored request, and what its queueing
+did: ``QUEUED``) in a context with no request at all (``RequestContext.for_job``) through the same ``/v1/responses``
+door as a client's request, never queued again; its events reach clients through the journal.
 
 Usage::
 
-    await run_worker(app, {"chatloop_background": {"response_id": "resp_…", "owner": "…"}}, seconds_left=880.0)
+    await run_worker(runtime, {"chatloop_background": {"response_id": "resp_…", "owner": "…"}}, seconds_left=880.0)
 """
 
 from __future__ import annotations
@@ -14,10 +15,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
-from starlette.requests import Request
 from starlette.responses import StreamingResponse
 
-from chatloop.api.http.context import RESPONSE_ID_PREFIX, RequestContext, TurnJob, job_request
+from chatloop.api.http.context import RESPONSE_ID_PREFIX, RequestContext, TurnJob
 from chatloop.api.http.errors import RequestError
 from chatloop.api.openai.responses.run import ResponsesDoor
 from chatloop.api.openai.responses.schemas import ResponsesBody
@@ -34,8 +34,7 @@ from chatloop.jsontypes import JSONObject
 from chatloop.observability import logger
 
 if TYPE_CHECKING:
-    from starlette.applications import Starlette
-
+    from chatloop.api.runtime import Runtime
     from chatloop.config import Settings
     from chatloop.store.model import StoredResponse
     from chatloop.store.protocol import ConversationStore, RunRecords
@@ -64,7 +63,7 @@ def invoke_self(settings: Settings, payload: bytes, timeout: float) -> int:
 
 
 # --- the worker -------------------------------------------------------------------------------------------
-async def run_worker(app: Starlette, event: Mapping[str, Any], seconds_left: float) -> JSONObject:
+async def run_worker(runtime: Runtime, event: Mapping[str, Any], seconds_left: float) -> JSONObject:
     """Run the background turn ``event`` names, once: ``{"ran": true}``, or ``{"ran": false}`` when another
     delivery claimed it first, it was cancelled while queued, or it is gone."""
     task = event.get(EVENT_KEY)
@@ -73,7 +72,6 @@ async def run_worker(app: Starlette, event: Mapping[str, Any], seconds_left: flo
     rid, owner = task.get("response_id"), task.get("owner")
     if not isinstance(rid, str) or not isinstance(owner, str) or not rid.startswith(RESPONSE_ID_PREFIX):
         return {"ran": False, "reason": "malformed event"}
-    runtime = app.state.runtime
     store = runtime.stores.conversations()
     runs = store.runs
     claimed = await runs.move(owner, rid, rid, {"queued"}, "in_progress", call_deadline())
@@ -85,31 +83,29 @@ async def run_worker(app: Starlette, event: Mapping[str, Any], seconds_left: flo
     if raw is None or stored is None:
         await runs.move(owner, rid, rid, {"in_progress"}, "failed", call_deadline())
         gone = TurnJob(owner, rid, call_deadline(), {})
-        slot = RequestContext.of(job_request(app, gone))
-        await released_from_queue(slot, gone.request_id)  # its slot, taken when queued
+        await released_from_queue(
+            RequestContext.for_job(runtime, gone), gone.request_id
+        )  # its slot, taken when queued
         return {"ran": False, "reason": "gone"}
     await store.responses.update(owner, rid, {**stored.body, "status": "in_progress"}, [], call_deadline())
     margin = runtime.settings.lambda_safety_margin_seconds
     seconds = min(runtime.settings.background_timeout_seconds, seconds_left - margin)
     logger.info(f"background response {rid}: running ({seconds:.0f} s at most)")
-    request = job_request(app, TurnJob(owner, rid, Deadline.after(seconds), raw))
-    async with queued_slot(RequestContext.of(request)):  # the caller's slot, taken when queued, until it ends
-        return await _run(request, store, runs, stored)
+    job = TurnJob(owner, rid, Deadline.after(seconds), raw)
+    ctx = RequestContext.for_job(runtime, job)
+    async with queued_slot(ctx):  # the caller's slot, taken when queued, until it ends
+        return await _run(ctx, job, store, runs, stored)
 
 
 async def _run(
-    request: Request, store: ConversationStore, runs: RunRecords, stored: StoredResponse
+    ctx: RequestContext, job: TurnJob, store: ConversationStore, runs: RunRecords, stored: StoredResponse
 ) -> JSONObject:
     """The claimed job run to its end: ``{"ran": true, "status": …}``."""
-    ctx = RequestContext.of(request)
-    job, runtime = ctx.job, ctx.runtime
-    if job is None:
-        raise TypeError("a worker runs a job")
-    owner, rid = job.owner, job.response_id
+    runtime, owner, rid = ctx.runtime, job.owner, job.response_id
     try:
         opened = await open_secrets(runtime, owner, rid, job.body)  # sealed when it was queued
         body = body_of({**opened, "stream": True}, ResponsesBody)
-        response = await run_door(request, ResponsesDoor(), body)  # run now: a job is never queued again
+        response = await run_door(ctx, ResponsesDoor(), body)  # run now: a job is never queued again
     except Exception as error:  # its history went away meanwhile, say: the response fails, with the reason
         failure: JSONObject = {"code": "server_error", "message": "the turn failed before it started"}
         if isinstance(error, RequestError):

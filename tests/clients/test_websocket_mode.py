@@ -1,0 +1,244 @@
+"""WebSocket mode of the Responses API (issue 44) with the openai SDK's ``client.responses.connect()`` (openai-python
+3.54) against the app under uvicorn on 127.0.0.1, a scripted model behind the real groq SDK and the real Deno
+sandbox: a tool turn, a continuation by ``previous_response_id`` with ``store: false`` sending only the new input,
+a second response on the same socket, a reconnect that continues a stored response (and cannot continue an
+unstored one of the old socket), an unknown ``previous_response_id``, ``stream_id`` lanes side by side, and errors
+that leave the socket usable."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from typing import Any
+
+import openai
+import pytest
+
+from chatloop.config import Settings
+from tests.support.fake_llm import FakeLLM, Reply, text, tool_calls
+from tests.support.server import Server, app_server
+
+MODEL = "llama-3.3-70b-versatile"
+CHAIN = f"groq:{MODEL}"
+KEYS = {"groq": "gsk_websocket_mode_000000000000"}
+TERMINAL = {"response.completed", "response.incomplete", "response.failed"}
+
+
+def scripted(body: dict[str, Any]) -> Reply:
+    """Runs ``6 * 7`` in the sandbox when asked to "compute" (once), and otherwise repeats every user message it was
+    given (so a test sees what history reached the model). "slow": the answer takes a moment to start."""
+    messages = body["messages"]
+    users = [str(m["content"]) for m in messages if m["role"] == "user"]
+    ran = [m for m in messages if m["role"] == "tool"]
+    offered = [t["function"]["name"] for t in body.get("tools") or []]
+    if "compute" in users[-1] and "execute_javascript" in offered and not ran:
+        code = json.dumps({"code": "6 * 7"})
+        return tool_calls(MODEL, [("call_js_1", "execute_javascript", code)], groq=True)
+    answer = "heard: " + " | ".join(users) + (f" (ran: {ran[-1]['content']})" if ran else "")
+    reply = text(MODEL, answer, groq=True)
+    reply.delay = 0.5 if "slow" in users[-1] else 0.0
+    return reply
+
+
+@pytest.fixture(scope="module")
+def upstream() -> Iterator[FakeLLM]:
+    with FakeLLM() as llm:
+        llm.default = scripted
+        yield llm
+
+
+@pytest.fixture(scope="module")
+def store_path(tmp_path_factory) -> str:
+    return str(tmp_path_factory.mktemp("ws") / "store.sqlite3")
+
+
+def serve(upstream: FakeLLM, store_path: str, sandbox: Any, **settings: Any) -> Any:
+    from chatloop.tools.base import ToolRegistry
+    from chatloop.tools.javascript import ExecuteJavaScriptTool
+
+    config = Settings(
+        model_chain=CHAIN, rate_limit_max_wait_seconds=0.0, conversation_store_path=store_path, **settings
+    )
+    env = {"GROQ_BASE_URL": upstream.groq_base_url}
+    registry = ToolRegistry([ExecuteJavaScriptTool(sandbox)])
+    return app_server(config, env=env, registry=registry, keys=KEYS)
+
+
+@pytest.fixture(scope="module")
+def server(upstream, store_path, sandbox) -> Iterator[Server]:
+    with serve(upstream, store_path, sandbox) as served:
+        yield served
+
+
+def client(server: Server, key: str = "alice-key") -> openai.OpenAI:
+    return openai.OpenAI(
+        base_url=server.base_url, api_key="unused", max_retries=0, default_headers={"x-api-key": key}
+    )
+
+
+def until_terminal(connection: Any) -> list[Any]:
+    """The events of one response, its terminal event last (an ``error`` event ends it too)."""
+    events = []
+    for event in connection:
+        events.append(event)
+        if event.type in TERMINAL or event.type == "error":
+            return events
+    raise AssertionError(f"the socket closed after {[e.type for e in events]}")
+
+
+def create(connection: Any, **fields: Any) -> list[Any]:
+    connection.response.create(model="chatloop", **fields)
+    return until_terminal(connection)
+
+
+@pytest.mark.slow  # the sandbox's first run in the session
+def test_a_tool_turn_streams_its_events_over_the_socket(server, upstream):
+    with client(server).responses.connect() as connection:
+        events = create(connection, input="compute six times seven", store=False)
+    types = [e.type for e in events]
+    assert types[:2] == ["response.created", "response.in_progress"]
+    assert types[-1] == "response.completed"
+    assert "response.code_interpreter_call_code.done" in types  # the sandbox's run, as on HTTP
+    done = events[-1].response
+    assert "(ran: " in done.output_text and "42" in done.output_text
+    assert [e.sequence_number for e in events] == list(range(len(events)))
+
+
+def test_a_store_false_response_is_continued_from_the_connections_memory(server, upstream):
+    with client(server).responses.connect() as connection:
+        first = create(connection, input="my name is Ada", store=False)[-1].response
+        upstream.requests.clear()
+        second = create(connection, input="what is my name?", store=False, previous_response_id=first.id)
+    assert second[-1].type == "response.completed"
+    assert second[-1].response.previous_response_id == first.id
+    # the model was given the first turn too, though only the new input was sent
+    assert second[-1].response.output_text == "heard: my name is Ada | what is my name?"
+    with pytest.raises(openai.NotFoundError):  # nothing was stored
+        client(server).responses.retrieve(first.id)
+
+
+def test_a_second_response_on_the_same_socket(server):
+    with client(server).responses.connect() as connection:
+        one = create(connection, input="first", store=False)[-1].response
+        two = create(connection, input="second", store=False)[-1].response
+    assert one.id != two.id and two.output_text == "heard: second"
+
+
+def test_a_reconnect_continues_a_stored_response_but_not_an_unstored_one(server):
+    alice = client(server)
+    with alice.responses.connect() as connection:
+        kept = create(connection, input="remember the lighthouse")[-1].response
+        unkept = create(connection, input="and the harbour", store=False)[-1].response
+    with alice.responses.connect() as again:  # a new socket: the old one's memory is gone
+        continued = create(again, input="what did I ask?", previous_response_id=kept.id)
+        assert continued[-1].response.output_text == "heard: remember the lighthouse | what did I ask?"
+        lost = create(again, input="and then?", previous_response_id=unkept.id)
+        assert lost[-1].type == "error" and lost[-1].error.code == "previous_response_not_found"
+        assert lost[-1].error.param == "previous_response_id"
+        after = create(again, input="still here")  # the error left the socket usable
+    assert after[-1].type == "response.completed"
+
+
+def test_an_unknown_previous_response_id_is_the_http_routes_error(server, upstream):
+    alice = client(server)
+    upstream.requests.clear()
+    with alice.responses.connect() as connection:
+        events = create(connection, input="hi", previous_response_id="resp_nothing")
+    [error] = events
+    with pytest.raises(openai.NotFoundError) as http:
+        alice.responses.create(model="chatloop", input="hi", previous_response_id="resp_nothing")
+    assert error.error.code == http.value.code == "previous_response_not_found"
+    assert error.error.message == http.value.body["message"] and error.status == 404
+    assert upstream.requests == []  # no model call either way
+
+
+def test_bad_messages_are_error_events_and_the_socket_stays_usable(server, upstream):
+    alice = client(server)
+    with alice.responses.connect() as connection:
+        replies = []
+        for raw in (
+            "{not json",
+            json.dumps({"type": "session.update"}),
+            json.dumps({"type": "response.create"}),
+        ):
+            connection.send_raw(raw)
+            replies.append(until_terminal(connection)[-1])
+        connection.response.create(model="chatloop", input="hi", background=True)
+        replies.append(until_terminal(connection)[-1])
+        ok = create(connection, input="hi after all that", store=False)
+    assert [(r.type, r.error.code, r.error.param) for r in replies] == [
+        ("error", "invalid_json", None),
+        ("error", "invalid_request", "type"),
+        ("error", "invalid_request", "input"),
+        ("error", "unsupported_parameter", "background"),
+    ]
+    with pytest.raises(openai.BadRequestError) as http:  # the body's error is the POST's own
+        alice.responses.create(model="chatloop")
+    assert replies[2].error.message == http.value.body["message"]
+    assert ok[-1].type == "response.completed"
+
+
+def test_stream_id_lanes_run_side_by_side_and_one_lane_at_a_time_without(server):
+    with client(server).responses.connect() as connection:
+        connection.response.create(model="chatloop", input="slow one", store=False, stream_id="a")
+        connection.response.create(model="chatloop", input="slow two", store=False, stream_id="b")
+        ends: dict[str, Any] = {}
+        seen: dict[str, list[str]] = {"a": [], "b": []}
+        while len(ends) < 2:
+            event = connection.recv()
+            seen[event.stream_id].append(event.type)
+            if event.type in TERMINAL:
+                ends[event.stream_id] = event.response
+        assert ends["a"].output_text == "heard: slow one" and ends["b"].output_text == "heard: slow two"
+        assert all(types[0] == "response.created" for types in seen.values())
+        # without a stream_id, a second response.create while one runs is refused, and the first goes on
+        connection.response.create(model="chatloop", input="slow three", store=False)
+        connection.response.create(model="chatloop", input="four", store=False)
+        events = []
+        while not any(e.type in TERMINAL for e in events):
+            events.append(connection.recv())
+    refused = [e for e in events if e.type == "error"]
+    assert [e.error.code for e in refused] == ["response_already_in_flight"]
+    assert refused[0].stream_id is None and events[-1].response.output_text == "heard: slow three"
+
+
+def test_a_message_over_the_limit_closes_the_socket_with_1009(upstream, store_path, sandbox):
+    from websockets.exceptions import ConnectionClosed
+
+    small = serve(upstream, store_path, sandbox, websocket_max_message_bytes=1000)
+    with small as served, client(served).responses.connect() as connection:
+        connection.response.create(model="chatloop", input="x" * 2000, store=False)
+        with pytest.raises(ConnectionClosed) as closed:
+            connection.recv()
+    assert closed.value.rcvd is not None and closed.value.rcvd.code == 1009
+
+
+def test_an_idle_socket_is_closed_as_api_gateway_closes_it(upstream, store_path, sandbox):
+    from websockets.exceptions import ConnectionClosed
+
+    quick = serve(upstream, store_path, sandbox, websocket_idle_seconds=0.5)
+    with quick as served, client(served).responses.connect() as connection:
+        # a running turn is no idle time: this one starts after as long as the idle limit
+        create(connection, input="slow but not idle", store=False)
+        with pytest.raises(ConnectionClosed) as closed:
+            connection.recv()
+    assert closed.value.rcvd is not None and closed.value.rcvd.code == 1001
+
+
+@pytest.mark.slow  # node's start and the SDK's import
+def test_openai_nodes_websocket_client(server):
+    from tests.clients.test_openai_contract import run_node
+
+    result = run_node("responses_ws.mjs", env={"CHATLOOP_BASE_URL": server.base_url})
+    assert result["tool"]["types"][-1] == "response.completed"
+    assert "response.code_interpreter_call_code.done" in result["tool"]["types"]
+    assert "42" in result["tool"]["text"]
+    assert result["continued"] == "heard: my name is Ada | what is my name?"  # store: false, from its memory
+    assert result["second"]
+    assert result["unknown"] == {
+        "type": "error",
+        "code": "previous_response_not_found",
+        "param": "previous_response_id",
+    }
+    assert result["errors"] == ["previous_response_not_found"]  # the SDK's error handler heard of it too
+    assert result["recovered"] == "heard: remember the lighthouse | what did I ask?"
