@@ -384,7 +384,7 @@ def test_over_a_moto_server_a_store_false_continuation_runs_on_the_other_copy(mo
 def test_a_turn_that_cannot_be_handed_over_is_an_error_event_on_its_lane(aws, monkeypatch):
     model = answering("never")
     copies = Copies(SETTINGS, model)
-    sent, _ = invocations_kept(monkeypatch, answers=0)  # Lambda unreachable: the invoke fails
+    invocations_kept(monkeypatch, answers=0)  # Lambda unreachable: the invoke fails
     copies.on(0, event("connect"))
     create = {"type": "response.create", "input": "hi", "stream_id": "s1"}
     assert copies.on(1, event("message", create)) == {"statusCode": 200}
