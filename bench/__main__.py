@@ -90,6 +90,10 @@ def steps(quick: bool, js_tool: ExecuteJavaScriptTool) -> list[tuple[str, Callab
         ("webhooks", lambda: webhooks.measure(2 if quick else 30)),
         ("bedrock", lambda: bedrock.measure(2 if quick else 30)),
         ("websocket", lambda: websocket.measure(2 if quick else 15)),
+        (
+            "websocket_lambda",  # WebSocket mode on Lambda (#44): PostToConnection per event, an idle connection
+            lambda: __import__("bench.websocket_lambda").websocket_lambda.measure(2 if quick else 20),
+        ),
     ]
 
 

@@ -386,6 +386,12 @@ def _websocket(results: dict) -> list[str]:  # bench/websocket.py (#44)
     return websocket.section(results["websocket"])
 
 
+def _websocket_lambda(results: dict) -> list[str]:  # bench/websocket_lambda.py (#44)
+    from bench import websocket_lambda
+
+    return websocket_lambda.section(results["websocket_lambda"])
+
+
 SECTIONS: list[tuple[tuple[str, ...], Callable[[dict], list[str]]]] = [
     (("scenarios",), _scenarios),
     (("overhead", "handler"), _overhead),
@@ -411,6 +417,7 @@ SECTIONS: list[tuple[tuple[str, ...], Callable[[dict], list[str]]]] = [
     (("webhooks",), _webhooks),
     (("bedrock",), _bedrock),
     (("websocket",), _websocket),
+    (("websocket_lambda",), _websocket_lambda),
 ]
 """The report's sections in order, each with the measurements (``results``' keys, bench/__main__.py's steps) it
 needs: a run that measured only some (``python -m bench --only``) writes only theirs."""

@@ -113,6 +113,10 @@ class Settings:
     lwa_pass_through_path: str = "/events"  # noqa: S105 - a path, not a password
     """AWS_LWA_PASS_THROUGH_PATH: stream mode: where the Lambda Web Adapter POSTs a non-HTTP event (the asynchronous
     invocation that runs a background response); the adapter's default is ``/events``."""
+    websocket_management_endpoint: str = ""
+    """WEBSOCKET_MANAGEMENT_ENDPOINT: the API Gateway Management API endpoint WebSocket mode posts a connection's
+    events to (``https://{api}.execute-api.{region}.amazonaws.com/{stage}``; the template sets it). Empty: the
+    endpoint of the event's own ``domainName`` and ``stage``."""
     # --- models ---------------------------------------------------------------------------
     model_chain: str = ""
     """MODEL_CHAIN: comma-separated ``provider:model`` entries tried in order. Empty: the default chain

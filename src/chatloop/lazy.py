@@ -48,5 +48,7 @@ FIRST_USE = {
     "chatloop.tracing.turn": "the OpenTelemetry SDK: with the first traced turn (an exporter configured)",
     "chatloop.tracing.scope": "a dataclass (~0.7 ms to define): with the first traced turn",
     "chatloop.tracing.sigv4": "botocore's SigV4 signer: only for an X-Ray OTLP endpoint",
+    "chatloop.api.websocket.lambda_transport": "WebSocket mode on Lambda (the session, the management API's "
+    "client): only with an API Gateway WebSocket event",
 }
 """Modules imported inside a function, by module: why they are not imported at the top."""

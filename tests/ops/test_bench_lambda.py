@@ -21,6 +21,7 @@ def test_bench_smoke_run_lambda(tmp_path):
         "## Compaction and approvals",
         "## Budgets",
         "## Amazon Bedrock member vs Groq member",
+        "## WebSocket mode on Lambda: PostToConnection",
     ):
         assert section in report
     lambda_sized = report.split("## 13. Lambda-sized")[1].split("\n## ")[0]  # to the next section

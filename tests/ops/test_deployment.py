@@ -204,7 +204,8 @@ def test_each_mode_as_deployed_passes_cfn_lint(modes_linted, mode, arch):
 def test_the_resolver_drops_what_a_false_condition_guards(translated):
     """The helper the mode tests stand on: without it, both modes' functions would be "deployed" at once."""
     kinds = [r["Type"] for r in translated["Resources"].values()]
-    assert kinds.count("AWS::Lambda::Function") == 2
+    # each mode's, and the WebSocket API's (EnableWebSocketApi)
+    assert kinds.count("AWS::Lambda::Function") == 3
     for mode in ("stream", "buffered"):
         kinds = [r["Type"] for r in deployed(translated, mode)["Resources"].values()]
         assert kinds.count("AWS::Lambda::Function") == kinds.count("AWS::ApiGateway::RestApi") == 1

@@ -24,7 +24,7 @@ GROUPS: dict[str, tuple[str, ...]] = {
         *("scenarios", "overhead", "handler", "cold_start", "textcalls", "context", "mcp", "against"),
         *("fallback", "throughput", "page", "store", "webhooks"),
     ),
-    "lambda": ("lambda_size", "responses", "idempotency", "state", "budgets", "bedrock"),
+    "lambda": ("lambda_size", "responses", "idempotency", "state", "budgets", "bedrock", "websocket_lambda"),
     "fleet": ("fleet",),  # ~24 s alone: two copies over one store, SQLite then DynamoDB
     "streams": ("sandbox", "streaming", "ttft", "tracing", "small_models", "websocket"),
 }

@@ -76,16 +76,33 @@ class Connections:
         self.core = core
 
     async def open(
-        self, connection_id: str, caller: str | None, ttl_seconds: int, deadline: Deadline
+        self,
+        connection_id: str,
+        caller: str | None,
+        ttl_seconds: int,
+        deadline: Deadline,
+        *,
+        sealed_caller: str | None = None,
     ) -> None:
         """Record the connection for ``caller`` (kept at most ``ttl_seconds``; opening it again keeps it). The record
         is the connection's (``close`` needs only its id: API Gateway's ``$disconnect`` may carry no identity) and
-        holds its caller as the store keys owners, hashed."""
+        holds its caller as the store keys owners, hashed; ``sealed_caller``, when given, is kept as it is (the
+        caller sealed by the transport whose later events carry no identity: ``sealed_caller_of``)."""
         core = self.core
-        record = core.new_record("connection", {"caller": owner_key(_owner(caller))}, ttl_seconds)
+        body: JSONObject = {"caller": owner_key(_owner(caller))}
+        if sealed_caller is not None:
+            body["sealed_caller"] = sealed_caller
+        record = core.new_record("connection", body, ttl_seconds)
         await core.call(
             deadline, core.backend.ensure, owner_key(CONNECTIONS), _connection(connection_id), record
         )
+
+    async def sealed_caller_of(self, connection_id: str, deadline: Deadline) -> str | None:
+        """The ``sealed_caller`` the open connection was recorded with; None for a closed or expired connection or
+        one recorded without."""
+        connection = await self.core.read(CONNECTIONS, _connection(connection_id), "connection", deadline)
+        sealed = connection.body.get("sealed_caller") if connection is not None else None
+        return sealed if isinstance(sealed, str) else None
 
     async def close(self, connection_id: str, deadline: Deadline) -> None:
         """Forget the connection: its memories cannot be recalled any more (they expire with their TTL)."""

@@ -165,8 +165,16 @@ class ConnectionRecords(Protocol):
     (``store.connections.Connections``)."""
 
     async def open(
-        self, connection_id: str, caller: str | None, ttl_seconds: int, deadline: Deadline
+        self,
+        connection_id: str,
+        caller: str | None,
+        ttl_seconds: int,
+        deadline: Deadline,
+        *,
+        sealed_caller: str | None = None,
     ) -> None: ...
+
+    async def sealed_caller_of(self, connection_id: str, deadline: Deadline) -> str | None: ...
 
     async def close(self, connection_id: str, deadline: Deadline) -> None: ...
 
