@@ -11,7 +11,10 @@ Usage::
 
 from __future__ import annotations
 
+import contextlib
+import json
 import threading
+import zlib
 from typing import Any
 
 FAKE_CREDENTIALS = {
@@ -70,3 +73,20 @@ def invocations_kept(
     stubber.activate()
     monkeypatch.setitem(worker._CLIENTS, 5.0, client)
     return kept, stubber
+
+
+def table_text(dynamodb: Any) -> str:
+    """Every attribute of every item, binary ones decompressed as the store writes them (zlib)."""
+    texts: list[str] = []
+    for item in dynamodb.scan(TableName="conversations")["Items"]:
+        for value in item.values():
+            if "B" in value:
+                data = value["B"]
+                with contextlib.suppress(
+                    zlib.error
+                ):  # every value the store writes is zlib; others as they are
+                    data = zlib.decompress(data)
+                texts.append(data.decode("utf-8", "replace"))
+            else:
+                texts.append(json.dumps(value))
+    return "\n".join(texts)

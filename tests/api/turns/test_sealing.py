@@ -8,10 +8,8 @@ servers (tests/support/mcp_servers.py) that record every request they receive.""
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
 import time
-import zlib
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -23,6 +21,7 @@ from chatloop.api.turns.compaction import SUMMARY_PROMPT
 from chatloop.config import Settings
 from chatloop.providers.base import ModelRequest, ModelResponse
 from chatloop.tools.base import ToolRegistry
+from tests.support.aws import table_text
 from tests.support.events import http_event, response_body, rest_event
 from tests.support.handler import handle
 from tests.support.mcp_servers import MCPTestServer, tools_server
@@ -152,23 +151,6 @@ def test_a_queued_requests_mcp_secrets_are_nowhere_in_the_dynamodb_table(
         failed = as_caller("GET", f"/v1/responses/{rid}")
         assert "sealed secrets cannot be opened" in response_body(failed)
         assert len(guarded.requests) == before
-
-
-def table_text(dynamodb: Any) -> str:
-    """Every attribute of every item, binary ones decompressed as the store writes them (zlib)."""
-    texts: list[str] = []
-    for item in dynamodb.scan(TableName="conversations")["Items"]:
-        for value in item.values():
-            if "B" in value:
-                data = value["B"]
-                with contextlib.suppress(
-                    zlib.error
-                ):  # every value the store writes is zlib; others as they are
-                    data = zlib.decompress(data)
-                texts.append(data.decode("utf-8", "replace"))
-            else:
-                texts.append(json.dumps(value))
-    return "\n".join(texts)
 
 
 # --- 3. an approval is bound to the server it was asked for ------------------------------------------------

@@ -23,7 +23,7 @@ from chatloop.config import Settings
 from chatloop.deadline import Deadline
 from chatloop.providers.base import ModelResponse
 from chatloop.tools.base import ToolRegistry
-from tests.support.aws import FAKE_CREDENTIALS, invocations_kept, one_request_at_a_time
+from tests.support.aws import FAKE_CREDENTIALS, invocations_kept, one_request_at_a_time, table_text
 from tests.support.connections import CONNECTION, make_gone, posted
 from tests.support.handler import build_runtime as runtime_of
 from tests.support.handler import handle, serving
@@ -391,3 +391,24 @@ def test_a_turn_that_cannot_be_handed_over_is_an_error_event_on_its_lane(aws, mo
     (error,) = posted(CONNECTION)
     assert error["type"] == "error" and error["error"]["code"] == "server_error"
     assert error.get("stream_id") == "s1" and model.calls == 0
+
+
+def test_the_connections_caller_is_kept_sealed_never_in_clear_and_its_messages_still_run_as_it(
+    aws, monkeypatch
+):
+    """The store holds no caller in clear (owners are hashed): the caller ``$connect`` established is kept sealed in
+    the connection's record, bound to its connection id, and the next message's turn still runs as that caller."""
+    import boto3
+
+    copies = Copies(SETTINGS, answering("sealed and answered"))
+    sent, _ = invocations_kept(monkeypatch, answers=1)
+    copies.on(0, event("connect"))
+    kept = table_text(boto3.client("dynamodb", region_name="us-east-1"))
+    assert "sealed_caller" in kept and CALLER.split(":")[1] not in kept
+    got = run_message(copies, {"type": "response.create", "input": "hi", "store": True}, sent)
+    assert text_of(got) == "sealed and answered"
+    stored_for = got[-1]["response"]["id"]
+    with serving(copies.runtimes[0]):  # the stored response is the caller's: read back under that caller
+        store = copies.runtimes[0].stores.state()
+        found = asyncio.run(store.responses.get(CALLER, stored_for, Deadline.after(5)))
+    assert found is not None
