@@ -68,7 +68,7 @@ class ChatRenderer:
         return status, chat_body(summary)
 
 
-@dataclass
+@dataclass(eq=False, repr=False)  # not compared or printed: only __init__ generated (cold start)
 class ChatPlan(Plan):
     body: ChatBody = field(kw_only=True)
     thread: ChatThread | None = None

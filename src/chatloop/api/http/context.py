@@ -22,9 +22,8 @@ import enum
 import time
 import uuid
 from collections.abc import Mapping
-from dataclasses import dataclass
 from functools import cached_property
-from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, NamedTuple, Protocol, runtime_checkable
 
 from starlette.requests import HTTPConnection, Request
 
@@ -64,8 +63,7 @@ class AdmittedTurn(Protocol):
         ...
 
 
-@dataclass(frozen=True)
-class Prior:
+class Prior(NamedTuple):  # a tuple, not a frozen dataclass: no methods generated at import (cold start)
     """What was done for a turn before it runs here, told rather than guessed: a background job's was counted,
     its approval answers claimed and its run recorded when it was queued (``QUEUED``); a client's request or a
     WebSocket message has nothing done yet (``NOTHING_YET``)."""
@@ -84,8 +82,7 @@ QUEUED = Prior(counted=True, claimed=True, recorded=True)
 """A background job's: its queueing counted it, claimed its answers and recorded its run."""
 
 
-@dataclass(frozen=True)
-class TurnJob:
+class TurnJob(NamedTuple):  # a tuple, not a frozen dataclass: no methods generated at import (cold start)
     """A turn run apart from the request that asked for it (a background response's worker): whose it is, the
     response it makes, how long it may take, the request body it runs (opened from the store), and what its
     queueing did already."""

@@ -140,7 +140,7 @@ class CompletionRenderer:
         return 200, openai_completion(summary, self.request_id)
 
 
-@dataclass
+@dataclass(eq=False, repr=False)  # not compared or printed: only __init__ generated (cold start)
 class CompletionsPlan(Plan):
     body: OpenAIChatBody = field(kw_only=True)
 

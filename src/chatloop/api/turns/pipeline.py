@@ -74,7 +74,7 @@ def _no_format() -> ResponseFormat | None:
     return None
 
 
-@dataclass
+@dataclass(eq=False, repr=False)  # not compared or printed: only __init__ generated (cold start)
 class Plan:
     """What a door made of its body (``Door.prepare``): the conversation and the turn's own values, before the checks
     every door shares. A door keeps its own state in a subclass."""
@@ -111,7 +111,7 @@ class Plan:
 P = TypeVar("P", bound=Plan)
 
 
-@dataclass
+@dataclass(eq=False, repr=False)  # not compared or printed: only __init__ generated (cold start)
 class Admitted:
     """The turn once admitted: what the door serves."""
 
