@@ -23,10 +23,9 @@ from mangum import Mangum
 from mangum.types import LambdaContext
 
 from chatloop import snapstart
-from chatloop.api import create_app
+from chatloop.api import create_app, websocket
 from chatloop.api.http.query import text_safe_query
 from chatloop.api.http.request_limits import fit_lambda_response
-from chatloop.api.websocket import apigw
 from chatloop.config import Settings
 from chatloop.observability import logger, metrics
 from chatloop.tools.javascript.sandbox import close_all, close_all_on_signals
@@ -59,10 +58,12 @@ app.router.lifespan_context = _closing_sandboxes
 @metrics.log_metrics(capture_cold_start_metric=True)
 def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
     _ensure_event_loop()
-    if apigw.handles(event):  # WebSocket mode: a WebSocket API's route, or a turn's asynchronous invocation
-        from chatloop.api.websocket.lambda_transport import handle_event as websocket
+    if websocket.handles(
+        event
+    ):  # WebSocket mode: a WebSocket API's route, or a turn's asynchronous invocation
+        from chatloop.api.websocket.lambda_transport import handle_event as answer_websocket
 
-        return websocket(app, event, context.get_remaining_time_in_millis())
+        return answer_websocket(app, event, context.get_remaining_time_in_millis())
     if "chatloop_background" in event and "requestContext" not in event:  # buffered mode: a background turn
         from chatloop.api.openai.responses.background import handle_event
 

@@ -21,6 +21,7 @@ import math
 import struct
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
+from typing import NamedTuple
 
 from chatloop.jsontypes import JSONObject
 
@@ -44,8 +45,7 @@ class ImageError(ValueError):
     """A ``data:`` URL that is not an image this server takes; the message says what is wrong."""
 
 
-@dataclass(frozen=True)
-class DataImage:
+class DataImage(NamedTuple):  # a tuple, not a frozen dataclass: no methods generated at import (cold start)
     media_type: str
     """``image/png``, as the URL declared it and the bytes confirmed."""
     data: bytes

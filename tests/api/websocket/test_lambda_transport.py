@@ -296,7 +296,8 @@ HOSTILE = st.recursive(
 def test_a_malformed_websocket_event_is_refused_by_name_and_never_crashes_the_reader(
     kind, context, body, encoded
 ):
-    from chatloop.api.websocket.apigw import EventError, handles, websocket_event
+    from chatloop.api.websocket import handles
+    from chatloop.api.websocket.apigw import EventError, websocket_event
 
     raw = {"requestContext": {**context, "eventType": kind}, "body": body, "isBase64Encoded": encoded}
     assert handles(raw)

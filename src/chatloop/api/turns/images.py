@@ -18,8 +18,7 @@ Usage::
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NamedTuple
 
 from chatloop.api.http.errors import RequestError
 from chatloop.observability import logger
@@ -32,8 +31,7 @@ if TYPE_CHECKING:
     from chatloop.providers.chain import FallbackChain
 
 
-@dataclass(frozen=True)
-class ImageLimits:
+class ImageLimits(NamedTuple):  # a tuple, not a frozen dataclass: no methods generated at import (cold start)
     max_count: int
     max_bytes: int
     media_types: tuple[str, ...]

@@ -21,23 +21,22 @@ import base64
 import binascii
 import uuid
 from collections.abc import Mapping
-from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any, NamedTuple
 
 from chatloop.api.http.caller import identities
+from chatloop.api.websocket import (  # the cheap checks src/app.py asks of every event, kept in the package
+    EVENT_TYPES,
+    Kind,
+)
 
-Kind = Literal["connect", "message", "disconnect"]
-EVENT_TYPES: dict[str, Kind] = {"CONNECT": "connect", "MESSAGE": "message", "DISCONNECT": "disconnect"}
-WORKER_KEY = "chatloop_websocket"
-"""A turn's asynchronous invocation (``lambda_transport``): ``{"chatloop_websocket": {"connection_id", "caller",
-"endpoint", "request_id", "job", "message"}}``, ``message`` the client's ``response.create``, its secrets sealed."""
 MESSAGE_BYTES = 128 * 1024
 """API Gateway's largest WebSocket message (frames of 32 KB at most make it up): a larger one never reaches us,
 and an event claiming one is refused before anything parses it."""
 
 
-@dataclass(frozen=True)
-class WebSocketEvent:
+class WebSocketEvent(
+    NamedTuple
+):  # a tuple, not a frozen dataclass: no methods generated at import (cold start)
     kind: Kind
     connection_id: str
     request_id: str
@@ -52,28 +51,6 @@ class WebSocketEvent:
 
 class EventError(ValueError):
     """A WebSocket event that is not what API Gateway sends (a field missing, a message too large)."""
-
-
-def is_websocket_event(event: object) -> bool:
-    """Whether a Lambda event comes from an API Gateway WebSocket API (cheap: ``src/app.py`` asks it first)."""
-    if not isinstance(event, Mapping):
-        return False
-    context = event.get("requestContext")
-    return isinstance(context, Mapping) and context.get("eventType") in EVENT_TYPES
-
-
-def is_worker_event(event: object) -> bool:
-    """Whether a Lambda event is this function's own asynchronous invocation of a WebSocket turn."""
-    return (
-        isinstance(event, Mapping)
-        and isinstance(event.get(WORKER_KEY), Mapping)
-        and "requestContext" not in event  # a client's event through an API never is
-    )
-
-
-def handles(event: object) -> bool:
-    """Whether an event is WebSocket mode's (a route's, or a turn's invocation): ``src/app.py`` asks it first."""
-    return is_websocket_event(event) or is_worker_event(event)
 
 
 def websocket_event(event: Mapping[str, Any]) -> WebSocketEvent:

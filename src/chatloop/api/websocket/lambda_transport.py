@@ -20,7 +20,7 @@ Between messages nothing runs: an idle connection is API Gateway's alone, and co
 
 Usage::
 
-    if apigw.handles(event):                       # src/app.py asks it of every event
+    if websocket.handles(event):                   # src/app.py asks it of every event
         return handle_event(app, event, context.get_remaining_time_in_millis())
 """
 
@@ -38,13 +38,11 @@ from chatloop.api.openai.responses.worker import invoke_self
 from chatloop.api.runs.record import call_deadline
 from chatloop.api.turns.sealing import seal, unseal
 from chatloop.api.turns.statekey import state_key
-from chatloop.api.websocket import session
+from chatloop.api.websocket import WORKER_KEY, is_worker_event, session
 from chatloop.api.websocket.apigw import (
-    WORKER_KEY,
     EventError,
     WebSocketEvent,
     caller_from,
-    is_worker_event,
     status,
     turn_id,
     websocket_event,
