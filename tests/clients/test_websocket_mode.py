@@ -283,3 +283,20 @@ def test_a_socket_is_closed_at_its_longest_life(upstream, store_path, sandbox):
         with pytest.raises(ConnectionClosed) as closed:
             connection.recv()
     assert closed.value.rcvd is not None and closed.value.rcvd.code == 1001
+
+
+def test_a_socket_holds_a_bounded_number_of_messages_and_refuses_the_rest_at_once(server):
+    """A client naming one lane over and over (or ever new ones) would otherwise queue a task per message, each
+    holding its text: memory that grows without end on one socket. Past ``MAX_PENDING`` a message is an error
+    event at once, and the socket goes on."""
+    from chatloop.api.websocket.route import MAX_PENDING
+
+    with client(server).responses.connect() as connection:
+        for n in range(MAX_PENDING + 1):
+            connection.response.create(model="chatloop", input=f"slow {n}", store=False, stream_id="q")
+        first = connection.recv()
+        while first.type not in TERMINAL and first.type != "error":
+            first = connection.recv()
+    # refused before the first response (0.5 s) could end: nothing was queued for it
+    assert (first.type, first.error.code, first.stream_id) == ("error", "too_many_pending", "q")
+    assert str(MAX_PENDING) in first.error.message
