@@ -300,3 +300,18 @@ def test_a_socket_holds_a_bounded_number_of_messages_and_refuses_the_rest_at_onc
     # refused before the first response (0.5 s) could end: nothing was queued for it
     assert (first.type, first.error.code, first.stream_id) == ("error", "too_many_pending", "q")
     assert str(MAX_PENDING) in first.error.message
+
+
+def test_a_client_that_leaves_mid_turn_gets_its_concurrent_turn_slot_back(upstream, store_path, sandbox):
+    """The socket closed while its turn waits on the model: the turn is cancelled, and its concurrent-turn slot (a
+    lease in the store) is given back then, not when the lease runs out (the request's deadline) — else a client
+    that reconnects is refused for half a minute."""
+    import time
+
+    with serve(upstream, store_path, sandbox, budget_concurrent_turns=1) as served:
+        with client(served).responses.connect() as connection:
+            connection.response.create(model="chatloop", input="slow, then gone", store=False)
+            assert connection.recv().type == "response.created"
+        time.sleep(0.3)  # the server sees the close and cancels the turn
+        again = client(served).responses.create(model="chatloop", input="back again", store=False)
+    assert again.output_text == "heard: back again"
