@@ -315,3 +315,15 @@ def test_a_client_that_leaves_mid_turn_gets_its_concurrent_turn_slot_back(upstre
         time.sleep(0.3)  # the server sees the close and cancels the turn
         again = client(served).responses.create(model="chatloop", input="back again", store=False)
     assert again.output_text == "heard: back again"
+
+
+def test_another_callers_stored_response_cannot_be_continued_over_the_socket(server, upstream):
+    stored = client(server, "alice-key").responses.create(model="chatloop", input="alice's secret plan")
+    upstream.requests.clear()
+    with client(server, "bob-key").responses.connect() as connection:
+        refused = create(connection, input="what was the plan?", previous_response_id=stored.id)
+    assert (refused[-1].type, refused[-1].error.code) == ("error", "previous_response_not_found")
+    assert not upstream.requests  # no model call
+    with client(server, "alice-key").responses.connect() as connection:
+        own = create(connection, input="and now?", store=False, previous_response_id=stored.id)
+    assert own[-1].response.output_text == "heard: alice's secret plan | and now?"
