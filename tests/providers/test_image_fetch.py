@@ -69,6 +69,10 @@ async def test_a_fetch_is_refused_by_name(images, path, allow_private, problem):
     ("url", "problem"),
     [
         ("https://169.254.169.254/latest/meta-data/cat.png", "link-local or metadata"),
+        ("https://192.0.0.192/latest/cat.png", "link-local or metadata"),  # Oracle Cloud's metadata
+        # RFC 8215's local-use NAT64 prefix carrying 169.254.169.254 (RFC 6052's /96 and /64 layouts)
+        ("https://[64:ff9b:1::a9fe:a9fe]/cat.png", "link-local or metadata"),
+        ("https://[64:ff9b:1:0:a9:fea9:fe00:0]/cat.png", "link-local or metadata"),
         ("http://127.0.0.1/cat.png", "not https"),
     ],
 )
