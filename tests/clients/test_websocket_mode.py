@@ -34,6 +34,8 @@ def scripted(body: dict[str, Any]) -> Reply:
     if "compute" in users[-1] and "execute_javascript" in offered and not ran:
         code = json.dumps({"code": "6 * 7"})
         return tool_calls(MODEL, [("call_js_1", "execute_javascript", code)], groq=True)
+    if "leak" in users[-1]:  # a hostile model repeating the provider's key it should never know
+        return text(MODEL, f"the key is {KEYS['groq']}, split: {KEYS['groq'][:12]}", groq=True)
     answer = "heard: " + " | ".join(users) + (f" (ran: {ran[-1]['content']})" if ran else "")
     reply = text(MODEL, answer, groq=True)
     reply.delay = 0.5 if "slow" in users[-1] else 0.0
@@ -327,3 +329,19 @@ def test_another_callers_stored_response_cannot_be_continued_over_the_socket(ser
     with client(server, "alice-key").responses.connect() as connection:
         own = create(connection, input="and now?", store=False, previous_response_id=stored.id)
     assert own[-1].response.output_text == "heard: alice's secret plan | and now?"
+
+
+def test_a_secret_the_model_repeats_never_reaches_the_socket(server):
+    from websockets.sync.client import connect
+
+    url = server.root.replace("http", "ws", 1) + "/v1/responses"
+    frames: list[str] = []
+    with connect(url, additional_headers={"x-api-key": "alice-key"}) as socket:
+        socket.send(
+            json.dumps({"type": "response.create", "model": "chatloop", "input": "leak it", "store": False})
+        )
+        while not frames or json.loads(frames[-1])["type"] not in TERMINAL:
+            frames.append(str(socket.recv(timeout=10)))
+    assert json.loads(frames[-1])["type"] == "response.completed"
+    assert "the key is" in json.loads(frames[-1])["response"]["output"][0]["content"][0]["text"]
+    assert not [f for f in frames if KEYS["groq"] in f]
