@@ -35,7 +35,8 @@ def scripted(body: dict[str, Any]) -> Reply:
         code = json.dumps({"code": "6 * 7"})
         return tool_calls(MODEL, [("call_js_1", "execute_javascript", code)], groq=True)
     if "leak" in users[-1]:  # a hostile model repeating the provider's key it should never know
-        return text(MODEL, f"the key is {KEYS['groq']}, split: {KEYS['groq'][:12]}", groq=True)
+        leaked = f"the key is {KEYS['groq']}, again: {KEYS['groq']}"
+        return text(MODEL, leaked, pieces=len(leaked) // 3, groq=True)  # streamed 3 characters at a time
     answer = "heard: " + " | ".join(users) + (f" (ran: {ran[-1]['content']})" if ran else "")
     reply = text(MODEL, answer, groq=True)
     reply.delay = 0.5 if "slow" in users[-1] else 0.0
@@ -345,3 +346,6 @@ def test_a_secret_the_model_repeats_never_reaches_the_socket(server):
     assert json.loads(frames[-1])["type"] == "response.completed"
     assert "the key is" in json.loads(frames[-1])["response"]["output"][0]["content"][0]["text"]
     assert not [f for f in frames if KEYS["groq"] in f]
+    deltas = [json.loads(f) for f in frames]
+    streamed = "".join(e["delta"] for e in deltas if e["type"] == "response.output_text.delta")
+    assert streamed.startswith("the key is ") and KEYS["groq"] not in streamed  # nor split across deltas
