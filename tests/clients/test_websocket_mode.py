@@ -31,6 +31,11 @@ def scripted(body: dict[str, Any]) -> Reply:
     users = [str(m["content"]) for m in messages if m["role"] == "user"]
     ran = [m for m in messages if m["role"] == "tool"]
     offered = [t["function"]["name"] for t in body.get("tools") or []]
+    if "spin" in users[-1] and not ran:  # a run that would take 8 s
+        code = json.dumps(
+            {"code": "const t = Date.now(); while (Date.now() - t < 8000) {}; 1", "timeout_seconds": 10}
+        )
+        return tool_calls(MODEL, [("call_spin", "execute_javascript", code)], groq=True)
     if "compute" in users[-1] and "execute_javascript" in offered and not ran:
         code = json.dumps({"code": "6 * 7"})
         return tool_calls(MODEL, [("call_js_1", "execute_javascript", code)], groq=True)
@@ -349,3 +354,20 @@ def test_a_secret_the_model_repeats_never_reaches_the_socket(server):
     deltas = [json.loads(f) for f in frames]
     streamed = "".join(e["delta"] for e in deltas if e["type"] == "response.output_text.delta")
     assert streamed.startswith("the key is ") and KEYS["groq"] not in streamed  # nor split across deltas
+
+
+@pytest.mark.slow  # a sandbox run, killed
+def test_a_client_that_leaves_mid_run_leaves_no_sandbox_running(server, upstream):
+    import time
+
+    from tests.support.processes import children_of
+
+    with client(server).responses.connect() as connection:
+        connection.response.create(model="chatloop", input="spin for a while", store=False)
+        for event in connection:
+            if event.type == "response.code_interpreter_call.in_progress":
+                break
+        time.sleep(0.5)  # the run has started in its process (the warm spare it took)
+        running = children_of()
+    time.sleep(2.0)  # the close reaches the app: the run is killed at once, not after its 8 s
+    assert running - children_of(), running  # the run's process is gone
