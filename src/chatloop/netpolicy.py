@@ -8,7 +8,7 @@ start in ``config``), so the two cannot drift.
   reachable): only when the caller allows it (MCP_ALLOWED_URLS naming it for MCP, WEBHOOK_ALLOW_PRIVATE for webhooks).
 
 An IPv6 address that carries an IPv4 one (IPv4-mapped ``::ffff:a.b.c.d``, IPv4-compatible ``::a.b.c.d``, NAT64
-``64:ff9b::/96``, 6to4, Teredo) is judged by the IPv4 address too. A host name is judged by every address it
+``64:ff9b::/96`` and RFC 8215's local-use ``64:ff9b:1::/48``, 6to4, Teredo) is judged by the IPv4 address too. A host name is judged by every address it
 resolves to, resolved once: the connection must then go to those addresses only (``chatloop.pinning``), or a name
 that answers differently the second time (DNS rebinding) would reach one that was never checked. Numeric spellings
 a URL may carry (``2852039166``, ``0251.0376.0251.0376``, ``0xa9.0xfe.0xa9.0xfe``) are not ``ipaddress`` literals,
@@ -37,11 +37,17 @@ METADATA_ADDRESSES = frozenset(
         "169.254.170.2",  # ECS task metadata
         "fd00:ec2::254",  # AWS IMDS over IPv6
         "100.100.100.200",  # Alibaba Cloud
+        "192.0.0.192",  # Oracle Cloud (its classic metadata address; ipaddress counts it global)
     )
 )
 NEVER = "a link-local or metadata address"
 PRIVATE = "a private or loopback address"
 _NAT64 = ipaddress.ip_network("64:ff9b::/96")
+_LOCAL_NAT64 = ipaddress.ip_network("64:ff9b:1::/48")
+"""RFC 8215's local-use NAT64 prefix: not globally reachable (Python's ``ipaddress`` may count it global), and the
+IPv4 address sits where RFC 6052 puts it for the operator's prefix length (/48, /56, /64 or /96): each is judged."""
+_RFC6052 = ((6, 8, 9, 11), (7, 8, 9, 12), (9, 13, 13, 13), (12, 16, 16, 16))
+"""The bytes of the IPv4 address for a /48, /56, /64 and /96 prefix (byte 8, the "u" octet, is skipped)."""
 _IPV4_COMPATIBLE = ipaddress.ip_network("::/96")
 
 Address = ipaddress.IPv4Address | ipaddress.IPv6Address
@@ -67,6 +73,9 @@ def _judged(address: Address) -> list[Address]:
         carried = [address.ipv4_mapped, address.sixtofour, address.teredo[1] if address.teredo else None]
         if address in _NAT64 or (address in _IPV4_COMPATIBLE and int(address) > 0xFFFF):
             carried.append(ipaddress.IPv4Address(int(address) & 0xFFFFFFFF))
+        if address in _LOCAL_NAT64:
+            packed = address.packed
+            carried += [ipaddress.IPv4Address(packed[a:b] + packed[c:d]) for a, b, c, d in _RFC6052]
         found += [a for a in carried if a is not None]
     return found
 
@@ -92,7 +101,10 @@ def refusal(text: str, allow_private: bool) -> str | None:
         return None
     if never_allowed(text):
         return NEVER
-    if not allow_private and any(not a.is_global or a.is_multicast for a in _judged(address)):
+    judged = _judged(address)
+    if not allow_private and (
+        address in _LOCAL_NAT64 or any(not a.is_global or a.is_multicast for a in judged)
+    ):
         return PRIVATE
     return None
 

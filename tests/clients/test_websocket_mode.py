@@ -31,9 +31,17 @@ def scripted(body: dict[str, Any]) -> Reply:
     users = [str(m["content"]) for m in messages if m["role"] == "user"]
     ran = [m for m in messages if m["role"] == "tool"]
     offered = [t["function"]["name"] for t in body.get("tools") or []]
+    if "spin" in users[-1] and not ran:  # a run that would take 8 s
+        code = json.dumps(
+            {"code": "const t = Date.now(); while (Date.now() - t < 8000) {}; 1", "timeout_seconds": 10}
+        )
+        return tool_calls(MODEL, [("call_spin", "execute_javascript", code)], groq=True)
     if "compute" in users[-1] and "execute_javascript" in offered and not ran:
         code = json.dumps({"code": "6 * 7"})
         return tool_calls(MODEL, [("call_js_1", "execute_javascript", code)], groq=True)
+    if "leak" in users[-1]:  # a hostile model repeating the provider's key it should never know
+        leaked = f"the key is {KEYS['groq']}, again: {KEYS['groq']}"
+        return text(MODEL, leaked, pieces=len(leaked) // 3, groq=True)  # streamed 3 characters at a time
     answer = "heard: " + " | ".join(users) + (f" (ran: {ran[-1]['content']})" if ran else "")
     reply = text(MODEL, answer, groq=True)
     reply.delay = 0.5 if "slow" in users[-1] else 0.0
@@ -283,3 +291,83 @@ def test_a_socket_is_closed_at_its_longest_life(upstream, store_path, sandbox):
         with pytest.raises(ConnectionClosed) as closed:
             connection.recv()
     assert closed.value.rcvd is not None and closed.value.rcvd.code == 1001
+
+
+def test_a_socket_holds_a_bounded_number_of_messages_and_refuses_the_rest_at_once(server):
+    """A client naming one lane over and over (or ever new ones) would otherwise queue a task per message, each
+    holding its text: memory that grows without end on one socket. Past ``MAX_PENDING`` a message is an error
+    event at once, and the socket goes on."""
+    from chatloop.api.websocket.route import MAX_PENDING
+
+    with client(server).responses.connect() as connection:
+        for n in range(MAX_PENDING + 1):
+            connection.response.create(model="chatloop", input=f"slow {n}", store=False, stream_id="q")
+        first = connection.recv()
+        while first.type not in TERMINAL and first.type != "error":
+            first = connection.recv()
+    # refused before the first response (0.5 s) could end: nothing was queued for it
+    assert (first.type, first.error.code, first.stream_id) == ("error", "too_many_pending", "q")
+    assert str(MAX_PENDING) in first.error.message
+
+
+def test_a_client_that_leaves_mid_turn_gets_its_concurrent_turn_slot_back(upstream, store_path, sandbox):
+    """The socket closed while its turn waits on the model: the turn is cancelled, and its concurrent-turn slot (a
+    lease in the store) is given back then, not when the lease runs out (the request's deadline) — else a client
+    that reconnects is refused for half a minute."""
+    import time
+
+    with serve(upstream, store_path, sandbox, budget_concurrent_turns=1) as served:
+        with client(served).responses.connect() as connection:
+            connection.response.create(model="chatloop", input="slow, then gone", store=False)
+            assert connection.recv().type == "response.created"
+        time.sleep(0.3)  # the server sees the close and cancels the turn
+        again = client(served).responses.create(model="chatloop", input="back again", store=False)
+    assert again.output_text == "heard: back again"
+
+
+def test_another_callers_stored_response_cannot_be_continued_over_the_socket(server, upstream):
+    stored = client(server, "alice-key").responses.create(model="chatloop", input="alice's secret plan")
+    upstream.requests.clear()
+    with client(server, "bob-key").responses.connect() as connection:
+        refused = create(connection, input="what was the plan?", previous_response_id=stored.id)
+    assert (refused[-1].type, refused[-1].error.code) == ("error", "previous_response_not_found")
+    assert not upstream.requests  # no model call
+    with client(server, "alice-key").responses.connect() as connection:
+        own = create(connection, input="and now?", store=False, previous_response_id=stored.id)
+    assert own[-1].response.output_text == "heard: alice's secret plan | and now?"
+
+
+def test_a_secret_the_model_repeats_never_reaches_the_socket(server):
+    from websockets.sync.client import connect
+
+    url = server.root.replace("http", "ws", 1) + "/v1/responses"
+    frames: list[str] = []
+    with connect(url, additional_headers={"x-api-key": "alice-key"}) as socket:
+        socket.send(
+            json.dumps({"type": "response.create", "model": "chatloop", "input": "leak it", "store": False})
+        )
+        while not frames or json.loads(frames[-1])["type"] not in TERMINAL:
+            frames.append(str(socket.recv(timeout=10)))
+    assert json.loads(frames[-1])["type"] == "response.completed"
+    assert "the key is" in json.loads(frames[-1])["response"]["output"][0]["content"][0]["text"]
+    assert not [f for f in frames if KEYS["groq"] in f]
+    deltas = [json.loads(f) for f in frames]
+    streamed = "".join(e["delta"] for e in deltas if e["type"] == "response.output_text.delta")
+    assert streamed.startswith("the key is ") and KEYS["groq"] not in streamed  # nor split across deltas
+
+
+@pytest.mark.slow  # a sandbox run, killed
+def test_a_client_that_leaves_mid_run_leaves_no_sandbox_running(server, upstream):
+    import time
+
+    from tests.support.processes import children_of
+
+    with client(server).responses.connect() as connection:
+        connection.response.create(model="chatloop", input="spin for a while", store=False)
+        for event in connection:
+            if event.type == "response.code_interpreter_call.in_progress":
+                break
+        time.sleep(0.5)  # the run has started in its process (the warm spare it took)
+        running = children_of()
+    time.sleep(2.0)  # the close reaches the app: the run is killed at once, not after its 8 s
+    assert running - children_of(), running  # the run's process is gone

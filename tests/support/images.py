@@ -56,8 +56,9 @@ def data_url(data: bytes, media_type: str = "image/png") -> str:
 
 
 class ImageServer:
-    """An https server on 127.0.0.1 (a trustme CA: ``ca_file`` trusts it) serving ``files`` by path; any other path is
-    a redirect to ``/cat.gif`` (a fetch must not follow it). Every request path is recorded.
+    """An https server on 127.0.0.1 (a trustme CA: ``ca_file`` trusts it) serving ``files`` by path (with a
+    ``content-encoding`` for the paths ``encodings`` names); any other path is a redirect to ``/cat.gif`` (a fetch must
+    not follow it). Every request path is recorded.
 
     Usage::
 
@@ -65,7 +66,7 @@ class ImageServer:
             images.url("/cat.gif"), images.ca_file, images.paths
     """
 
-    def __init__(self, files: dict[str, bytes]) -> None:
+    def __init__(self, files: dict[str, bytes], encodings: dict[str, str] | None = None) -> None:
         import ssl
         import tempfile
         import threading
@@ -90,6 +91,8 @@ class ImageServer:
                     return
                 self.send_response(200)
                 self.send_header("content-type", "application/octet-stream")
+                if self.path in (encodings or {}):  # the body as sent is already encoded (gzip, ...)
+                    self.send_header("content-encoding", (encodings or {})[self.path])
                 self.send_header("content-length", str(len(body)))
                 self.end_headers()
                 self.wfile.write(body)

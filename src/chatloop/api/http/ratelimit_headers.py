@@ -16,6 +16,7 @@ from __future__ import annotations
 from collections.abc import AsyncIterator, MutableMapping
 from typing import Any, TypeVar
 
+import anyio
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from chatloop.api.http.context import SCOPE_KEY, AdmittedTurn, RequestContext
@@ -35,7 +36,9 @@ async def given_back(ctx: RequestContext, events: AsyncIterator[T]) -> AsyncIter
             yield event
     finally:
         if ctx.turn_budget is not None:
-            await ctx.turn_budget.finish()
+            # shielded: a turn cancelled (its client gone) still gives its slot back now, not at the lease's end
+            with anyio.CancelScope(shield=True):
+                await ctx.turn_budget.finish()
 
 
 def _context(scope: MutableMapping[str, Any]) -> RequestContext | None:

@@ -34,7 +34,8 @@ import anyio
 from starlette.websockets import WebSocket, WebSocketState
 
 from chatloop.api.http.caller import caller_of
-from chatloop.api.websocket.messages import lane_of
+from chatloop.api.http.errors import RequestError
+from chatloop.api.websocket.messages import error_event, lane_of
 from chatloop.api.websocket.session import Socket, answer
 from chatloop.config import Settings
 from chatloop.deadline import Deadline
@@ -49,6 +50,9 @@ POLICY_VIOLATION = 1008
 MESSAGE_TOO_BIG = 1009
 GOING_AWAY = 1001
 INTERNAL_ERROR = 1011
+MAX_PENDING = 32
+"""Messages one socket holds at once, running or waiting on their lane: past it a message is an ``error`` event at
+once (``too_many_pending``), never a task holding its text, so no client grows a socket's memory without end."""
 
 
 @dataclass(eq=False)
@@ -203,6 +207,7 @@ async def _serve(websocket: WebSocket, socket: Socket, watch: Watch, clock: Cloc
     settings = watch.settings
     sending = asyncio.Lock()
     lanes = Lanes()
+    pending = 0
 
     async def send(event: JSONObject) -> None:
         async with sending:  # one message at a time on the socket
@@ -212,12 +217,14 @@ async def _serve(websocket: WebSocket, socket: Socket, watch: Watch, clock: Cloc
                     await websocket.send_text(json.dumps(event))
 
     async def one(text: str | bytes) -> None:
+        nonlocal pending
         watch.started(clock)
         try:
             async with lanes.turn(lane_of(text)):
                 deadline = Deadline.after(settings.request_timeout_seconds)
                 await answer(runtime, socket, text, send, deadline=deadline, request_id=str(uuid.uuid4()))
         finally:
+            pending -= 1
             watch.ended(clock)
 
     async with anyio.create_task_group() as tasks:
@@ -233,5 +240,19 @@ async def _serve(websocket: WebSocket, socket: Socket, watch: Watch, clock: Cloc
                 logger.info("WebSocket message over the limit: closed", extra={"bytes": size})
                 await websocket.close(MESSAGE_TOO_BIG, "message too big")
                 break
+            if pending >= MAX_PENDING:
+                logger.info("WebSocket message refused: too many pending", extra={"pending": pending})
+                await send(error_event(_too_many(), lane_of(data)))
+                continue
+            pending += 1
             tasks.start_soon(one, data)
         tasks.cancel_scope.cancel()
+
+
+def _too_many() -> RequestError:
+    return RequestError(
+        429,
+        "too_many_pending",
+        f"this socket already holds {MAX_PENDING} messages (running or waiting on their stream_id): wait for "
+        "a terminal event before sending more",
+    )

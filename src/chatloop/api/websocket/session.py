@@ -97,6 +97,8 @@ async def _run(
     lane = Lane(runtime, socket.connection_id, create.stream_id or "")
     if not await lane.claim(deadline):
         raise _in_flight(create.stream_id)
+    # A context with no connection: what the handshake established and this message's own inputs.
+    ctx = RequestContext(runtime, caller=socket.caller, request_id=request_id, deadline=deadline)
     try:
         door = SocketDoor(
             socket.connection_id,
@@ -106,13 +108,16 @@ async def _run(
             ttl_seconds=settings.websocket_max_connection_seconds,
             ending=lane.release,
         )
-        # A context with no connection: what the handshake established and this message's own inputs.
-        ctx = RequestContext(runtime, caller=socket.caller, request_id=request_id, deadline=deadline)
         await run_door(ctx, door, body)
     finally:
-        # A socket gone mid-turn cancels the turn: its lane is given back still.
+        # A socket gone mid-turn cancels the turn: its lane is given back still, and a turn admitted whose events
+        # never ran gives its budget back here (on HTTP the RateLimitHeaders middleware does; a socket has none).
         with anyio.CancelScope(shield=True):
-            await lane.release()
+            try:
+                await lane.release()
+            finally:
+                if ctx.turn_budget is not None and not ctx.turn_started:
+                    await ctx.turn_budget.finish()
 
 
 class Lane:
