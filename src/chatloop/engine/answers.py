@@ -18,7 +18,7 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping, Sequence
 from collections.abc import Set as AbstractSet
-from dataclasses import dataclass
+from typing import NamedTuple
 
 from chatloop.engine.request import function_name
 from chatloop.engine.textcalls import without_copies
@@ -29,8 +29,7 @@ TOOL_RESULT_KEYS = frozenset({"error", "output", "result", "duplicate_of"})
 """The keys of the tool messages this engine writes (``{"error": ..., "output": ...}``)."""
 
 
-@dataclass(frozen=True)
-class Judged:
+class Judged(NamedTuple):  # a tuple, not a frozen dataclass: no methods generated at import (cold start)
     content: str
     """What may be shown: the whole text, the words before a non-answer, or "" (the fallback text is due)."""
     reason: str | None = None

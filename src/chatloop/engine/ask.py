@@ -14,7 +14,8 @@ Usage::
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import replace
+from typing import NamedTuple
 
 from chatloop.engine.answers import Judged, describe, judge_answer
 from chatloop.engine.request import function_name
@@ -33,8 +34,7 @@ RENDER_MARGIN_SECONDS = 0.25
 """Kept back from the last model call so the response is rendered before the deadline."""
 
 
-@dataclass(frozen=True)
-class Offer:
+class Offer(NamedTuple):  # a tuple, not a frozen dataclass: no methods generated at import (cold start)
     """What the next model call may use: tool names, and the guard that withheld every tool, if one did."""
 
     tools: list[str]

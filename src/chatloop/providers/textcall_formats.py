@@ -38,7 +38,7 @@ import json
 import re
 import uuid
 from collections.abc import Callable, Iterable, Mapping, Set
-from dataclasses import dataclass
+from typing import NamedTuple
 
 from chatloop.jsontypes import JSONObject, JSONValue
 from chatloop.providers import nearjson
@@ -88,8 +88,7 @@ MAX_JSON_STARTS = 64
 filter holds from these only)."""
 
 
-@dataclass(frozen=True)
-class TextCalls:
+class TextCalls(NamedTuple):  # a tuple, not a frozen dataclass: no methods generated at import (cold start)
     format: str
     calls: list[ToolCall]
     prefix: str
@@ -244,8 +243,7 @@ def name_json(text: str, tools: ToolKeys) -> Found | None:
     return [{"name": match.group(1), "arguments": arguments}], ""
 
 
-@dataclass(frozen=True)
-class Opener:
+class Opener(NamedTuple):  # a tuple, not a frozen dataclass: no methods generated at import (cold start)
     """How a call in one format starts, for the stream filter (engine/textfilter.py), which holds text back from
     there: ``tag`` (``pattern`` matches the whole opener, ``literal`` is its canonical spelling, for partial tags),
     ``fence`` (a ```` ``` ```` fence whose language is json, tool_call, tool_code or none), ``json`` (any ``{`` or
@@ -257,8 +255,9 @@ class Opener:
     literal: str = ""
 
 
-@dataclass(frozen=True)
-class TextCallFormat:
+class TextCallFormat(
+    NamedTuple
+):  # a tuple, not a frozen dataclass: no methods generated at import (cold start)
     """One row of the table that drives both the parser (``parse``) and the stream filter (``opener``)."""
 
     name: str

@@ -31,7 +31,7 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Mapping
-from dataclasses import dataclass
+from typing import NamedTuple
 
 from starlette.requests import HTTPConnection
 
@@ -40,8 +40,7 @@ REQUEST_CONTEXT_HEADER = "x-amzn-request-context"
 LOOPBACK = frozenset({"127.0.0.1", "::1"})
 
 
-@dataclass(frozen=True)
-class Invocation:
+class Invocation(NamedTuple):  # a tuple, not a frozen dataclass: no methods generated at import (cold start)
     deadline_ms: int
     """When Lambda stops the invocation, in Unix milliseconds."""
     request_id: str
