@@ -113,13 +113,9 @@ class NoopTool:
 
 
 @contextmanager
-def mocked_dynamodb(table: str) -> Iterator[str]:
-    """A moto DynamoDB (in-process) with the store's table ``table``, fake credentials set for its life."""
-    import boto3
-    from moto import mock_aws
-
-    from chatloop.store.dynamodb_layout import create_table
-
+def fake_aws_credentials() -> Iterator[None]:
+    """Fake AWS credentials and region in the environment (no AWS_ENDPOINT_URL) for the block, what was there
+    before put back after."""
     names = ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_DEFAULT_REGION", "AWS_ENDPOINT_URL")
     saved = {k: os.environ.get(k) for k in names}
     os.environ.update(
@@ -127,12 +123,23 @@ def mocked_dynamodb(table: str) -> Iterator[str]:
     )
     os.environ.pop("AWS_ENDPOINT_URL", None)
     try:
-        with mock_aws():
-            create_table(boto3.client("dynamodb", region_name="us-east-1"), table)
-            yield table
+        yield
     finally:
         for k, v in saved.items():
             if v is None:
                 os.environ.pop(k, None)
             else:
                 os.environ[k] = v
+
+
+@contextmanager
+def mocked_dynamodb(table: str) -> Iterator[str]:
+    """A moto DynamoDB (in-process) with the store's table ``table``, fake credentials set for its life."""
+    import boto3
+    from moto import mock_aws
+
+    from chatloop.store.dynamodb_layout import create_table
+
+    with fake_aws_credentials(), mock_aws():
+        create_table(boto3.client("dynamodb", region_name="us-east-1"), table)
+        yield table

@@ -10,13 +10,12 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
 import time
 from pathlib import Path
 from typing import Any
 
 from bench import ROOT
-from bench.common import median, mocked_dynamodb
+from bench.common import fake_aws_credentials, median, mocked_dynamodb
 
 DELTAS = 300
 DELTA_SECONDS = 0.002
@@ -165,19 +164,8 @@ def _idle(idle_seconds: float) -> dict[str, int]:
 
 
 def measure(reps: int) -> dict[str, Any]:
-    names = ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_DEFAULT_REGION")
-    saved = {k: os.environ.get(k) for k in names}
-    os.environ.update(
-        {"AWS_ACCESS_KEY_ID": "bench", "AWS_SECRET_ACCESS_KEY": "bench", "AWS_DEFAULT_REGION": "us-east-1"}
-    )
-    try:
+    with fake_aws_credentials():
         posting = _posting(reps)
-    finally:
-        for k, v in saved.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
     idle_seconds = 0.5 if reps <= 2 else 3.0
     return {**posting, "idle_seconds": idle_seconds, "invocations": _idle(idle_seconds), "reps": reps}
 

@@ -30,6 +30,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 from urllib.parse import unquote
 
+from tests.support.tls import serve_tls
+
 ACCESS_KEY = "AKIAFAKEBEDROCK00001"
 SECRET_KEY = "fake/secret/key/for/the/fake/bedrock/0001"
 REGION = "us-east-1"
@@ -317,21 +319,7 @@ class FakeBedrock:
         self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
         self.ca_file: str | None = None
         if tls:  # botocore sends a Bedrock API key over HTTPS only
-            self._serve_tls()
-
-    def _serve_tls(self) -> None:
-        import ssl
-        import tempfile
-
-        import trustme
-
-        ca = trustme.CA()
-        context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
-        ca.issue_cert("127.0.0.1").configure_cert(context)
-        self.server.socket = context.wrap_socket(self.server.socket, server_side=True)
-        with tempfile.NamedTemporaryFile("wb", suffix=".pem", delete=False) as bundle:
-            bundle.write(ca.cert_pem.bytes())
-        self.ca_file = bundle.name
+            self.ca_file = serve_tls(self.server)
 
     def _signed(self, path: str, headers: dict[str, str], body: bytes) -> bool:
         if headers.get("authorization", "").startswith("Bearer "):

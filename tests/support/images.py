@@ -15,6 +15,8 @@ import random
 import struct
 import zlib
 
+from tests.support.tls import serve_tls
+
 
 def _chunk(kind: bytes, data: bytes) -> bytes:
     return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data))
@@ -67,12 +69,8 @@ class ImageServer:
     """
 
     def __init__(self, files: dict[str, bytes], encodings: dict[str, str] | None = None) -> None:
-        import ssl
-        import tempfile
         import threading
         from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-
-        import trustme
 
         served = self
 
@@ -100,13 +98,7 @@ class ImageServer:
         self.paths: list[str] = []
         self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self.server.daemon_threads = True
-        ca = trustme.CA()
-        context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
-        ca.issue_cert("127.0.0.1").configure_cert(context)
-        self.server.socket = context.wrap_socket(self.server.socket, server_side=True)
-        with tempfile.NamedTemporaryFile("wb", suffix=".pem", delete=False) as bundle:
-            bundle.write(ca.cert_pem.bytes())
-        self.ca_file = bundle.name
+        self.ca_file = serve_tls(self.server)
         self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
 
     def url(self, path: str) -> str:
