@@ -371,3 +371,30 @@ def test_a_client_that_leaves_mid_run_leaves_no_sandbox_running(server, upstream
         running = children_of()
     time.sleep(2.0)  # the close reaches the app: the run is killed at once, not after its 8 s
     assert running - children_of(), running  # the run's process is gone
+
+
+def test_messages_without_a_stream_id_claim_in_the_order_they_came(server, monkeypatch):
+    """The first ``response.create`` is the one that runs and the second the one refused, even when the first's
+    claim is the slower store call (each message is a task of its own: the route keeps their claims in order)."""
+    import asyncio
+
+    from chatloop.store.connections import Connections
+
+    original, calls = Connections.claim, []
+
+    async def first_one_slow(self: Connections, *args: Any, **kwargs: Any) -> bool:
+        calls.append(args)
+        if len(calls) == 1:
+            await asyncio.sleep(0.3)
+        return await original(self, *args, **kwargs)
+
+    monkeypatch.setattr(Connections, "claim", first_one_slow)
+    with client(server).responses.connect() as connection:
+        connection.response.create(model="chatloop", input="first", store=False)
+        connection.response.create(model="chatloop", input="second", store=False)
+        events = []
+        while not any(e.type in TERMINAL for e in events):
+            events.append(connection.recv())
+    refused = [e for e in events if e.type == "error"]
+    assert [e.error.code for e in refused] == ["response_already_in_flight"]
+    assert events[-1].response.output_text == "heard: first"

@@ -207,6 +207,7 @@ async def _serve(websocket: WebSocket, socket: Socket, watch: Watch, clock: Cloc
     settings = watch.settings
     sending = asyncio.Lock()
     lanes = Lanes()
+    claiming = asyncio.Lock()
     pending = 0
 
     async def send(event: JSONObject) -> None:
@@ -219,11 +220,34 @@ async def _serve(websocket: WebSocket, socket: Socket, watch: Watch, clock: Cloc
     async def one(text: str | bytes) -> None:
         nonlocal pending
         watch.started(clock)
+        lane = lane_of(text)
+        # Messages without a stream_id try their claim in the order they came (a second one while the first runs is
+        # the one refused): each waits for the one before it to have claimed or been refused, not for its turn.
+        ordered = lane is None
+        if ordered:
+            await claiming.acquire()  # the task's first await: tasks reach it in the order they were started
+        held = ordered
+
+        def claimed() -> None:
+            nonlocal held
+            if held:
+                held = False
+                claiming.release()
+
         try:
-            async with lanes.turn(lane_of(text)):
+            async with lanes.turn(lane):
                 deadline = Deadline.after(settings.request_timeout_seconds)
-                await answer(runtime, socket, text, send, deadline=deadline, request_id=str(uuid.uuid4()))
+                await answer(
+                    runtime,
+                    socket,
+                    text,
+                    send,
+                    deadline=deadline,
+                    request_id=str(uuid.uuid4()),
+                    claimed=claimed,
+                )
         finally:
+            claimed()  # refused or failed before its claim: the next message may try its own
             pending -= 1
             watch.ended(clock)
 

@@ -65,16 +65,18 @@ async def answer(
     *,
     deadline: Deadline,
     request_id: str,
+    claimed: Callable[[], None] | None = None,
 ) -> None:
     """Answers one client message: a ``response.create`` (the POST /v1/responses body's fields; ``stream``
     implicit, ``background`` refused, optional ``stream_id``) runs one turn through the one pipeline and sends its
     stream events; anything wrong is one spec ``error`` event. Returns when that response has ended (its terminal
-    event sent)."""
+    event sent). ``claimed`` is called once the message has taken its lane or been refused one (or failed before):
+    a transport that reads messages in order lets the next one try its claim only then."""
     create: ClientEvent | None = None
     try:
         create = read_event(message, runtime.settings)
         with store_errors():  # the store failing (the lane's claim, the memory) is the HTTP route's 503
-            await _run(runtime, socket, create, send, deadline, request_id)
+            await _run(runtime, socket, create, send, deadline, request_id, claimed or _nothing)
     except RequestError as error:
         logger.info(
             "WebSocket message refused",
@@ -87,15 +89,29 @@ async def answer(
         await send(error_event(failed, create.stream_id if create else None))
 
 
+def _nothing() -> None:
+    return None
+
+
 async def _run(
-    runtime: Runtime, socket: Socket, create: ClientEvent, send: Send, deadline: Deadline, request_id: str
+    runtime: Runtime,
+    socket: Socket,
+    create: ClientEvent,
+    send: Send,
+    deadline: Deadline,
+    request_id: str,
+    claimed: Callable[[], None],
 ) -> None:
     """The response on its lane: claimed for the turn (an error while another runs there), given back as its
     terminal event goes out (or however it ends)."""
     settings = runtime.settings
     body = body_of(create.body, ResponsesBody)  # the POST's 400 for a bad body, before the lane is taken
     lane = Lane(runtime, socket.connection_id, create.stream_id or "")
-    if not await lane.claim(deadline):
+    try:
+        taken = await lane.claim(deadline)
+    finally:
+        claimed()
+    if not taken:
         raise _in_flight(create.stream_id)
     # A context with no connection: what the handshake established and this message's own inputs.
     ctx = RequestContext(runtime, caller=socket.caller, request_id=request_id, deadline=deadline)
