@@ -25,7 +25,7 @@ import contextlib
 import json
 import time
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 from urllib.parse import urlsplit
@@ -221,33 +221,14 @@ async def _serve(websocket: WebSocket, socket: Socket, watch: Watch, clock: Cloc
         nonlocal pending
         watch.started(clock)
         lane = lane_of(text)
-        # Messages without a stream_id try their claim in the order they came (a second one while the first runs is
-        # the one refused): each waits for the one before it to have claimed or been refused, not for its turn.
-        ordered = lane is None
-        if ordered:
-            await claiming.acquire()  # the task's first await: tasks reach it in the order they were started
-        held = ordered
-
-        def claimed() -> None:
-            nonlocal held
-            if held:
-                held = False
-                claiming.release()
-
         try:
-            async with lanes.turn(lane):
+            async with in_arrival_order(claiming, lane is None) as claimed, lanes.turn(lane):
                 deadline = Deadline.after(settings.request_timeout_seconds)
+                request_id = str(uuid.uuid4())
                 await answer(
-                    runtime,
-                    socket,
-                    text,
-                    send,
-                    deadline=deadline,
-                    request_id=str(uuid.uuid4()),
-                    claimed=claimed,
+                    runtime, socket, text, send, deadline=deadline, request_id=request_id, claimed=claimed
                 )
         finally:
-            claimed()  # refused or failed before its claim: the next message may try its own
             pending -= 1
             watch.ended(clock)
 
@@ -271,6 +252,28 @@ async def _serve(websocket: WebSocket, socket: Socket, watch: Watch, clock: Cloc
             pending += 1
             tasks.start_soon(one, data)
         tasks.cancel_scope.cancel()
+
+
+@contextlib.asynccontextmanager
+async def in_arrival_order(claiming: asyncio.Lock, ordered: bool) -> AsyncIterator[Callable[[], None]]:
+    """Messages without a stream_id try their claim in the order they came (a second one while the first runs is
+    the one refused): each waits for the one before it to have claimed or been refused, not for its turn. Yields
+    what ``session.answer`` calls once the message's claim is decided; called again on the way out, harmlessly.
+    The lock is the task's first await, so tasks reach it in the order they were started."""
+    if ordered:
+        await claiming.acquire()
+    held = ordered
+
+    def claimed() -> None:
+        nonlocal held
+        if held:
+            held = False
+            claiming.release()
+
+    try:
+        yield claimed
+    finally:
+        claimed()  # refused or failed before its claim: the next message may try its own
 
 
 def _too_many() -> RequestError:
