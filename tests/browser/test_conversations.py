@@ -236,7 +236,9 @@ def test_a_first_question_no_model_answered_leaves_no_empty_conversation(open_pa
     ask(page, "nobody answers")
     expect(page.locator(".stop-reason")).to_contain_text("all_models_failed")
     expect(page.locator("#conversations-note")).to_contain_text("No conversations yet")
-    page.wait_for_function("location.hash === ''")  # the deleted conversation's address is let go (after the list)
+    page.wait_for_function(
+        "location.hash === ''"
+    )  # the deleted conversation's address is let go (after the list)
     assert stored(server, "failed-key")[1]["data"] == []  # the conversation made for it was deleted
 
 
