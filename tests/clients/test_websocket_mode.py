@@ -94,6 +94,14 @@ def until_terminal(connection: Any) -> list[Any]:
     raise AssertionError(f"the socket closed after {[e.type for e in events]}")
 
 
+def through_errors_until_terminal(connection: Any) -> list[Any]:
+    """The events up to the first terminal one, ``error`` events (another message's refusal) among them."""
+    events: list[Any] = []
+    while not any(e.type in TERMINAL for e in events):
+        events.append(connection.recv())
+    return events
+
+
 def create(connection: Any, **fields: Any) -> list[Any]:
     connection.response.create(model="chatloop", **fields)
     return until_terminal(connection)
@@ -202,9 +210,7 @@ def test_stream_id_lanes_run_side_by_side_and_one_lane_at_a_time_without(server)
         # without a stream_id, a second response.create while one runs is refused, and the first goes on
         connection.response.create(model="chatloop", input="slow three", store=False)
         connection.response.create(model="chatloop", input="four", store=False)
-        events = []
-        while not any(e.type in TERMINAL for e in events):
-            events.append(connection.recv())
+        events = through_errors_until_terminal(connection)
     refused = [e for e in events if e.type == "error"]
     assert [e.error.code for e in refused] == ["response_already_in_flight"]
     assert refused[0].stream_id is None and events[-1].response.output_text == "heard: slow three"
@@ -392,9 +398,7 @@ def test_messages_without_a_stream_id_claim_in_the_order_they_came(server, monke
     with client(server).responses.connect() as connection:
         connection.response.create(model="chatloop", input="first", store=False)
         connection.response.create(model="chatloop", input="second", store=False)
-        events = []
-        while not any(e.type in TERMINAL for e in events):
-            events.append(connection.recv())
+        events = through_errors_until_terminal(connection)
     refused = [e for e in events if e.type == "error"]
     assert [e.error.code for e in refused] == ["response_already_in_flight"]
     assert events[-1].response.output_text == "heard: first"
